@@ -1,0 +1,307 @@
+"""Thin command line: parse, dispatch to ``commands.<name>.run``, turn errors into exit codes.
+
+Every command module exposes ``run(**options) -> int``. Nothing here touches files.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from vllm_hotfix import __version__
+from vllm_hotfix.errors import ExitCode, HotfixError
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  success / everything in effect
+  1  not in effect (verify, status) or not pristine (audit)
+  2  usage error
+  3  refused: baseline not clean, checksum mismatch, version out of range,
+     unmet precondition, unsafe path
+  4  patch does not apply (conflict)
+  5  fixed upstream: the target already contains the fix
+  6  write failed (read-only file system, disk full); all files restored
+  7  busy: another hotfix process holds the target's lock
+  8  invalid input: malformed diff, manifest or lock file
+  70 internal error (HOTFIX_DEBUG=1 shows the traceback)
+"""
+
+
+def _dispatch(command: str, **options: Any) -> int:
+    module = importlib.import_module(f"vllm_hotfix.commands.{command}")
+    return module.run(**options)
+
+
+def _exit(code: int) -> None:
+    raise SystemExit(code)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+python_option = click.option(
+    "--python",
+    "python",
+    envvar="HOTFIX_PYTHON",
+    metavar="PY",
+    help="Interpreter whose installed package is the target (default: this one; env HOTFIX_PYTHON).",
+)
+root_option = click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A source checkout (e.g. /vllm-workspace/vllm-ascend) to patch instead of an installed package.",
+)
+catalog_option = click.option(
+    "--catalog",
+    "catalogs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Extra catalog directory with manifests/ and patches/ (repeatable; env HOTFIX_CATALOG, ':'-separated).",
+)
+dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan everything, change nothing, say what would change.")
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_CODES_HELP,
+)
+@click.version_option(__version__, "--version", prog_name="hotfix")
+def cli() -> None:
+    """Apply, verify and roll back vLLM / vllm-ascend hotfixes: all-or-nothing, provable, reversible.
+
+    \b
+    Typical session inside a production container:
+      hotfix where vllm --import          # which files does `import vllm` really load?
+      hotfix list                         # hotfixes in the catalog
+      hotfix apply mamba-align-block-size --dry-run
+      hotfix apply mamba-align-block-size
+      hotfix verify                       # exit 0 only if every recorded fix is in effect
+      hotfix rollback mamba-align-block-size
+    """
+
+
+@cli.command("apply")
+@click.argument("hotfix_id", required=False, metavar="[ID]")
+@click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Apply this raw diff instead of a catalog hotfix.")
+@root_option
+@python_option
+@click.option("--package", default=None, help="Import name of the package an ad-hoc --patch targets (with --python).")
+@click.option("--id", "adhoc_id", default=None, help="Name to record an ad-hoc --patch under (default: the file name without extension).")
+@click.option("-p", "strip", type=click.IntRange(min=0), default=None, help="Strip N leading path components (default 1, as git apply).")
+@click.option("--patch-file", "patch_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A separately distributed patch file a manifest asks for (repeatable).")
+@click.option("--upstream-repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local clone holding the upstream commits a manifest names.")
+@click.option("--reverse", "-R", is_flag=True, help="Apply the patch in reverse (raw --patch only; for hotfixes use rollback).")
+@dry_run_option
+@catalog_option
+@json_option
+def apply_cmd(**options: Any) -> None:
+    """Apply a catalog hotfix (ID) or a raw diff (--patch), all-or-nothing.
+
+    \b
+    Examples:
+      hotfix apply mamba-align-block-size --python /opt/venv/bin/python
+      hotfix apply glm-conv-null-slot --root /vllm-workspace/vllm-ascend
+      hotfix apply --patch fix.diff --root ./vllm --dry-run
+      hotfix apply --patch fix.diff --python /opt/venv/bin/python --package vllm --id my-fix
+    """
+    _exit(_dispatch("apply", **options))
+
+
+@cli.command("status")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
+@python_option
+@root_option
+@catalog_option
+@json_option
+def status_cmd(**options: Any) -> None:
+    """Show, for each hotfix, whether it is applied, decided from the files themselves.
+
+    States: applied, not-applied, fixed-upstream, drifted, not-applicable, lost.
+    """
+    _exit(_dispatch("status", **options))
+
+
+@cli.command("verify")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
+@python_option
+@root_option
+@click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path), envvar="HOTFIX_LOCK", help="Verify against a lock file written by `hotfix export` (env HOTFIX_LOCK).")
+@catalog_option
+@json_option
+def verify_cmd(**options: Any) -> None:
+    """Exit 0 only if every named (or recorded, or locked) hotfix is in effect.
+
+    Prints one line per problem and what to do. Use it as a container entrypoint guard.
+    """
+    _exit(_dispatch("verify", **options))
+
+
+@cli.command("rollback")
+@click.argument("hotfix_id", metavar="ID")
+@python_option
+@root_option
+@dry_run_option
+@catalog_option
+@json_option
+def rollback_cmd(**options: Any) -> None:
+    """Restore the files a hotfix changed, byte for byte."""
+    _exit(_dispatch("rollback", **options))
+
+
+@cli.command("recover")
+@python_option
+@root_option
+@json_option
+def recover_cmd(**options: Any) -> None:
+    """Finish or undo an apply that was interrupted (kill -9, power loss)."""
+    _exit(_dispatch("recover", **options))
+
+
+@cli.command("where")
+@click.argument("package")
+@python_option
+@click.option("--import", "do_import", is_flag=True, help="Also run the real `import PACKAGE` in that interpreter and compare.")
+@json_option
+def where_cmd(**options: Any) -> None:
+    """Show which files `import PACKAGE` really loads, from what install, and any shadowing."""
+    _exit(_dispatch("where", **options))
+
+
+@cli.command("audit")
+@click.argument("package")
+@python_option
+@json_option
+def audit_cmd(**options: Any) -> None:
+    """Check every installed file of PACKAGE against pip's RECORD (exit 1 if not pristine)."""
+    _exit(_dispatch("audit", **options))
+
+
+@cli.command("list")
+@catalog_option
+@json_option
+def list_cmd(**options: Any) -> None:
+    """List the hotfixes in the catalog."""
+    _exit(_dispatch("list", **options))
+
+
+@cli.command("show")
+@click.argument("hotfix_id", metavar="ID")
+@catalog_option
+@json_option
+def show_cmd(**options: Any) -> None:
+    """Show one hotfix: symptoms, targets, patches, references, fixed-in."""
+    _exit(_dispatch("show", **options))
+
+
+@cli.command("new")
+@click.argument("hotfix_id", metavar="ID")
+@click.option("--from-commit", "commit", help="Upstream commit to turn into a patch.")
+@click.option("--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local clone holding --from-commit.")
+@click.option("--exclude", multiple=True, help="Glob of paths to leave out (repeatable).")
+@click.option("--add-patch", "add_patches", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Extra diff file applied after the commit (repeatable).")
+@click.option("--from-install", "from_install", metavar="PACKAGE", help="Make the patch from files edited by hand in an installed wheel.")
+@python_option
+@click.option("--target", "distribution", help="Distribution the hotfix targets (vllm, vllm-ascend).")
+@click.option("--versions", help="PEP 440 range the hotfix applies to, e.g. '>=0.29,<0.32'.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Catalog directory to write manifests/ and patches/ into.")
+@json_option
+def new_cmd(**options: Any) -> None:
+    """Author a hotfix: write patches/ID/*.patch and manifests/ID.toml with hashes and stats."""
+    _exit(_dispatch("new", **options))
+
+
+@cli.command("check-catalog")
+@click.option("--versions", help="Only these releases, e.g. '0.30.0,0.31.0' or a range '>=0.30'.")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
+@catalog_option
+@json_option
+def check_catalog_cmd(**options: Any) -> None:
+    """Dry-run every manifest against every published release in its range (real wheels)."""
+    _exit(_dispatch("check_catalog", **options))
+
+
+@cli.command("export")
+@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...")
+@click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the patched files and hotfix.lock.")
+@python_option
+@catalog_option
+@json_option
+def export_cmd(**options: Any) -> None:
+    """Write patched files (from a pristine baseline) and a hotfix.lock for bind mounts."""
+    _exit(_dispatch("export", **options))
+
+
+@cli.command("compose")
+@click.argument("hotfix_ids", nargs=-1, metavar="ID...")
+@click.option("--service", required=True, help="Compose service to mount the patched files into.")
+@click.option("--file", "compose_file", type=click.Path(dir_okay=False, path_type=Path), default=Path("docker-compose.yml"), show_default=True, help="Compose file to edit in place (comments and order kept).")
+@click.option("--override", "override_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the mounts to this override file instead of editing --file.")
+@click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
+@click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock).")
+@click.option("--remove", is_flag=True, help="Take exactly these mounts out again.")
+@dry_run_option
+@json_option
+def compose_cmd(**options: Any) -> None:
+    """Add (or --remove) read-only bind mounts of exported patched files to a compose service."""
+    _exit(_dispatch("compose", **options))
+
+
+@cli.command("guard")
+@click.option("--print-env", is_flag=True, required=True, help="Print the environment lines that turn on the in-process guard.")
+@click.option("--lock", "lock_file", help="Lock file path inside the container.", default="/etc/vllm-hotfix/hotfix.lock", show_default=True)
+@click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
+@click.option("--strict/--no-strict", default=True, show_default=True, help="Stop a vLLM process whose hotfix is not in effect.")
+@click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose", show_default=True)
+def guard_cmd(**options: Any) -> None:
+    """Print env lines for the vllm.general_plugins guard that checks every vLLM process."""
+    _exit(_dispatch("guard", **options))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    wants_json = "--json" in args
+    try:
+        cli.main(args=args, prog_name="hotfix", standalone_mode=False)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0
+        sys.exit(code)
+    except click.exceptions.UsageError as exc:
+        exc.show()
+        sys.exit(ExitCode.USAGE)
+    except click.exceptions.Abort:
+        sys.stderr.write("hotfix: aborted\n")
+        sys.exit(130)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except HotfixError as exc:
+        _report(exc.message, exc.hint, int(exc.exit_code), type(exc).__name__, wants_json)
+        sys.exit(int(exc.exit_code))
+    except KeyboardInterrupt:
+        sys.stderr.write("hotfix: interrupted\n")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the one place that turns surprises into one line
+        if os.environ.get("HOTFIX_DEBUG"):
+            raise
+        _report(
+            f"internal error: {type(exc).__name__}: {exc}",
+            "rerun with HOTFIX_DEBUG=1 for a traceback and report it",
+            int(ExitCode.INTERNAL),
+            "InternalError",
+            wants_json,
+        )
+        sys.exit(ExitCode.INTERNAL)
+    sys.exit(0)
+
+
+def _report(message: str, hint: str | None, code: int, kind: str, wants_json: bool) -> None:
+    if wants_json:
+        from vllm_hotfix.output import emit_json
+
+        emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
+    sys.stderr.write(f"hotfix: error: {message}\n")
+    if hint:
+        sys.stderr.write(f"hotfix: hint: {hint}\n")

@@ -1,0 +1,9 @@
+"""`hotfix apply`."""
+
+from __future__ import annotations
+
+from vllm_hotfix.errors import HotfixError
+
+
+def run(**options) -> int:
+    raise HotfixError("`hotfix apply` is not implemented yet")

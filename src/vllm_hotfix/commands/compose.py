@@ -1,0 +1,9 @@
+"""`hotfix compose`."""
+
+from __future__ import annotations
+
+from vllm_hotfix.errors import HotfixError
+
+
+def run(**options) -> int:
+    raise HotfixError("`hotfix compose` is not implemented yet")

@@ -1,0 +1,9 @@
+"""`hotfix new`."""
+
+from __future__ import annotations
+
+from vllm_hotfix.errors import HotfixError
+
+
+def run(**options) -> int:
+    raise HotfixError("`hotfix new` is not implemented yet")

@@ -1,0 +1,9 @@
+"""`hotfix show`."""
+
+from __future__ import annotations
+
+from vllm_hotfix.errors import HotfixError
+
+
+def run(**options) -> int:
+    raise HotfixError("`hotfix show` is not implemented yet")

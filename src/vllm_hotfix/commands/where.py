@@ -1,0 +1,9 @@
+"""`hotfix where`."""
+
+from __future__ import annotations
+
+from vllm_hotfix.errors import HotfixError
+
+
+def run(**options) -> int:
+    raise HotfixError("`hotfix where` is not implemented yet")

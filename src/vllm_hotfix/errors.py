@@ -1,0 +1,71 @@
+"""The one exception family the CLI turns into a one-line message and an exit code."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Documented exit codes (README "Exit codes"); scripts branch on these."""
+
+    OK = 0
+    NOT_IN_EFFECT = 1  # verify/status/audit: a hotfix is not in effect, an install is not pristine
+    USAGE = 2  # bad command line (click's own code)
+    REFUSED = 3  # baseline not clean, checksum mismatch, version out of range, precondition, unsafe path
+    DOES_NOT_APPLY = 4  # a hunk does not apply (conflict)
+    FIXED_UPSTREAM = 5  # the target already contains the upstream fix: nothing to do
+    WRITE_FAILED = 6  # a write failed (read-only FS, disk full, permission); everything was restored
+    BUSY = 7  # another hotfix process holds the target's lock
+    INVALID_INPUT = 8  # malformed diff, manifest or lock file
+    INTERNAL = 70  # a bug in vllm-hotfix; rerun with HOTFIX_DEBUG=1 for a traceback
+
+
+class HotfixError(Exception):
+    """An expected failure: one line for the user, an exit code for scripts.
+
+    ``hint`` is an optional second line telling what to do next.
+    """
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None, exit_code: ExitCode | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class NotInEffect(HotfixError):
+    exit_code = ExitCode.NOT_IN_EFFECT
+
+
+class UsageError(HotfixError):
+    exit_code = ExitCode.USAGE
+
+
+class Refused(HotfixError):
+    exit_code = ExitCode.REFUSED
+
+
+class DoesNotApply(HotfixError):
+    exit_code = ExitCode.DOES_NOT_APPLY
+
+
+class FixedUpstream(HotfixError):
+    exit_code = ExitCode.FIXED_UPSTREAM
+
+
+class WriteFailed(HotfixError):
+    exit_code = ExitCode.WRITE_FAILED
+
+
+class Busy(HotfixError):
+    exit_code = ExitCode.BUSY
+
+
+class InvalidInput(HotfixError):
+    exit_code = ExitCode.INVALID_INPUT

@@ -1,0 +1,67 @@
+"""Shared fixtures. Every test runs with its own state dir and no inherited HOTFIX_* settings,
+so no test can touch the real user's recorded state, catalog or files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import realdata  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path_factory, monkeypatch):
+    state = tmp_path_factory.mktemp("hotfix-state")
+    for var in ("HOTFIX_PYTHON", "HOTFIX_CATALOG", "HOTFIX_LOCK", "HOTFIX_REQUIRE", "HOTFIX_STRICT", "PYTHONPATH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOTFIX_STATE_DIR", str(state))
+    monkeypatch.setenv("XDG_STATE_HOME", str(state / "xdg"))
+    yield state
+
+
+@pytest.fixture
+def run_hotfix():
+    """Run the real ``hotfix`` CLI in a subprocess: ``run_hotfix("status", "--json", env={...})``."""
+
+    def run(*args: str, env: dict | None = None, cwd: Path | None = None, input: str | None = None,
+            python: str | None = None) -> subprocess.CompletedProcess:
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        return subprocess.run(
+            [python or sys.executable, "-m", "vllm_hotfix", *map(str, args)],
+            capture_output=True, text=True, env=full_env, cwd=cwd, input=input, timeout=600,
+        )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def vllm_wheel():
+    """``vllm_wheel("0.30.0")`` -> Path of the real, cached wheel."""
+    return realdata.vllm_wheel
+
+
+@pytest.fixture(scope="session")
+def vllm_template():
+    """``vllm_template("0.30.0")`` -> cached venv with that real wheel installed. Read only!"""
+    return realdata.vllm_template
+
+
+@pytest.fixture
+def vllm_install(tmp_path):
+    """``vllm_install("0.30.0")`` -> a private copy of a real vLLM install, free to modify."""
+
+    def make(version: str = "0.30.0") -> realdata.Venv:
+        template = realdata.vllm_template(version)
+        return realdata.copy_venv(template, tmp_path / f"venv-{version}")
+
+    return make

@@ -1,0 +1,119 @@
+"""Real-data layer for tests and benchmarks: real vLLM wheels from PyPI, cached outside the repo.
+
+Wheels are downloaded once into ``$HOTFIX_TEST_CACHE`` (default ``~/.cache/vllm-hotfix``) and
+installed with a real ``pip install --no-deps --no-compile`` into cached template venvs. Tests get
+a private *copy* of a template, so nothing a test does can reach the template or the user's files.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE = Path(os.environ.get("HOTFIX_TEST_CACHE", Path.home() / ".cache" / "vllm-hotfix"))
+WHEELS = CACHE / "wheels"
+VENVS = CACHE / "venvs"
+
+
+@contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def vllm_wheel(version: str) -> Path:
+    """Path of the real ``vllm-VERSION`` wheel, downloading it from PyPI on first use."""
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    with _file_lock(WHEELS / f".{version}.lock"):
+        found = sorted(WHEELS.glob(f"vllm-{version}-*.whl"))
+        if found:
+            return found[0]
+        tmp = WHEELS / f".download-{version}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+             "--disable-pip-version-check", "-q", f"vllm=={version}", "-d", str(tmp)],
+            check=True,
+        )
+        (wheel,) = tmp.glob("vllm-*.whl")
+        final = WHEELS / wheel.name
+        os.replace(wheel, final)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+
+@dataclass(frozen=True)
+class Venv:
+    root: Path
+    python: Path
+    site_packages: Path
+
+    @property
+    def package_dir(self) -> Path:
+        return self.site_packages / "vllm"
+
+
+def _site_packages(root: Path, python_version: str) -> Path:
+    return root / "lib" / f"python{python_version}" / "site-packages"
+
+
+def make_venv(root: Path, base_python: str = sys.executable) -> Venv:
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(root)], check=True)
+    ver = subprocess.run(
+        [str(root / "bin" / "python"), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    return Venv(root, root / "bin" / "python", _site_packages(root, ver))
+
+
+def pip_install(venv: Venv, *args: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv.python), "install", "--no-deps",
+         "--no-compile", "--disable-pip-version-check", "-q", *args],
+        check=True,
+    )
+
+
+def vllm_template(version: str) -> Venv:
+    """A cached venv with the real vLLM VERSION wheel installed. Never modify it: copy it."""
+    pyver = "%d.%d" % sys.version_info[:2]
+    root = VENVS / f"vllm-{version}-py{pyver}"
+    with _file_lock(VENVS / f".{version}-py{pyver}.lock"):
+        if (root / ".complete").exists():
+            return Venv(root, root / "bin" / "python", _site_packages(root, pyver))
+        shutil.rmtree(root, ignore_errors=True)
+        venv = make_venv(root)
+        pip_install(venv, str(vllm_wheel(version)))
+        (root / ".complete").write_text("ok\n")
+        return venv
+
+
+def copy_venv(template: Venv, dest: Path) -> Venv:
+    """A private, fully independent copy (real files, not hard links) of a template venv."""
+    shutil.copytree(template.root, dest, symlinks=True)
+    (dest / ".complete").unlink(missing_ok=True)
+    rel = template.site_packages.relative_to(template.root)
+    return Venv(dest, dest / "bin" / "python", dest / rel)
+
+
+def python_sources(site_packages: Path, dest: Path) -> Path:
+    """Copy the ``vllm/`` Python sources (no .so) of an install into ``dest/vllm``."""
+    src = site_packages / "vllm"
+    shutil.copytree(src, dest / "vllm", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    return dest
+
+
+def this_site_packages() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
