@@ -1,0 +1,61 @@
+"""Crash-safe replacement of one file: temp file beside it, fsync, os.replace, fsync the directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TEMP_SUFFIX = ".hotfix-tmp"
+
+
+def temp_path_for(path: Path, tag: str) -> Path:
+    """The temp file beside ``path`` used while replacing it (``tag`` makes it unique per writer)."""
+    return path.with_name(f".{path.name}.{tag}{TEMP_SUFFIX}")
+
+
+def write_new_file(path: Path, data: bytes, mode: int, *, fsync: bool = True) -> None:
+    """Create ``path`` (which must not exist) holding ``data`` with permission bits ``mode``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fchmod(fd, mode)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Replace (or create) ``path`` with ``data`` so that a reader or a crash sees old or new, never half.
+
+    ``mode`` defaults to the existing file's permission bits, else 0o644. No temp file is left behind on error.
+    """
+    path = Path(path)
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+    temp = temp_path_for(path, f"{os.getpid()}")
+    try:
+        temp.unlink(missing_ok=True)
+        write_new_file(temp, data, mode)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            temp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)

@@ -1,0 +1,69 @@
+"""One writer per target: an exclusive fcntl.flock on ``<target state dir>/lock``.
+
+The kernel drops the lock when the holder dies (even by kill -9), so a stale lock file is harmless.
+The file holds the holder's pid, only to tell a waiting user who holds it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from vllm_hotfix.errors import Busy
+from vllm_hotfix.output import note
+
+DEFAULT_TIMEOUT = 30.0
+POLL_INTERVAL = 0.05
+
+
+def _holder_pid(fd: int) -> str:
+    try:
+        return os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
+@contextmanager
+def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
+                on_wait: Callable[[str], None] = note) -> Iterator[None]:
+    """Hold the target's exclusive lock for the ``with`` block; wait up to ``timeout`` s, then ``Busy``."""
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    lock_file = state_dir / "lock"
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        if not _try_lock(fd):
+            holder = _holder_pid(fd)
+            on_wait(f"waiting for lock held by pid {holder} ({lock_file})")
+            deadline = time.monotonic() + timeout
+            while not _try_lock(fd):
+                if time.monotonic() >= deadline:
+                    raise Busy(
+                        f"{lock_file}: still held by pid {_holder_pid(fd)} after {timeout:g} s",
+                        hint="another hotfix command is working on this target; wait for it or check that pid",
+                    )
+                time.sleep(POLL_INTERVAL)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -1,0 +1,169 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+try:
+    from vllm_hotfix.core.apply import FileEdit, Plan
+except ImportError:  # TEMP until core/apply.py lands
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class FileEdit:
+        path: str; action: str; old_path: object; before: object; after: object
+        old_mode: object; new_mode: object; placements: tuple
+
+    @dataclass(frozen=True)
+    class Plan:
+        edits: tuple; reverse: bool
+from vllm_hotfix.errors import Refused, WriteFailed
+from vllm_hotfix.txn import journal
+from vllm_hotfix.txn.journal import commit, recover
+
+BEFORE = {
+    "pkg/mod.py": b"def f():\n    return 1\n",
+    "pkg/old_name.py": b"x = 1\n",
+    "pkg/gone.py": b"gone = True\n",
+    "pkg/run.sh": b"#!/bin/sh\necho hi\n",
+}
+AFTER = {
+    "pkg/mod.py": b"def f():\n    return 2\n",
+    "pkg/new_name.py": b"x = 2\n",
+    "pkg/sub/dir/created.py": b"created = True\n",
+    "pkg/run.sh": b"#!/bin/sh\necho hi\n",
+}
+
+
+def edit(path, action, before, after, old_path=None, old_mode=None, new_mode=None):
+    return FileEdit(path=path, action=action, old_path=old_path, before=before, after=after,
+                    old_mode=old_mode, new_mode=new_mode, placements=())
+
+
+def sample_plan():
+    return Plan(edits=(
+        edit("pkg/mod.py", "modify", BEFORE["pkg/mod.py"], AFTER["pkg/mod.py"]),
+        edit("pkg/new_name.py", "rename", BEFORE["pkg/old_name.py"], AFTER["pkg/new_name.py"], old_path="pkg/old_name.py"),
+        edit("pkg/sub/dir/created.py", "create", None, AFTER["pkg/sub/dir/created.py"], new_mode=0o100644),
+        edit("pkg/gone.py", "delete", BEFORE["pkg/gone.py"], None),
+        edit("pkg/run.sh", "mode", BEFORE["pkg/run.sh"], AFTER["pkg/run.sh"], old_mode=0o100644, new_mode=0o100755),
+    ), reverse=False)
+
+
+def make_tree(root: Path) -> Path:
+    for rel, data in BEFORE.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+        os.chmod(root / rel, 0o644)
+    cache = root / "pkg" / "__pycache__"
+    cache.mkdir()
+    (cache / "mod.cpython-312.pyc").write_bytes(b"stale")
+    (cache / "module.cpython-312.pyc").write_bytes(b"other module, keep")
+    return root
+
+
+def snapshot(root: Path) -> dict:
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if rel == "pkg/__pycache__/mod.cpython-312.pyc":
+                continue  # removed by a restore too
+            found[rel] = None if path.is_dir() else (path.read_bytes(), os.stat(path).st_mode & 0o777)
+    return found
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return make_tree(tmp_path / "root")
+
+
+def test_commit_applies_every_kind_of_edit(tree, tmp_path):
+    jdir = tmp_path / "journal"
+    commit(tree, sample_plan(), journal_dir=jdir)
+    for rel, data in AFTER.items():
+        assert (tree / rel).read_bytes() == data
+    assert not (tree / "pkg/old_name.py").exists() and not (tree / "pkg/gone.py").exists()
+    assert os.stat(tree / "pkg/run.sh").st_mode & 0o777 == 0o755
+    assert sorted(os.listdir(tree / "pkg/__pycache__")) == ["module.cpython-312.pyc"]
+    assert os.listdir(jdir) == []
+    assert not [p for p in tree.rglob("*") if "hotfix-tmp" in p.name]
+
+
+def test_changed_since_planning_is_refused_before_writing(tree, tmp_path):
+    (tree / "pkg/gone.py").write_bytes(b"edited by hand\n")
+    before = snapshot(tree)
+    with pytest.raises(Refused, match=r"pkg/gone.py: changed since planning"):
+        commit(tree, sample_plan(), journal_dir=tmp_path / "journal")
+    assert snapshot(tree) == before
+
+
+@pytest.mark.parametrize("failing_call", [1, 2, 3, 4])
+def test_failure_midway_restores_everything(tree, tmp_path, monkeypatch, failing_call):
+    before = snapshot(tree)
+    calls = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == failing_call:
+            raise OSError(30, "Read-only file system", str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(journal.os, "replace", replace)
+    with pytest.raises(WriteFailed, match=r"Read-only file system \(EROFS\); every file was restored, nothing was changed"):
+        commit(tree, sample_plan(), journal_dir=tmp_path / "journal")
+    monkeypatch.undo()
+    assert snapshot(tree) == before
+    assert os.listdir(tmp_path / "journal") == []
+
+
+CRASHER = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {tests!r})
+    from test_journal import sample_plan
+    from vllm_hotfix.txn import journal
+    n, how = int(sys.argv[1]), sys.argv[2]
+    real_replace, calls = os.replace, []
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == n:
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        real_replace(src, dst)
+    journal.os.replace = replace
+    journal.commit(sys.argv[3], sample_plan(), journal_dir=sys.argv[4])
+""")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])  # 1 = the journal's own rename, 2..5 = the targets
+def test_kill_9_midway_then_recover_gives_before(tree, tmp_path, n):
+    before = snapshot(tree)
+    jdir = tmp_path / "journal"
+    script = CRASHER.format(tests=str(Path(__file__).parent))
+    proc = subprocess.run([sys.executable, "-c", script, str(n), "kill", str(tree), str(jdir)])
+    assert proc.returncode == -signal.SIGKILL
+    assert (jdir / "journal.json").exists() == (n > 1)
+    report = recover(jdir)
+    if n > 1:
+        assert report is not None and not report.problems
+        assert ("pkg/sub/dir/created.py" in report.removed) == (n > 3)
+    assert snapshot(tree) == before
+    assert recover(jdir) is None
+    assert os.listdir(jdir) == []
+
+
+def test_sigterm_midway_restores_and_exits_143(tree, tmp_path):
+    before = snapshot(tree)
+    jdir = tmp_path / "journal"
+    script = CRASHER.format(tests=str(Path(__file__).parent))
+    proc = subprocess.run([sys.executable, "-c", script, "3", "term", str(tree), str(jdir)],
+                          capture_output=True, text=True)
+    assert "interrupted by SIGTERM; every file was restored" in proc.stderr
+    assert snapshot(tree) == before
+    assert os.listdir(jdir) == []
