@@ -1,0 +1,334 @@
+"""hotfix.lock: what `hotfix export` wrote, and whether a (rebuilt) install still carries it.
+
+Standard library only: the in-process guard (plugin.py) imports this module inside every vLLM
+process, where nothing but the stdlib is guaranteed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from vllm_hotfix.errors import InvalidInput
+
+SCHEMA = 1
+
+APPLIED = "applied"
+LOST = "lost"
+DRIFTED = "drifted"
+MISSING = "missing"
+FIXED_UPSTREAM = "fixed-upstream"
+IN_EFFECT_STATES = (APPLIED, FIXED_UPSTREAM)
+# the worst file state decides the state of its hotfix
+_SEVERITY = (APPLIED, LOST, DRIFTED, MISSING)
+
+
+@dataclass(frozen=True)
+class LockedFile:
+    path: str  # relative to site-packages, posix
+    sha256: str  # of the patched content
+    baseline_sha256: Optional[str]  # of the pristine file the patch was computed from (None: created)
+    export: str  # relative to the export directory (where hotfix.lock lives)
+
+
+@dataclass(frozen=True)
+class LockedHotfix:
+    id: str
+    version: Any
+    distribution: str
+    package: str
+    baseline_version: str
+    fixed_in: Optional[str]
+    files: tuple[LockedFile, ...]
+
+
+@dataclass(frozen=True)
+class Lock:
+    site_packages: str
+    hotfixes: tuple[LockedHotfix, ...]
+    generator: str = ""
+    schema: int = SCHEMA
+
+    def select(self, ids) -> tuple[LockedHotfix, ...]:
+        """The locked hotfixes with these ids (all when ``ids`` is empty); InvalidInput names unknown ones."""
+        if not ids:
+            return self.hotfixes
+        known = {h.id: h for h in self.hotfixes}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise InvalidInput(
+                f"hotfix.lock has no hotfix {', '.join(unknown)}",
+                hint=f"locked: {', '.join(known) or '(none)'}; run `hotfix export` for it first",
+            )
+        return tuple(known[i] for i in ids)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What the package really resolves to in the interpreter being checked."""
+
+    package_dir: Path  # directory of the imported package
+    version: Optional[str]  # version of its distribution (None if unknown)
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    path: str  # as in the lock
+    real_path: Optional[str]  # the file the package really resolves to
+    state: str  # applied | lost | drifted | missing
+    sha256: Optional[str]  # what is there now
+
+
+@dataclass(frozen=True)
+class HotfixCheck:
+    hotfix: LockedHotfix
+    state: str  # applied | lost | drifted | missing | fixed-upstream
+    installed_version: Optional[str]
+    files: tuple[FileCheck, ...]
+
+    @property
+    def in_effect(self) -> bool:
+        return self.state in IN_EFFECT_STATES
+
+
+# -- reading and writing ---------------------------------------------------------------------------
+
+
+def load_lock(path: Path) -> Lock:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InvalidInput(f"{path}: lock file not found", hint="run `hotfix export ID... --to DIR` to write DIR/hotfix.lock") from None
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read lock file: {exc.strerror}") from None
+    return parse_lock(data, source=str(path))
+
+
+def parse_lock(data: bytes, *, source: str = "hotfix.lock") -> Lock:
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{source}: not UTF-8 (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{source}:{exc.lineno}: not JSON: {exc.msg}") from None
+    reader = _Reader(source)
+    reader.mapping(doc, "")
+    schema = reader.field(doc, "", "schema", int)
+    if schema != SCHEMA:
+        raise InvalidInput(f"{source}: key 'schema': unsupported lock schema {schema} (this vllm-hotfix reads {SCHEMA})",
+                           hint="upgrade vllm-hotfix or re-export with this version")
+    hotfixes = reader.field(doc, "", "hotfixes", list)
+    return Lock(
+        schema=schema,
+        generator=reader.field(doc, "", "generator", str, required=False) or "",
+        site_packages=reader.field(doc, "", "site_packages", str),
+        hotfixes=tuple(_read_hotfix(reader, h, f"hotfixes[{i}]") for i, h in enumerate(hotfixes)),
+    )
+
+
+def _read_hotfix(reader: "_Reader", doc: Any, where: str) -> LockedHotfix:
+    reader.mapping(doc, where)
+    files = reader.field(doc, where, "files", list)
+    version = doc.get("version")
+    if not isinstance(version, (int, str)) or isinstance(version, bool):
+        raise InvalidInput(f"{reader.source}: key '{where}.version': expected an integer or a string")
+    hotfix_id = reader.field(doc, where, "id", str)
+    return LockedHotfix(
+        id=hotfix_id,
+        version=version,
+        distribution=reader.field(doc, where, "distribution", str),
+        package=reader.field(doc, where, "package", str),
+        baseline_version=reader.field(doc, where, "baseline_version", str),
+        fixed_in=reader.field(doc, where, "fixed_in", str, required=False),
+        files=tuple(_read_file(reader, f, f"{where}.files[{i}]") for i, f in enumerate(files)),
+    )
+
+
+def _read_file(reader: "_Reader", doc: Any, where: str) -> LockedFile:
+    reader.mapping(doc, where)
+    path = reader.field(doc, where, "path", str)
+    export = reader.field(doc, where, "export", str)
+    for key, value in (("path", path), ("export", export)):
+        parts = value.split("/")
+        if value.startswith("/") or "\\" in value or ".." in parts or "" in parts:
+            raise InvalidInput(f"{reader.source}: key '{where}.{key}': unsafe path {value!r} (must be relative, without '..')")
+    return LockedFile(
+        path=path,
+        sha256=reader.sha256(doc, where, "sha256", required=True),
+        baseline_sha256=reader.sha256(doc, where, "baseline_sha256", required=False),
+        export=export,
+    )
+
+
+class _Reader:
+    def __init__(self, source: str):
+        self.source = source
+
+    def mapping(self, doc: Any, where: str) -> None:
+        if not isinstance(doc, dict):
+            raise InvalidInput(f"{self.source}: {f'key {where!r}' if where else 'top level'}: expected an object")
+
+    def field(self, doc: dict, where: str, key: str, kind: type, *, required: bool = True) -> Any:
+        path = f"{where}.{key}" if where else key
+        value = doc.get(key)
+        if value is None:
+            if required:
+                raise InvalidInput(f"{self.source}: key '{path}' is missing")
+            return None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise InvalidInput(f"{self.source}: key '{path}': expected {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    def sha256(self, doc: dict, where: str, key: str, *, required: bool) -> Optional[str]:
+        value = self.field(doc, where, key, str, required=required)
+        if value is not None and not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise InvalidInput(f"{self.source}: key '{where}.{key}': expected 64 lowercase hex digits")
+        return value
+
+
+def dump_lock(lock: Lock) -> bytes:
+    doc = {
+        "schema": lock.schema,
+        "generator": lock.generator,
+        "site_packages": lock.site_packages,
+        "hotfixes": [
+            {
+                "id": h.id, "version": h.version, "distribution": h.distribution, "package": h.package,
+                "baseline_version": h.baseline_version, "fixed_in": h.fixed_in,
+                "files": [
+                    {"path": f.path, "sha256": f.sha256, "baseline_sha256": f.baseline_sha256, "export": f.export}
+                    for f in h.files
+                ],
+            }
+            for h in lock.hotfixes
+        ],
+    }
+    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+# -- checking an install against the lock ----------------------------------------------------------
+
+
+def sha256_file(path: Path) -> Optional[str]:
+    """Hex sha256 of a file's bytes, None when it does not exist."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+
+
+def real_file(installed: Installed, package: str, path: str) -> Path:
+    """The file a site-packages-relative ``path`` of ``package`` really is in this install."""
+    head, _, rest = path.partition("/")
+    if head == package and rest:
+        return installed.package_dir / rest
+    return installed.package_dir.parent / path
+
+
+def check_file(locked: LockedFile, installed: Optional[Installed], package: str) -> FileCheck:
+    if installed is None:
+        return FileCheck(locked.path, None, MISSING, None)
+    where = real_file(installed, package, locked.path)
+    actual = sha256_file(where)
+    if actual is None:
+        state = MISSING
+    elif actual == locked.sha256:
+        state = APPLIED
+    elif actual == locked.baseline_sha256:
+        state = LOST
+    else:
+        state = DRIFTED
+    return FileCheck(locked.path, str(where), state, actual)
+
+
+def check_hotfix(hotfix: LockedHotfix, installed: Optional[Installed]) -> HotfixCheck:
+    version = installed.version if installed else None
+    files = tuple(check_file(f, installed, hotfix.package) for f in hotfix.files)
+    if installed is not None and hotfix.fixed_in and version and version_at_least(version, hotfix.fixed_in):
+        state = FIXED_UPSTREAM
+    else:
+        state = max((f.state for f in files), key=_SEVERITY.index, default=APPLIED)
+        if installed is None:
+            state = MISSING
+    return HotfixCheck(hotfix, state, version, files)
+
+
+def check_lock(
+    lock: Lock, resolve: Callable[[str], Optional[Installed]], ids=()
+) -> list[HotfixCheck]:
+    """Check every (or each named) locked hotfix; ``resolve(package)`` is asked once per package."""
+    resolved: dict[str, Optional[Installed]] = {}
+    checks = []
+    for hotfix in lock.select(ids):
+        if hotfix.package not in resolved:
+            resolved[hotfix.package] = resolve(hotfix.package)
+        checks.append(check_hotfix(hotfix, resolved[hotfix.package]))
+    return checks
+
+
+def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str]) -> Optional[str]:
+    """What to do about one hotfix check; ``mount_line`` renders the compose volume to restore."""
+    h = check.hotfix
+    if check.state == APPLIED:
+        return None
+    if check.state == FIXED_UPSTREAM:
+        return (f"{h.distribution} {check.installed_version} already contains the fix (fixed in {h.fixed_in}): "
+                f"drop the {h.id} bind mounts from the compose service and the lock")
+    if check.installed_version is None and all(f.real_path is None for f in check.files):
+        return f"package {h.package!r} not found in this interpreter: check --python / the image"
+    lines = []
+    by_path = {f.path: f for f in h.files}
+    for f in check.files:
+        locked = by_path[f.path]
+        if f.state == LOST:
+            lines.append(f"lost: {f.path} is the pristine {h.baseline_version} file: the bind mount is missing; "
+                         f"restore this line in the compose service volumes: - {mount_line(locked, f)}")
+        elif f.state == DRIFTED:
+            lines.append(f"drifted: {f.path} is neither the patched nor the pristine {h.baseline_version} file "
+                         f"(installed {h.distribution} {check.installed_version or '?'}): re-export the hotfix "
+                         f"against this image, then mount - {mount_line(locked, f)}")
+        elif f.state == MISSING:
+            lines.append(f"missing: {f.path} does not exist in this install ({f.real_path}): "
+                         f"the image no longer matches the lock; re-export against it")
+    return "\n".join(lines) or None
+
+
+# -- versions without `packaging` (stdlib only) ----------------------------------------------------
+
+_VERSION = re.compile(
+    r"v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
+    r"(?:[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+.*)?",
+    re.IGNORECASE,
+)
+_PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+
+
+def _version_key(text: str) -> tuple:
+    m = _VERSION.fullmatch(text.strip())
+    if not m:
+        raise ValueError(f"not a PEP 440 version: {text!r}")
+    epoch, release, pre, pre_n, post, dev = m.groups()
+    numbers = [int(x) for x in release.split(".")]
+    while len(numbers) > 1 and numbers[-1] == 0:
+        numbers.pop()
+    if pre:
+        pre_key = (_PRE[pre.lower()], int(pre_n or 0))
+    elif dev is not None and post is None:
+        pre_key = (-1, 0)  # 1.0.dev1 sorts before 1.0a1
+    else:
+        pre_key = (3, 0)
+    post_key = int(post or 0) if post is not None else -1
+    dev_key = int(dev or 0) if dev is not None else float("inf")
+    return (int(epoch or 0), tuple(numbers), pre_key, post_key, dev_key)
+
+
+def version_at_least(version: str, minimum: str) -> bool:
+    """PEP 440 ``version >= minimum`` (local labels ignored); False when either cannot be parsed."""
+    try:
+        return _version_key(version) >= _version_key(minimum)
+    except ValueError:
+        return False

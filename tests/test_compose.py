@@ -1,0 +1,153 @@
+"""compose.py: round-trip edits keep comments, are idempotent, undo byte for byte, and validate."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_hotfix import compose
+from vllm_hotfix.errors import Refused, UsageError
+from vllm_hotfix.lockfile import Lock, LockedFile, LockedHotfix
+
+PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+SITE = "/usr/local/lib/python3.12/site-packages"
+
+LIST_ENV = """\
+# Production GLM-5.3-Flash serving (seed 001)
+services:
+  vllm:
+    image: vllm/vllm-openai:v0.30.0   # pinned image
+    init: true  # reap worker zombies
+    shm_size: 32g
+    volumes:
+      - ./models:/models:ro   # weights
+      # HF cache
+      - hf-cache:/root/.cache/huggingface
+    # environment follows
+    environment:
+      - NCCL_DEBUG=WARN
+    command: ["--model", "/models/glm"]
+
+  proxy:
+    image: "nginx:1.27"
+    ports:
+      - "8080:80"
+
+volumes:
+  hf-cache: {}
+"""
+
+MAPPING_ENV = """\
+services:
+  vllm:
+    image: 'vllm/vllm-openai:v0.30.0'
+    environment:
+      NCCL_DEBUG: WARN   # keep
+    volumes:
+    - ./models:/models:ro
+    shm_size: 32g  # big
+
+    # about the next service
+  other:
+    image: busybox
+# end of file
+"""
+
+
+def make_mounts(export_source: str = "./hotfix-export") -> compose.Mounts:
+    locked = LockedFile(PATH, "0" * 64, "1" * 64, f"mamba-align-block-size/{PATH}")
+    hotfix = LockedHotfix("mamba-align-block-size", 1, "vllm", "vllm", "0.30.0", "0.32.0", (locked,))
+    lock = Lock(site_packages=SITE, hotfixes=(hotfix,))
+    return compose.mounts_for(lock, lock.hotfixes, export_source)
+
+
+def validate(*files: Path) -> None:
+    """Both validators from reference.md; docker-compose is skipped only outside CI when absent."""
+    checker = shutil.which("check-jsonschema") or str(Path(sys.executable).with_name("check-jsonschema"))
+    for f in files:
+        out = subprocess.run([checker, "--builtin-schema", "vendor.compose-spec", str(f)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+    if not shutil.which("docker-compose"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("docker-compose is required in CI")
+        pytest.skip("docker-compose not on PATH")
+    args = ["docker-compose"] + [a for f in files for a in ("-f", str(f))] + ["config", "-q"]
+    out = subprocess.run(args, capture_output=True, text=True, cwd=files[0].parent)
+    assert out.returncode == 0, out.stderr
+
+
+def test_mount_spec_is_short_syntax_read_only():
+    mounts = make_mounts()
+    assert mounts.hotfix[0].spec == f"./hotfix-export/mamba-align-block-size/{PATH}:{SITE}/{PATH}:ro"
+    assert mounts.lock.spec == "./hotfix-export/hotfix.lock:/etc/vllm-hotfix/hotfix.lock:ro"
+
+
+def test_host_source_relative_under_compose_dir_else_absolute(tmp_path):
+    assert compose.host_source(tmp_path / "hotfix-export", tmp_path) == "./hotfix-export"
+    assert compose.host_source(tmp_path / "elsewhere", tmp_path / "project") == (tmp_path / "elsewhere").as_posix()
+
+
+@pytest.mark.parametrize("text, service", [(LIST_ENV, "vllm"), (LIST_ENV, "proxy"), (MAPPING_ENV, "vllm"), (MAPPING_ENV, "other")])
+def test_add_is_idempotent_and_remove_restores_bytes(tmp_path, text, service):
+    mounts = make_mounts()
+    added = compose.add_mounts(text, service, mounts)
+    assert mounts.hotfix[0].spec in added.text and mounts.lock.spec in added.text
+    for comment in [line.strip() for line in text.splitlines() if line.strip().startswith("#") or "  #" in line]:
+        assert comment in added.text
+    assert compose.add_mounts(added.text, service, mounts).text == added.text
+    removed = compose.remove_mounts(added.text, service, mounts)
+    assert removed.text == text
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(added.text)
+    validate(path)
+
+
+def test_environment_style_is_respected():
+    mounts = make_mounts()
+    assert "      - HOTFIX_LOCK=/etc/vllm-hotfix/hotfix.lock\n" in compose.add_mounts(LIST_ENV, "vllm", mounts).text
+    assert "      HOTFIX_LOCK: /etc/vllm-hotfix/hotfix.lock\n" in compose.add_mounts(MAPPING_ENV, "vllm", mounts).text
+
+
+def test_comment_before_next_key_stays_before_it():
+    added = compose.add_mounts(LIST_ENV, "vllm", make_mounts()).text
+    assert "hotfix.lock:ro\n    # environment follows\n    environment:\n" in added
+
+
+def test_lock_mount_stays_while_other_hotfix_mounts_remain():
+    mounts = make_mounts()
+    other = compose.Mount("./hotfix-export/other-fix/vllm/a.py", f"{SITE}/vllm/a.py")
+    both = compose.Mounts((*mounts.hotfix, other), mounts.lock, mounts.export_source)
+    added = compose.add_mounts(LIST_ENV, "vllm", both).text
+    partly = compose.remove_mounts(added, "vllm", mounts).text
+    assert other.spec in partly and mounts.lock.spec in partly and "HOTFIX_LOCK" in partly
+    assert mounts.hotfix[0].spec not in partly
+
+
+def test_override_file_holds_only_the_service_mounts(tmp_path):
+    mounts = make_mounts()
+    override = compose.add_mounts("", "vllm", mounts, create_service=True).text
+    assert override.startswith("services:\n  vllm:\n    volumes:\n      - ./hotfix-export/")
+    base = tmp_path / "docker-compose.yml"
+    base.write_text(LIST_ENV)
+    over = tmp_path / "docker-compose.hotfix.yml"
+    over.write_text(override)
+    validate(base, over)
+    emptied = compose.remove_mounts(override, "vllm", mounts).text
+    assert compose.service_is_empty(emptied, "vllm", source="o.yml")
+
+
+def test_unknown_service_lists_services():
+    with pytest.raises(UsageError, match=r"no service 'vlm'; services: vllm, proxy"):
+        compose.add_mounts(LIST_ENV, "vlm", make_mounts())
+
+
+def test_target_already_mounted_from_elsewhere_is_refused():
+    mounts = make_mounts()
+    clash = LIST_ENV.replace("      - ./models:/models:ro", f"      - ./old/{PATH}:{SITE}/{PATH}:ro\n      - ./models:/models:ro")
+    with pytest.raises(Refused, match="already mounts"):
+        compose.add_mounts(clash, "vllm", mounts)

@@ -1,0 +1,134 @@
+"""hotfix.lock: strict loading, byte-stable dumping, per-file states against real files on disk."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_hotfix import lockfile
+from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix.lockfile import Installed, Lock, LockedFile, LockedHotfix
+
+PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+PRISTINE = b"x = a // self.cache_config.block_size\n"
+PATCHED = b"x = a // self._mamba_block_size\n"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_lock(fixed_in: str | None = "0.32.0") -> Lock:
+    locked = LockedFile(PATH, sha(PATCHED), sha(PRISTINE), f"mamba-align-block-size/{PATH}")
+    hotfix = LockedHotfix("mamba-align-block-size", 1, "vllm", "vllm", "0.30.0", fixed_in, (locked,))
+    return Lock(site_packages="/usr/local/lib/python3.12/site-packages", hotfixes=(hotfix,), generator="test")
+
+
+def install(tmp_path: Path, content: bytes | None, version: str = "0.30.0") -> Installed:
+    package_dir = tmp_path / "site-packages" / "vllm"
+    target = package_dir / PATH.partition("/")[2]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if content is not None:
+        target.write_bytes(content)
+    return Installed(package_dir, version)
+
+
+def test_dump_then_load_round_trips_and_is_stable(tmp_path):
+    lock = make_lock()
+    data = lockfile.dump_lock(lock)
+    (tmp_path / "hotfix.lock").write_bytes(data)
+    loaded = lockfile.load_lock(tmp_path / "hotfix.lock")
+    assert loaded == lock
+    assert lockfile.dump_lock(loaded) == data
+    assert json.loads(data)["hotfixes"][0]["files"][0]["path"] == PATH
+
+
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda d: d.pop("site_packages"), "site_packages"),
+        (lambda d: d.update(schema=2), "schema"),
+        (lambda d: d["hotfixes"][0].update(package=3), "hotfixes[0].package"),
+        (lambda d: d["hotfixes"][0]["files"][0].update(sha256="abc"), "hotfixes[0].files[0].sha256"),
+        (lambda d: d["hotfixes"][0]["files"][0].update(path="../etc/passwd"), "hotfixes[0].files[0].path"),
+        (lambda d: d["hotfixes"][0]["files"][0].update(export="/abs"), "hotfixes[0].files[0].export"),
+    ],
+)
+def test_invalid_lock_names_file_and_key_path(tmp_path, mutate, key):
+    doc = json.loads(lockfile.dump_lock(make_lock()))
+    mutate(doc)
+    path = tmp_path / "hotfix.lock"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InvalidInput) as err:
+        lockfile.load_lock(path)
+    assert str(path) in err.value.message and key in err.value.message
+
+
+def test_not_json_names_line(tmp_path):
+    path = tmp_path / "hotfix.lock"
+    path.write_text('{\n  "schema": 1,\n  oops\n}')
+    with pytest.raises(InvalidInput, match=r"hotfix.lock:3: not JSON"):
+        lockfile.load_lock(path)
+
+
+def test_missing_lock_file_says_how_to_make_one(tmp_path):
+    with pytest.raises(InvalidInput) as err:
+        lockfile.load_lock(tmp_path / "nope.lock")
+    assert "hotfix export" in err.value.hint
+
+
+@pytest.mark.parametrize(
+    "content, version, state",
+    [
+        (PATCHED, "0.30.0", "applied"),
+        (PRISTINE, "0.30.0", "lost"),
+        (b"something else\n", "0.30.0", "drifted"),
+        (None, "0.30.0", "missing"),
+        (PRISTINE, "0.32.0", "fixed-upstream"),
+        (PRISTINE, "0.33.0rc1", "fixed-upstream"),
+        (PRISTINE, "0.32.0rc1", "lost"),
+        (PATCHED, "0.31.0+cu126", "applied"),
+    ],
+)
+def test_states_against_files_on_disk(tmp_path, content, version, state):
+    (check,) = lockfile.check_lock(make_lock(), lambda package: install(tmp_path, content, version))
+    assert check.state == state
+    assert check.in_effect == (state in ("applied", "fixed-upstream"))
+    advice = lockfile.advice(check, lambda locked, fc: f"./x/{locked.export}:{fc.real_path}:ro")
+    if state == "lost":
+        assert advice.startswith(f"lost: {PATH} is the pristine 0.30.0 file: the bind mount is missing")
+        assert f"- ./x/mamba-align-block-size/{PATH}:" in advice
+    if state == "fixed-upstream":
+        assert "drop the mamba-align-block-size bind mounts" in advice
+    assert (advice is None) == (state == "applied")
+
+
+def test_package_not_installed_is_missing_with_advice():
+    (check,) = lockfile.check_lock(make_lock(), lambda package: None)
+    assert check.state == "missing"
+    assert "not found" in lockfile.advice(check, lambda *a: "")
+
+
+def test_select_unknown_id_lists_known():
+    with pytest.raises(InvalidInput) as err:
+        make_lock().select(["nope"])
+    assert "mamba-align-block-size" in err.value.hint
+
+
+def test_module_imports_only_the_stdlib():
+    """The in-process guard imports it inside vLLM processes: nothing outside the stdlib and errors.py."""
+    import vllm_hotfix.errors as errors_module
+
+    for module in (lockfile, errors_module):
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = {
+            (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
+            for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names
+        }
+        assert imported <= {"__future__", "hashlib", "json", "re", "dataclasses", "pathlib", "typing",
+                            "enum", "vllm_hotfix"}, imported
