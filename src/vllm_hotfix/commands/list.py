@@ -1,9 +1,49 @@
-"""`hotfix list`."""
+"""`hotfix list`: the hotfixes in the catalog, newest version of each (``--json``: every version)."""
 
 from __future__ import annotations
 
-from vllm_hotfix.errors import HotfixError
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from vllm_hotfix.catalog import Catalog
+from vllm_hotfix.manifest import Manifest
+from vllm_hotfix.output import emit_json, note, say
 
 
-def run(**options) -> int:
-    raise HotfixError("`hotfix list` is not implemented yet")
+def run(*, catalogs: Sequence[Path] = (), as_json: bool = False, **_: Any) -> int:
+    catalog = Catalog.load(catalogs)
+    latest = set(id(m) for m in catalog.latest())
+    if as_json:
+        emit_json([summary(m, latest=id(m) in latest) for m in catalog.all()])
+        return 0
+    if not catalog.all():
+        say("no hotfixes in the catalog")
+        note("add a catalog directory (manifests/ and patches/) with --catalog DIR or HOTFIX_CATALOG")
+        return 0
+    rows = [("ID", "VERSION", "TARGET", "FIXED IN", "TITLE")]
+    rows += [(m.id, str(m.version), "; ".join(t.describe() for t in m.targets),
+              m.fixed_in.describe() if m.fixed_in else "-", m.title) for m in catalog.latest()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        say("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    older = [f"{hotfix_id} {', '.join(str(v) for v in catalog.versions(hotfix_id)[:-1])}"
+             for hotfix_id in catalog.ids() if len(catalog.versions(hotfix_id)) > 1]
+    if older:
+        say()
+        say(f"older versions: {'; '.join(older)} (hotfix show ID@VERSION)")
+    return 0
+
+
+def summary(manifest: Manifest, *, latest: bool) -> dict[str, Any]:
+    return {
+        "id": manifest.id,
+        "version": manifest.version,
+        "latest": latest,
+        "title": manifest.title,
+        "targets": [{"distribution": t.distribution, "package": t.package, "versions": t.versions,
+                     "git": asdict(t.git) if t.git else None} for t in manifest.targets],
+        "fixed_in": asdict(manifest.fixed_in) if manifest.fixed_in else None,
+        "supersedes": list(manifest.supersedes),
+        "source": str(manifest.source) if manifest.source else None,
+    }

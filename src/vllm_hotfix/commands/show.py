@@ -1,9 +1,88 @@
-"""`hotfix show`."""
+"""`hotfix show ID[@VERSION]`: everything a person who hit the crash needs to decide and act."""
 
 from __future__ import annotations
 
-from vllm_hotfix.errors import HotfixError
+from pathlib import Path
+from typing import Any, Sequence
+
+from vllm_hotfix.catalog import Catalog, parse_ref
+from vllm_hotfix.manifest import Manifest, PatchSpec
+from vllm_hotfix.output import emit_json, say
 
 
-def run(**options) -> int:
-    raise HotfixError("`hotfix show` is not implemented yet")
+def run(*, hotfix_id: str, catalogs: Sequence[Path] = (), as_json: bool = False, **_: Any) -> int:
+    catalog = Catalog.load(catalogs)
+    name, version = parse_ref(hotfix_id)
+    manifest = catalog.get(name, version)
+    versions = catalog.versions(manifest.id)
+    if as_json:
+        data = manifest.to_dict()
+        data["latest"] = manifest is catalog.get(manifest.id)
+        data["versions"] = list(versions)
+        for patch, spec in zip(data["patches"], manifest.patches):
+            patch["path"] = str(manifest.patch_path(spec)) if spec.kind == "file" else None
+        emit_json(data)
+        return 0
+    for line in render(manifest, versions):
+        say(line)
+    return 0
+
+
+def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
+    lines = [f"{m.id} (version {m.version}): {m.title}", ""]
+    if m.symptoms:
+        lines.append("Symptoms:")
+        lines += [f"  - {s}" for s in m.symptoms]
+    if m.description:
+        lines.append("Description:")
+        lines += [f"  {line}".rstrip() for line in m.description.strip().splitlines()]
+    lines.append("Applies to:")
+    lines += [f"  {t.describe()} (import {t.package})" for t in m.targets]
+    lines.append(f"Fixed upstream in: {m.fixed_in.describe() if m.fixed_in else 'not yet'}")
+    lines.append("Patches, in order:")
+    for index, spec in enumerate(m.patches, 1):
+        lines += _patch_lines(m, index, spec)
+    if m.requires:
+        lines.append("Requires:")
+        lines += [f"  {r.distribution} checkout: {r.git.describe()}" + (f" (usually {r.root_hint})" if r.root_hint else "")
+                  for r in m.requires]
+    if m.checks:
+        lines.append("Checks after applying:")
+        for check in m.checks:
+            verb, text = ("contains", check.contains) if check.contains is not None else ("does not contain", check.not_contains)
+            lines.append(f"  {check.file} {verb} {text!r}" + (f": {check.description}" if check.description else ""))
+    if m.supersedes:
+        lines.append(f"Supersedes (fully replaces) versions: {', '.join(map(str, m.supersedes))}")
+    others = [str(v) for v in versions if str(v) != str(m.version)]
+    if others:
+        lines.append(f"Other versions: {', '.join(others)} (hotfix show {m.id}@VERSION)")
+    if m.references:
+        lines.append("References:")
+        lines += [f"  [{r.kind}] {r.url}" + (f" {r.title}" if r.title else "") + (f" ({r.note})" if r.note else "")
+                  for r in m.references]
+    lines.append(f"Manifest: {m.source}")
+    lines.append("")
+    lines.append(f"Try it: hotfix apply {m.id} --dry-run" + (" --patch-file PATH" if any(p.kind == "external" for p in m.patches) else ""))
+    return lines
+
+
+def _patch_lines(m: Manifest, index: int, spec: PatchSpec) -> list[str]:
+    if spec.kind == "file":
+        head = f"{spec.file} ({m.patch_path(spec)})"
+    elif spec.kind == "external":
+        head = f"{spec.external}: distributed separately, get it from {spec.url} and pass --patch-file PATH"
+    else:
+        head = f"upstream commit {spec.commit} of {spec.repo} (needs a local clone: --upstream-repo PATH)"
+    lines = [f"  {index}. {head}"]
+    if spec.description:
+        lines.append(f"     {spec.description}")
+    if spec.versions:
+        lines.append(f"     for versions {spec.versions}")
+    if spec.md5:
+        lines.append(f"     md5     {spec.md5}")
+    lines.append(f"     sha256  {spec.sha256}" + (" (of the normalised diff)" if spec.kind == "commit" else ""))
+    if spec.stats:
+        lines.append(f"     stats   {spec.stats.describe()}")
+    details = [f"strip {spec.strip}"] + ([f"excludes {', '.join(spec.exclude)}"] if spec.exclude else [])
+    lines.append(f"     {'; '.join(details)}")
+    return lines

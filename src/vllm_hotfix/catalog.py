@@ -1,0 +1,124 @@
+"""The catalog: built-in hotfixes, then ``--catalog DIR``s, then ``HOTFIX_CATALOG`` directories.
+
+Each catalog directory holds ``manifests/*.toml`` and ``patches/``. Several versions of one hotfix
+may exist; the same id and version twice is an error naming both files.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from packaging.version import InvalidVersion, Version
+
+from vllm_hotfix.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix.manifest import Manifest, load_manifest
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "hotfixes"
+ENV_VAR = "HOTFIX_CATALOG"
+
+
+@dataclass(frozen=True)
+class CatalogDir:
+    path: Path
+    origin: str  # 'built-in' | '--catalog' | 'HOTFIX_CATALOG'
+
+
+def version_key(version: int | str) -> tuple:
+    """Order hotfix versions: integers numerically, strings as PEP 440 versions when they parse."""
+    try:
+        return (1, Version(str(version)), "")
+    except InvalidVersion:
+        return (0, Version("0"), str(version))
+
+
+def same_version(a: int | str, b: int | str) -> bool:
+    if str(a) == str(b):
+        return True
+    key_a, key_b = version_key(a), version_key(b)
+    return key_a[0] == key_b[0] == 1 and key_a == key_b
+
+
+def parse_ref(text: str) -> tuple[str, str | None]:
+    """``'qwen38-flash-next@5'`` -> ``('qwen38-flash-next', '5')``; no ``@``: latest version."""
+    hotfix_id, sep, version = text.partition("@")
+    if sep and not version:
+        raise UsageError(f"{text!r}: expected ID or ID@VERSION")
+    return hotfix_id, (version if sep else None)
+
+
+class Catalog:
+    def __init__(self, manifests: Iterable[Manifest], dirs: Iterable[CatalogDir] = ()):
+        self.dirs = tuple(dirs)
+        by_key: dict[tuple, Manifest] = {}
+        for manifest in manifests:
+            key = (manifest.id, version_key(manifest.version))
+            if key in by_key:
+                first = by_key[key]
+                raise InvalidInput(
+                    f"hotfix {manifest.id} version {manifest.version} is declared twice: {first.source} and {manifest.source}",
+                    hint="remove one of them or give the newer one a new version",
+                )
+            by_key[key] = manifest
+        self._manifests = tuple(sorted(by_key.values(), key=lambda m: (m.id, version_key(m.version))))
+
+    @classmethod
+    def load(cls, extra_dirs: Iterable[Path | str] = (), env: Mapping[str, str] | None = None) -> Catalog:
+        env = os.environ if env is None else env
+        dirs = [CatalogDir(BUILTIN_DIR, "built-in")]
+        dirs += [CatalogDir(Path(d), "--catalog") for d in extra_dirs]
+        dirs += [CatalogDir(Path(d), ENV_VAR) for d in env.get(ENV_VAR, "").split(os.pathsep) if d]
+        manifests: list[Manifest] = []
+        for catalog_dir in dirs:
+            manifests.extend(_load_dir(catalog_dir))
+        return cls(manifests, dirs)
+
+    def all(self) -> tuple[Manifest, ...]:
+        """Every manifest, by id, oldest version first."""
+        return self._manifests
+
+    def latest(self) -> tuple[Manifest, ...]:
+        """The newest version of each hotfix."""
+        newest: dict[str, Manifest] = {}
+        for manifest in self._manifests:
+            newest[manifest.id] = manifest
+        return tuple(newest.values())
+
+    def ids(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(m.id for m in self._manifests))
+
+    def versions(self, hotfix_id: str) -> tuple[int | str, ...]:
+        return tuple(m.version for m in self._manifests if m.id == hotfix_id)
+
+    def get(self, hotfix_id: str, version: int | str | None = None) -> Manifest:
+        """One manifest (the latest version unless ``version``); Refused for an unknown id or version."""
+        candidates = [m for m in self._manifests if m.id == hotfix_id]
+        if not candidates:
+            close = difflib.get_close_matches(hotfix_id, self.ids(), n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise Refused(f"unknown hotfix '{hotfix_id}'",
+                          hint=hint + "`hotfix list` shows the catalog; add yours with --catalog DIR or HOTFIX_CATALOG")
+        if version is None:
+            return candidates[-1]
+        for manifest in candidates:
+            if same_version(manifest.version, version):
+                return manifest
+        known = ", ".join(str(m.version) for m in candidates)
+        raise Refused(f"hotfix '{hotfix_id}' has no version {version}", hint=f"known versions: {known}")
+
+
+def _load_dir(catalog_dir: CatalogDir) -> list[Manifest]:
+    path = catalog_dir.path
+    manifests_dir = path / "manifests"
+    if not manifests_dir.is_dir():
+        if catalog_dir.origin == "built-in":
+            return []
+        if not path.is_dir():
+            raise UsageError(f"{catalog_dir.origin}: catalog directory {path} does not exist")
+        hint = "point at its parent directory" if path.name == "manifests" else "a catalog holds manifests/*.toml and patches/"
+        raise UsageError(f"{catalog_dir.origin}: {path} is not a catalog: no manifests/ directory in it", hint=hint)
+    patches_dir = path / "patches"
+    return [load_manifest(file, patches_dir=patches_dir) for file in sorted(manifests_dir.glob("*.toml"))]
