@@ -54,13 +54,13 @@ def test_the_same_id_and_version_twice_names_both_files(tmp_path):
 
 
 def test_unknown_id_is_refused_with_a_close_match(tmp_path):
-    catalog = Catalog.load([versions_catalog(tmp_path, "glm-conv-null-slot", [1])], env={})
+    catalog = Catalog.load([versions_catalog(tmp_path, "demo-conv-null-slot", [1])], env={})
     with pytest.raises(Refused) as caught:
-        catalog.get("glm-conv-nul-slot")
-    assert caught.value.message == "unknown hotfix 'glm-conv-nul-slot'"
-    assert caught.value.hint.startswith("did you mean 'glm-conv-null-slot'? `hotfix list` shows")
-    with pytest.raises(Refused, match="hotfix 'glm-conv-null-slot' has no version 7") as caught:
-        catalog.get("glm-conv-null-slot", 7)
+        catalog.get("demo-conv-nul-slot")
+    assert caught.value.message == "unknown hotfix 'demo-conv-nul-slot'"
+    assert caught.value.hint.startswith("did you mean 'demo-conv-null-slot'? `hotfix list` shows")
+    with pytest.raises(Refused, match="hotfix 'demo-conv-null-slot' has no version 7") as caught:
+        catalog.get("demo-conv-null-slot", 7)
     assert caught.value.hint == "known versions: 1"
 
 

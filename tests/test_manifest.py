@@ -174,7 +174,8 @@ def test_toml_syntax_error_names_the_line(tmp_path):
     path.write_text('schema = 1\nid = "x"\ntitle = "unterminated\n')
     with pytest.raises(InvalidInput) as caught:
         load_manifest(path)
-    assert caught.value.message.startswith(f"{path}: line 3: invalid TOML:")
+    assert caught.value.message.startswith(f"{path}: line 3, column ")
+    assert ": invalid TOML: " in caught.value.message and "(at line" not in caught.value.message
 
 
 def test_unreadable_and_non_utf8_manifests_are_invalid_input(tmp_path):

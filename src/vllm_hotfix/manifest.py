@@ -287,12 +287,13 @@ def parse_toml(raw: bytes, source: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
-        lineno = getattr(exc, "lineno", None)
-        if lineno is None:
-            found = re.search(r"line (\d+)", message)
-            lineno = int(found.group(1)) if found else None
-        where = f"line {lineno}: " if lineno else ""
-        raise InvalidInput(f"{source}: {where}invalid TOML: {getattr(exc, 'msg', message)}") from None
+        found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+        if found:
+            where = f"line {found.group(1)}, column {found.group(2)}: "
+            message = message[: found.start()]
+        else:
+            where = ""
+        raise InvalidInput(f"{source}: {where}invalid TOML: {message}") from None
 
 
 # --- validation -------------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def test_a_broken_manifest_is_one_line_naming_file_and_key(run_hotfix, catalog):
     path.write_text('schema = 1\nid = "broken\n')
     result = run_hotfix("show", "demo-fix", "--catalog", catalog)
     assert result.returncode == 8
-    assert result.stderr.startswith(f"hotfix: error: {path}: line 2: invalid TOML:")
+    assert result.stderr.startswith(f"hotfix: error: {path}: line 2, column ")
     assert "Traceback" not in result.stderr
 
 
