@@ -1,9 +1,79 @@
-"""`hotfix verify`."""
+"""`hotfix verify`: exit 0 only when every recorded (or locked) hotfix is in effect."""
 
 from __future__ import annotations
 
-from vllm_hotfix.errors import HotfixError
+from pathlib import Path
+
+from vllm_hotfix.errors import HotfixError, NotInEffect
 
 
 def run(**options) -> int:
-    raise HotfixError("`hotfix verify` is not implemented yet")
+    if options.get("lock_file"):
+        return _verify_lock(
+            Path(options["lock_file"]),
+            ids=tuple(options.get("hotfix_ids") or ()),
+            python=options.get("python"),
+            as_json=bool(options.get("as_json")),
+        )
+    return _verify_recorded(**options)
+
+
+def _verify_recorded(**options) -> int:
+    raise HotfixError("not implemented yet")
+
+
+# -- --lock: the container entrypoint guard --------------------------------------------------------
+
+DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` default
+
+
+def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, as_json: bool) -> int:
+    from vllm_hotfix import lockfile
+    from vllm_hotfix.output import emit_json, say
+    from vllm_hotfix.target.locate import locate_package
+
+    lock = lockfile.load_lock(lock_file)
+
+    def resolve(package: str) -> lockfile.Installed:
+        target = locate_package(package, python=python)
+        return lockfile.Installed(Path(target.package_dir), target.version)
+
+    def mount_line(locked: lockfile.LockedFile, check: lockfile.FileCheck) -> str:
+        beside_lock = lock_file.absolute().parent / locked.export
+        source = str(beside_lock) if beside_lock.is_file() else f"{DEFAULT_EXPORT_SOURCE}/{locked.export}"
+        return f"{source}:{check.real_path}:ro"
+
+    checks = lockfile.check_lock(lock, resolve, ids)
+    report = [(check, lockfile.advice(check, mount_line)) for check in checks]
+    all_in_effect = all(check.in_effect for check in checks)
+
+    if as_json:
+        emit_json([
+            {
+                "id": c.hotfix.id,
+                "version": c.hotfix.version,
+                "state": c.state,
+                "installed_version": c.installed_version,
+                "files": [
+                    {"path": f.path, "state": f.state, "real_path": f.real_path, "sha256": f.sha256,
+                     "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256}
+                    for f, locked in zip(c.files, c.hotfix.files)
+                ],
+                "advice": advice,
+            }
+            for c, advice in report
+        ])
+    else:
+        for check, advice in report:
+            h = check.hotfix
+            if check.state == lockfile.APPLIED:
+                say(f"in effect: {h.id}@{h.version} ({len(h.files)} file(s), {h.distribution} {check.installed_version})")
+            elif check.state == lockfile.FIXED_UPSTREAM:
+                say(f"fixed-upstream: {h.id}: {advice}")
+            else:
+                say(f"NOT IN EFFECT: {h.id}@{h.version} is {check.state}")
+                for line in (advice or "").splitlines():
+                    say(f"  {line}")
+        if not checks:
+            say(f"{lock_file}: no hotfixes locked")
+    return 0 if all_in_effect else int(NotInEffect.exit_code)
