@@ -79,9 +79,7 @@ class TargetSpec:
 
     def contains(self, version: str | Version) -> bool:
         """True when ``version`` is inside this target's range (no range: any version)."""
-        if self.versions is None:
-            return True
-        return SpecifierSet(self.versions).contains(parse_version(version), prereleases=True)
+        return in_range(self.versions, version)
 
     def describe(self) -> str:
         text = self.distribution
@@ -112,7 +110,7 @@ class PatchSpec:
     """
 
     kind: str
-    sha256: str
+    sha256: str | None  # None only for an external file pinned by md5 (its publisher gives md5 only)
     file: str | None = None
     external: str | None = None
     url: str | None = None
@@ -134,9 +132,7 @@ class PatchSpec:
         return f"{self.repo}@{self.commit}"
 
     def matches_version(self, version: str | Version) -> bool:
-        if self.versions is None:
-            return True
-        return SpecifierSet(self.versions).contains(parse_version(version), prereleases=True)
+        return in_range(self.versions, version)
 
 
 @dataclass(frozen=True)
@@ -190,7 +186,9 @@ class Manifest:
 
     def applies_to_version(self, version: str | Version, distribution: str | None = None) -> bool:
         """True when some target (of ``distribution``, if given) has ``version`` in its range."""
-        targets = self.targets if distribution is None else [t for t in self.targets if canonicalize_name(t.distribution) == canonicalize_name(distribution)]
+        targets = self.targets
+        if distribution is not None:
+            targets = tuple(t for t in targets if canonicalize_name(t.distribution) == canonicalize_name(distribution))
         return any(t.contains(version) for t in targets)
 
     def is_fixed_in(self, version: str | Version | None, commit_checker: Callable[[str, str | None], bool] | None = None) -> bool:
@@ -241,6 +239,13 @@ def parse_version(version: str | Version) -> Version:
         raise InvalidInput(f"not a PEP 440 version: {version!r}") from None
 
 
+def in_range(versions: str | None, version: str | Version) -> bool:
+    """PEP 440 range check in which pre-releases (0.30.0rc2) match; no range matches everything."""
+    if versions is None:
+        return True
+    return SpecifierSet(versions).contains(parse_version(version), prereleases=True)
+
+
 def verify_patch_bytes(spec: PatchSpec, data: bytes, label: str | None = None) -> None:
     """Refuse when ``data`` does not have the md5 / sha256 the manifest pins (both checked)."""
     name = label or spec.label
@@ -250,7 +255,7 @@ def verify_patch_bytes(spec: PatchSpec, data: bytes, label: str | None = None) -
             raise Refused(f"{name}: md5 mismatch: expected {spec.md5}, got {actual}",
                           hint="this is not the patch file the manifest pins; get the right one" + (f" from {spec.url}" if spec.url else ""))
     actual = hashlib.sha256(data).hexdigest()
-    if actual != spec.sha256:
+    if spec.sha256 is not None and actual != spec.sha256:
         raise Refused(f"{name}: sha256 mismatch: expected {spec.sha256}, got {actual}",
                       hint="this is not the patch the manifest pins; nothing was changed")
 
@@ -497,7 +502,7 @@ def _patch(path: str, raw: Any, source: str) -> PatchSpec:
         repo=table.text("repo", required=kind == "commit"),
         commit=table.commit("commit"),
         md5=table.hexdigest("md5", 32),
-        sha256=table.hexdigest("sha256", 64, required=True),
+        sha256=table.hexdigest("sha256", 64, required=not (kind == "external" and table.has("md5"))),
         strip=strip,
         exclude=table.strings("exclude"),
         stats=stats,
