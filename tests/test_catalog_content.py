@@ -1,0 +1,141 @@
+"""The built-in catalog's content, checked with real tools: git apply and GNU patch on real vLLM wheel
+files and on a real git checkout. (The project's own engine is tested by its own modules.)"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from vllm_hotfix.manifest import load_manifest
+
+from fixtures.ascend import CAUSAL_CONV1D, CONV_STATE, RELEASE_NOTE, make_vllm_ascend_checkout
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+CATALOG = Path(__file__).resolve().parent.parent / "src" / "vllm_hotfix" / "hotfixes"
+MANIFESTS = sorted((CATALOG / "manifests").glob("*.toml"))
+MAMBA_FILE = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+DOCUMENTED_KEYS = {"schema", "id", "version", "title", "description", "symptoms", "fixed_in", "supersedes",
+                   "references", "targets", "patches", "requires", "checks"}
+
+
+def test_catalog_has_the_three_hotfixes():
+    assert [m.stem for m in MANIFESTS] == ["glm-conv-null-slot", "mamba-align-block-size", "qwen38-flash-next"]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.stem)
+def test_manifest_is_toml_with_documented_keys(path):
+    raw = tomllib.loads(path.read_text())
+    assert set(raw) <= DOCUMENTED_KEYS
+    assert raw["schema"] == 1 and raw["id"] == path.stem
+    manifest = load_manifest(path)
+    assert manifest.title and manifest.description and manifest.symptoms and manifest.references
+    assert manifest.checks
+
+
+def _file_patches():
+    for path in MANIFESTS:
+        for spec in load_manifest(path).patches:
+            if spec.kind == "file":
+                yield pytest.param(spec, id=spec.file)
+
+
+@pytest.mark.parametrize("spec", list(_file_patches()))
+def test_patch_file_matches_its_pins(spec, tmp_path):
+    data = (CATALOG / "patches" / spec.file).read_bytes()
+    assert hashlib.md5(data).hexdigest() == spec.md5
+    assert hashlib.sha256(data).hexdigest() == spec.sha256
+    numstat = subprocess.run(["git", "apply", "--numstat", "-"], input=data, capture_output=True,
+                             check=True, cwd=tmp_path).stdout.decode().splitlines()
+    counts = [line.split("\t") for line in numstat]
+    assert (len(counts), sum(int(c[0]) for c in counts), sum(int(c[1]) for c in counts)) == (
+        spec.stats.files, spec.stats.insertions, spec.stats.deletions)
+
+
+# --- mamba-align-block-size on real wheel files ---------------------------------------------------
+
+MAMBA = load_manifest(CATALOG / "manifests" / "mamba-align-block-size.toml")
+
+
+def _mamba_release_tree(vllm_wheel, version: str, dest: Path) -> Path:
+    with zipfile.ZipFile(vllm_wheel(version)) as wheel:
+        data = wheel.read(MAMBA_FILE)
+    (dest / MAMBA_FILE).parent.mkdir(parents=True)
+    (dest / MAMBA_FILE).write_bytes(data)
+    return dest
+
+
+def _applies(tree: Path, patch: Path) -> tuple[bool, bool]:
+    by_git = subprocess.run(["git", "apply", "--check", str(patch)], cwd=tree, capture_output=True)
+    by_patch = subprocess.run(["patch", "-p1", "--dry-run", "--fuzz=0", "-s", "-i", str(patch)],
+                              cwd=tree, capture_output=True)
+    return by_git.returncode == 0, by_patch.returncode == 0
+
+
+def _mamba_cases():
+    # The lowest and highest release of each patch's range, and 0.30.0 (the default real target).
+    cases = {"0.25.0": "0.25", "0.25.1": "0.25", "0.26.0": "0.26", "0.27.0": "0.27",
+             "0.30.0": "0.27", "0.31.0": "0.27"}
+    return [pytest.param(v, f"mamba-align-block-size/{p}.patch", id=v) for v, p in cases.items()]
+
+
+@pytest.mark.parametrize("version,patch_file", _mamba_cases())
+def test_mamba_patch_applies_to_real_release(version, patch_file, vllm_wheel, tmp_path):
+    (chosen,) = MAMBA.patches_for(version)
+    assert chosen.file == patch_file
+    assert MAMBA.applies_to_version(version) and not MAMBA.is_fixed_in(version)
+    tree = _mamba_release_tree(vllm_wheel, version, tmp_path)
+    patch = CATALOG / "patches" / patch_file
+    assert _applies(tree, patch) == (True, True)
+
+    subprocess.run(["git", "apply", str(patch)], cwd=tree, check=True)
+    patched = (tree / MAMBA_FILE).read_text()
+    for check in MAMBA.checks:
+        assert (check.contains in patched) if check.contains else (check.not_contains not in patched)
+    compile(patched, MAMBA_FILE, "exec")
+
+
+def test_mamba_patches_do_not_apply_to_the_fixing_release(vllm_wheel, tmp_path):
+    assert MAMBA.is_fixed_in("0.32.0") and not MAMBA.applies_to_version("0.32.0")
+    tree = _mamba_release_tree(vllm_wheel, "0.32.0", tmp_path)
+    assert "// mamba_block_size" in (tree / MAMBA_FILE).read_text()
+    for spec in MAMBA.patches:
+        assert _applies(tree, CATALOG / "patches" / spec.file) == (False, False), spec.file
+
+
+# --- glm-conv-null-slot on a real git checkout ----------------------------------------------------
+
+GLM = load_manifest(CATALOG / "manifests" / "glm-conv-null-slot.toml")
+
+
+def test_glm_patches_apply_in_order_to_the_release_checkout(tmp_path):
+    checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
+    for spec in GLM.patches_for("0.30.0rc2"):
+        excludes = [f"--exclude={glob}" for glob in spec.exclude]
+        subprocess.run(["git", "apply", "--check", *excludes, str(CATALOG / "patches" / spec.file)],
+                       cwd=checkout, check=True)
+        subprocess.run(["git", "apply", *excludes, str(CATALOG / "patches" / spec.file)],
+                       cwd=checkout, check=True)
+
+    assert not (checkout / RELEASE_NOTE).exists()
+    for check in GLM.checks:
+        text = (checkout / check.file).read_text()
+        assert (check.contains in text) if check.contains else (check.not_contains not in text)
+    changed = subprocess.run(["git", "diff", "--name-only"], cwd=checkout, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert {CONV_STATE, CAUSAL_CONV1D} <= set(changed)
+
+
+def test_glm_second_patch_needs_the_first(tmp_path):
+    checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
+    second = CATALOG / "patches" / GLM.patches[1].file
+    assert subprocess.run(["git", "apply", "--check", str(second)], cwd=checkout,
+                          capture_output=True).returncode != 0
