@@ -283,13 +283,16 @@ def test_lock_file_in_effect_and_shadowed(guarded, overlay, tmp_path):
 
 def test_unusable_lock_file_is_named(guarded, tmp_path):
     lock = tmp_path / "hotfix.lock"
-    lock.write_text(json.dumps({"schema": 1, "hotfixes": [{"id": "x", "package": "vllm", "files": {}}]}))
+    lock.write_text(json.dumps({"schema": 1, "site_packages": "/x", "hotfixes": [{"id": "x", "files": {}}]}))
     proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(lock))
     assert proc.returncode == 0
-    assert f"(lock) NOT IN EFFECT: cannot use HOTFIX_LOCK={lock}: missing or wrong type: hotfixes[0].files" in guard_lines(proc)[0]
+    assert (f"(lock) NOT IN EFFECT: cannot use HOTFIX_LOCK: {lock}: key 'hotfixes[0].files': expected list, got dict"
+            in guard_lines(proc)[0])
 
-    proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(tmp_path / "absent.lock"), HOTFIX_STRICT="1")
-    assert proc.returncode == 1 and "No such file or directory" in proc.stderr
+    absent = tmp_path / "absent.lock"
+    proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(absent), HOTFIX_STRICT="1")
+    assert proc.returncode == 1
+    assert f"(lock): cannot use HOTFIX_LOCK: {absent}: lock file not found -> run `hotfix export" in proc.stderr
 
 
 def test_print_env_shell_lines_turn_the_guard_on(recorded, run_hotfix):

@@ -26,25 +26,10 @@ class HotfixNotInEffect(RuntimeError):
 
 
 @dataclass(frozen=True)
-class ExpectedFile:
-    path: str  # relative to the directory that contains the package (site-packages for wheels)
-    sha256: str | None  # None: the hotfix deletes the file
-    original_sha256: str | None  # the unpatched file, to say "back to the original"
-
-
-@dataclass(frozen=True)
-class Requirement:
-    hotfix_id: str
-    package: str
-    files: tuple[ExpectedFile, ...]
-    origin: str  # 'lock' | 'state'
-
-
-@dataclass(frozen=True)
 class Verdict:
     hotfix_id: str
     in_effect: bool
-    problem: str = ""  # what is wrong, naming the file
+    detail: str = ""  # what is wrong, naming the file (or why it needs nothing: fixed upstream)
     remedy: str = ""  # what to do
 
 
@@ -74,47 +59,26 @@ def check(*, lock: str | None, require: tuple[str, ...]) -> tuple[Verdict, ...]:
     """Verdicts for every hotfix the lock file and/or the required ids name, in this process."""
     verdicts: list[Verdict] = []
     if lock:
-        try:
-            requirements = requirements_from_lock(Path(lock))
-        except (OSError, ValueError) as exc:
-            verdicts.append(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK={lock}: {exc}",
-                                    "mount the lock written by `hotfix export` there, or fix HOTFIX_LOCK"))
-        else:
-            verdicts.extend(_check_requirement(r) for r in requirements)
+        verdicts.extend(_check_lock(Path(lock)))
     if require:
         verdicts.extend(_check_required_ids(require))
     return tuple(verdicts)
 
 
-def requirements_from_lock(path: Path) -> tuple[Requirement, ...]:
-    """Read a hotfix.lock (docs/design.md) with the stdlib; ValueError names the bad key."""
-    import json
+def _check_lock(path: Path) -> list[Verdict]:
+    from vllm_hotfix.errors import InvalidInput
+    from vllm_hotfix.lockfile import check_lock, load_lock
 
-    data = json.loads(path.read_text(encoding="utf-8"))
-    hotfixes = _field(data, "hotfixes", list, "")
-    requirements = []
-    for index, entry in enumerate(hotfixes):
-        where = f"hotfixes[{index}]"
-        files = []
-        for findex, item in enumerate(_field(entry, "files", list, where)):
-            fwhere = f"{where}.files[{findex}]"
-            files.append(ExpectedFile(_field(item, "path", str, fwhere), _field(item, "sha256", (str, type(None)), fwhere),
-                                      item.get("baseline_sha256")))
-        hotfix_id = _field(entry, "id", str, where)
-        package = entry.get("package") or _field(entry, "distribution", str, where).replace("-", "_")
-        requirements.append(Requirement(hotfix_id, package, tuple(files), "lock"))
-    return tuple(requirements)
-
-
-def _field(mapping: object, key: str, kind: type | tuple, where: str):
-    if not isinstance(mapping, dict):
-        raise ValueError(f"{where or 'top level'} is not an object")
-    if key not in mapping or not isinstance(mapping[key], kind):
-        raise ValueError(f"missing or wrong type: {where + '.' if where else ''}{key}")
-    return mapping[key]
+    try:
+        lock = load_lock(path)
+    except InvalidInput as exc:
+        return [Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {exc.message}",
+                        exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK")]
+    return [_verdict(c, "lock") for c in check_lock(lock, _installed)]
 
 
 def _check_required_ids(ids: tuple[str, ...]) -> list[Verdict]:
+    from vllm_hotfix.lockfile import check_hotfix
     from vllm_hotfix.paths import state_dir, target_state_dir
 
     records = _recorded_states(state_dir())
@@ -126,23 +90,37 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[Verdict]:
                                     f"apply it (`hotfix apply {hotfix_id}`) or point HOTFIX_STATE_DIR at the state of the install"))
             continue
         package = recorded[0][0].get("package") or "vllm"
-        package_dir = loaded_package_dir(package)
-        if package_dir is None:
+        installed = _installed(package)
+        if installed is None:
             verdicts.append(_not_importable(hotfix_id, package))
             continue
-        state_here = target_state_dir(_root_of(package_dir))
-        entry = next((e for t, e in recorded if Path(t["state_dir"]) == state_here), None)
+        root = installed.package_dir.parent
+        entry = next((e for t, e in recorded if Path(t["state_dir"]) == target_state_dir(root)), None)
         if entry is None:
             elsewhere = ", ".join(sorted({str(t.get("root")) for t, _ in recorded}))
             verdicts.append(Verdict(
                 hotfix_id, False,
-                f"this process imports {package} from {package_dir}, which has no record of it (recorded for {elsewhere})",
+                f"this process imports {package} from {installed.package_dir}, which has no record of it (recorded for {elsewhere})",
                 f"remove the PYTHONPATH entry that shadows the patched install, or apply it to this copy "
-                f"(`hotfix apply {hotfix_id} --root {_root_of(package_dir)}`)"))
+                f"(`hotfix apply {hotfix_id} --root {root}`)"))
             continue
-        files = tuple(ExpectedFile(f["path"], f.get("after_sha256"), f.get("before_sha256")) for f in entry.get("files", ()))
-        verdicts.append(_check_requirement(Requirement(hotfix_id, package, files, "state")))
+        deleted = [f["path"] for f in entry.get("files", ()) if f.get("after_sha256") is None]
+        still_there = next((root / p for p in deleted if (root / p).exists()), None)
+        if still_there:
+            verdicts.append(Verdict(hotfix_id, False, f"{still_there} should have been deleted by the hotfix but exists",
+                                    f"run `hotfix status {hotfix_id}`"))
+            continue
+        verdicts.append(_verdict(check_hotfix(_as_locked(hotfix_id, package, entry), installed), "state"))
     return verdicts
+
+
+def _as_locked(hotfix_id: str, package: str, entry: dict):
+    """A recorded hotfix in the lock's model, so both sources are checked by lockfile.check_hotfix."""
+    from vllm_hotfix.lockfile import LockedFile, LockedHotfix
+
+    files = tuple(LockedFile(f["path"], f["after_sha256"], f.get("before_sha256"), "")
+                  for f in entry.get("files", ()) if f.get("after_sha256") is not None)
+    return LockedHotfix(hotfix_id, entry.get("version"), package, package, "", None, files)
 
 
 def _recorded_states(root: Path) -> list[tuple[dict, dict]]:
@@ -160,44 +138,30 @@ def _recorded_states(root: Path) -> list[tuple[dict, dict]]:
     return found
 
 
-def _check_requirement(requirement: Requirement) -> Verdict:
-    package_dir = loaded_package_dir(requirement.package)
-    if package_dir is None:
-        return _not_importable(requirement.hotfix_id, requirement.package)
-    root = _root_of(package_dir)
-    for expected in requirement.files:
-        problem = _file_problem(root, expected)
-        if problem:
-            return Verdict(requirement.hotfix_id, False, problem, _remedy(requirement, problem, package_dir))
-    return Verdict(requirement.hotfix_id, True)
-
-
-def _file_problem(root: Path, expected: ExpectedFile) -> str:
-    path = _loaded_file(expected.path) or root / expected.path
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return "" if expected.sha256 is None else f"{path} is missing"
-    except OSError as exc:
-        return f"cannot read {path}: {exc.strerror}"
-    if expected.sha256 is None:
-        return f"{path} should have been deleted by the hotfix but exists"
-    import hashlib
-
-    found = hashlib.sha256(data).hexdigest()
-    if found == expected.sha256:
-        return ""
-    what = " (the unpatched original)" if found == expected.original_sha256 else ""
-    return f"{path} has sha256 {found[:12]}{what}, expected {expected.sha256[:12]}"
-
-
-def _remedy(requirement: Requirement, problem: str, package_dir: Path) -> str:
-    if requirement.origin == "lock":
-        return (f"this process imports {requirement.package} from {package_dir}: bind-mount the files from "
-                f"`hotfix export` over that copy (`hotfix compose`), or check with `hotfix verify --lock`")
-    if "unpatched original" in problem or "missing" in problem:
-        return f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {requirement.hotfix_id}`"
-    return f"the file changed after the hotfix was applied: run `hotfix status {requirement.hotfix_id}`"
+def _verdict(result, origin: str) -> Verdict:
+    """A lockfile.HotfixCheck as one verdict: the first file not in effect, and what to do."""
+    hotfix_id = result.hotfix.id
+    if result.state == "fixed-upstream":
+        return Verdict(hotfix_id, True, f"fixed upstream: {result.hotfix.package} {result.installed_version} >= {result.hotfix.fixed_in}")
+    if result.in_effect:
+        return Verdict(hotfix_id, True)
+    if result.installed_version is None and all(f.real_path is None for f in result.files):
+        return _not_importable(hotfix_id, result.hotfix.package)
+    file = next(f for f in result.files if f.state != "applied")
+    expected = next(f.sha256 for f in result.hotfix.files if f.path == file.path)
+    if file.sha256 is None:
+        problem = f"{file.real_path} is missing"
+    else:
+        what = " (the unpatched original)" if file.state == "lost" else ""
+        problem = f"{file.real_path} has sha256 {file.sha256[:12]}{what}, expected {expected[:12]}"
+    if origin == "lock":
+        remedy = ("bind-mount the files from `hotfix export` over the copy this process imports (`hotfix compose`), "
+                  "then check with `hotfix verify --lock`")
+    elif file.state in ("lost", "missing"):
+        remedy = f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {hotfix_id}`"
+    else:
+        remedy = f"the file changed after the hotfix was applied: run `hotfix status {hotfix_id}`"
+    return Verdict(hotfix_id, False, problem, remedy)
 
 
 def _not_importable(hotfix_id: str, package: str) -> Verdict:
@@ -205,9 +169,11 @@ def _not_importable(hotfix_id: str, package: str) -> Verdict:
                    "run vLLM with the interpreter the hotfix was applied to")
 
 
-def loaded_package_dir(package: str) -> Path | None:
-    """Directory ``import package`` uses in this process, found without executing the package."""
+def _installed(package: str):
+    """lockfile.Installed for the copy of ``package`` this process imports, found without executing it."""
     import importlib.util
+
+    from vllm_hotfix.lockfile import Installed
 
     try:
         spec = importlib.util.find_spec(package)
@@ -215,24 +181,16 @@ def loaded_package_dir(package: str) -> Path | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(next(iter(spec.submodule_search_locations)))
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    return Installed(package_dir, _version_beside(package_dir))
 
 
-def _root_of(package_dir: Path) -> Path:
-    """The directory patch paths are relative to: site-packages, or a checkout's root."""
-    return package_dir.parent
-
-
-def _loaded_file(relpath: str) -> Path | None:
-    """The file an already imported module really came from, when ``relpath`` is one."""
-    if not relpath.endswith(".py"):
-        return None
-    name = relpath[:-3].replace("/", ".")
-    if name.endswith(".__init__"):
-        name = name[: -len(".__init__")]
-    module = sys.modules.get(name)
-    filename = getattr(module, "__file__", None)
-    return Path(filename) if filename else None
+def _version_beside(package_dir: Path) -> str | None:
+    """Version from the dist-info next to this copy (an overlay on PYTHONPATH has none)."""
+    prefix = package_dir.name + "-"
+    for dist_info in package_dir.parent.glob(f"{prefix}*.dist-info"):
+        return dist_info.name[len(prefix):-len(".dist-info")]
+    return None
 
 
 def process_role() -> str:
@@ -249,12 +207,13 @@ def process_role() -> str:
 
 
 def summary_line(verdicts: tuple[Verdict, ...]) -> str:
-    parts = [f"{v.hotfix_id} in effect" if v.in_effect else f"{v.hotfix_id} NOT IN EFFECT: {v.problem}" for v in verdicts]
+    parts = [f"{v.hotfix_id} NOT IN EFFECT: {v.detail}" if not v.in_effect
+             else f"{v.hotfix_id} in effect ({v.detail})" if v.detail else f"{v.hotfix_id} in effect" for v in verdicts]
     return f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: " + "; ".join(parts)
 
 
 def strict_message(failing: list[Verdict]) -> str:
-    details = "; ".join(f"{v.hotfix_id}: {v.problem} -> {v.remedy}" for v in failing)
+    details = "; ".join(f"{v.hotfix_id}: {v.detail} -> {v.remedy}" for v in failing)
     return (f"vllm-hotfix: {len(failing)} required hotfix(es) not in effect in this process "
             f"(pid {os.getpid()}, {process_role()}), refusing to serve (HOTFIX_STRICT=1; unset it to only log): {details}")
 
