@@ -333,3 +333,21 @@ def test_print_env_usage_errors(run_hotfix, args, message):
     assert result.returncode == 2
     assert result.stderr.splitlines()[0] == f"hotfix: error: {message}"
     assert re.match(r"hotfix: hint: \S", result.stderr.splitlines()[1])
+
+
+def test_a_guard_bug_is_logged_not_raised_unless_strict(monkeypatch, caplog):
+    from vllm_hotfix import plugin
+
+    def broken(ids):
+        raise KeyError("files")
+
+    monkeypatch.setattr(plugin, "_check_required_ids", broken)
+    monkeypatch.setattr(plugin, "_last_check", None)
+    monkeypatch.setenv("HOTFIX_REQUIRE", "x")
+    plugin.register()
+    plugin.register()
+    (record,) = [r for r in caplog.records if r.name == "vllm.vllm_hotfix"]
+    assert record.levelname == "ERROR" and "(guard) NOT IN EFFECT: internal error: KeyError: 'files'" in record.message
+    monkeypatch.setenv("HOTFIX_STRICT", "1")
+    with pytest.raises(plugin.HotfixNotInEffect, match=r"\(guard\): internal error: KeyError"):
+        plugin.register()

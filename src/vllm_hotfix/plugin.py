@@ -47,7 +47,11 @@ def register() -> None:
     if _last_check is not None and _last_check[0] == key:
         verdicts = _last_check[1]
     else:
-        verdicts = check(lock=lock or None, require=_split_ids(require))
+        try:
+            verdicts = check(lock=lock or None, require=_split_ids(require))
+        except Exception as exc:  # noqa: BLE001 - a bug here must not take vLLM down unless strict
+            verdicts = (Verdict("(guard)", False, f"internal error: {type(exc).__name__}: {exc}",
+                                "report it to vllm-hotfix; unset HOTFIX_LOCK / HOTFIX_REQUIRE to turn the guard off"),)
         _last_check = (key, verdicts)
         _log(verdicts)
     failing = [v for v in verdicts if not v.in_effect]
