@@ -1,9 +1,54 @@
-"""`hotfix audit`."""
+"""`hotfix audit PACKAGE`: every installed file of PACKAGE against pip's RECORD, in parallel."""
 
 from __future__ import annotations
 
-from vllm_hotfix.errors import HotfixError
+import sys
+
+from vllm_hotfix.errors import ExitCode, Refused
+from vllm_hotfix.output import emit_json, note, progress, say
+from vllm_hotfix.target import record
+from vllm_hotfix.target.locate import locate_package
 
 
-def run(**options) -> int:
-    raise HotfixError("`hotfix audit` is not implemented yet")
+def run(*, package: str, python: str | None = None, as_json: bool = False) -> int:
+    target = locate_package(package, python)
+    if not target.has_record:
+        hint = "for a git checkout use `git status`; `hotfix where` shows what is loaded"
+        raise Refused(f"{package} at {target.package_dir} is a {target.kind} install without a pip RECORD: nothing to audit", hint=hint)
+    assert target.dist_info is not None
+    site_packages = target.dist_info.parent
+    entries = record.read_record(target.dist_info)
+    show_progress = sys.stderr.isatty() and not as_json
+    report = record.audit(
+        site_packages, entries,
+        progress=(lambda ticks, total: progress(ticks, total, f"auditing {target.distribution}")) if show_progress else None,
+    )
+    loaded_is_audited = target.kind == "wheel"
+    pristine = report.pristine and loaded_is_audited
+    if as_json:
+        emit_json({
+            "pristine": pristine,
+            "files_checked": report.files_checked,
+            "bytes": report.bytes,
+            "differences": [d.to_json() for d in report.differences],
+            "distribution": target.distribution,
+            "version": target.version,
+            "site_packages": str(site_packages),
+            "path": str(target.package_dir),
+            "kind": target.kind,
+            "warnings": list(target.warnings),
+        })
+    else:
+        for difference in report.differences:
+            say(f"{difference.flags:<10} {difference.path}")
+        for warning in target.warnings:
+            note(f"warning: {warning}")
+        if not report.pristine:
+            verdict = f"NOT pristine, {len(report.differences)} difference(s)"
+        elif not loaded_is_audited:
+            verdict = f"files match, but NOT what is loaded: {package} is loaded from {target.package_dir}"
+        else:
+            verdict = "pristine"
+        say(f"{target.distribution} {target.version}: {report.files_checked} files, "
+            f"{report.bytes / 1e6:.0f} MB checked against {target.dist_info.name}/RECORD: {verdict}")
+    return int(ExitCode.OK) if pristine else int(ExitCode.NOT_IN_EFFECT)

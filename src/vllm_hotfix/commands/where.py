@@ -1,9 +1,48 @@
-"""`hotfix where`."""
+"""`hotfix where PACKAGE`: which files `import PACKAGE` really loads, from what install."""
 
 from __future__ import annotations
 
-from vllm_hotfix.errors import HotfixError
+from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.target.locate import Target, locate_package
 
 
-def run(**options) -> int:
-    raise HotfixError("`hotfix where` is not implemented yet")
+def describe(target: Target) -> list[tuple[str, str]]:
+    """Label/value rows shared by human output of where and audit."""
+    rows = [
+        ("package", target.package),
+        ("distribution", f"{target.distribution or '(none)'} {target.version or ''}".rstrip()),
+        ("kind", target.kind),
+        ("path", str(target.package_dir)),
+        ("root", str(target.root)),
+        ("dist-info", str(target.dist_info) if target.dist_info else "(none)"),
+        ("python", f"{target.python} ({target.python_version})" if target.python_version else str(target.python)),
+    ]
+    if target.git is not None:
+        state = "clean" if target.git.clean else f"dirty: {len(target.git.dirty)} file(s)"
+        rows.append(("git", f"{(target.git.commit or '(no commit)')[:12]} {target.git.branch or '(detached)'} "
+                            f"{target.git.describe or ''} {state}".replace("  ", " ")))
+    if target.import_file or target.import_error:
+        rows.append(("import", target.import_file or f"import {target.package} failed: {target.import_error} (path above is from find_spec)"))
+    return rows
+
+
+def print_block(rows: list[tuple[str, str]], warnings: tuple[str, ...] = ()) -> None:
+    width = max(len(label) for label, _ in rows) + 1
+    for label, value in rows:
+        say(f"{label + ':':<{width}} {value}")
+    for warning in warnings:
+        say(f"WARNING: {warning}")
+
+
+def run(*, package: str, python: str | None = None, do_import: bool = False, as_json: bool = False) -> int:
+    target = locate_package(package, python, do_import)
+    if as_json:
+        emit_json(target.to_json())
+        return 0
+    print_block(describe(target), target.warnings)
+    if target.git is not None and target.git.dirty:
+        for line in target.git.dirty[:20]:
+            say(f"  {line}")
+        if len(target.git.dirty) > 20:
+            say(f"  ... and {len(target.git.dirty) - 20} more")
+    return 0

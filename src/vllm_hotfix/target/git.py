@@ -1,0 +1,167 @@
+"""Git baselines of source checkouts (vllm-ascend, /vllm-workspace/vllm). GitPython is imported lazily."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from vllm_hotfix.errors import Refused
+
+
+@dataclass(frozen=True)
+class GitInfo:
+    root: Path
+    commit: str | None            # full sha of HEAD, None in a repository without commits
+    branch: str | None            # None when HEAD is detached
+    describe: str | None          # nearest tag, e.g. 'v0.30.0-3-gabc1234'
+    dirty: tuple[str, ...]        # 'XY path' lines of `git status --porcelain`
+
+    @property
+    def clean(self) -> bool:
+        return not self.dirty
+
+    def to_json(self) -> dict[str, Any]:
+        return {"root": str(self.root), "commit": self.commit, "branch": self.branch,
+                "describe": self.describe, "clean": self.clean, "dirty": list(self.dirty)}
+
+
+def git_available() -> bool:
+    return shutil.which(os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git")) is not None
+
+
+def find_work_tree(path: Path) -> Path | None:
+    """Top of the git work tree containing ``path`` (found from .git entries; needs no git binary)."""
+    here = Path(path).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
+def _repo(root: Path, purpose: str):
+    if not git_available():
+        raise Refused(
+            f"git is not installed here: cannot check {purpose} of {root}",
+            hint="install git (apt-get install git) or pass the checkout as files with a known RECORD",
+        )
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    import git  # GitPython: imported here so commands that never touch git do not pay for it
+
+    try:
+        return git.Repo(root, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise Refused(f"{root} is not a git work tree: cannot check {purpose}") from None
+
+
+def _head_sha(repo) -> str | None:
+    try:
+        return repo.head.commit.hexsha
+    except ValueError:  # unborn HEAD: no commit yet
+        return None
+
+
+def _resolve(repo, rev: str) -> str | None:
+    import git
+
+    try:
+        return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}") or None
+    except git.GitCommandError:
+        return None
+
+
+def _status(repo) -> list[tuple[str, str]]:
+    """(code, path) for every changed or untracked file, paths relative to the work tree."""
+    raw = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all")
+    fields = raw.split("\0")
+    result = []
+    i = 0
+    while i < len(fields):
+        field = fields[i]
+        i += 1
+        if len(field) < 4:
+            continue
+        code, path = field[:2], field[3:]
+        if "R" in code or "C" in code:
+            i += 1  # the original path of a rename/copy follows
+        result.append((code, path))
+    return result
+
+
+def _describe_status(code: str) -> str:
+    if code == "??":
+        return "untracked"
+    letters = set(code.replace(" ", ""))
+    for letter, word in (("D", "deleted"), ("A", "added"), ("R", "renamed"), ("U", "unmerged")):
+        if letter in letters:
+            return word
+    return "modified"
+
+
+def _short(sha: str | None) -> str:
+    return sha[:12] if sha else "(no commit)"
+
+
+def head(root: Path) -> str | None:
+    return _head_sha(_repo(root, "HEAD"))
+
+
+def has_commit(root: Path, rev: str) -> bool:
+    return _resolve(_repo(root, f"commit {rev}"), rev) is not None
+
+
+def is_ancestor(root: Path, rev: str) -> bool:
+    """True when ``rev`` is HEAD or an ancestor of it (an upstream fix already contained)."""
+    repo = _repo(root, f"ancestry of {rev}")
+    sha = _resolve(repo, rev)
+    current = _head_sha(repo)
+    if sha is None or current is None:
+        return False
+    return sha == current or repo.is_ancestor(sha, current)
+
+
+def info(root: Path) -> GitInfo:
+    repo = _repo(root, "the state")
+    try:
+        branch = None if repo.head.is_detached else repo.active_branch.name
+    except TypeError:
+        branch = None
+    import git
+
+    try:
+        describe = repo.git.describe("--tags", "--always", "--dirty")
+    except git.GitCommandError:
+        describe = None
+    dirty = tuple(f"{code} {path}" for code, path in _status(repo))
+    return GitInfo(Path(repo.working_tree_dir), _head_sha(repo), branch, describe, dirty)
+
+
+def check_baseline(root: Path, expected_rev: str | None, allow: Iterable[str] = ()) -> list[str]:
+    """Problems that stop ``root`` from being the expected pristine checkout (empty list: at baseline).
+
+    ``expected_rev``: full or abbreviated sha, tag or branch that HEAD must be; None to check cleanliness only.
+    ``allow``: globs of paths (relative to the work tree) that may be modified or untracked.
+    """
+    repo = _repo(root, "the baseline")
+    top = Path(repo.working_tree_dir)
+    problems = []
+    current = _head_sha(repo)
+    if expected_rev:
+        wanted = _resolve(repo, expected_rev)
+        if wanted is None:
+            problems.append(
+                f"{top}: expected commit {expected_rev} is not in this repository (HEAD is {_short(current)})"
+            )
+        elif wanted != current:
+            problems.append(
+                f"{top}: HEAD is {_short(current)}, not the expected {expected_rev} ({_short(wanted)})"
+            )
+    allowed = tuple(allow)
+    for code, path in _status(repo):
+        if any(fnmatch.fnmatchcase(path, pattern) for pattern in allowed):
+            continue
+        problems.append(f"{top}: {path} is {_describe_status(code)} (git status: {code.strip()})")
+    return problems

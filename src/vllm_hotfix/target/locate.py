@@ -1,0 +1,277 @@
+"""Which files does ``import PACKAGE`` load, from what install: a Target for commands to work on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from vllm_hotfix.errors import Refused, UsageError
+from vllm_hotfix.target import git as gitmod
+from vllm_hotfix.target import probe as probe_module
+from vllm_hotfix.target.git import GitInfo
+
+PROBE_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Target:
+    package: str                    # import name, e.g. 'vllm'
+    distribution: str | None        # 'vllm', 'vllm-ascend'
+    version: str | None
+    kind: str                       # 'wheel' | 'editable' | 'git' | 'directory'
+    package_dir: Path               # directory of the package that is loaded
+    root: Path                      # what patch paths are relative to
+    dist_info: Path | None
+    python: str | None              # interpreter probed (None for --root)
+    git: GitInfo | None
+    warnings: tuple[str, ...]
+    origin: Path | None = None      # the __init__.py find_spec resolves
+    import_file: str | None = None  # `PACKAGE.__file__` after a real import (--import)
+    import_error: str | None = None
+    python_version: str | None = None
+    copies: tuple[Path, ...] = field(default=())   # every copy on sys.path, the loaded one first
+    sys_path: tuple[str, ...] = field(default=())
+
+    @property
+    def has_record(self) -> bool:
+        return self.dist_info is not None and (self.dist_info / "RECORD").is_file()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "distribution": self.distribution,
+            "version": self.version,
+            "kind": self.kind,
+            "path": str(self.package_dir),
+            "origin": str(self.origin) if self.origin else None,
+            "root": str(self.root),
+            "dist_info": str(self.dist_info) if self.dist_info else None,
+            "python": self.python,
+            "python_version": self.python_version,
+            "git": self.git.to_json() if self.git else None,
+            "import_file": self.import_file,
+            "import_error": self.import_error,
+            "copies": [str(c) for c in self.copies],
+            "sys_path": list(self.sys_path),
+            "warnings": list(self.warnings),
+        }
+
+
+def run_probe(package: str, python: str | None = None, do_import: bool = False) -> dict[str, Any]:
+    """Run probe.py in the target interpreter (stdlib only there) and return its facts."""
+    interpreter = python or sys.executable
+    source = Path(probe_module.__file__).read_text(encoding="utf-8")
+    argv = [interpreter, "-c", source, package] + (["--import"] if do_import else [])
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+    except FileNotFoundError:
+        raise UsageError(f"--python {interpreter}: no such interpreter",
+                         hint="give the path of the python that runs vLLM, e.g. /opt/venv/bin/python") from None
+    except PermissionError:
+        raise UsageError(f"--python {interpreter}: not executable") from None
+    except subprocess.TimeoutExpired:
+        raise Refused(f"probing {package} with {interpreter} took over {PROBE_TIMEOUT:.0f}s"
+                      + (" (the real import hangs?)" if do_import else "")) from None
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(probe_module.MARKER):
+            return json.loads(line[len(probe_module.MARKER):])
+    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    raise UsageError(f"--python {interpreter} could not run the probe (exit {done.returncode}): {last}",
+                     hint="it must be a Python 3.10-3.13 interpreter")
+
+
+def _under(path: Path, parent: Path) -> bool:
+    try:
+        path.resolve().relative_to(parent.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _file_url_path(url: str | None) -> Path | None:
+    if not url:
+        return None
+    parsed = urlparse(url)
+    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+
+
+def _path_source(entry: str, facts: dict[str, Any]) -> str:
+    """Why ``entry`` is on sys.path, for warnings."""
+    if entry in facts["pythonpath"] or os.path.abspath(entry) in map(os.path.abspath, facts["pythonpath"]):
+        return f"PYTHONPATH entry {entry}"
+    for pth in facts["pth_files"]:
+        if os.path.normpath(entry) in pth["adds"]:
+            return f"{entry} (added by {pth['file']})"
+        if any(entry in line for line in pth["code"]):
+            return f"{entry} (put on sys.path by code in {pth['file']})"
+    if entry in facts["site_dirs"]:
+        return f"site-packages {entry}"
+    return f"sys.path entry {entry}"
+
+
+def _choose_distribution(facts: dict[str, Any], package_dir: Path) -> dict[str, Any] | None:
+    dists = facts["distributions"]
+    for dist in dists:
+        if dist["dist_info"] and _under(package_dir, Path(dist["dist_info"]).parent):
+            return dist
+    return dists[0] if dists else None
+
+
+def _editable_project(dist: dict[str, Any] | None) -> Path | None:
+    if not dist or not dist.get("direct_url"):
+        return None
+    url = dist["direct_url"]
+    if not url.get("dir_info", {}).get("editable"):
+        return None
+    return _file_url_path(url.get("url"))
+
+
+def _git_info(root: Path, warnings: list[str]) -> GitInfo | None:
+    try:
+        return gitmod.info(root)
+    except Refused as exc:
+        warnings.append(exc.message)
+        return None
+
+
+def target_from_facts(facts: dict[str, Any]) -> Target:
+    """Turn probe facts into a Target; pure apart from git and file-existence checks."""
+    package = facts["package"]
+    spec = facts.get("spec")
+    if spec is None or (not spec.get("origin") and not spec.get("locations")):
+        why = f" ({facts['spec_error']})" if facts.get("spec_error") else ""
+        raise Refused(
+            f"package {package} is not importable by {facts['python']}{why}",
+            hint="pass --python with the interpreter that runs vLLM (e.g. /opt/venv/bin/python) or set HOTFIX_PYTHON",
+        )
+    origin = Path(spec["origin"]) if spec.get("origin") and spec["origin"] not in ("namespace", "built-in", "frozen") else None
+    if spec.get("locations"):
+        package_dir = Path(spec["locations"][0])
+    elif origin is not None:
+        package_dir = origin.parent
+    else:
+        raise Refused(f"package {package} has no files on disk ({spec.get('origin')}): nothing to patch")
+    warnings: list[str] = []
+    if origin is None:
+        warnings.append(f"{package} resolves to a namespace package (no __init__.py) at {package_dir}: "
+                        "a directory of that name on sys.path may be shadowing the real package")
+
+    dist = _choose_distribution(facts, package_dir)
+    dist_info = Path(dist["dist_info"]) if dist and dist.get("dist_info") else None
+    editable = _editable_project(dist)
+    finder_paths = [Path(f["path"]) for f in facts["editable_finders"]]
+
+    if editable is not None and (_under(package_dir, editable) or any(_under(package_dir, p) for p in finder_paths)):
+        kind, root = "editable", editable
+    elif dist is not None and dist["has_record"] and dist_info is not None and _under(package_dir, dist_info.parent):
+        kind, root = "wheel", dist_info.parent
+        if not dist["record_lists_init"] and origin is not None:
+            warnings.append(f"{dist_info}/RECORD does not list {package}/{origin.name}: the loaded files are not the ones pip installed")
+    else:
+        top = gitmod.find_work_tree(package_dir)
+        kind, root = ("git", top) if top is not None else ("directory", package_dir.parent)
+
+    git_info = None
+    if kind in ("editable", "git") and gitmod.find_work_tree(root) is not None:
+        git_info = _git_info(root, warnings)
+
+    copies = [c for c in facts["copies"]]
+    loaded = next((c for c in copies if _under(Path(c["path"]), package_dir) or Path(c["path"]).resolve() == package_dir.resolve()), None)
+    installed_dir = dist_info.parent / package if dist_info is not None else None
+    if dist is not None and installed_dir is not None and installed_dir.is_dir() and not _under(package_dir, installed_dir) and kind != "editable":
+        source = _path_source(loaded["entry"], facts) if loaded else f"{package_dir}"
+        warnings.append(
+            f"{package} is loaded from {package_dir} ({source}), which shadows the installed "
+            f"{dist['name']} {dist['version']} at {installed_dir}: edits to either copy affect only that copy"
+        )
+    if len(copies) > 1:
+        others = ", ".join(c["path"] for c in copies if c is not loaded)
+        warnings.append(f"{len(copies)} copies of {package} on sys.path: loaded {package_dir}; also {others}")
+
+    imported = facts.get("import")
+    import_file = import_error = None
+    if imported:
+        import_file, import_error = imported.get("file"), imported.get("error")
+        if not import_error and import_file and origin is not None and Path(import_file).resolve() != origin.resolve():
+            warnings.append(
+                f"MISMATCH: `import {package}` loads {import_file} but find_spec resolves {origin}: "
+                "something at import time (sitecustomize, a .pth import line, a plugin) changes sys.path"
+            )
+
+    return Target(
+        package=package,
+        distribution=dist["name"] if dist else None,
+        version=dist["version"] if dist else None,
+        kind=kind,
+        package_dir=package_dir,
+        root=root,
+        dist_info=dist_info,
+        python=facts["python"],
+        git=git_info,
+        warnings=tuple(warnings),
+        origin=origin,
+        import_file=import_file,
+        import_error=import_error,
+        python_version=facts.get("python_version"),
+        copies=tuple(Path(c["path"]) for c in ([loaded] if loaded else []) + [c for c in copies if c is not loaded]),
+        sys_path=tuple(facts["sys_path"]),
+    )
+
+
+def locate_package(package: str, python: str | None = None, do_import: bool = False) -> Target:
+    """The Target ``import PACKAGE`` resolves to in ``python`` (default: this interpreter)."""
+    return target_from_facts(run_probe(package, python, do_import))
+
+
+def locate_root(root: Path, package: str | None = None) -> Target:
+    """A source checkout given by --root: kind 'git' in a git work tree, else 'directory'."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"--root {root}: no such directory")
+    root = root.resolve()
+    if package is None:
+        candidates = sorted(p.parent.name for p in root.glob("*/__init__.py"))
+        package = candidates[0] if len(candidates) == 1 else None
+    package_dir = root / package if package else root
+    distribution = version = None
+    dist_info = None
+    if package:
+        dist_info, distribution, version = _checkout_metadata(root, package)
+    warnings: list[str] = []
+    top = gitmod.find_work_tree(root)
+    git_info = _git_info(root, warnings) if top is not None else None
+    return Target(
+        package=package or root.name,
+        distribution=distribution,
+        version=version,
+        kind="git" if top is not None else "directory",
+        package_dir=package_dir,
+        root=root,
+        dist_info=dist_info,
+        python=None,
+        git=git_info,
+        warnings=tuple(warnings),
+        origin=package_dir / "__init__.py" if (package_dir / "__init__.py").exists() else None,
+    )
+
+
+def _checkout_metadata(root: Path, package: str) -> tuple[Path | None, str | None, str | None]:
+    """Name and version from a *.dist-info / *.egg-info left in the checkout by an editable install."""
+    import email.parser
+
+    for pattern in ("*.egg-info", "*.dist-info", "src/*.egg-info"):
+        for meta_dir in sorted(root.glob(pattern)):
+            meta = meta_dir / ("PKG-INFO" if meta_dir.suffix == ".egg-info" else "METADATA")
+            top_level = meta_dir / "top_level.txt"
+            if top_level.is_file() and package not in top_level.read_text(encoding="utf-8").split():
+                continue
+            if meta.is_file():
+                headers = email.parser.Parser().parsestr(meta.read_text(encoding="utf-8", errors="replace"), headersonly=True)
+                return meta_dir, headers.get("Name"), headers.get("Version")
+    return None, None, None

@@ -1,0 +1,251 @@
+"""pip's RECORD (PEP 376/627): parsing, verifying files against it, and the parallel full audit."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import posixpath
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from vllm_hotfix.errors import InvalidInput
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    path: str                  # as in RECORD, normalised; relative to site-packages (may start with '../')
+    algorithm: str | None      # 'sha256'; None for entries without a hash (RECORD itself, some .pyc)
+    digest: str | None         # urlsafe base64 without padding, as pip writes it
+    size: int | None
+
+    @property
+    def hash_text(self) -> str | None:
+        return f"{self.algorithm}={self.digest}" if self.algorithm else None
+
+
+@dataclass(frozen=True)
+class Difference:
+    path: str
+    kind: str                  # 'missing' | 'size' | 'digest' | 'unrecorded' ('unreadable' in audits)
+    expected: str | None
+    actual: str | None
+
+    @property
+    def flags(self) -> str:
+        """The `rpm -V` column: S = size, 5 = digest; a different size implies a different digest."""
+        if self.kind == "size":
+            return "S.5......"
+        if self.kind == "digest":
+            return "..5......"
+        return self.kind
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "expected": self.expected, "actual": self.actual}
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    files_checked: int
+    bytes: int
+    differences: tuple[Difference, ...]
+
+    @property
+    def pristine(self) -> bool:
+        return not self.differences
+
+
+def read_record(dist_info: Path) -> dict[str, RecordEntry]:
+    """Entries of ``dist_info/RECORD`` keyed by their path relative to site-packages."""
+    record = Path(dist_info) / "RECORD"
+    try:
+        text = record.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(f"{record}: no RECORD file (not installed by pip from a wheel?)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{record}: cannot read: {exc}") from None
+    return parse_record(text, source=str(record))
+
+
+def parse_record(text: str, *, source: str = "RECORD") -> dict[str, RecordEntry]:
+    entries: dict[str, RecordEntry] = {}
+    for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+        if not row or not any(row):
+            continue
+        if len(row) != 3:
+            raise InvalidInput(f"{source}:{lineno}: expected 3 comma-separated fields, found {len(row)}")
+        raw_path, hash_field, size_field = row
+        path = posixpath.normpath(raw_path.replace("\\", "/"))
+        algorithm = digest = None
+        if hash_field:
+            algorithm, sep, digest = hash_field.partition("=")
+            if not sep or algorithm not in hashlib.algorithms_guaranteed or not digest:
+                raise InvalidInput(f"{source}:{lineno}: bad hash {hash_field!r} for {raw_path}")
+        try:
+            size = int(size_field) if size_field else None
+        except ValueError:
+            raise InvalidInput(f"{source}:{lineno}: bad size {size_field!r} for {raw_path}") from None
+        entries[path] = RecordEntry(path, algorithm, digest, size)
+    return entries
+
+
+def file_digest(path: Path, algorithm: str = "sha256", buffer: bytearray | None = None) -> tuple[str, int]:
+    """(urlsafe-b64 digest without padding, size) of a file; large files are read in 1 MiB chunks."""
+    hasher = hashlib.new(algorithm)
+    size = 0
+    with open(path, "rb", buffering=0) as fh:
+        if os.fstat(fh.fileno()).st_size <= CHUNK:
+            data = fh.read()
+            hasher.update(data)
+            size = len(data)
+        else:
+            buf = buffer if buffer is not None else bytearray(CHUNK)
+            view = memoryview(buf)
+            while True:
+                n = fh.readinto(buf)
+                if not n:
+                    break
+                hasher.update(view[:n])
+                size += n
+    return base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode("ascii"), size
+
+
+def check_entry(root: Path, entry: RecordEntry, buffer: bytearray | None = None) -> Difference | None:
+    """Compare one file under ``root`` (site-packages) with its RECORD entry: size first, then digest."""
+    full = Path(root) / entry.path
+    try:
+        stat = full.stat()
+    except FileNotFoundError:
+        return Difference(entry.path, "missing", entry.hash_text, None)
+    if entry.size is not None and stat.st_size != entry.size:
+        return Difference(entry.path, "size", str(entry.size), str(stat.st_size))
+    if entry.algorithm is None:
+        return None
+    actual, _ = file_digest(full, entry.algorithm, buffer)
+    if actual != entry.digest:
+        return Difference(entry.path, "digest", entry.hash_text, f"{entry.algorithm}={actual}")
+    return None
+
+
+def verify(root: Path, entries: dict[str, RecordEntry], paths: Iterable[str]) -> list[Difference]:
+    """Differences of exactly ``paths`` (relative to ``root``): what a patch touches must be pristine.
+
+    A path absent from RECORD is 'unrecorded' when the file exists (nothing proves its bytes) and
+    fine when it does not (a patch that creates it).
+    """
+    differences = []
+    for path in paths:
+        key = posixpath.normpath(path)
+        entry = entries.get(key)
+        if entry is None:
+            if (Path(root) / key).exists():
+                differences.append(Difference(key, "unrecorded", None, None))
+            continue
+        found = check_entry(root, entry)
+        if found is not None:
+            differences.append(found)
+    return differences
+
+
+def _top_level_dirs(root: Path, entries: dict[str, RecordEntry]) -> list[str]:
+    tops = set()
+    for path in entries:
+        first, sep, _ = path.partition("/")
+        if sep and first != ".." and not first.endswith((".dist-info", ".data")) and (Path(root) / first).is_dir():
+            tops.add(first)
+    return sorted(tops)
+
+
+def unrecorded_files(root: Path, entries: dict[str, RecordEntry], top_dirs: Iterable[str]) -> list[str]:
+    """Files inside the package directories that RECORD does not list.
+
+    ``__pycache__/*.pyc`` is not reported: Python writes those on import and checks them against the
+    source's size and mtime; anything else unlisted (a stray .py, .so, .pth) is.
+    """
+    found = []
+    for top in top_dirs:
+        for dirpath, dirnames, filenames in os.walk(Path(root) / top):
+            dirnames.sort()
+            rel_dir = Path(dirpath).relative_to(root).as_posix()
+            in_pycache = Path(dirpath).name == "__pycache__"
+            for name in sorted(filenames):
+                rel = f"{rel_dir}/{name}"
+                if rel in entries or (in_pycache and name.endswith(".pyc")):
+                    continue
+                found.append(rel)
+    return found
+
+
+def _default_workers() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores)
+
+
+def audit(
+    root: Path,
+    entries: dict[str, RecordEntry],
+    *,
+    workers: int | None = None,
+    top_dirs: Iterable[str] | None = None,
+    progress: Callable[[Iterator[int], int], Iterator[int]] | None = None,
+) -> AuditReport:
+    """Check every RECORD entry under ``root`` in parallel (largest files first), plus unrecorded files."""
+    ordered = sorted(entries.values(), key=lambda e: e.size or 0, reverse=True)
+    workers = workers or _default_workers()
+    total_bytes = sum(e.size or 0 for e in ordered)
+
+    # Each worker gets its own list, balanced by RECORD sizes (largest first, to the least loaded):
+    # a shared queue or a future per file makes GIL hand-offs cost more than hashing 5,000 small files.
+    thread_count = max(1, min(workers, len(ordered)))
+    shares: list[list[RecordEntry]] = [[] for _ in range(thread_count)]
+    loads = [0] * thread_count
+    for entry in ordered:
+        lightest = loads.index(min(loads))
+        shares[lightest].append(entry)
+        loads[lightest] += (entry.size or 0) + 4096
+    differences: list[Difference] = []
+    checked = [0] * thread_count
+
+    def worker(index: int) -> None:
+        buffer = bytearray(CHUNK)
+        for entry in shares[index]:
+            try:
+                found = check_entry(root, entry, buffer)
+            except OSError as exc:
+                found = Difference(entry.path, "unreadable", entry.hash_text, f"{type(exc).__name__}: {exc}")
+            if found is not None:
+                differences.append(found)
+            checked[index] += 1
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(thread_count)]
+    for thread in threads:
+        thread.start()
+
+    def ticks() -> Iterator[int]:
+        seen = 0
+        while True:
+            threads[0].join(0.05)
+            alive = any(t.is_alive() for t in threads)
+            now = sum(checked)
+            yield from range(seen, now)
+            seen = now
+            if not alive:
+                return
+
+    for _ in (progress(ticks(), len(ordered)) if progress is not None else ()):
+        pass
+    for thread in threads:
+        thread.join()
+    tops = _top_level_dirs(root, entries) if top_dirs is None else list(top_dirs)
+    differences.extend(Difference(p, "unrecorded", None, None) for p in unrecorded_files(root, entries, tops))
+    differences.sort(key=lambda d: d.path)
+    return AuditReport(len(ordered), total_bytes, tuple(differences))

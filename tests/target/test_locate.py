@@ -1,0 +1,75 @@
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import create_repo, git
+from vllm_hotfix.errors import Refused, UsageError
+from vllm_hotfix.target.locate import locate_package, locate_root
+
+
+def test_wheel_install_through_another_interpreter(vllm_template):
+    venv = vllm_template("0.30.0")  # read only
+    target = locate_package("vllm", str(venv.python), do_import=True)
+    assert (target.kind, target.distribution, target.version) == ("wheel", "vllm", "0.30.0")
+    assert target.package_dir == venv.package_dir and target.root == venv.site_packages
+    assert target.dist_info == venv.site_packages / "vllm-0.30.0.dist-info" and target.has_record
+    assert target.origin == venv.package_dir / "__init__.py"
+    assert target.import_error == "ModuleNotFoundError: No module named 'torch'" and target.import_file is None
+    assert target.warnings == () and target.git is None
+
+
+def test_pythonpath_overlay_of_a_dirty_checkout_shadows_the_wheel(vllm_template, tmp_path, monkeypatch):
+    """Seed 002: sources edited in /vllm-workspace/vllm, put first on PYTHONPATH over an installed wheel."""
+    venv = vllm_template("0.30.0")
+    checkout = create_repo(tmp_path / "vllm-workspace" / "vllm", {"vllm/__init__.py": "VERSION = 'src'\n",
+                                                                   "vllm/envs.py": "X = 1\n"})
+    (checkout / "vllm" / "envs.py").write_text("X = 2\n")
+    monkeypatch.setenv("PYTHONPATH", str(checkout))
+    target = locate_package("vllm", str(venv.python))
+    assert target.package_dir == checkout / "vllm" and target.kind == "git" and target.root == checkout
+    assert target.git.commit == git(checkout, "rev-parse", "HEAD") and target.git.dirty == (" M vllm/envs.py",)
+    shadow, copies = target.warnings
+    assert f"PYTHONPATH entry {checkout}" in shadow and "shadows the installed vllm 0.30.0" in shadow
+    assert str(venv.package_dir) in shadow
+    assert copies.startswith("2 copies of vllm on sys.path") and target.copies == (checkout / "vllm", venv.package_dir)
+
+
+def test_pth_code_that_puts_an_overlay_first_is_named(vllm_install, tmp_path):
+    venv = vllm_install("0.30.0")
+    overlay = tmp_path / "overlay"
+    shutil.copytree(venv.package_dir, overlay / "vllm", ignore=shutil.ignore_patterns("*.so", "vllm-rs", "*.py[!i]"))
+    pth = venv.site_packages / "zz_overlay.pth"
+    pth.write_text(f"import sys; sys.path.insert(0, {str(overlay)!r})\n")
+    target = locate_package("vllm", str(venv.python))
+    assert target.package_dir == overlay / "vllm" and target.kind == "directory"
+    assert any(f"put on sys.path by code in {pth}" in w and "shadows the installed" in w for w in target.warnings)
+
+
+def test_editable_install_of_a_git_repo_in_another_python(editable_install):
+    venv, repo = editable_install
+    target = locate_package("tinypkg", str(venv.python), do_import=True)
+    assert (target.kind, target.distribution, target.version) == ("editable", "tiny-pkg", "1.2.3")
+    assert target.package_dir == repo / "tinypkg" and target.root == repo
+    assert target.import_file == str(repo / "tinypkg" / "__init__.py")
+    assert target.git.commit == git(repo, "rev-parse", "HEAD") and target.git.branch == "main" and target.git.clean
+    assert target.python == str(venv.python) and target.warnings == ()
+
+
+def test_missing_package_and_bad_interpreter_are_one_line_errors(tmp_path):
+    with pytest.raises(Refused, match="package no_such_pkg_xyz is not importable by"):
+        locate_package("no_such_pkg_xyz")
+    with pytest.raises(UsageError, match="no such interpreter"):
+        locate_package("json", str(tmp_path / "nope"))
+    with pytest.raises(UsageError, match="could not run the probe"):
+        locate_package("json", shutil.which("false"))
+
+
+def test_locate_root_of_a_checkout(make_repo):
+    repo = make_repo({"vllm_ascend/__init__.py": "", "setup.py": ""})
+    target = locate_root(repo)
+    assert (target.kind, target.package, target.root) == ("git", "vllm_ascend", repo.resolve())
+    assert target.git.clean and target.python is None
+    assert locate_root(repo / "vllm_ascend", "x").kind == "git"
+    with pytest.raises(UsageError):
+        locate_root(Path(repo) / "missing")
