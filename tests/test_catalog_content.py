@@ -13,7 +13,9 @@ import pytest
 
 from vllm_hotfix.manifest import load_manifest
 
-from fixtures.ascend import CAUSAL_CONV1D, CONV_STATE, RELEASE_NOTE, make_vllm_ascend_checkout
+from fixtures.ascend import (BRANCH, CAUSAL_CONV1D, CONV_STATE, RELEASE_NOTE, TAG, VERSION, make_upstream_clone,
+                             make_vllm_ascend_checkout)
+from fixtures.qwen import make_qwen_standin
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -114,6 +116,7 @@ def test_mamba_patches_do_not_apply_to_the_fixing_release(vllm_wheel, tmp_path):
 # --- glm-conv-null-slot on a real git checkout ----------------------------------------------------
 
 GLM = load_manifest(CATALOG / "manifests" / "glm-conv-null-slot.toml")
+QWEN = load_manifest(CATALOG / "manifests" / "qwen38-flash-next.toml")
 
 
 def test_glm_patches_apply_in_order_to_the_release_checkout(tmp_path):
@@ -139,3 +142,73 @@ def test_glm_second_patch_needs_the_first(tmp_path):
     second = CATALOG / "patches" / GLM.patches[1].file
     assert subprocess.run(["git", "apply", "--check", str(second)], cwd=checkout,
                           capture_output=True).returncode != 0
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def _diff_part(mail: str) -> str:
+    """The diff of a format-patch mail: from the first 'diff --git' up to the '-- ' signature."""
+    body = mail[mail.index("diff --git "):]
+    return body[: body.rindex("\n-- \n") + 1] if "\n-- \n" in body else body
+
+
+def test_upstream_clone_holds_the_commit_the_catalog_patch_was_made_from(tmp_path):
+    clone = make_upstream_clone(tmp_path / "upstream")
+    assert _git(clone, "rev-parse", "HEAD^").strip() == _git(clone, "rev-parse", f"{TAG}^{{commit}}").strip()
+    assert _git(clone, "branch", "--show-current").strip() == BRANCH
+    mail = (CATALOG / "patches" / GLM.patches[0].file).read_text()
+    assert mail.startswith("From f5826a4")
+    assert _diff_part(_git(clone, "format-patch", "-1", "--stdout", "HEAD")) == _diff_part(mail)
+
+
+def test_vllm_ascend_checkout_is_a_clean_release_checkout(tmp_path):
+    checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
+    assert _git(checkout, "status", "--porcelain") == ""
+    assert _git(checkout, "describe", "--tags", "--exact-match").strip() == TAG
+    assert f'version = "{VERSION}"' in (checkout / "pyproject.toml").read_text()
+
+
+# --- qwen38-flash-next: the stand-in goes through the built-in manifest's shape --------------------
+
+def _numstat(patch: Path, cwd: Path) -> tuple[int, int, int]:
+    rows = [line.split("\t") for line in _git(cwd, "apply", "--numstat", str(patch)).splitlines()]
+    return len(rows), sum(int(r[0]) for r in rows), sum(int(r[1]) for r in rows)
+
+
+def test_qwen_builtin_pins_the_published_v6_file():
+    (spec,) = QWEN.patches
+    assert (spec.kind, spec.external, spec.md5) == ("external", "vllm-ascend-qwen38-flash.patch",
+                                                      "282b0a0f7268e198bda7c59bc6c8947e")
+    assert (spec.stats.files, spec.stats.insertions, spec.stats.deletions) == (135, 27358, 248)
+    assert QWEN.version == 6 and QWEN.supersedes == (1, 2, 3, 4, 5)
+    (requirement,) = QWEN.requires
+    assert (requirement.git.commit, requirement.git.clean, requirement.root_hint) == (
+        "568afb3a", True, "/vllm-workspace/vllm")
+
+
+def test_qwen_standin_catalogs_pin_their_real_patches(tmp_path):
+    standin = make_qwen_standin(tmp_path)
+    checkout, vllm_checkout, patch, catalog = standin
+    assert _git(checkout, "describe", "--tags", "--exact-match").strip() == "v0.26.0rc1"
+    assert _git(vllm_checkout, "status", "--porcelain") == ""
+    for version, patch_path, catalog_dir in ((6, patch, catalog), (5, standin.v5_patch, standin.v5_catalog)):
+        manifest = load_manifest(catalog_dir / "manifests" / "qwen38-flash-next.toml")
+        assert manifest.id == QWEN.id and manifest.version == version
+        (spec,) = manifest.patches
+        data = patch_path.read_bytes()
+        assert spec.external == patch_path.name and spec.md5 == hashlib.md5(data).hexdigest()
+        assert _numstat(patch_path, checkout) == (spec.stats.files, spec.stats.insertions, spec.stats.deletions)
+        (requirement,) = manifest.requires
+        assert standin.vllm_commit.startswith(requirement.git.commit)
+        assert requirement.root_hint == str(vllm_checkout)
+
+
+def test_qwen_standin_versions_are_full_replacements(tmp_path):
+    checkout, _, patch, _ = standin = make_qwen_standin(tmp_path)
+    _git(checkout, "apply", str(standin.v5_patch))
+    assert subprocess.run(["git", "apply", "--check", str(patch)], cwd=checkout, capture_output=True).returncode
+    _git(checkout, "apply", "-R", str(standin.v5_patch))
+    _git(checkout, "apply", str(patch))
+    assert "VLLM_ASCEND_PLE_HOST_OFFLOAD" in (checkout / "vllm_ascend" / "envs.py").read_text()
