@@ -30,7 +30,7 @@ DOCUMENTED_KEYS = {"schema", "id", "version", "title", "description", "symptoms"
 
 
 def test_catalog_has_the_three_hotfixes():
-    assert [m.stem for m in MANIFESTS] == ["glm-conv-null-slot", "mamba-align-block-size", "qwen38-flash-next"]
+    assert {"glm-conv-null-slot", "mamba-align-block-size", "qwen38-flash-next"} <= {m.stem for m in MANIFESTS}
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.stem)
