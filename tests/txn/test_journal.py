@@ -7,19 +7,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from vllm_hotfix.core.apply import FileEdit, Plan
-except ImportError:  # TEMP until core/apply.py lands
-    from dataclasses import dataclass
-
-    @dataclass(frozen=True)
-    class FileEdit:
-        path: str; action: str; old_path: object; before: object; after: object
-        old_mode: object; new_mode: object; placements: tuple
-
-    @dataclass(frozen=True)
-    class Plan:
-        edits: tuple; reverse: bool
+from vllm_hotfix.core.apply import FileEdit, Plan
 from vllm_hotfix.errors import Refused, WriteFailed
 from vllm_hotfix.txn import journal
 from vllm_hotfix.txn.journal import commit, recover
@@ -47,9 +35,9 @@ def sample_plan():
     return Plan(edits=(
         edit("pkg/mod.py", "modify", BEFORE["pkg/mod.py"], AFTER["pkg/mod.py"]),
         edit("pkg/new_name.py", "rename", BEFORE["pkg/old_name.py"], AFTER["pkg/new_name.py"], old_path="pkg/old_name.py"),
-        edit("pkg/sub/dir/created.py", "create", None, AFTER["pkg/sub/dir/created.py"], new_mode=0o100644),
+        edit("pkg/sub/dir/created.py", "create", None, AFTER["pkg/sub/dir/created.py"]),
         edit("pkg/gone.py", "delete", BEFORE["pkg/gone.py"], None),
-        edit("pkg/run.sh", "mode", BEFORE["pkg/run.sh"], AFTER["pkg/run.sh"], old_mode=0o100644, new_mode=0o100755),
+        edit("pkg/run.sh", "mode", BEFORE["pkg/run.sh"], AFTER["pkg/run.sh"], old_mode=0o100644, new_mode=0o755),
     ), reverse=False)
 
 

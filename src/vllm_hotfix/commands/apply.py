@@ -1,9 +1,145 @@
-"""`hotfix apply`."""
+"""`hotfix apply`: a raw diff on a directory (``--patch FILE --root DIR``); catalog hotfixes come later."""
 
 from __future__ import annotations
 
-from vllm_hotfix.errors import HotfixError
+import sys
+from pathlib import Path
+
+from vllm_hotfix import paths
+from vllm_hotfix.core.apply import FileEdit, Plan, plan_patch
+from vllm_hotfix.core.diff import Patch, parse_patch
+from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
+from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.target.tree import Tree
+from vllm_hotfix.txn.journal import JOURNAL, commit, recover
+from vllm_hotfix.txn.lock import target_lock
+
+LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
+PROGRESS_MIN_FILES = 50
 
 
 def run(**options) -> int:
-    raise HotfixError("`hotfix apply` is not implemented yet")
+    if options.get("patch_file") and options.get("root") and not options.get("hotfix_id"):
+        return apply_raw(
+            options["patch_file"], options["root"],
+            strip=1 if options.get("strip") is None else options["strip"],
+            reverse=bool(options.get("reverse")), dry_run=bool(options.get("dry_run")),
+            as_json=bool(options.get("as_json")),
+        )
+    return apply_hotfix(**options)
+
+
+def apply_hotfix(**options) -> int:
+    """Catalog hotfixes (ID) and ad-hoc --patch on an installed package (--python): not built yet."""
+    raise HotfixError("not implemented yet", hint="use `hotfix apply --patch FILE --root DIR` for a raw diff")
+
+
+def recover_root(root: Path) -> None:
+    """Undo an interrupted apply on ``root`` (call with the target lock held)."""
+    report = recover(paths.target_state_dir(root) / "journal")
+    if report is not None:
+        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
+             f"{len(report.removed)} created file(s) removed")
+
+
+def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, as_json: bool) -> int:
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"--root {root}: no such directory")
+    patch = _read_patch(patch_file, strip)
+    state_dir = paths.target_state_dir(root)
+    if dry_run:
+        if (state_dir / "journal" / JOURNAL).exists():
+            note(f"an interrupted apply on {root} was not recovered yet; run `hotfix recover --root {root}`")
+        plan, already = _plan(patch, Tree(root), reverse)
+    else:
+        with target_lock(state_dir):
+            recover_root(root)
+            tree = Tree(root)
+            plan, already = _plan(patch, tree, reverse)
+            if not already:
+                commit(root, plan, journal_dir=state_dir / "journal", tree=tree)
+    _report(plan, patch, dry_run=dry_run, already=already, as_json=as_json)
+    return 0
+
+
+def _read_patch(patch_file: Path, strip: int) -> Patch:
+    try:
+        data = Path(patch_file).read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"{patch_file}: cannot read: {exc.strerror}") from None
+    return parse_patch(data, strip=strip, source=str(patch_file))
+
+
+def _plan(patch: Patch, tree: Tree, reverse: bool) -> tuple[Plan, bool]:
+    """The plan in the asked direction; if only the other direction applies, (that plan, True): already applied."""
+    try:
+        return plan_patch(patch, _progress_reader(tree, len(patch.files)), reverse=reverse), False
+    except DoesNotApply as forward_error:
+        try:
+            return plan_patch(patch, tree.read, reverse=not reverse), True
+        except DoesNotApply:
+            raise forward_error from None
+
+
+def _progress_reader(tree: Tree, total: int):
+    """``tree.read`` that draws "planning k/N" on a terminal for large patches."""
+    if total < PROGRESS_MIN_FILES or not sys.stderr.isatty():
+        return tree.read
+    seen: set[str] = set()
+
+    def read(relpath: str):
+        seen.add(relpath)
+        if len(seen) % 25 == 0 or len(seen) == total:
+            sys.stderr.write(f"\rhotfix: planning {len(seen)}/{total} files")
+            if len(seen) >= total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        return tree.read(relpath)
+
+    return read
+
+
+def _offsets(edit: FileEdit) -> list[int]:
+    return [p.actual - p.expected for p in edit.placements]
+
+
+def _describe(edit: FileEdit) -> str:
+    name = f"{edit.old_path} -> {edit.path}" if edit.action == "rename" else edit.path
+    hunks = len(edit.placements)
+    details = [f"{hunks} hunk{'s' if hunks != 1 else ''}"] if hunks else []
+    if edit.action == "mode" or (edit.new_mode is not None and edit.old_mode not in (None, edit.new_mode)):
+        details.append(f"mode {edit.old_mode or 0:o} -> {edit.new_mode or 0:o}")
+    for placement in edit.placements:
+        offset = placement.actual - placement.expected
+        if offset:
+            at = placement.header.split(" @@")[0] + " @@"
+            details.append(f"offset {offset:+d} at {at}")
+    return f"{LETTERS.get(edit.action, '?')} {name}" + (f" ({', '.join(details)})" if details else "")
+
+
+def _report(plan: Plan, patch: Patch, *, dry_run: bool, already: bool, as_json: bool) -> None:
+    if as_json:
+        emit_json({
+            "applied": not dry_run and not already,
+            "dry_run": dry_run,
+            "already_applied": already,
+            "files": [] if already else [
+                {"path": e.path, "action": e.action, "old_path": e.old_path,
+                 "hunks": len(e.placements), "offsets": _offsets(e)} for e in plan.edits
+            ],
+        })
+        return
+    if already:
+        say(f"already applied: {patch.source} (its reverse applies cleanly); nothing to do")
+        return
+    for edit in plan.edits:
+        say(_describe(edit))
+    stats = patch.stats
+    summary = f"{len(plan.edits)} file(s), +{stats.insertions} -{stats.deletions}"
+    if plan.reverse:
+        summary += ", reversed"
+    if dry_run:
+        say(f"dry run: would change {summary}; nothing was written")
+    else:
+        say(f"applied {summary} (all-or-nothing)")

@@ -1,9 +1,38 @@
-"""`hotfix recover`."""
+"""`hotfix recover`: undo an apply that was interrupted (kill -9, power loss) from its journal."""
 
 from __future__ import annotations
 
-from vllm_hotfix.errors import HotfixError
+from pathlib import Path
+
+from vllm_hotfix import paths
+from vllm_hotfix.errors import HotfixError, UsageError
+from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.txn.journal import recover
+from vllm_hotfix.txn.lock import target_lock
 
 
 def run(**options) -> int:
-    raise HotfixError("`hotfix recover` is not implemented yet")
+    root = options.get("root")
+    if root is None:
+        raise HotfixError("not implemented yet", hint="use `hotfix recover --root DIR`")
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"--root {root}: no such directory")
+    state_dir = paths.target_state_dir(root)
+    with target_lock(state_dir):
+        report = recover(state_dir / "journal")
+    if options.get("as_json"):
+        emit_json({
+            "recovered": report is not None,
+            "restored": list(report.restored) if report else [],
+            "removed": list(report.removed) if report else [],
+        })
+    elif report is None:
+        say(f"nothing to recover for {root}")
+    else:
+        say(f"recovered an interrupted apply on {root}: every file is back to its state before that apply")
+        for rel in report.restored:
+            say(f"  restored {rel}")
+        for rel in report.removed:
+            say(f"  removed  {rel} (created by the interrupted apply)")
+    return 0

@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import os
-import posixpath
 import stat
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from vllm_hotfix.core.apply import FileState
+from vllm_hotfix.core.safety import normalised_relative_path
 from vllm_hotfix.errors import Refused
 
-if TYPE_CHECKING:
-    from vllm_hotfix.core.apply import FileState
+
+# Kernel file timestamps are coarse (a jiffy, at most 10 ms): a change made within that window of a
+# read may leave mtime and ctime unchanged, so such a file is compared by content (git's "racy clean").
+RACY_WINDOW_NS = 100_000_000
 
 
-def normalise_relative(relpath: str) -> str:
-    """``relpath`` normalised to a posix path inside the root; Refused if absolute or escaping."""
-    if not relpath or "\0" in relpath:
-        raise Refused(f"{relpath!r}: not a usable file path")
-    if relpath.startswith("/") or (len(relpath) > 1 and relpath[1] == ":"):
-        raise Refused(f"{relpath}: absolute path; patch paths must be relative to the target root")
-    norm = posixpath.normpath(relpath)
-    if norm in (".", "..") or norm.startswith("../"):
-        raise Refused(f"{relpath}: escapes the target root")
-    return norm
+def _signature(info: os.stat_result) -> tuple[int, ...]:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_mode)
 
 
 class Tree:
@@ -32,32 +27,46 @@ class Tree:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._real_root = os.path.realpath(self.root)
+        self._read_signatures: dict[str, tuple[int, ...]] = {}
+        self._checked_dirs: set[str] = set()  # directories whose real path is inside the root
+
+    def unchanged_since_read(self, relpath: str, info: os.stat_result) -> bool:
+        """True when ``info`` (an lstat taken now) proves ``relpath`` still holds what ``read`` returned."""
+        seen = self._read_signatures.get(relpath)
+        return seen is not None and seen == _signature(info)
 
     def path(self, relpath: str) -> Path:
         """Absolute path of ``relpath``, after refusing anything that leads outside the root.
 
         A symlinked parent directory or a symlinked file may be followed only while it stays inside.
         """
-        norm = normalise_relative(relpath)
+        norm = normalised_relative_path(relpath)
         full = os.path.join(self.root, norm)
-        real = os.path.realpath(full)
-        if real != self._real_root and not real.startswith(self._real_root + os.sep):
-            raise Refused(f"{relpath}: leads outside {self.root} through a symlink (to {real})")
+        parent = os.path.dirname(full)
+        if parent not in self._checked_dirs:
+            self._check_inside(relpath, os.path.realpath(parent))
+            self._checked_dirs.add(parent)
+        if os.path.islink(full):
+            self._check_inside(relpath, os.path.realpath(full))
         return Path(full)
 
-    def read(self, relpath: str) -> FileState | None:
-        from vllm_hotfix.core.apply import FileState
+    def _check_inside(self, relpath: str, real: str) -> None:
+        if real != self._real_root and not real.startswith(self._real_root + os.sep):
+            raise Refused(f"{relpath}: leads outside {self.root} through a symlink (to {real})")
 
+    def read(self, relpath: str) -> FileState | None:
         path = self.path(relpath)
+        started_ns = time.time_ns()
         try:
             with open(path, "rb") as fh:
                 info = os.fstat(fh.fileno())
                 if not stat.S_ISREG(info.st_mode):
                     raise Refused(f"{relpath}: not a regular file under {self.root}")
-                return FileState(fh.read(), info.st_mode)
-        except FileNotFoundError:
+                data = fh.read()
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except IsADirectoryError:
             raise Refused(f"{relpath}: is a directory under {self.root}") from None
-        except NotADirectoryError:
-            return None
+        if max(info.st_ctime_ns, info.st_mtime_ns) < started_ns - RACY_WINDOW_NS:
+            self._read_signatures[relpath] = _signature(info)
+        return FileState(data, info.st_mode)

@@ -8,12 +8,20 @@ from pathlib import Path
 TEMP_SUFFIX = ".hotfix-tmp"
 
 
-def temp_path_for(path: Path, tag: str) -> Path:
+def temp_path_for(path: str | os.PathLike, tag: str) -> str:
     """The temp file beside ``path`` used while replacing it (``tag`` makes it unique per writer)."""
-    return path.with_name(f".{path.name}.{tag}{TEMP_SUFFIX}")
+    directory, name = os.path.split(os.fspath(path))
+    return os.path.join(directory, f".{name}.{tag}{TEMP_SUFFIX}")
 
 
-def write_new_file(path: Path, data: bytes, mode: int, *, fsync: bool = True) -> None:
+def unlink_if_present(path: str | os.PathLike) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_new_file(path: str | os.PathLike, data: bytes, mode: int, *, fsync: bool = True) -> None:
     """Create ``path`` (which must not exist) holding ``data`` with permission bits ``mode``."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -49,12 +57,12 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
             mode = 0o644
     temp = temp_path_for(path, f"{os.getpid()}")
     try:
-        temp.unlink(missing_ok=True)
+        unlink_if_present(temp)
         write_new_file(temp, data, mode)
         os.replace(temp, path)
     except BaseException:
         try:
-            temp.unlink(missing_ok=True)
+            unlink_if_present(temp)
         except OSError:
             pass
         raise

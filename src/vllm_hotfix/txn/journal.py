@@ -24,19 +24,18 @@ import json
 import os
 import shutil
 import signal
+import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator
 
+from vllm_hotfix.core.apply import Plan
 from vllm_hotfix.errors import HotfixError, InvalidInput, Refused, WriteFailed
 from vllm_hotfix.target.tree import Tree
-from vllm_hotfix.txn.atomic import TEMP_SUFFIX, atomic_write, fsync_dir, temp_path_for, write_new_file
-
-if TYPE_CHECKING:
-    from vllm_hotfix.core.apply import Plan
+from vllm_hotfix.txn.atomic import TEMP_SUFFIX, atomic_write, fsync_dir, temp_path_for, unlink_if_present, write_new_file
 
 JOURNAL = "journal.json"
 BACKUPS = "backups"
@@ -73,15 +72,6 @@ def _umask() -> int:
     return current
 
 
-def _with_mode_change(mode: int, new_mode: int | None) -> int:
-    """Apply a git mode (0o100755 / 0o100644) to real permission bits the way git does: only the x bits."""
-    if new_mode is None:
-        return mode
-    if new_mode & 0o111:
-        return mode | ((mode & 0o444) >> 2)
-    return mode & ~0o111
-
-
 def file_ops(plan: Plan, current_mode: dict[str, int]) -> list[FileOp]:
     """Flatten a plan into per-path operations (a rename is a removal plus a creation)."""
     created_mode = 0o666 & ~_umask()
@@ -95,44 +85,35 @@ def file_ops(plan: Plan, current_mode: dict[str, int]) -> list[FileOp]:
 
     for edit in plan.edits:
         if edit.action == "rename":
-            source_mode = current_mode.get(edit.old_path, created_mode)
+            source_mode = current_mode[edit.old_path]
+            new_mode = source_mode if edit.new_mode is None else edit.new_mode
             add(FileOp(edit.old_path, edit.before, None, source_mode, None))
-            add(FileOp(edit.path, None, edit.after, None, _with_mode_change(source_mode, edit.new_mode)))
+            add(FileOp(edit.path, None, edit.after, None, new_mode))
             continue
         mode = current_mode.get(edit.path) if edit.before is not None else None
-        if edit.after is None:
-            after_mode = None
-        elif mode is None:
-            after_mode = _with_mode_change(created_mode, edit.new_mode)
-        else:
-            after_mode = _with_mode_change(mode, edit.new_mode if edit.new_mode != edit.old_mode else None)
+        after_mode = None
+        if edit.after is not None:
+            after_mode = edit.new_mode if edit.new_mode is not None else (created_mode if mode is None else mode)
         add(FileOp(edit.path, edit.before, edit.after, mode, after_mode))
     return list(ops.values())
 
 
-def _plan_paths(plan: Plan) -> Iterable[str]:
-    for edit in plan.edits:
-        if edit.old_path and edit.action == "rename":
-            yield edit.old_path
-        yield edit.path
-
-
-def _check_current(tree: Tree, plan: Plan) -> tuple[dict[str, Path], dict[str, int]]:
-    """Step 1: refuse unsafe paths and files that changed since the plan was made."""
-    paths: dict[str, Path] = {}
+def _check_current(fresh: Tree, planned: Tree, plan: Plan) -> tuple[dict[str, str], dict[str, int]]:
+    """Step 1: refuse unsafe paths (checked afresh) and files that changed since ``planned`` read them."""
+    paths: dict[str, str] = {}
     modes: dict[str, int] = {}
     for edit in plan.edits:
         expected = {edit.path: edit.before}
         if edit.action == "rename":
             expected = {edit.old_path: edit.before, edit.path: None}
         for rel, before in expected.items():
-            path = tree.path(rel)
+            path = str(fresh.path(rel))
             paths[rel] = path
             try:
                 info = os.lstat(path)
             except (FileNotFoundError, NotADirectoryError):
                 info = None
-            if info is not None and os.path.islink(path):
+            if info is not None and stat.S_ISLNK(info.st_mode):
                 raise Refused(f"{rel}: is a symlink; hotfix replaces regular files only")
             if before is None:
                 if info is not None:
@@ -140,56 +121,65 @@ def _check_current(tree: Tree, plan: Plan) -> tuple[dict[str, Path], dict[str, i
                 continue
             if info is None:
                 raise Refused(f"{rel}: missing now but existed when the patch was planned (changed since planning)")
-            with open(path, "rb") as fh:
-                if fh.read() != before:
-                    raise Refused(f"{rel}: changed since planning", hint="plan again (rerun the command)")
+            if not planned.unchanged_since_read(rel, info):
+                with open(path, "rb") as fh:
+                    if fh.read() != before:
+                        raise Refused(f"{rel}: changed since planning", hint="plan again (rerun the command)")
             modes[rel] = info.st_mode & 0o7777
     return paths, modes
 
 
-def _missing_dirs(root: Path, paths: Iterable[Path]) -> list[Path]:
+def _missing_dirs(root: Path, paths: Iterable[str]) -> list[str]:
     """Parent directories to create, outermost first."""
-    missing: list[Path] = []
-    seen: set[Path] = set()
+    missing: list[str] = []
+    known: set[str] = set()
     for path in paths:
         chain = []
-        parent = path.parent
-        while parent not in seen and not parent.is_dir():
-            if parent.exists() or os.path.islink(parent):
-                raise Refused(f"{parent.relative_to(root)}: is not a directory")
+        parent = os.path.dirname(path)
+        while parent not in known and not os.path.isdir(parent):
+            if os.path.lexists(parent):
+                raise Refused(f"{os.path.relpath(parent, root)}: is not a directory")
             chain.append(parent)
-            parent = parent.parent
+            parent = os.path.dirname(parent)
+        known.add(parent)
         for directory in reversed(chain):
-            seen.add(directory)
+            known.add(directory)
             missing.append(directory)
     return missing
 
 
-def _fsync_paths(paths: Iterable[Path]) -> None:
-    """fsync many files or directories; fsync releases the GIL, so a few threads overlap the waits."""
-    paths = list(paths)
-
-    def one(path: Path) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    if len(paths) < 8:
-        for path in paths:
-            one(path)
-        return
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(one, paths))
+PARALLEL_MIN = 8
+WORKERS = 8
 
 
-def _drop_bytecode(paths: Iterable[Path]) -> None:
+def _parallel(function, items: list) -> list:
+    """``map`` over threads for file system work (open/write/fsync/hash release the GIL)."""
+    if len(items) < PARALLEL_MIN:
+        return [function(item) for item in items]
+    chunks = [items[start::WORKERS] for start in range(WORKERS)]
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        done = list(pool.map(lambda chunk: [function(item) for item in chunk], chunks))
+    results = [None] * len(items)
+    for start, chunk in enumerate(done):
+        results[start::WORKERS] = chunk
+    return results
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _drop_bytecode(paths: Iterable[str]) -> None:
     """Remove ``__pycache__/<stem>.*.pyc`` of each ``.py`` so no stale bytecode can run."""
-    by_cache_dir: dict[Path, set[str]] = {}
+    by_cache_dir: dict[str, set[str]] = {}
     for path in paths:
-        if path.suffix == ".py":
-            by_cache_dir.setdefault(path.parent / "__pycache__", set()).add(path.stem + ".")
+        directory, name = os.path.split(path)
+        if name.endswith(".py"):
+            by_cache_dir.setdefault(os.path.join(directory, "__pycache__"), set()).add(name[:-2])
     for cache_dir, prefixes in by_cache_dir.items():
         try:
             names = os.listdir(cache_dir)
@@ -197,7 +187,10 @@ def _drop_bytecode(paths: Iterable[Path]) -> None:
             continue
         for name in names:
             if name.endswith(".pyc") and name[: name.index(".") + 1] in prefixes:
-                (cache_dir / name).unlink(missing_ok=True)
+                try:
+                    os.unlink(os.path.join(cache_dir, name))
+                except FileNotFoundError:
+                    pass
 
 
 class _Interrupted(BaseException):
@@ -245,15 +238,19 @@ def _backup(original: Path, backup: Path) -> None:
         shutil.copyfile(original, backup)
 
 
-def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True) -> None:
-    """Write ``plan`` under ``root`` all-or-nothing (see the module docstring). WriteFailed on OSError."""
+def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tree: Tree | None = None) -> None:
+    """Write ``plan`` under ``root`` all-or-nothing (see the module docstring). WriteFailed on OSError.
+
+    ``tree``: the Tree the plan was read through, if at hand; files it read and that provably did not
+    change since (same inode, size, mtime, ctime) are not read again.
+    """
     root = Path(root)
     journal_dir = Path(journal_dir)
-    tree = Tree(root)
+    tree = tree if tree is not None else Tree(root)
     if (journal_dir / JOURNAL).exists():
         raise Refused(f"{journal_dir / JOURNAL}: an interrupted apply was not recovered",
                       hint=f"run `hotfix recover --root {root}`")
-    paths, modes = _check_current(tree, plan)
+    paths, modes = _check_current(Tree(root), tree, plan)
     ops = file_ops(plan, modes)
     new_dirs = _missing_dirs(root, (paths[op.path] for op in ops if op.after is not None))
     tag = f"{os.getpid()}-{os.urandom(4).hex()}"
@@ -261,7 +258,7 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True) -> 
         "schema": SCHEMA,
         "root": str(root.absolute()),
         "tag": tag,
-        "created_dirs": [str(d.relative_to(root)) for d in new_dirs],
+        "created_dirs": [os.path.relpath(d, root) for d in new_dirs],
         "files": [],
     }
     written_journal = False
@@ -272,6 +269,7 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True) -> 
             backups = journal_dir / BACKUPS
             shutil.rmtree(backups, ignore_errors=True)
             backups.mkdir(parents=True)
+            hashes = _parallel(_sha256, [op.before for op in ops] + [op.after for op in ops])
             for index, op in enumerate(ops):
                 current = op.path
                 backup = None
@@ -280,8 +278,8 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True) -> 
                     _backup(paths[op.path], journal_dir / backup)
                 record["files"].append({
                     "path": op.path, "backup": backup,
-                    "before_sha256": _sha256(op.before), "before_mode": op.before_mode,
-                    "after_sha256": _sha256(op.after), "after_mode": op.after_mode,
+                    "before_sha256": hashes[index], "before_mode": op.before_mode,
+                    "after_sha256": hashes[len(ops) + index], "after_mode": op.after_mode,
                 })
             current = str(journal_dir / JOURNAL)
             if fsync:
@@ -290,18 +288,10 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True) -> 
             written_journal = True
             # step 3: new contents beside their targets
             for directory in new_dirs:
-                current = str(directory.relative_to(root))
-                directory.mkdir()
-            temps = []
-            for op in ops:
-                if op.after is not None:
-                    current = op.path
-                    temp = temp_path_for(paths[op.path], tag)
-                    write_new_file(temp, op.after, op.after_mode, fsync=False)
-                    temps.append(temp)
-            if fsync:
-                current = "new file contents"
-                _fsync_paths(temps)
+                current = os.path.relpath(directory, root)
+                os.mkdir(directory)
+            current = "new file contents"
+            _parallel(lambda op: _write_temp(paths[op.path], tag, op, fsync), [op for op in ops if op.after is not None])
             # step 4: the switch
             for op in ops:
                 current = op.path
@@ -309,13 +299,16 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True) -> 
                     os.replace(temp_path_for(paths[op.path], tag), paths[op.path])
                 else:
                     os.unlink(paths[op.path])
+            current = "emptied directories"
+            removed_dirs = _remove_emptied_dirs(root, [paths[op.path] for op in ops if op.after is None])
             # step 5
             touched = [paths[op.path] for op in ops]
             current = "__pycache__"
             _drop_bytecode(touched)
             if fsync:
                 current = "directories"
-                _fsync_paths({p.parent for p in touched} | {d.parent for d in new_dirs})
+                parents = {os.path.dirname(p) for p in touched + new_dirs + removed_dirs}
+                _parallel(_fsync_path, sorted(parents - set(removed_dirs)))
             # step 6: commit point
             current = str(journal_dir / JOURNAL)
             os.unlink(journal_dir / JOURNAL)
@@ -330,6 +323,28 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True) -> 
         _raise_after_restore(exc, current, report, root)
 
 
+def _remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
+    """Remove directories left empty by deleted files, as git apply does (recovery recreates them)."""
+    stop = os.path.abspath(root)
+    removed = []
+    for directory in sorted({os.path.dirname(p) for p in deleted}, key=len, reverse=True):
+        while os.path.abspath(directory) != stop:
+            try:
+                os.rmdir(directory)
+            except OSError:
+                break
+            removed.append(directory)
+            directory = os.path.dirname(directory)
+    return removed
+
+
+def _write_temp(path: str, tag: str, op: FileOp, fsync: bool) -> None:
+    try:
+        write_new_file(temp_path_for(path, tag), op.after, op.after_mode, fsync=fsync)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, op.path) from None
+
+
 def _raise_after_restore(exc: BaseException, current: str, report: RecoveryReport | None, root: Path) -> None:
     if report is not None and report.problems:
         raise WriteFailed(
@@ -341,7 +356,8 @@ def _raise_after_restore(exc: BaseException, current: str, report: RecoveryRepor
         raise HotfixError(f"interrupted by {name}; every file was restored, nothing was changed",
                           exit_code=128 + exc.signum) from None
     if isinstance(exc, OSError):
-        raise WriteFailed(f"{current}: {_describe(exc)}; every file was restored, nothing was changed") from None
+        where = exc.filename if isinstance(exc.filename, str) and current == "new file contents" else current
+        raise WriteFailed(f"{where}: {_describe(exc)}; every file was restored, nothing was changed") from None
     raise exc
 
 
@@ -370,7 +386,8 @@ def _put_back(path: Path, backup: Path, entry: dict, tag: str) -> None:
     if _file_sha256(path) == entry["before_sha256"] and (os.stat(path).st_mode & 0o7777) == entry["before_mode"]:
         return
     temp = temp_path_for(path, f"{tag}-restore")
-    temp.unlink(missing_ok=True)
+    os.makedirs(os.path.dirname(temp), exist_ok=True)
+    unlink_if_present(temp)
     try:
         os.link(backup, temp)
     except OSError:
@@ -405,7 +422,7 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
                 elif _file_sha256(path) != entry["before_sha256"]:
                     problems.append(f"{rel} (no backup)")
             for temp in (temp_path_for(path, tag), temp_path_for(path, f"{tag}-restore")):
-                temp.unlink(missing_ok=True)
+                unlink_if_present(temp)
         except OSError as exc:
             problems.append(f"{rel} ({_describe(exc)})")
     for rel in reversed(record.get("created_dirs", [])):
@@ -454,4 +471,8 @@ def recover(journal_dir: Path) -> RecoveryReport | None:
         raise InvalidInput(f"{journal}: unreadable journal ({exc})",
                            hint="restore the files listed in it by hand from its backups/") from None
     with _signals_blocked():
-        return _restore(record, journal_dir)
+        report = _restore(record, journal_dir)
+    if report.problems:
+        raise WriteFailed(f"{journal}: could not restore {', '.join(report.problems)}",
+                          hint="fix the cause (read-only or full file system?) and run `hotfix recover` again")
+    return report

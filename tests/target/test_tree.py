@@ -1,0 +1,63 @@
+import os
+
+import pytest
+
+from vllm_hotfix.errors import Refused
+from vllm_hotfix.target.tree import Tree
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = tmp_path / "root"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "mod.py").write_bytes(b"x = 1\r\n")
+    os.chmod(root / "pkg" / "mod.py", 0o755)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.py").write_bytes(b"secret\n")
+    return root
+
+
+def test_reads_bytes_and_mode_and_missing_is_none(root):
+    tree = Tree(root)
+    state = tree.read("pkg/mod.py")
+    assert state.data == b"x = 1\r\n" and state.mode & 0o777 == 0o755
+    assert tree.read("pkg/new.py") is None
+    assert tree.read("pkg/mod.py/below") is None
+    assert tree.read("pkg/./sub/../mod.py").data == b"x = 1\r\n"
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("/etc/passwd", "is absolute"),
+    ("../outside/secret.py", "escapes the target root"),
+    ("pkg/../../outside/secret.py", "escapes the target root"),
+    ("..", "escapes the target root"),
+    ("", "empty path"),
+])
+def test_refuses_paths_outside_the_root(root, bad, message):
+    with pytest.raises(Refused, match=message):
+        Tree(root).read(bad)
+
+
+def test_refuses_symlinks_leading_outside(root):
+    (root / "pkg" / "link.py").symlink_to(root.parent / "outside" / "secret.py")
+    (root / "linkdir").symlink_to(root.parent / "outside")
+    (root / "dangling.py").symlink_to(root.parent / "outside" / "nothing.py")
+    tree = Tree(root)
+    for rel in ("pkg/link.py", "linkdir/secret.py", "linkdir/new.py", "dangling.py"):
+        with pytest.raises(Refused, match=f"{rel}: leads outside .* through a symlink"):
+            tree.read(rel)
+        with pytest.raises(Refused):
+            tree.path(rel)
+
+
+def test_symlinks_staying_inside_are_followed(root):
+    (root / "alias").symlink_to(root / "pkg")
+    assert Tree(root).read("alias/mod.py").data == b"x = 1\r\n"
+    via_link = root.parent / "root-link"
+    via_link.symlink_to(root)
+    assert Tree(via_link).read("pkg/mod.py").data == b"x = 1\r\n"
+
+
+def test_directory_is_refused(root):
+    with pytest.raises(Refused, match="pkg: is a directory"):
+        Tree(root).read("pkg")
