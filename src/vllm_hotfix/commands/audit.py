@@ -12,8 +12,10 @@ from vllm_hotfix.target.locate import locate_package
 
 def run(*, package: str, python: str | None = None, as_json: bool = False) -> int:
     target = locate_package(package, python)
+    hint = "check a source checkout with `git status`; `hotfix where` shows what is loaded and its git state"
+    if target.kind == "editable":
+        raise Refused(f"{package} is an editable install from {target.root}: pip's RECORD does not cover its files, nothing to audit", hint=hint)
     if not target.has_record:
-        hint = "for a git checkout use `git status`; `hotfix where` shows what is loaded"
         raise Refused(f"{package} at {target.package_dir} is a {target.kind} install without a pip RECORD: nothing to audit", hint=hint)
     assert target.dist_info is not None
     site_packages = target.dist_info.parent
@@ -50,5 +52,9 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
         else:
             verdict = "pristine"
         say(f"{target.distribution} {target.version}: {report.files_checked} files, "
-            f"{report.bytes / 1e6:.0f} MB checked against {target.dist_info.name}/RECORD: {verdict}")
+            f"{_megabytes(report.bytes)} checked against {target.dist_info.name}/RECORD: {verdict}")
     return int(ExitCode.OK) if pristine else int(ExitCode.NOT_IN_EFFECT)
+
+
+def _megabytes(count: int) -> str:
+    return f"{count / 1e6:.0f} MB" if count >= 10_000_000 else f"{count / 1e6:.1f} MB"

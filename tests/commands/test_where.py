@@ -1,0 +1,37 @@
+import json
+
+
+def test_where_finds_a_real_wheel_through_another_interpreter(run_hotfix, vllm_template):
+    venv = vllm_template("0.30.0")  # read only; its python has no click, only the stdlib probe runs there
+    done = run_hotfix("where", "vllm", "--python", venv.python, "--import")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert f"path:         {venv.package_dir}" in lines
+    assert "kind:         wheel" in lines and "distribution: vllm 0.30.0" in lines
+    assert "import:       import vllm failed: ModuleNotFoundError: No module named 'torch' (path above is from find_spec)" in lines
+
+    done = run_hotfix("where", "vllm", "--json", env={"HOTFIX_PYTHON": str(venv.python)})
+    data = json.loads(done.stdout)
+    assert {k: data[k] for k in ("distribution", "version", "kind", "path", "warnings")} == {
+        "distribution": "vllm", "version": "0.30.0", "kind": "wheel", "path": str(venv.package_dir), "warnings": []}
+    assert data["dist_info"].endswith("vllm-0.30.0.dist-info") and data["python"] == str(venv.python)
+
+
+def test_where_warns_about_a_pythonpath_overlay(run_hotfix, vllm_template, tmp_path):
+    venv = vllm_template("0.30.0")
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    done = run_hotfix("where", "vllm", "--python", venv.python, env={"PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0
+    assert f"path:         {tmp_path / 'vllm'}" in done.stdout.splitlines()
+    assert f"WARNING: vllm is loaded from {tmp_path / 'vllm'} (PYTHONPATH entry {tmp_path})" in done.stdout
+
+
+def test_where_errors_are_one_line_with_exit_codes(run_hotfix, tmp_path):
+    done = run_hotfix("where", "no_such_pkg_xyz")
+    assert done.returncode == 3 and done.stdout == ""
+    assert done.stderr.splitlines()[0].startswith("hotfix: error: package no_such_pkg_xyz is not importable by ")
+    assert "--python" in done.stderr.splitlines()[1]
+    done = run_hotfix("where", "vllm", "--python", tmp_path / "python", "--json")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert json.loads(done.stdout)["error"]["message"] == f"--python {tmp_path / 'python'}: no such interpreter"
