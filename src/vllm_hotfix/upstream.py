@@ -1,0 +1,232 @@
+"""Upstream commits as patch sources, read with GitPython from a local clone.
+
+A manifest patch may name ``repo`` + ``commit`` instead of a file. Its ``sha256`` pins the commit's
+*normalised* diff (``core.diff.normalised_diff_bytes``, like Nix ``fetchpatch``), so abbreviated
+``index`` lines, mail headers and the git version do not change the hash. ``load_commit_patch``
+returns exactly those normalised bytes: ``manifest.verify_patch_bytes`` and ``check_stats`` work on
+them as on any patch file, and they parse with ``strip = 1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Sequence
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from vllm_hotfix.core.apply import FileState
+from vllm_hotfix.core.diff import exclude_paths, normalised_diff_bytes, parse_patch
+from vllm_hotfix.errors import Refused
+from vllm_hotfix.manifest import PatchSpec
+from vllm_hotfix.paths import cache_dir
+from vllm_hotfix.target.git import find_work_tree, git_available, has_commit
+
+# Fixed diff options: a user's diff.noprefix / diff.renames / diff.algorithm config must not change the pin.
+DIFF_OPTIONS = ("--full-index", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
+                "--unified=3", "--diff-algorithm=myers", "--src-prefix=a/", "--dst-prefix=b/")
+
+
+def _require_git(commit: str) -> None:
+    if not git_available():
+        raise Refused(f"git is not installed here: cannot read upstream commit {commit[:12]}",
+                      hint="install git (apt-get install git), or use a catalog patch file instead of a commit")
+
+
+def _open(repo_path: Path, commit: str):
+    _require_git(commit)
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    import git  # GitPython: imported lazily, only commands that read commits pay for it
+
+    try:
+        repo = git.Repo(repo_path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise Refused(f"{repo_path} is not a git repository: cannot read commit {commit[:12]}") from None
+    try:
+        return repo, repo.commit(commit)
+    except (git.BadName, ValueError, git.GitCommandError):
+        raise Refused(f"commit {commit[:12]} not found in {repo_path}",
+                      hint="fetch it first (git fetch origin) or pass another clone with --upstream-repo") from None
+
+
+def _git_bytes(repo, command: str, *args: str) -> bytes:
+    return getattr(repo.git, command)(*args, stdout_as_string=False, strip_newline_in_stdout=False)
+
+
+def format_commit_patch(repo_path: Path, commit: str, paths: Sequence[str] = ()) -> bytes:
+    """The commit as a ``git format-patch`` mail (its diff against the first parent), ``paths`` only if given.
+
+    A merge commit (which format-patch skips) gives a plain ``git diff`` against its first parent.
+    """
+    repo, found = _open(repo_path, commit)
+    pathspec = ("--", *(f":(literal){p}" for p in paths)) if paths else ()
+    if len(found.parents) > 1:
+        return _git_bytes(repo, "diff", *DIFF_OPTIONS, found.parents[0].hexsha, found.hexsha, *pathspec)
+    return _git_bytes(repo, "format_patch", "-1", "--stdout", "--no-signature", "--root",
+                      *DIFF_OPTIONS, found.hexsha, *pathspec)
+
+
+def commit_info(repo_path: Path, commit: str) -> dict[str, str | None]:
+    """Full sha, subject, body and the ``origin`` remote URL (None without one) of a commit."""
+    repo, found = _open(repo_path, commit)
+    subject, _, body = found.message.partition("\n")
+    try:
+        remote = repo.remotes.origin.url if "origin" in [r.name for r in repo.remotes] else None
+    except ValueError:
+        remote = None
+    return {"sha": found.hexsha, "subject": subject.strip(), "body": body.strip(), "remote": remote}
+
+
+def load_commit_patch(repo: Path, commit: str, exclude: Sequence[str] = ()) -> bytes:
+    """The commit's normalised diff against its first parent; files matching ``exclude`` left out.
+
+    The manifest pin (``pinned_sha256``) is over the diff *without* exclusions, like a patch file's
+    hash and stats; callers that verify a pin load with no ``exclude`` and apply ``exclude_paths``.
+    """
+    full = normalised_diff_bytes(format_commit_patch(repo, commit))
+    if not exclude:
+        return full
+    patch = parse_patch(full, strip=1, source=f"commit {commit[:12]}")
+    kept = exclude_paths(patch, exclude)
+    if len(kept.files) == len(patch.files):
+        return full
+    if not kept.files:
+        raise Refused(f"commit {commit[:12]}: every changed file is excluded by {', '.join(exclude)}")
+    paths = sorted({p for f in kept.files for p in (f.old_path, f.new_path) if p is not None})
+    return normalised_diff_bytes(format_commit_patch(repo, commit, paths))
+
+
+def pinned_sha256(data: bytes) -> str:
+    """The hash a manifest pins a commit patch with: sha256 of the normalised diff."""
+    return hashlib.sha256(normalised_diff_bytes(data)).hexdigest()
+
+
+def find_commit_source(commit: str, upstream_repo: Path | None = None, target_root: Path | None = None,
+                       repo_url: str | None = None) -> Path:
+    """The local repository holding ``commit``: ``upstream_repo`` if given, else the target checkout."""
+    _require_git(commit)
+    searched = []
+    if upstream_repo is not None:
+        if has_commit(Path(upstream_repo), commit):
+            return Path(upstream_repo)
+        searched.append(str(upstream_repo))
+    if target_root is not None:
+        work_tree = find_work_tree(Path(target_root))
+        if work_tree is not None:
+            if has_commit(work_tree, commit):
+                return work_tree
+            searched.append(str(work_tree))
+    where = ", ".join(searched) if searched else "any local clone (none given, and the target is not a git checkout)"
+    clone = f"a clone of {repo_url}" if repo_url else "a clone that has it"
+    raise Refused(f"commit {commit[:12]} not found in {where}", hint=f"pass --upstream-repo PATH ({clone})")
+
+
+def load_pinned_commit(spec: PatchSpec, *, upstream_repo: Path | None = None, target_root: Path | None = None) -> bytes:
+    """Find, read and verify a manifest's commit patch; the normalised diff, before ``spec.exclude``."""
+    if spec.kind != "commit" or spec.commit is None:
+        raise ValueError(f"{spec.label} is not a commit patch")
+    source = find_commit_source(spec.commit, upstream_repo, target_root, spec.repo)
+    data = load_commit_patch(source, spec.commit)
+    actual = hashlib.sha256(data).hexdigest()
+    if spec.sha256 is not None and actual != spec.sha256:
+        raise Refused(f"{spec.label}: sha256 of the normalised diff in {source}: expected {spec.sha256}, got {actual}",
+                      hint="that commit's content is not what the manifest pins (rewritten history?); nothing was changed")
+    return data
+
+
+# --- published wheels: the pristine bytes of a release -------------------------------------------
+
+PYPI_JSON = "https://pypi.org/pypi/{name}/json"
+
+
+def _wheel_prefix(distribution: str, version: str) -> str:
+    return f"{canonicalize_name(distribution).replace('-', '_')}-{version}-"
+
+
+def published_wheel(distribution: str, version: str, *, download: bool = True) -> Path:
+    """The real wheel of ``distribution==version`` from the cache (``paths.cache_dir()/wheels``).
+
+    Not cached: ``pip download --no-deps --only-binary :all:`` into the cache (temp dir beside, then
+    ``os.replace``), unless ``download`` is False.
+    """
+    wheels = cache_dir() / "wheels"
+    prefix = _wheel_prefix(distribution, version)
+    found = sorted(p for p in wheels.glob("*.whl") if p.name.lower().startswith(prefix.lower()))
+    if found:
+        return found[0]
+    if not download:
+        raise Refused(f"no cached wheel of {distribution} {version} in {wheels}",
+                      hint=f"pip download --no-deps --only-binary :all: {distribution}=={version} -d {wheels}")
+    wheels.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=wheels) as tmp:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
+             "--disable-pip-version-check", f"{distribution}=={version}", "-d", tmp],
+            capture_output=True, text=True,
+        )
+        got = sorted(Path(tmp).glob("*.whl"))
+        if done.returncode != 0 or not got:
+            last = (done.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
+            raise Refused(f"cannot download the {distribution} {version} wheel: {last}",
+                          hint=f"download it yourself into {wheels} (pip download --no-deps --only-binary :all: {distribution}=={version})")
+        final = wheels / got[0].name
+        os.replace(got[0], final)
+    return final
+
+
+class WheelReader:
+    """A ``core.apply.Reader`` over a wheel's files (paths relative to site-packages), no install needed."""
+
+    def __init__(self, wheel: Path):
+        self.wheel = Path(wheel)
+        try:
+            self._zip = zipfile.ZipFile(self.wheel)
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise Refused(f"{self.wheel}: not a readable wheel: {exc}") from None
+        self._members = {info.filename: info for info in self._zip.infolist() if not info.is_dir()}
+
+    def __call__(self, relpath: str) -> FileState | None:
+        info = self._members.get(relpath)
+        if info is None:
+            return None
+        mode = (info.external_attr >> 16) & 0o7777 or 0o644
+        return FileState(self._zip.read(info), mode)
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def __enter__(self) -> WheelReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def published_releases(distribution: str, *, timeout: float = 30.0) -> list[str]:
+    """Final releases of ``distribution`` on PyPI that have a wheel (not yanked), oldest first."""
+    url = PYPI_JSON.format(name=canonicalize_name(distribution))
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            data = json.load(response)
+    except (OSError, ValueError) as exc:
+        raise Refused(f"cannot list the releases of {distribution} from {url}: {exc}",
+                      hint="pass the releases to check with --versions 0.30.0,0.31.0") from None
+    versions = []
+    for text, files in data.get("releases", {}).items():
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if version.is_prerelease or version.is_devrelease:
+            continue
+        if any(f.get("packagetype") == "bdist_wheel" and not f.get("yanked") for f in files):
+            versions.append(version)
+    return [str(v) for v in sorted(versions)]
