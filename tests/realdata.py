@@ -117,3 +117,67 @@ def python_sources(site_packages: Path, dest: Path) -> Path:
 
 def this_site_packages() -> Path:
     return Path(sysconfig.get_paths()["purelib"])
+
+
+SOURCES = CACHE / "sources"
+DIFFS = CACHE / "diffs"
+
+
+def _is_python_source(name: str) -> bool:
+    return name.startswith("vllm/") and not name.endswith((".so", "/")) and "__pycache__" not in name
+
+
+_ELF_MAGIC = b"\x7fELF"
+
+
+def vllm_source_tree(version: str) -> Path:
+    """Cached ``<dir>/vllm`` sources unzipped from the real wheel. Read only!
+
+    Compiled code is left out: ``*.so`` and ELF executables (the wheels ship a 57 MB ``vllm/vllm-rs``
+    that would turn the source diff into a binary diff), and ``__pycache__``.
+
+    Returns ``<dir>``, the directory that contains ``vllm/`` (what ``-p1`` paths are relative to).
+    """
+    import zipfile
+
+    root = SOURCES / f"vllm-{version}"
+    with _file_lock(SOURCES / f".{version}.lock"):
+        if (root / ".complete").exists():
+            return root
+        tmp = SOURCES / f".extract-{version}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+        with zipfile.ZipFile(vllm_wheel(version)) as wheel:
+            for info in wheel.infolist():
+                if not _is_python_source(info.filename):
+                    continue
+                with wheel.open(info) as member:
+                    if member.read(len(_ELF_MAGIC)) == _ELF_MAGIC:
+                        continue
+                path = Path(wheel.extract(info, tmp))
+                if (info.external_attr >> 16) & 0o111:
+                    path.chmod(0o755)
+        (tmp / ".complete").write_text("ok\n")
+        os.replace(tmp, root)
+        return root
+
+
+def vllm_source_diff(old: str = "0.29.0", new: str = "0.30.0") -> Path:
+    """Cached ``diff -ruN`` of two real wheels' ``vllm/`` sources, paths ``a/vllm/...`` / ``b/vllm/...``."""
+    old_tree, new_tree = vllm_source_tree(old), vllm_source_tree(new)
+    final = DIFFS / f"vllm-{old}-{new}.diff"
+    with _file_lock(DIFFS / f".{old}-{new}.lock"):
+        if final.exists():
+            return final
+        work = DIFFS / f".build-{old}-{new}-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        (work / "a").symlink_to(old_tree)
+        (work / "b").symlink_to(new_tree)
+        with open(work / "out.diff", "wb") as out:
+            done = subprocess.run(["diff", "-ruN", "a/vllm", "b/vllm"], cwd=work, stdout=out)
+        if done.returncode not in (0, 1):
+            raise RuntimeError(f"diff -ruN failed with exit code {done.returncode}")
+        os.replace(work / "out.diff", final)
+        shutil.rmtree(work, ignore_errors=True)
+        return final
