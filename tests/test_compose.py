@@ -59,11 +59,11 @@ services:
 """
 
 
-def make_mounts(export_source: str = "./hotfix-export") -> compose.Mounts:
+def make_mounts(container_site_packages: str | None = None) -> compose.Mounts:
     locked = LockedFile(PATH, "0" * 64, "1" * 64, f"mamba-align-block-size/{PATH}")
     hotfix = LockedHotfix("mamba-align-block-size", 1, "vllm", "vllm", "0.30.0", "0.32.0", (locked,))
     lock = Lock(site_packages=SITE, hotfixes=(hotfix,))
-    return compose.mounts_for(lock, lock.hotfixes, export_source)
+    return compose.mounts_for(lock, lock.hotfixes, "./hotfix-export", container_site_packages)
 
 
 def validate(*files: Path) -> None:
@@ -151,3 +151,10 @@ def test_target_already_mounted_from_elsewhere_is_refused():
     clash = LIST_ENV.replace("      - ./models:/models:ro", f"      - ./old/{PATH}:{SITE}/{PATH}:ro\n      - ./models:/models:ro")
     with pytest.raises(Refused, match="already mounts"):
         compose.add_mounts(clash, "vllm", mounts)
+
+
+def test_remove_finds_our_mounts_by_source_whatever_the_container_path():
+    in_image = make_mounts("/usr/lib/python3/dist-packages")
+    assert in_image.hotfix[0].target.startswith("/usr/lib/python3/dist-packages/vllm/")
+    added = compose.add_mounts(LIST_ENV, "vllm", in_image).text
+    assert compose.remove_mounts(added, "vllm", make_mounts()).text == LIST_ENV

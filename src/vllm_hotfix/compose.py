@@ -243,6 +243,12 @@ def _volume_target(entry: Any) -> Optional[str]:
     return None
 
 
+def _read_only_source(entry: str) -> Optional[str]:
+    """The host source of a short-syntax ``SOURCE:TARGET:ro`` entry, None for anything else."""
+    parts = entry.split(":")
+    return parts[0] if len(parts) == 3 and parts[2] == "ro" else None
+
+
 def _env_has(env: Any, name: str) -> Optional[str]:
     """The value of ``name`` in a list- or mapping-style environment (None when absent)."""
     if isinstance(env, dict):
@@ -309,17 +315,19 @@ def remove_mounts(text: str, service: str, mounts: Mounts, *, source: str = "doc
     if volumes is not None and not isinstance(volumes, list):
         raise InvalidInput(f"{source}: key 'services.{service}.volumes' is not a list")
     volumes = volumes if volumes is not None else []
-    ours = {m.spec for m in mounts.hotfix}
+    # matched by host source and read-only mode, so a different --container-site-packages still finds them
+    ours = {m.source for m in mounts.hotfix}
     prefix = mounts.export_source + "/"
-    remaining_hotfix = [v for v in volumes if isinstance(v, str) and v not in ours
-                        and v.startswith(prefix) and v != mounts.lock.spec]
+    sources = {v: _read_only_source(v) for v in volumes if isinstance(v, str)}
+    remaining_hotfix = [v for v, src in sources.items()
+                        if src and src not in ours and src.startswith(prefix) and src != mounts.lock.source]
     drop = set(ours)
     env = svc.get("environment")
     drop_env = False
     if not remaining_hotfix:
-        drop.add(mounts.lock.spec)
+        drop.add(mounts.lock.source)
         drop_env = _env_has(env, LOCK_ENV) == mounts.env_value
-    removed = [v for v in volumes if isinstance(v, str) and v in drop]
+    removed = [v for v, src in sources.items() if src in drop]
     if not removed and not drop_env:
         return Edit(text, (), ())
 

@@ -140,3 +140,20 @@ def test_override_dry_run_and_unknown_service(exported, run_hotfix):
                        "--export-dir", project / "hotfix-export", cwd=project)
     assert wrong.returncode == 2
     assert wrong.stderr.strip().splitlines()[0].endswith("no service 'vlm'; services: vllm, proxy")
+
+
+def test_export_when_fixed_upstream_exits_5_with_advice(tmp_path, vllm_install, run_hotfix):
+    """The built-in manifest, renamed and declared fixed in 0.30.0: the installed 0.30.0 has the fix."""
+    from vllm_hotfix.catalog import BUILTIN_DIR
+
+    catalog = tmp_path / "catalog"
+    shutil.copytree(BUILTIN_DIR / "patches", catalog / "patches")
+    (catalog / "manifests").mkdir()
+    text = (BUILTIN_DIR / "manifests" / f"{HOTFIX}.toml").read_text()
+    text = text.replace(f'id = "{HOTFIX}"', 'id = "mamba-fixed-already"').replace('fixed_in = "0.32.0"', 'fixed_in = "0.30.0"')
+    (catalog / "manifests" / "mamba-fixed-already.toml").write_text(text)
+    venv = vllm_install("0.30.0")
+    done = run_hotfix("export", "mamba-fixed-already", "--to", tmp_path / "out", "--python", venv.python, "--catalog", catalog)
+    assert done.returncode == 5, done.stderr
+    assert "already contains the fix" in done.stderr and "--remove" in done.stderr
+    assert not (tmp_path / "out").exists()
