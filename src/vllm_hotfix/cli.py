@@ -205,11 +205,21 @@ def show_cmd(**options: Any) -> None:
 @click.option("--from-install", "from_install", metavar="PACKAGE", help="Make the patch from files edited by hand in an installed wheel.")
 @python_option
 @click.option("--target", "distribution", help="Distribution the hotfix targets (vllm, vllm-ascend).")
-@click.option("--versions", help="PEP 440 range the hotfix applies to, e.g. '>=0.29,<0.32'.")
+@click.option("--versions", help="PEP 440 range the hotfix applies to, e.g. '>=0.29,<0.32' (--from-install: default ==installed).")
+@click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="--from-install: the pristine wheel of the installed release (default: cached, else pip download).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Catalog directory to write manifests/ and patches/ into.")
 @json_option
 def new_cmd(**options: Any) -> None:
-    """Author a hotfix: write patches/ID/*.patch and manifests/ID.toml with hashes and stats."""
+    """Author a hotfix: write patches/ID/*.patch and manifests/ID.toml with hashes and stats.
+
+    \b
+    Examples:
+      hotfix new glm-conv-null-slot --from-commit f5826a4 --repo ./vllm-ascend \\
+          --exclude 'release_notes/**' --add-patch zero-null-row.patch \\
+          --target vllm-ascend --versions '==0.30.0rc2' --out ./my-catalog
+      hotfix new my-fix --from-install vllm --python /opt/venv/bin/python --out ./my-catalog
+    Then: hotfix show ID --catalog ./my-catalog; hotfix check-catalog ID --catalog ./my-catalog
+    """
     _exit(_dispatch("new", **options))
 
 

@@ -1,0 +1,104 @@
+"""`hotfix new`: from a real git commit and from a real vLLM 0.30.0 install edited by hand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from fixtures.ascend import CAUSAL_CONV1D, RELEASE_NOTE, make_upstream_clone, make_vllm_ascend_checkout
+
+from vllm_hotfix.catalog import BUILTIN_DIR
+from vllm_hotfix.core.apply import plan_patch
+from vllm_hotfix.core.diff import parse_patch
+from vllm_hotfix.manifest import load_manifest, verify_patch_bytes
+from vllm_hotfix.upstream import WheelReader
+
+ZERO_PATCH = BUILTIN_DIR / "patches" / "glm-conv-null-slot" / "0002-zero-the-conv-state-null-slot-row.patch"
+MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    return make_upstream_clone(tmp_path_factory.mktemp("upstream") / "vllm-ascend")
+
+
+def _new_from_commit(run_hotfix, clone, out, *extra):
+    return run_hotfix("new", "glm-null-slot", "--from-commit", "HEAD", "--repo", clone,
+                      "--exclude", "release_notes/**", "--add-patch", ZERO_PATCH,
+                      "--target", "vllm-ascend", "--versions", "==0.30.0rc2", "--out", out, *extra)
+
+
+def test_new_from_commit_writes_a_catalog_entry_that_loads_shows_and_applies(run_hotfix, clone, tmp_path):
+    out = tmp_path / "catalog"
+    done = _new_from_commit(run_hotfix, clone, out, "--json")
+    assert done.returncode == 0, done.stderr
+    written = json.loads(done.stdout)
+
+    manifest = load_manifest(out / "manifests" / "glm-null-slot.toml")
+    commit, zero = manifest.patches
+    sha7 = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short=7", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert commit.file.startswith(f"glm-null-slot/0001-{sha7}-use-a-non-negative-null-slot")
+    assert commit.exclude == ("release_notes/**",)
+    assert (commit.stats.files, commit.stats.insertions, commit.stats.deletions) == (5, 75, 8)  # before exclude
+    assert zero.file == f"glm-null-slot/0002-{ZERO_PATCH.name}"
+    for spec in manifest.patches:
+        verify_patch_bytes(spec, manifest.patch_path(spec).read_bytes())
+    assert [r.kind for r in manifest.references] == ["commit"]
+    assert manifest.targets[0].distribution == "vllm-ascend" and manifest.targets[0].versions == "==0.30.0rc2"
+    assert written["manifest"] == str(out / "manifests" / "glm-null-slot.toml")
+
+    listed = run_hotfix("list", "--catalog", out, "--json")
+    assert "glm-null-slot" in [m["id"] for m in json.loads(listed.stdout)]
+    shown = run_hotfix("show", "glm-null-slot", "--catalog", out)
+    assert shown.returncode == 0 and "release_notes/**" in shown.stdout
+
+    checkout = make_vllm_ascend_checkout(tmp_path / "checkout")
+    files = [str(manifest.patch_path(s)) for s in manifest.patches]
+    subprocess.run(["git", "-C", str(checkout), "apply", "--exclude=release_notes/*", *files], check=True)
+    assert not (checkout / RELEASE_NOTE).exists()
+    assert "kernel_state[-1].zero_()" in (checkout / CAUSAL_CONV1D).read_text()
+
+
+def test_new_refuses_to_overwrite_an_existing_manifest(run_hotfix, clone, tmp_path):
+    out = tmp_path / "catalog"
+    assert _new_from_commit(run_hotfix, clone, out).returncode == 0
+    manifest = out / "manifests" / "glm-null-slot.toml"
+    before = manifest.read_bytes()
+    again = _new_from_commit(run_hotfix, clone, out)
+    assert again.returncode == 3
+    assert again.stderr.startswith(f"hotfix: error: {manifest} already exists")
+    assert manifest.read_bytes() == before
+
+
+def test_new_needs_exactly_one_source(run_hotfix, tmp_path):
+    done = run_hotfix("new", "x", "--out", tmp_path)
+    assert done.returncode == 2 and "--from-commit" in done.stderr
+    assert not (tmp_path / "manifests").exists()
+
+
+def test_new_from_install_diffs_hand_edits_against_the_pristine_wheel(run_hotfix, vllm_install, vllm_wheel, tmp_path):
+    venv = vllm_install("0.30.0")
+    edited = venv.site_packages / MAMBA
+    pristine = edited.read_bytes()
+    old = b"// self.cache_config.block_size"
+    assert pristine.count(old) == 1
+    edited.write_bytes(pristine.replace(old, b"// self.cache_config.mamba_block_size"))
+
+    out = tmp_path / "catalog"
+    done = run_hotfix("new", "my-mamba-edit", "--from-install", "vllm", "--python", venv.python,
+                      "--wheel", vllm_wheel("0.30.0"), "--out", out)
+    assert done.returncode == 0, done.stderr
+
+    manifest = load_manifest(out / "manifests" / "my-mamba-edit.toml")
+    assert manifest.targets[0].distribution == "vllm" and manifest.targets[0].versions == "==0.30.0"
+    (spec,) = manifest.patches
+    data = manifest.patch_path(spec).read_bytes()
+    patch = parse_patch(data)
+    assert [f.path for f in patch.files] == [MAMBA]
+    assert (patch.stats.insertions, patch.stats.deletions) == (1, 1)
+    with WheelReader(vllm_wheel("0.30.0")) as wheel:
+        (edit,) = plan_patch(patch, wheel).edits
+    assert edit.before == pristine and edit.after == edited.read_bytes()
