@@ -1,0 +1,79 @@
+"""`hotfix check-catalog` on the real, cached vLLM wheels (never downloads beyond realdata.vllm_wheel)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+
+
+@pytest.fixture(autouse=True)
+def cached_wheels(vllm_wheel):
+    for version in ("0.30.0", "0.31.0", "0.32.0"):
+        vllm_wheel(version)
+
+
+def test_mamba_applies_in_range_and_is_fixed_upstream_on_the_fixing_release(run_hotfix):
+    done = run_hotfix("check-catalog", "mamba-align-block-size", "--versions", "0.30.0,0.31.0,0.32.0", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is True
+    assert [(c["release"], c["state"]) for c in report["cells"]] == [
+        ("0.30.0", "applies"), ("0.31.0", "applies"), ("0.32.0", "fixed-upstream")]
+    assert "[3/3] mamba-align-block-size on vllm 0.32.0" in done.stderr  # progress on stderr
+
+
+def _broken_catalog(root):
+    """A manifest whose patch expects a line no vLLM release has, plus a git-target manifest."""
+    patch = (f"diff --git a/{MAMBA} b/{MAMBA}\n--- a/{MAMBA}\n+++ b/{MAMBA}\n"
+             "@@ -1,2 +1,2 @@\n-# this line is in no vLLM release\n+# replaced\n # SPDX\n").encode()
+    (root / "patches" / "broken").mkdir(parents=True)
+    (root / "patches" / "broken" / "0.patch").write_bytes(patch)
+    (root / "manifests").mkdir()
+    (root / "manifests" / "broken.toml").write_text(f"""\
+schema = 1
+id = "broken"
+version = 1
+title = "a hotfix that no longer applies"
+[[targets]]
+distribution = "vllm"
+versions = ">=0.31.0,<0.33.0"
+[[patches]]
+file = "broken/0.patch"
+sha256 = "{hashlib.sha256(patch).hexdigest()}"
+""")
+    (root / "manifests" / "on-a-checkout.toml").write_text("""\
+schema = 1
+id = "on-a-checkout"
+version = 1
+title = "git target"
+[[targets]]
+distribution = "vllm-ascend"
+git = { tag = "v0.30.0rc2" }
+[[patches]]
+file = "broken/0.patch"
+sha256 = "%s"
+""" % hashlib.sha256(patch).hexdigest())
+    return root
+
+
+def test_failing_release_exits_1_with_the_first_hunk_error_and_matrix(run_hotfix, tmp_path):
+    catalog = _broken_catalog(tmp_path / "catalog")
+    done = run_hotfix("check-catalog", "broken", "on-a-checkout", "mamba-align-block-size",
+                      "--versions", "0.30.0,0.31.0", "--catalog", catalog)
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["HOTFIX", "TARGET", "0.30.0", "0.31.0"]
+    assert lines[1].split() == ["broken@1", "vllm", "not-applicable", "fails"]
+    assert lines[2].split() == ["mamba-align-block-size@1", "vllm", "applies", "applies"]
+    assert "on-a-checkout@1 (vllm-ascend): skipped: git target" in done.stdout
+    failure = [line for line in lines if line.startswith("broken@1 on vllm 0.31.0: fails: ")]
+    assert failure and MAMBA in failure[0] and "@@ -1,2 +1,2 @@" in failure[0]
+
+
+def test_bad_versions_option_is_a_usage_error(run_hotfix):
+    done = run_hotfix("check-catalog", "--versions", "0.30.x")
+    assert done.returncode == 2 and "0.30.x" in done.stderr
