@@ -166,7 +166,17 @@ def recover_cmd(**options: Any) -> None:
 @click.option("--import", "do_import", is_flag=True, help="Also run the real `import PACKAGE` in that interpreter and compare.")
 @json_option
 def where_cmd(**options: Any) -> None:
-    """Show which files `import PACKAGE` really loads, from what install, and any shadowing."""
+    """Show which files `import PACKAGE` really loads, from what install, and any shadowing.
+
+    Asks the interpreter that runs vLLM (--python, a venv directory works too), not the one running
+    hotfix. Kinds: wheel, editable, git, directory. Warns about PYTHONPATH / .pth overlays and
+    duplicate copies on sys.path.
+
+    \b
+    Examples:
+      hotfix where vllm --python /opt/venv/bin/python --import
+      hotfix where vllm_ascend --json
+    """
     _exit(_dispatch("where", **options))
 
 
@@ -175,7 +185,16 @@ def where_cmd(**options: Any) -> None:
 @python_option
 @json_option
 def audit_cmd(**options: Any) -> None:
-    """Check every installed file of PACKAGE against pip's RECORD (exit 1 if not pristine)."""
+    """Check every installed file of PACKAGE against pip's RECORD (exit 1 if not pristine).
+
+    Prints only differences, `rpm -V` style: `S.5......` size, `..5......` digest, `missing`,
+    `unrecorded` (a file in the package directory RECORD does not list; __pycache__/*.pyc ignored).
+
+    \b
+    Examples:
+      hotfix audit vllm --python /opt/venv/bin/python
+      hotfix audit vllm --json | jq .differences
+    """
     _exit(_dispatch("audit", **options))
 
 
@@ -229,7 +248,16 @@ def new_cmd(**options: Any) -> None:
 @catalog_option
 @json_option
 def check_catalog_cmd(**options: Any) -> None:
-    """Dry-run every manifest against every published release in its range (real wheels)."""
+    """Dry-run every manifest against every published release in its range (real wheels).
+
+    Prints an ID x release matrix: applies / fixed-upstream / fails / not-applicable (git targets
+    are skipped). Wheels are cached in ~/.cache/vllm-hotfix/wheels. Exit 1 if a release in range fails.
+
+    \b
+    Examples:
+      hotfix check-catalog --versions 0.30.0,0.31.0,0.32.0
+      hotfix check-catalog mamba-align-block-size --versions '>=0.29' --json
+    """
     _exit(_dispatch("check_catalog", **options))
 
 

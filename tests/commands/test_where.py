@@ -10,7 +10,7 @@ def test_where_finds_a_real_wheel_through_another_interpreter(run_hotfix, vllm_t
     assert "kind:         wheel" in lines and "distribution: vllm 0.30.0" in lines
     assert "import:       import vllm failed: ModuleNotFoundError: No module named 'torch' (path above is from find_spec)" in lines
 
-    done = run_hotfix("where", "vllm", "--json", env={"HOTFIX_PYTHON": str(venv.python)})
+    done = run_hotfix("where", "vllm", "--json", env={"HOTFIX_PYTHON": str(venv.root)})  # a venv directory works too
     data = json.loads(done.stdout)
     assert {k: data[k] for k in ("distribution", "version", "kind", "path", "warnings")} == {
         "distribution": "vllm", "version": "0.30.0", "kind": "wheel", "path": str(venv.package_dir), "warnings": []}

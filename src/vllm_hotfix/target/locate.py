@@ -66,6 +66,8 @@ class Target:
 def run_probe(package: str, python: str | None = None, do_import: bool = False) -> dict[str, Any]:
     """Run probe.py in the target interpreter (stdlib only there) and return its facts."""
     interpreter = python or sys.executable
+    if Path(interpreter).is_dir() and (Path(interpreter) / "bin" / "python").exists():
+        interpreter = str(Path(interpreter) / "bin" / "python")  # a venv given by its directory
     source = Path(probe_module.__file__).read_text(encoding="utf-8")
     argv = [interpreter, "-c", source, package] + (["--import"] if do_import else [])
     try:
