@@ -32,6 +32,15 @@ def test_audit_names_one_changed_byte_and_passes_again_after_restore(run_hotfix,
     done = run_hotfix("audit", "vllm", "--python", venv.python)
     assert done.returncode == 0 and done.stdout.endswith(": pristine\n")
 
+    record_file = venv.site_packages / "vllm-0.30.0.dist-info" / "RECORD"
+    record_file.write_text("".join(line for line in record_file.read_text().splitlines(keepends=True)
+                                   if not line.startswith("vllm/__init__.py,")))
+    done = run_hotfix("where", "vllm", "--python", venv.python, "--json")
+    assert json.loads(done.stdout)["warnings"] == [
+        f"{record_file.parent}/RECORD does not list vllm/__init__.py: the loaded files are not the ones pip installed"]
+    done = run_hotfix("audit", "vllm", "--python", venv.python)
+    assert done.returncode == 1 and done.stdout.startswith("unrecorded vllm/__init__.py\n")
+
 
 def test_audit_refuses_an_install_without_record(run_hotfix, tmp_path):
     (tmp_path / "loosepkg").mkdir()

@@ -73,3 +73,13 @@ def test_locate_root_of_a_checkout(make_repo):
     assert locate_root(repo / "vllm_ascend", "x").kind == "git"
     with pytest.raises(UsageError):
         locate_root(Path(repo) / "missing")
+
+
+def test_import_that_loads_another_file_than_find_spec_is_a_loud_warning(tmp_path, monkeypatch):
+    (tmp_path / "swapped").mkdir()
+    (tmp_path / "swapped" / "__init__.py").write_text("import sys, json\nsys.modules[__name__] = json\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    target = locate_package("swapped", do_import=True)
+    (warning,) = target.warnings
+    assert warning.startswith(f"MISMATCH: `import swapped` loads {target.import_file} but find_spec resolves "
+                              f"{tmp_path / 'swapped' / '__init__.py'}")
