@@ -30,8 +30,70 @@ def run(**options) -> int:
 
 
 def apply_hotfix(**options) -> int:
-    """Catalog hotfixes (ID) and ad-hoc --patch on an installed package (--python): not built yet."""
-    raise HotfixError("not implemented yet", hint="use `hotfix apply --patch FILE --root DIR` for a raw diff")
+    """A catalog hotfix (ID[@VERSION]) or an ad-hoc --patch on an installed package (--python --package)."""
+    from vllm_hotfix import operations as ops
+    from vllm_hotfix.catalog import Catalog, parse_ref
+    from vllm_hotfix.target.locate import locate_package
+
+    dry_run, as_json = bool(options.get("dry_run")), bool(options.get("as_json"))
+    if options.get("reverse"):
+        raise UsageError("--reverse is for a raw --patch with --root; to undo a hotfix use `hotfix rollback ID`")
+    if options.get("patch_file"):
+        if options.get("hotfix_id"):
+            raise UsageError("give either a hotfix ID or --patch FILE, not both",
+                             hint="a manifest's separately distributed file goes with --patch-file")
+        if not options.get("package"):
+            raise UsageError("--patch with --python needs --package NAME (the import name, e.g. vllm)")
+        hotfix = ops.adhoc_hotfix(options["patch_file"], hotfix_id=options.get("adhoc_id"),
+                                  strip=1 if options.get("strip") is None else options["strip"],
+                                  package=options["package"])
+        target, spec = locate_package(options["package"], options.get("python")), None
+    else:
+        if not options.get("hotfix_id"):
+            raise UsageError("name a hotfix (`hotfix list` shows them) or give --patch FILE")
+        hotfix_id, version = parse_ref(options["hotfix_id"])
+        manifest = Catalog.load(options.get("catalogs") or ()).get(hotfix_id, version)
+        target, spec = ops.resolve_manifest_target(manifest, python=options.get("python"), root=options.get("root"))
+        ops.check_applicable(manifest, spec, target)
+        ops.check_requires(manifest)
+        hotfix = ops.catalog_hotfix(manifest, target, patch_files=options.get("patch_files") or (),
+                                    upstream_repo=options.get("upstream_repo"))
+    for warning in target.warnings:
+        note(warning)
+    outcome = ops.apply(hotfix, target, spec, dry_run=dry_run)
+    _report_hotfix(outcome, as_json=as_json)
+    return 0
+
+
+def _report_hotfix(outcome, *, as_json: bool) -> None:
+    proposal = outcome.proposal
+    hotfix, target = proposal.hotfix, proposal.target
+    edits = () if proposal.already else proposal.plan.edits
+    if as_json:
+        emit_json({
+            "id": hotfix.id, "version": hotfix.version, "source": hotfix.source,
+            "target": {"root": str(target.root), "package": target.package, "distribution": target.distribution,
+                       "version": target.version, "kind": target.kind, "python": target.python},
+            "applied": not outcome.dry_run and not proposal.already,
+            "dry_run": outcome.dry_run, "already_applied": proposal.already,
+            "superseded": proposal.superseded.version if proposal.superseded else None,
+            "files": [{"path": e.path, "action": e.action, "old_path": e.old_path,
+                       "hunks": len(e.placements), "offsets": _offsets(e)} for e in edits],
+        })
+        return
+    where = f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
+    if proposal.already:
+        say(f"already applied: {hotfix.ref} on {where}; nothing to do")
+        return
+    if proposal.superseded is not None:
+        say(f"upgrade: {hotfix.id}@{proposal.superseded.version} is reversed and {hotfix.ref} applied, in one transaction")
+    for edit in edits:
+        say(_describe(edit))
+    if outcome.dry_run:
+        say(f"dry run: would apply {hotfix.ref} to {where}: {len(edits)} file(s); nothing was written")
+    else:
+        say(f"applied {hotfix.ref} to {where}: {len(edits)} file(s), all-or-nothing; "
+            f"check with `hotfix verify {hotfix.id}`")
 
 
 def recover_root(root: Path) -> None:
@@ -108,8 +170,8 @@ def _describe(edit: FileEdit) -> str:
     name = f"{edit.old_path} -> {edit.path}" if edit.action == "rename" else edit.path
     hunks = len(edit.placements)
     details = [f"{hunks} hunk{'s' if hunks != 1 else ''}"] if hunks else []
-    if edit.action == "mode" or (edit.new_mode is not None and edit.old_mode not in (None, edit.new_mode)):
-        details.append(f"mode {edit.old_mode or 0:o} -> {edit.new_mode or 0:o}")
+    if edit.new_mode is not None and edit.old_mode is not None and edit.old_mode & 0o777 != edit.new_mode:
+        details.append(f"mode {edit.old_mode & 0o777:o} -> {edit.new_mode:o}")
     for placement in edit.placements:
         offset = placement.actual - placement.expected
         if offset:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vllm_hotfix import paths
-from vllm_hotfix.errors import HotfixError, UsageError
+from vllm_hotfix.errors import UsageError
 from vllm_hotfix.output import emit_json, say
 from vllm_hotfix.txn.journal import recover
 from vllm_hotfix.txn.lock import target_lock
@@ -14,7 +14,7 @@ from vllm_hotfix.txn.lock import target_lock
 def run(**options) -> int:
     root = options.get("root")
     if root is None:
-        raise HotfixError("not implemented yet", hint="use `hotfix recover --root DIR`")
+        return _recover_python(options.get("python"), bool(options.get("as_json")))
     root = Path(root)
     if not root.is_dir():
         raise UsageError(f"--root {root}: no such directory")
@@ -31,6 +31,36 @@ def run(**options) -> int:
         say(f"nothing to recover for {root}")
     else:
         say(f"recovered an interrupted apply on {root}: every file is back to its state before that apply")
+        for rel in report.restored:
+            say(f"  restored {rel}")
+        for rel in report.removed:
+            say(f"  removed  {rel} (created by the interrupted apply)")
+    return 0
+
+
+def _recover_python(python: str | None, as_json: bool) -> int:
+    """Every target of this interpreter (its sys.path directories) with an interrupted apply."""
+    from vllm_hotfix.operations import python_roots
+
+    recovered = []
+    for root in python_roots(python):
+        state_dir = paths.target_state_dir(root)
+        if not (state_dir / "journal").is_dir():
+            continue
+        with target_lock(state_dir):
+            report = recover(state_dir / "journal")
+        if report is not None:
+            recovered.append(report)
+    if as_json:
+        emit_json({
+            "recovered": bool(recovered),
+            "restored": [str(r.root / rel) for r in recovered for rel in r.restored],
+            "removed": [str(r.root / rel) for r in recovered for rel in r.removed],
+        })
+    elif not recovered:
+        say(f"nothing to recover for python {python or 'this interpreter'}")
+    for report in [] if as_json else recovered:
+        say(f"recovered an interrupted apply on {report.root}: every file is back to its state before that apply")
         for rel in report.restored:
             say(f"  restored {rel}")
         for rel in report.removed:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_hotfix.errors import HotfixError, NotInEffect
+from vllm_hotfix.errors import NotInEffect
 
 
 def run(**options) -> int:
@@ -19,7 +19,26 @@ def run(**options) -> int:
 
 
 def _verify_recorded(**options) -> int:
-    raise HotfixError("not implemented yet")
+    """Every named (else every recorded) hotfix must be applied or fixed upstream."""
+    from vllm_hotfix.commands.status import survey
+    from vllm_hotfix.operations import IN_EFFECT
+    from vllm_hotfix.output import emit_json, say
+
+    statuses = survey(options, with_catalog=False)
+    problems = [s for s in statuses if s.state not in IN_EFFECT]
+    if options.get("as_json"):
+        emit_json([s.to_json() for s in statuses])
+    else:
+        for s in statuses:
+            if s.state in IN_EFFECT:
+                say(f"in effect: {s.id}@{s.version} ({s.state}, {s.target})")
+            else:
+                say(f"NOT IN EFFECT: {s.id} is {s.state}: {s.detail}".rstrip(": "))
+                if s.advice:
+                    say(f"  to do: {s.advice}")
+        if not statuses:
+            say("no hotfix is recorded for this target; nothing to verify")
+    return int(NotInEffect.exit_code) if problems else 0
 
 
 # -- --lock: the container entrypoint guard --------------------------------------------------------

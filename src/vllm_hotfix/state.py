@@ -1,0 +1,125 @@
+"""Recorded state of one target: which hotfixes were applied, with which exact bytes.
+
+The record is a claim, never the proof: status is always decided from the files themselves; the
+record only tells what *should* be there (and so turns "not applied" into "lost" after a rebuild).
+Lives outside the patched tree (paths.target_state_dir) and is written atomically under the lock.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix.paths import target_state_dir
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class RecordedFile:
+    path: str
+    before_sha256: str | None
+    after_sha256: str | None
+
+
+@dataclass(frozen=True)
+class RecordedHotfix:
+    id: str
+    version: int | str
+    applied_at: str
+    source: str  # 'catalog' | 'adhoc'
+    patches: tuple[str, ...]  # relative to the target state dir: exact bytes applied, in order
+    files: tuple[RecordedFile, ...]
+    strip: tuple[int, ...] = ()  # per patch, as applied
+    exclude: tuple[tuple[str, ...], ...] = ()  # per patch: the manifest's excluded globs
+    backups: str | None = None  # relative to the target state dir: originals, one file per path
+    package: str | None = None  # import name the hotfix was applied for
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data.pop("id")
+        return data
+
+
+@dataclass
+class TargetState:
+    """Mutable view of state.json; load(), change, save()."""
+
+    directory: Path
+    target: dict = field(default_factory=dict)
+    hotfixes: dict[str, RecordedHotfix] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / "state.json"
+
+    @classmethod
+    def for_root(cls, root: Path) -> "TargetState":
+        return cls.load(target_state_dir(root))
+
+    @classmethod
+    def load(cls, directory: Path) -> "TargetState":
+        path = directory / "state.json"
+        if not path.exists():
+            return cls(directory)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            hotfixes = {
+                hid: RecordedHotfix(
+                    id=hid,
+                    version=entry["version"],
+                    applied_at=entry["applied_at"],
+                    source=entry.get("source", "catalog"),
+                    patches=tuple(entry.get("patches", ())),
+                    files=tuple(RecordedFile(**f) for f in entry["files"]),
+                    strip=tuple(entry.get("strip", ())),
+                    exclude=tuple(tuple(globs) for globs in entry.get("exclude", ())),
+                    backups=entry.get("backups"),
+                    package=entry.get("package"),
+                )
+                for hid, entry in raw.get("hotfixes", {}).items()
+            }
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidInput(
+                f"{path}: recorded state is unreadable ({type(exc).__name__}: {exc})",
+                hint="move the file aside; status is decided from the files themselves",
+            ) from exc
+        return cls(directory, raw.get("target", {}), hotfixes)
+
+    def save(self) -> None:
+        from vllm_hotfix.txn.atomic import atomic_write
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "schema": SCHEMA,
+            "target": self.target,
+            "hotfixes": {hid: h.to_json() for hid, h in sorted(self.hotfixes.items())},
+        }
+        atomic_write(self.path, (json.dumps(doc, indent=2) + "\n").encode())
+
+    def store_patch(self, hotfix_id: str, index: int, data: bytes) -> str:
+        """Keep a copy of the exact patch bytes applied; returns its path relative to the state dir."""
+        from vllm_hotfix.txn.atomic import atomic_write
+
+        rel = f"patches/{hotfix_id}/{index:02d}.patch"
+        dest = self.directory / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(dest, data)
+        return rel
+
+    def read_patch(self, rel: str) -> bytes | None:
+        path = self.directory / rel
+        return path.read_bytes() if path.exists() else None
+
+    def forget(self, hotfix_id: str) -> None:
+        self.hotfixes.pop(hotfix_id, None)
+        shutil.rmtree(self.directory / "patches" / hotfix_id, ignore_errors=True)
+        shutil.rmtree(self.directory / "backups" / hotfix_id, ignore_errors=True)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
