@@ -101,7 +101,7 @@ def _explain(path: str, lines: tuple[bytes, ...], hunk: Hunk, expected: int, pre
         return _does_not_apply(path, hunk, "it overlaps the previous hunk")
     if at_start and expected != 0:
         return _does_not_apply(path, hunk, "it must match at the beginning of the file")
-    if at_end and expected + len(old) != last:
+    if at_end and (expected + len(old) != last or (lines[last] and not hunk.old_eof)):
         return _does_not_apply(path, hunk, f"expected end of file after line {expected + len(old)}, "
                                            f"found {_found_at(lines, expected + len(old))}")
     return _does_not_apply(path, hunk, f"line {expected + 1} is past the end of the file")
@@ -119,6 +119,8 @@ def _locate(path: str, lines: tuple[bytes, ...], hunk: Hunk, previous_end: int) 
     lowest = previous_end
     if at_end:
         lowest = max(lowest, highest)
+        if not hunk.old_eof and lines[-1]:
+            highest = -1  # lines ending with a newline cannot reach the end of a file that lacks one
     if at_start:
         highest = min(highest, 0)
     if lowest <= expected <= highest and lines[expected:expected + k] == old:

@@ -342,6 +342,8 @@ class _Parser:
                 old_path = None
             if is_delete:
                 new_path = None
+        if old_path and new_path and old_path != new_path and not (is_rename or is_copy):
+            old_path = new_path  # e.g. `git diff --no-index a/x b/x`: two names for one file
         hunks, i = self._hunks(i, new_path or old_path or "?")
         self.files.append(FilePatch(
             old_path=old_path, new_path=new_path, hunks=hunks, old_mode=old_mode, new_mode=new_mode,
