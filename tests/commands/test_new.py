@@ -102,3 +102,19 @@ def test_new_from_install_diffs_hand_edits_against_the_pristine_wheel(run_hotfix
     with WheelReader(vllm_wheel("0.30.0")) as wheel:
         (edit,) = plan_patch(patch, wheel).edits
     assert edit.before == pristine and edit.after == edited.read_bytes()
+
+
+@pytest.mark.parametrize("before,after", [
+    (b"a\nb\nc\n", b"a\nB\nc\n"),
+    (b"a\nb", b"a\nb\nc"),          # no newline at the end, on both sides
+    (None, b"new\nfile\n"),         # created by hand
+    (b"gone\n", None),              # deleted by hand
+])
+def test_unified_file_diff_round_trips_through_the_engine(before, after):
+    from vllm_hotfix.commands.new import unified_file_diff
+    from vllm_hotfix.core.apply import FileState
+
+    patch = parse_patch(unified_file_diff("pkg/mod.py", before, after))
+    files = {"pkg/mod.py": FileState(before, 0o644)} if before is not None else {}
+    (edit,) = plan_patch(patch, files.get).edits
+    assert (edit.before, edit.after) == (before, after)

@@ -55,6 +55,9 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
                 continue
             releases = explicit if explicit is not None else _releases_in_scope(
                 manifest, target, published_releases(target.distribution), wanted_range)
+            if not releases:
+                cells.append(Cell(manifest.ref, target.distribution, None, SKIPPED,
+                                  f"no published wheel of {target.distribution} in {target.versions}"))
             jobs += [(manifest, target, release) for release in releases]
 
     for index, (manifest, target, release) in enumerate(jobs, start=1):

@@ -72,7 +72,8 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
     say(f"wrote {manifest_path}")
     for p, e in zip(patches, entries):
         s = e["stats"]
-        say(f"wrote {patch_dir / p.name} ({s['files']} files +{s['insertions']}/-{s['deletions']})")
+        files = f"{s['files']} file" + ("s" if s["files"] != 1 else "")
+        say(f"wrote {patch_dir / p.name} ({files} +{s['insertions']}/-{s['deletions']})")
     note(f"check it: hotfix show {hotfix_id} --catalog {out_dir}; then fill in symptoms and description")
     return 0
 
