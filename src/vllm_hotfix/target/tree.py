@@ -67,6 +67,8 @@ class Tree:
             return None
         except IsADirectoryError:
             raise Refused(f"{relpath}: is a directory under {self.root}") from None
+        except OSError as exc:
+            raise Refused(f"{relpath}: cannot read under {self.root}: {exc.strerror}") from None
         if max(info.st_ctime_ns, info.st_mtime_ns) < started_ns - RACY_WINDOW_NS:
             self._read_signatures[relpath] = _signature(info)
         return FileState(data, info.st_mode)

@@ -121,10 +121,8 @@ def _check_current(fresh: Tree, planned: Tree, plan: Plan) -> tuple[dict[str, st
                 continue
             if info is None:
                 raise Refused(f"{rel}: missing now but existed when the patch was planned (changed since planning)")
-            if not planned.unchanged_since_read(rel, info):
-                with open(path, "rb") as fh:
-                    if fh.read() != before:
-                        raise Refused(f"{rel}: changed since planning", hint="plan again (rerun the command)")
+            if not planned.unchanged_since_read(rel, info) and fresh.read(rel).data != before:
+                raise Refused(f"{rel}: changed since planning", hint="plan again (rerun the command)")
             modes[rel] = info.st_mode & 0o7777
     return paths, modes
 
@@ -284,8 +282,8 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
             current = str(journal_dir / JOURNAL)
             if fsync:
                 fsync_dir(backups)
+            written_journal = True  # from here on restore: atomic_write may fail after its rename
             atomic_write(journal_dir / JOURNAL, json.dumps(record, indent=1).encode())
-            written_journal = True
             # step 3: new contents beside their targets
             for directory in new_dirs:
                 current = os.path.relpath(directory, root)

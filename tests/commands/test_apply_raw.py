@@ -1,0 +1,336 @@
+"""`hotfix apply --patch FILE --root DIR` and `hotfix recover --root DIR`, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import realdata
+
+A_LINES = [f"line {n}\n" for n in range(1, 31)]
+BEFORE = {
+    "vllm/a.py": "".join(A_LINES),
+    "vllm/b.py": "to be deleted\n",
+    "vllm/c.py": "".join(f"c {n}\n" for n in range(1, 11)),
+    "vllm/keep.py": "untouched\n",
+}
+AFTER = {
+    "vllm/a.py": "".join(A_LINES[:9] + ["line 10 fixed\n"] + A_LINES[10:24] + ["line 25 fixed\n"] + A_LINES[25:]),
+    "vllm/c_renamed.py": "".join(f"c {n}\n" for n in range(1, 10)) + "c ten\n",
+    "vllm/new/d.py": "created = True\n",
+    "vllm/keep.py": "untouched\n",
+}
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every file (bytes) and directory (None) under root, __pycache__ left out."""
+    found: dict[str, bytes | None] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in dirnames:
+            found[os.path.relpath(os.path.join(dirpath, name), root)] = None
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            found[os.path.relpath(path, root)] = Path(path).read_bytes()
+    return found
+
+
+@pytest.fixture(scope="session")
+def small_patch(tmp_path_factory) -> Path:
+    """A real `git diff` touching 4 files: modify (2 hunks), delete, rename with edit, create."""
+    repo = tmp_path_factory.mktemp("small-repo")
+    git("init", "-q", cwd=repo)
+    write_tree(repo, BEFORE)
+    git("add", "-A", cwd=repo)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "before", cwd=repo)
+    for rel in ("vllm/b.py", "vllm/c.py"):
+        (repo / rel).unlink()
+    write_tree(repo, AFTER)
+    git("add", "-A", cwd=repo)
+    patch = repo.parent / "small.patch"
+    patch.write_text(git("diff", "--cached", "-M", cwd=repo))
+    assert "rename from vllm/c.py" in patch.read_text()
+    return patch
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    root = tmp_path / "root"
+    write_tree(root, BEFORE)
+    cache = root / "vllm" / "__pycache__"
+    cache.mkdir()
+    (cache / "a.cpython-312.pyc").write_bytes(b"stale bytecode")
+    return root
+
+
+def expected_after(root_before: dict) -> dict:
+    expected = {k: v for k, v in root_before.items() if k not in ("vllm/b.py", "vllm/c.py")}
+    expected.update({rel: text.encode() for rel, text in AFTER.items()})
+    expected["vllm/new"] = None
+    return expected
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hotfix: error: ")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def test_dry_run_apply_already_applied_reverse(run_hotfix, small_patch, root):
+    before = snapshot(root)
+    dry = run_hotfix("apply", "--patch", small_patch, "--root", root, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines() == [
+        "M vllm/a.py (2 hunks)",
+        "D vllm/b.py (1 hunk)",
+        "R vllm/c.py -> vllm/c_renamed.py (1 hunk)",
+        "A vllm/new/d.py (1 hunk)",
+        "dry run: would change 4 file(s), +4 -4; nothing was written",
+    ]
+    assert snapshot(root) == before
+
+    applied = run_hotfix("apply", "--patch", small_patch, "--root", root, "--json")
+    assert applied.returncode == 0, applied.stderr
+    report = json.loads(applied.stdout)
+    assert report["applied"] and not report["dry_run"] and not report["already_applied"]
+    assert [(f["path"], f["action"], f["hunks"]) for f in report["files"]] == [
+        ("vllm/a.py", "modify", 2), ("vllm/b.py", "delete", 1),
+        ("vllm/c_renamed.py", "rename", 1), ("vllm/new/d.py", "create", 1)]
+    assert snapshot(root) == expected_after(before)
+    assert not (root / "vllm/__pycache__/a.cpython-312.pyc").exists()
+
+    again = run_hotfix("apply", "--patch", small_patch, "--root", root)
+    assert again.returncode == 0 and again.stdout.startswith("already applied:")
+    again_json = json.loads(run_hotfix("apply", "--patch", small_patch, "--root", root, "--json").stdout)
+    assert again_json == {"applied": False, "dry_run": False, "already_applied": True, "files": []}
+
+    reverse = run_hotfix("apply", "--patch", small_patch, "--root", root, "--reverse")
+    assert reverse.returncode == 0, reverse.stderr
+    assert snapshot(root) == before  # vllm/new/ removed again, as git apply -R does
+
+
+def test_offsets_are_reported(run_hotfix, small_patch, root):
+    text = (root / "vllm/a.py").read_text()
+    (root / "vllm/a.py").write_text("# one\n# two\n# three\n" + text)
+    dry = run_hotfix("apply", "--patch", small_patch, "--root", root, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert re.search(r"^M vllm/a.py \(2 hunks, offset \+3 at @@ -7,7 \+7,7 @@, offset \+3 at @@ -22,7 \+22,7 @@\)$",
+                     dry.stdout, re.M), dry.stdout
+
+
+def malformed(patch: str, root: Path) -> str:
+    """Two lines cut out of the first hunk: its counts no longer match the header."""
+    lines = patch.splitlines(keepends=True)
+    hunk = next(i for i, line in enumerate(lines) if line.startswith("@@"))
+    return "".join(lines[: hunk + 3] + lines[hunk + 5:])
+
+
+def binary(patch: str, root: Path) -> str:
+    return ("diff --git a/vllm/x.bin b/vllm/x.bin\nindex 1234567..89abcde 100644\n"
+            "GIT binary patch\nliteral 3\nKcmZ?wVEh09Z~y=R\n\nliteral 0\nKcmV+b0RR6000031\n\n")
+
+
+def conflict(patch: str, root: Path) -> str:
+    target = root / "vllm/a.py"
+    target.write_text(target.read_text().replace("line 24\n", "line 24 edited here\n"))
+    return patch
+
+
+def parent_escape(patch: str, root: Path) -> str:
+    return "--- a/../outside.py\n+++ b/../outside.py\n@@ -1 +1 @@\n-x\n+y\n"
+
+
+def absolute(patch: str, root: Path) -> str:
+    return f"--- {root.parent}/outside.py\n+++ {root.parent}/outside.py\n@@ -1 +1 @@\n-x\n+y\n"
+
+
+def symlink_outside(patch: str, root: Path) -> str:
+    (root / "vllm/b.py").unlink()
+    (root / "vllm/b.py").symlink_to(root.parent / "outside.py")
+    return patch
+
+
+def symlinked_dir_outside(patch: str, root: Path) -> str:
+    (root / "vllm/new").symlink_to(root.parent)
+    return patch
+
+
+BAD_INPUTS = {  # case: (make the patch / the tree, exit code, error message pattern)
+    "malformed": (malformed, 8, r"small.patch:\d+: "),
+    "binary": (binary, 8, "binary diff"),
+    "conflict": (conflict, 4, r"vllm/a.py.*@@ -22,7 \+22,7 @@"),
+    "parent escape": (parent_escape, 3, "escapes the target root"),
+    # the parser drops the leading '/' (as GNU patch does): the path is looked up inside the root
+    "absolute": (absolute, 4, r"^hotfix: error: tmp/.*/outside.py: does not exist"),
+    "symlink outside": (symlink_outside, 3, "vllm/b.py: leads outside .* through a symlink"),
+    "symlinked dir outside": (symlinked_dir_outside, 3, "vllm/new/d.py: leads outside .* through a symlink"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_changes_nothing(run_hotfix, small_patch, root, tmp_path, case):
+    make, code, message = BAD_INPUTS[case]
+    (tmp_path / "outside.py").write_text("x\n")
+    patch = tmp_path / "small.patch"
+    patch.write_text(make(small_patch.read_text(), root))
+    before = snapshot(root)
+    proc = run_hotfix("apply", "--patch", patch, "--root", root, *(["-p0"] if case == "absolute" else []))
+    assert proc.returncode == code, proc.stderr
+    assert re.search(message, one_line_error(proc)), proc.stderr
+    assert snapshot(root) == before
+    assert (tmp_path / "outside.py").read_text() == "x\n"
+
+
+# ---- system-call fault injection with strace ----------------------------------------------------
+
+STRACE = shutil.which("strace")
+needs_strace = pytest.mark.skipif(STRACE is None, reason="strace is not installed")
+
+
+def hotfix_argv(*args) -> list[str]:
+    return [sys.executable, "-m", "vllm_hotfix", *map(str, args)]
+
+
+def strace_env() -> dict:
+    return dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+
+
+def injection_points(small_patch: Path, tmp_path: Path) -> dict[str, list[int]]:
+    """Ordinals (strace's when=N) of the rename, write and openat calls an apply makes for its journal
+    and its temp files, from one traced apply of the same patch on a scratch copy."""
+    scratch = tmp_path / "scratch"
+    write_tree(scratch, BEFORE)
+    for direction in ([], ["--reverse"]):  # so the target's state dir exists, as in the measured runs
+        subprocess.run(hotfix_argv("apply", "--patch", small_patch, "--root", scratch, *direction), check=True)
+    log = tmp_path / "strace.log"
+    subprocess.run([STRACE, "-f", "-y", "-qq", "-o", str(log), "-e", "trace=rename,write,openat",
+                    *hotfix_argv("apply", "--patch", small_patch, "--root", scratch)],
+                   check=True, env=strace_env(), capture_output=True)
+    counts = {"rename": 0, "write": 0, "openat": 0}
+    points: dict[str, list[int]] = {name: [] for name in counts}
+    for line in log.read_text().splitlines():
+        match = re.match(r"\d+ +(rename|write|openat)\((.*)", line)
+        if not match:
+            continue
+        name, rest = match.groups()
+        counts[name] += 1
+        ours = ".hotfix-tmp" in rest or "journal.json" in rest
+        if name == "rename" or (ours and not rest.startswith(("1<", "2<"))):
+            points[name].append(counts[name])
+    assert len(points["rename"]) == 4 and len(points["write"]) == 4 and len(points["openat"]) == 4, points
+    return points
+
+
+def one_of(found: dict, before: dict, after: dict) -> str:
+    if found == before:
+        return "before"
+    if found == after:
+        return "after"
+    raise AssertionError(f"half-applied tree: {sorted(set(found.items()) ^ set(before.items()))}")
+
+
+@needs_strace
+def test_kill_9_at_every_rename_write_and_temp_open_then_recover_or_apply(run_hotfix, small_patch, root, tmp_path):
+    points = injection_points(small_patch, tmp_path)
+    before = snapshot(root)
+    after = expected_after(before)
+    outcomes = []
+    for syscall, ordinals in points.items():
+        for n in ordinals:
+            for follow_up in ("recover", "apply"):
+                shutil.rmtree(root)
+                write_tree(root, BEFORE)
+                killed = subprocess.run(
+                    [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"inject={syscall}:signal=SIGKILL:when={n}",
+                     *hotfix_argv("apply", "--patch", small_patch, "--root", root)],
+                    env=strace_env(), capture_output=True, text=True)
+                assert killed.returncode != 0, (syscall, n, killed.stdout)
+                if follow_up == "recover":
+                    done = run_hotfix("recover", "--root", root)
+                    assert done.returncode == 0, done.stderr
+                    assert one_of(snapshot(root), before, after) == "before"
+                else:
+                    done = run_hotfix("apply", "--patch", small_patch, "--root", root)
+                    assert done.returncode == 0, done.stderr
+                    assert one_of(snapshot(root), before, after) == "after"
+                assert not list(root.rglob("*.hotfix-tmp"))
+                outcomes.append((syscall, n, follow_up))
+    assert len(outcomes) == 2 * sum(map(len, points.values()))
+
+
+@needs_strace
+@pytest.mark.parametrize("error, text", [("EROFS", "Read-only file system"), ("ENOSPC", "No space left on device")])
+def test_write_errors_at_every_point_restore_everything(run_hotfix, small_patch, root, tmp_path, error, text):
+    points = injection_points(small_patch, tmp_path)
+    before = snapshot(root)
+    for syscall, ordinals in points.items():
+        for n in ordinals:
+            failed = subprocess.run(
+                [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"inject={syscall}:error={error}:when={n}",
+                 *hotfix_argv("apply", "--patch", small_patch, "--root", root)],
+                env=strace_env(), capture_output=True, text=True)
+            assert failed.returncode == 6, (syscall, n, failed.stderr)
+            line = one_line_error(failed)
+            assert f"{text} ({error}); every file was restored, nothing was changed" in line, line
+            assert snapshot(root) == before, (syscall, n)
+            assert not list(root.rglob("*.hotfix-tmp"))
+
+
+def test_recover_with_nothing_to_do(run_hotfix, root):
+    done = run_hotfix("recover", "--root", root)
+    assert done.returncode == 0 and done.stdout.startswith("nothing to recover")
+    assert json.loads(run_hotfix("recover", "--root", root, "--json").stdout)["recovered"] is False
+
+
+def test_catalog_apply_is_not_raw(run_hotfix, root):
+    proc = run_hotfix("apply", "some-id", "--root", root)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+
+
+# ---- the real 0.29.0 -> 0.30.0 diff ------------------------------------------------------------
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_real_diff_same_as_git_apply_and_reverses_byte_for_byte(run_hotfix, tmp_path):
+    old, new = realdata.vllm_source_tree("0.29.0"), realdata.vllm_source_tree("0.30.0")
+    diff = realdata.vllm_source_diff("0.29.0", "0.30.0")
+    ours, theirs = tmp_path / "hotfix", tmp_path / "git"
+    shutil.copytree(old, ours, symlinks=True)
+    shutil.copytree(old, theirs, symlinks=True)
+
+    applied = run_hotfix("apply", "--patch", diff, "--root", ours)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.splitlines()[-1].startswith("applied 1106 file(s)")
+    subprocess.run(["git", "apply", "--whitespace=nowarn", str(diff)], cwd=theirs, check=True)
+    result = snapshot(ours)
+    assert result == snapshot(theirs)
+    # diff -ruN cannot express empty files; everything else is 0.30.0 exactly
+    upstream = snapshot(new)
+    empty_only = {k for k in upstream.keys() - result.keys() if upstream[k] in (b"", None)}
+    assert {k: v for k, v in upstream.items() if k not in empty_only} == result
+
+    again = run_hotfix("apply", "--patch", diff, "--root", ours)
+    assert again.returncode == 0 and again.stdout.startswith("already applied")
+
+    reverse = run_hotfix("apply", "--patch", diff, "--root", ours, "--reverse")
+    assert reverse.returncode == 0, reverse.stderr
+    assert snapshot(ours) == snapshot(old)
