@@ -218,41 +218,31 @@ def test_binary_files_differ_is_refused(repo):
     assert _error(plain) == "bad.patch:2: binary diff is not supported: Binary files a/x and b/x differ"
 
 
-def test_hunk_with_fewer_lines_than_its_header():
-    data = b"--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n a\n-b\n+B\ndiff --git a/n.py b/n.py\n"
-    assert _error(data) == "bad.patch:7: hunk @@ -1,3 +1,3 @@ of m.py (line 3) has fewer lines than its header says"
+HEADER = b"--- a/m.py\n+++ b/m.py\n"
 
 
-def test_hunk_with_more_lines_than_its_header():
-    data = b"--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n a\n-b\n+B\n-c\n"
-    assert _error(data) == "bad.patch:7: hunk @@ -1,2 +1,2 @@ (line 3) has more lines than its header says"
-    counted_wrong = b"--- a/m.py\n+++ b/m.py\n@@ -1,1 +1,2 @@\n a\n b\n"
-    assert _error(counted_wrong) == "bad.patch:5: hunk @@ -1,1 +1,2 @@ of m.py (line 3) has more lines than its header says"
-
-
-def test_truncated_patch():
-    data = b"--- a/m.py\n+++ b/m.py\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n"
-    assert _error(data) == "bad.patch:6: patch ends inside hunk @@ -1,4 +1,4 @@ of m.py (line 3): truncated file?"
-
-
-def test_garbage_in_a_hunk():
-    data = b"--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n a\n*b\n c\n"
-    assert _error(data) == "bad.patch:5: unexpected line in hunk @@ -1,3 +1,3 @@ of m.py: '*b'"
-
-
-def test_malformed_hunk_header():
-    data = b"--- a/m.py\n+++ b/m.py\n@@ -1,x +1 @@\n a\n"
-    assert _error(data) == "bad.patch:3: malformed hunk header in m.py: @@ -1,x +1 @@"
+@pytest.mark.parametrize(("body", "message"), [
+    pytest.param(b"@@ -1,3 +1,3 @@\n a\n-b\n+B\ndiff --git a/n.py b/n.py\n",
+                 "bad.patch:7: hunk @@ -1,3 +1,3 @@ of m.py (line 3) has fewer lines than its header says", id="fewer"),
+    pytest.param(b"@@ -1,2 +1,2 @@\n a\n-b\n+B\n-c\n",
+                 "bad.patch:7: hunk @@ -1,2 +1,2 @@ of m.py (line 3) has more lines than its header says", id="more"),
+    pytest.param(b"@@ -1,1 +1,2 @@\n a\n b\n",
+                 "bad.patch:5: hunk @@ -1,1 +1,2 @@ of m.py (line 3) has more lines than its header says", id="more-old"),
+    pytest.param(b"@@ -1,4 +1,4 @@\n a\n-b\n+B\n",
+                 "bad.patch:6: patch ends inside hunk @@ -1,4 +1,4 @@ of m.py (line 3): truncated file?", id="truncated"),
+    pytest.param(b"@@ -1,3 +1,3 @@\n a\n*b\n c\n",
+                 "bad.patch:5: unexpected line in hunk @@ -1,3 +1,3 @@ of m.py: '*b'", id="garbage"),
+    pytest.param(b"@@ -1,x +1 @@\n a\n", "bad.patch:3: malformed hunk header in m.py: @@ -1,x +1 @@", id="header"),
+    pytest.param(b"something else\n", "bad.patch:3: no hunks after the header of m.py", id="no-hunks"),
+])
+def test_malformed_hunks(body, message):
+    assert _error(HEADER + body) == message
 
 
 def test_no_files_in_input():
     assert _error(b"From: someone\nSubject: hello\n\njust text\n") == \
         "bad.patch:1: no file changes found in 4 line(s); is this a diff?"
     assert _error(b"") == "bad.patch:1: no file changes found in 0 line(s); is this a diff?"
-
-
-def test_header_without_hunks():
-    assert _error(b"--- a/m.py\n+++ b/m.py\nsomething else\n") == "bad.patch:3: no hunks after the header of m.py"
 
 
 def test_git_apply_agrees_these_inputs_are_bad(tmp_path):

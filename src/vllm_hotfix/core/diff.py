@@ -387,17 +387,17 @@ class _Parser:
             hunk, i = self._hunk(i, path)
             hunks.append(hunk)
             if i < count:
-                self._check_after_hunk(i, hunk)
+                self._check_after_hunk(i, hunk, path)
         return tuple(hunks), i
 
-    def _check_after_hunk(self, i: int, hunk: Hunk) -> None:
+    def _check_after_hunk(self, i: int, hunk: Hunk, path: str) -> None:
         line = self.lines[i]
         if not line or line.startswith(b"@@ -") or line == b"-- " or line == b"-- \r":
             return
         if line.startswith(b"--- ") and i + 1 < self.count and self.lines[i + 1].startswith(b"+++ "):
             return
         if line[0] in (_SPACE, _MINUS, _PLUS):
-            raise self.fail(i, f"hunk {hunk.range_header} (line {hunk.lineno}) has more lines than its header says")
+            raise self.fail(i, f"hunk {hunk.range_header} of {path} (line {hunk.lineno}) has more lines than its header says")
 
     def _hunk(self, start: int, path: str) -> tuple[Hunk, int]:
         lines, count = self.lines, self.count
