@@ -205,6 +205,13 @@ def applicability(manifest: Manifest, spec: TargetSpec | None, target: Target) -
         return Verdict(FIXED_UPSTREAM, f"{manifest.id}: {where} already contains the upstream fix "
                                        f"({manifest.fixed_in.describe()}); nothing to apply",
                        "nothing to do; remove this hotfix from your deployment scripts")
+    if target.version is None and spec.git is not None and target.git is not None:
+        from vllm_hotfix.target import git as gitmod
+
+        rev = spec.git.commit or spec.git.tag or spec.git.branch
+        wrong_head = gitmod.check_baseline(target.root, rev, allow=("*",))
+        if wrong_head:
+            return Verdict(NOT_APPLICABLE, f"not applicable: {wrong_head[0]}")
     if spec.versions is not None:
         if target.version is None and spec.git is None:
             return Verdict(NOT_APPLICABLE, f"not applicable: the version of {where} is unknown; "
@@ -486,7 +493,11 @@ def apply(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: b
             commit(target.root, invert(proposal.plan), journal_dir=journal_dir)
             raise Refused(f"post-apply check failed, every file was restored: {failed.message}",
                           hint=failed.hint) from None
-        record(state, proposal)
+        try:
+            record(state, proposal)
+        except BaseException:  # an unrecorded apply could not be rolled back later: undo it now
+            commit(target.root, invert(proposal.plan), journal_dir=journal_dir)
+            raise
     return ApplyOutcome(proposal, False)
 
 
