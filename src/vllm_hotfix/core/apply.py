@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from vllm_hotfix.core.diff import FilePatch, Hunk, Patch, reverse_patch
 from vllm_hotfix.core.safety import normalised_relative_path
-from vllm_hotfix.errors import DoesNotApply
+from vllm_hotfix.errors import DoesNotApply, Refused
 
 _HINT = "the target differs from what the patch expects; nothing was written"
 
@@ -279,7 +279,10 @@ def plan_patch(patch: Patch, read: Reader, *, reverse: bool = False) -> Plan:
     """
     planner = _Planner(read)
     for f in (reverse_patch(patch) if reverse else patch).files:
-        planner.file(f)
+        try:
+            planner.file(f)
+        except Refused as unsafe:
+            raise Refused(f"{patch.source}:{f.lineno}: {unsafe.message}", hint=unsafe.hint) from None
     return Plan(planner.edits(), reverse)
 
 
