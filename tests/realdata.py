@@ -123,7 +123,7 @@ SOURCES = CACHE / "sources"
 DIFFS = CACHE / "diffs"
 
 
-def _is_python_source(name: str) -> bool:
+def _is_source_member(name: str) -> bool:
     return name.startswith("vllm/") and not name.endswith((".so", "/")) and "__pycache__" not in name
 
 
@@ -149,7 +149,7 @@ def vllm_source_tree(version: str) -> Path:
         shutil.rmtree(root, ignore_errors=True)
         with zipfile.ZipFile(vllm_wheel(version)) as wheel:
             for info in wheel.infolist():
-                if not _is_python_source(info.filename):
+                if not _is_source_member(info.filename):
                     continue
                 with wheel.open(info) as member:
                     if member.read(len(_ELF_MAGIC)) == _ELF_MAGIC:
