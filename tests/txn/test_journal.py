@@ -155,3 +155,53 @@ def test_sigterm_midway_restores_and_exits_143(tree, tmp_path):
     assert "interrupted by SIGTERM; every file was restored" in proc.stderr
     assert snapshot(tree) == before
     assert os.listdir(jdir) == []
+
+
+def test_deleting_the_last_file_of_a_dir_removes_it_and_a_failure_puts_it_back(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    (root / "pkg" / "only").mkdir(parents=True)
+    (root / "pkg" / "only" / "x.py").write_bytes(b"x\n")
+    plan = Plan(edits=(edit("pkg/only/x.py", "delete", b"x\n", None),), reverse=False)
+    commit(root, plan, journal_dir=tmp_path / "j1")
+    assert root.is_dir() and os.listdir(root) == []  # pkg/only, then pkg, emptied: both gone
+
+    (root / "pkg" / "only").mkdir(parents=True)
+    (root / "pkg" / "only" / "x.py").write_bytes(b"x\n")
+
+    failures = [OSError(28, "No space left on device")]
+
+    def full_disk(paths):  # fails once: during the commit, not during the restore
+        if failures:
+            raise failures.pop()
+
+    monkeypatch.setattr(journal, "_drop_bytecode", full_disk)
+    with pytest.raises(WriteFailed, match=r"^__pycache__: No space left on device \(ENOSPC\); every file was restored"):
+        commit(root, plan, journal_dir=tmp_path / "j2")
+    assert (root / "pkg" / "only" / "x.py").read_bytes() == b"x\n"
+
+
+def test_backups_are_hard_links_of_the_original_inode(tree, tmp_path, monkeypatch):
+    original_inode = os.stat(tree / "pkg/mod.py").st_ino
+    linked = []
+    real_backup = journal._backup
+    monkeypatch.setattr(journal, "_backup", lambda src, dst: (real_backup(src, dst), linked.append(os.stat(dst).st_ino)))
+    commit(tree, sample_plan(), journal_dir=tmp_path / "journal")
+    assert original_inode in linked
+
+
+def test_an_unrecovered_journal_blocks_the_next_commit(tree, tmp_path):
+    jdir = tmp_path / "journal"
+    jdir.mkdir()
+    (jdir / "journal.json").write_text("{}")
+    with pytest.raises(Refused, match="an interrupted apply was not recovered"):
+        commit(tree, sample_plan(), journal_dir=jdir)
+
+
+def test_a_change_after_planning_is_caught_through_the_planning_tree(tree, tmp_path):
+    from vllm_hotfix.target.tree import Tree
+
+    planned = Tree(tree)
+    assert planned.read("pkg/mod.py").data == BEFORE["pkg/mod.py"]
+    (tree / "pkg/mod.py").write_bytes(BEFORE["pkg/mod.py"].replace(b"1", b"7"))  # same size
+    with pytest.raises(Refused, match="pkg/mod.py: changed since planning"):
+        commit(tree, sample_plan(), journal_dir=tmp_path / "journal", tree=planned)

@@ -8,6 +8,15 @@ from pathlib import Path
 TEMP_SUFFIX = ".hotfix-tmp"
 
 
+def _read_umask() -> int:
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+UMASK = _read_umask()
+
+
 def temp_path_for(path: str | os.PathLike, tag: str) -> str:
     """The temp file beside ``path`` used while replacing it (``tag`` makes it unique per writer)."""
     directory, name = os.path.split(os.fspath(path))
@@ -23,13 +32,14 @@ def unlink_if_present(path: str | os.PathLike) -> None:
 
 def write_new_file(path: str | os.PathLike, data: bytes, mode: int, *, fsync: bool = True) -> None:
     """Create ``path`` (which must not exist) holding ``data`` with permission bits ``mode``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode & 0o777)
     try:
         view = memoryview(data)
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fchmod(fd, mode)
+        if mode & 0o7777 != mode & 0o777 & ~UMASK:  # bits the umask took away, or setuid/sticky
+            os.fchmod(fd, mode)
         if fsync:
             os.fsync(fd)
     finally:

@@ -35,7 +35,9 @@ from typing import Iterable, Iterator
 from vllm_hotfix.core.apply import Plan
 from vllm_hotfix.errors import HotfixError, InvalidInput, Refused, WriteFailed
 from vllm_hotfix.target.tree import Tree
-from vllm_hotfix.txn.atomic import TEMP_SUFFIX, atomic_write, fsync_dir, temp_path_for, unlink_if_present, write_new_file
+from vllm_hotfix.txn.atomic import (
+    TEMP_SUFFIX, UMASK, atomic_write, fsync_dir, temp_path_for, unlink_if_present, write_new_file,
+)
 
 JOURNAL = "journal.json"
 BACKUPS = "backups"
@@ -66,15 +68,9 @@ def _sha256(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-def _umask() -> int:
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
-
-
 def file_ops(plan: Plan, current_mode: dict[str, int]) -> list[FileOp]:
     """Flatten a plan into per-path operations (a rename is a removal plus a creation)."""
-    created_mode = 0o666 & ~_umask()
+    created_mode = 0o666 & ~UMASK
     ops: dict[str, FileOp] = {}
 
     def add(op: FileOp) -> None:
