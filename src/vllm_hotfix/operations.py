@@ -434,12 +434,9 @@ def _store_backups(state: TargetState, hotfix_id: str, baseline: dict[str, bytes
     return rel
 
 
-def record(state: TargetState, proposal: Proposal) -> RecordedHotfix:
+def record(state: TargetState, proposal: Proposal, backups: str) -> RecordedHotfix:
     hotfix, target = proposal.hotfix, proposal.target
-    if proposal.superseded is not None:
-        state.forget(hotfix.id)
-    stored = tuple(state.store_patch(hotfix.id, i, p.data) for i, p in enumerate(hotfix.patches))
-    backups = _store_backups(state, hotfix.id, proposal.baseline)
+    stored = tuple(state.store_patch(hotfix.id, i, p.data, hotfix.version) for i, p in enumerate(hotfix.patches))
     entry = RecordedHotfix(
         id=hotfix.id, version=hotfix.version, applied_at=now(), source=hotfix.source, patches=stored,
         files=proposal.recorded_files(), strip=tuple(p.strip for p in hotfix.patches),
@@ -449,6 +446,9 @@ def record(state: TargetState, proposal: Proposal) -> RecordedHotfix:
                     "version": target.version, "kind": target.kind, "python": target.python}
     state.hotfixes[hotfix.id] = entry
     state.save()
+    for rel in proposal.superseded.patches if proposal.superseded else ():
+        if rel not in stored:
+            (state.directory / rel).unlink(missing_ok=True)
     return entry
 
 
@@ -482,9 +482,10 @@ def apply(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: b
         proposal = propose(hotfix, target, state)
         if proposal.already:
             if hotfix.id not in state.hotfixes:  # applied by hand, or killed between commit and record
-                record(state, proposal)
+                record(state, proposal, _store_backups(state, hotfix.id, proposal.baseline))
             return ApplyOutcome(proposal, False)
         prove_baseline(proposal, spec)
+        backups = _store_backups(state, hotfix.id, proposal.baseline)
         journal_dir = state_dir / "journal"
         commit(target.root, proposal.plan, journal_dir=journal_dir)
         try:
@@ -494,7 +495,7 @@ def apply(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: b
             raise Refused(f"post-apply check failed, every file was restored: {failed.message}",
                           hint=failed.hint) from None
         try:
-            record(state, proposal)
+            record(state, proposal, backups)
         except BaseException:  # an unrecorded apply could not be rolled back later: undo it now
             commit(target.root, invert(proposal.plan), journal_dir=journal_dir)
             raise

@@ -101,11 +101,14 @@ class TargetState:
         }
         atomic_write(self.path, (json.dumps(doc, indent=2) + "\n").encode())
 
-    def store_patch(self, hotfix_id: str, index: int, data: bytes) -> str:
-        """Keep a copy of the exact patch bytes applied; returns its path relative to the state dir."""
+    def store_patch(self, hotfix_id: str, index: int, data: bytes, version: int | str = "") -> str:
+        """Keep a copy of the exact patch bytes applied; returns its path relative to the state dir.
+
+        Named per version, so an upgrade never overwrites the bytes the current record points at.
+        """
         from vllm_hotfix.txn.atomic import atomic_write
 
-        rel = f"patches/{hotfix_id}/{index:02d}.patch"
+        rel = f"patches/{hotfix_id}/{version}-{index:02d}.patch" if version != "" else f"patches/{hotfix_id}/{index:02d}.patch"
         dest = self.directory / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(dest, data)
