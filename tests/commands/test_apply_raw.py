@@ -178,7 +178,7 @@ BAD_INPUTS = {  # case: (make the patch / the tree, exit code, error message pat
     "binary": (binary, 8, "binary diff"),
     "conflict": (conflict, 4, r"vllm/a.py.*@@ -22,7 \+22,7 @@"),
     "parent escape": (parent_escape, 3, "escapes the target root"),
-    # the parser drops the leading '/' (as GNU patch does): the path is looked up inside the root
+    # core/diff.py drops the leading '/' (git apply and GNU patch refuse instead): looked up inside the root
     "absolute": (absolute, 4, r"^hotfix: error: tmp/.*/outside.py: does not exist"),
     "symlink outside": (symlink_outside, 3, "vllm/b.py: leads outside .* through a symlink"),
     "symlinked dir outside": (symlinked_dir_outside, 3, "vllm/new/d.py: leads outside .* through a symlink"),
@@ -292,6 +292,20 @@ def test_write_errors_at_every_point_restore_everything(run_hotfix, small_patch,
             assert f"{text} ({error}); every file was restored, nothing was changed" in line, line
             assert snapshot(root) == before, (syscall, n)
             assert not list(root.rglob("*.hotfix-tmp"))
+
+
+@needs_strace
+@pytest.mark.parametrize("signal_name, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_sigint_sigterm_midway_restore_everything(small_patch, root, signal_name, code):
+    before = snapshot(root)
+    stopped = subprocess.run(
+        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"inject=rename:signal={signal_name}:when=3",
+         *hotfix_argv("apply", "--patch", small_patch, "--root", root)],
+        env=strace_env(), capture_output=True, text=True)
+    assert stopped.returncode == code, stopped.stderr
+    assert f"interrupted by {signal_name}; every file was restored, nothing was changed" in one_line_error(stopped)
+    assert snapshot(root) == before
+    assert not list(root.rglob("*.hotfix-tmp"))
 
 
 def test_recover_with_nothing_to_do(run_hotfix, root):
