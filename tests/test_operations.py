@@ -1,0 +1,133 @@
+"""operations.py: applicability, series planning, upgrade plans, status from records, inverse plans."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fixtures.ascend import CAUSAL_CONV1D, make_vllm_ascend_checkout
+from vllm_hotfix import operations as ops
+from vllm_hotfix.catalog import Catalog
+from vllm_hotfix.errors import DoesNotApply, FixedUpstream, Refused
+from vllm_hotfix.state import TargetState
+from vllm_hotfix.target.locate import Target, locate_root
+from vllm_hotfix.txn.journal import commit
+
+
+def wheel_target(root: Path, version: str, distribution: str = "vllm") -> Target:
+    return Target(package="vllm", distribution=distribution, version=version, kind="directory",
+                  package_dir=root / "vllm", root=root, dist_info=None, python=None, git=None, warnings=())
+
+
+@pytest.fixture(scope="module")
+def mamba():
+    return Catalog.load().get("mamba-align-block-size")
+
+
+@pytest.mark.parametrize("version,state,message", [
+    ("0.32.0", "fixed-upstream", "vllm 0.32.0 already contains the upstream fix (0.32.0)"),
+    ("0.33.0", "fixed-upstream", "already contains the upstream fix"),
+    ("0.24.0", "not-applicable", "not applicable: vllm 0.24.0 is outside >=0.25.0,<0.32.0"),
+    ("0.30.0rc1", None, None),
+    ("0.25.0", None, None),
+])
+def test_applicability_of_the_mamba_manifest(mamba, tmp_path, version, state, message):
+    target = wheel_target(tmp_path, version)
+    verdict = ops.applicability(mamba, mamba.target_for("vllm"), target)
+    assert (verdict.state if verdict else None) == state
+    if message:
+        assert message in verdict.message
+
+
+def test_check_applicable_raises_the_documented_errors(mamba, tmp_path):
+    with pytest.raises(FixedUpstream):
+        ops.check_applicable(mamba, mamba.target_for("vllm"), wheel_target(tmp_path, "0.32.0"))
+    with pytest.raises(Refused, match="is not a target of mamba-align-block-size@1"):
+        ops.check_applicable(mamba, None, wheel_target(tmp_path, "0.30.0", "vllm-ascend"))
+
+
+def _patch(path: str, old: str, new: str) -> bytes:
+    return (f"--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n").encode()
+
+
+def _adhoc(hotfix_id: str, *datas: bytes) -> ops.Hotfix:
+    loaded = tuple(ops.load_patch_bytes(d, label=f"{hotfix_id}-{i}", strip=1) for i, d in enumerate(datas))
+    return ops.Hotfix(hotfix_id, ops.sha256(b"".join(datas))[:12], "adhoc", loaded, package="pkg")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "site"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_bytes(b"")
+    (root / "pkg" / "a.py").write_bytes(b"one\n")
+    return root
+
+
+def test_a_series_plans_one_edit_per_path_original_before_final_after(tree, tmp_path):
+    hotfix = _adhoc("series", _patch("pkg/a.py", "one", "two"), _patch("pkg/a.py", "two", "three"))
+    target = locate_root(tree, "pkg")
+    state = TargetState(tmp_path / "state")
+    proposal = ops.propose(hotfix, target, state)
+    (edit,) = proposal.plan.edits
+    assert (edit.path, edit.before, edit.after, proposal.already) == ("pkg/a.py", b"one\n", b"three\n", False)
+
+    commit(tree, proposal.plan, journal_dir=tmp_path / "journal")
+    again = ops.propose(hotfix, target, state)
+    assert again.already and again.baseline == {"pkg/a.py": b"one\n"}
+
+    commit(tree, ops.invert(proposal.plan), journal_dir=tmp_path / "journal")
+    assert (tree / "pkg" / "a.py").read_bytes() == b"one\n"
+
+
+def test_a_conflict_is_reported_from_the_forward_direction(tree, tmp_path):
+    (tree / "pkg" / "a.py").write_bytes(b"something else\n")
+    with pytest.raises(DoesNotApply, match=r"pkg/a.py: hunk @@ -1,1 \+1,1 @@ does not apply: expected line 1 \"one\", found \"something else\""):
+        ops.propose(_adhoc("x", _patch("pkg/a.py", "one", "two")), locate_root(tree, "pkg"), TargetState(tmp_path / "s"))
+
+
+def test_status_from_record_applied_lost_drifted(tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOTFIX_STATE_DIR", str(tmp_path / "state"))
+    hotfix = _adhoc("rec", _patch("pkg/a.py", "one", "two"))
+    target = locate_root(tree, "pkg")
+    ops.apply(hotfix, target, None, dry_run=False)
+    recorded = TargetState.for_root(tree).hotfixes["rec"]
+    assert recorded.source == "adhoc" and recorded.files[0].path == "pkg/a.py"
+
+    def state() -> str:
+        return ops.status_from_record(recorded, tree, "--root x").state
+
+    assert state() == "applied"
+    (tree / "pkg" / "a.py").write_bytes(b"one\n")
+    assert state() == "lost"
+    (tree / "pkg" / "a.py").write_bytes(b"by hand\n")
+    assert state() == "drifted"
+
+
+def test_an_upgrade_is_one_plan_from_the_recorded_bytes(tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOTFIX_STATE_DIR", str(tmp_path / "state"))
+    target = locate_root(tree, "pkg")
+    v1 = _adhoc("up", _patch("pkg/a.py", "one", "v1"))
+    ops.apply(v1, target, None, dry_run=False)
+    manifest = Catalog.load().get("mamba-align-block-size")
+    v2 = ops.Hotfix("up", 2, "catalog", (ops.load_patch_bytes(_patch("pkg/a.py", "one", "v2"), label="v2", strip=1),),
+                    manifest=replace(manifest, id="up", version=2, supersedes=(v1.version,), checks=()))
+    proposal = ops.propose(v2, target, TargetState.for_root(tree))
+    (edit,) = proposal.plan.edits
+    assert (edit.before, edit.after, proposal.superseded.version) == (b"v1\n", b"v2\n", v1.version)
+    assert proposal.baseline == {"pkg/a.py": b"one\n"}
+
+
+def test_glm_series_touches_the_conv1d_file_once(tmp_path):
+    checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
+    manifest = Catalog.load().get("glm-conv-null-slot")
+    target, spec = ops.resolve_manifest_target(manifest, python=None, root=checkout)
+    assert spec is not None and ops.applicability(manifest, spec, target) is None
+    hotfix = ops.catalog_hotfix(manifest, target)
+    proposal = ops.propose(hotfix, target, TargetState(tmp_path / "state"))
+    paths = [e.path for e in proposal.plan.edits]
+    assert paths.count(CAUSAL_CONV1D) == 1 and "release_notes/fragments/18878.yaml" not in paths
+    edit = next(e for e in proposal.plan.edits if e.path == CAUSAL_CONV1D)
+    assert b"null_block_id = requests" in edit.after and b"kernel_state[-1].zero_()" in edit.after
