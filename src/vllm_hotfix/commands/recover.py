@@ -7,7 +7,7 @@ from pathlib import Path
 from vllm_hotfix import paths
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.output import emit_json, say
-from vllm_hotfix.txn.journal import recover
+from vllm_hotfix.txn.journal import RecoveryReport, recover
 from vllm_hotfix.txn.lock import target_lock
 
 
@@ -30,12 +30,16 @@ def run(**options) -> int:
     elif report is None:
         say(f"nothing to recover for {root}")
     else:
-        say(f"recovered an interrupted apply on {root}: every file is back to its state before that apply")
-        for rel in report.restored:
-            say(f"  restored {rel}")
-        for rel in report.removed:
-            say(f"  removed  {rel} (created by the interrupted apply)")
+        _say_recovered(report)
     return 0
+
+
+def _say_recovered(report: RecoveryReport) -> None:
+    say(f"recovered an interrupted apply on {report.root}: every file is back to its state before that apply")
+    for rel in report.restored:
+        say(f"  restored {rel}")
+    for rel in report.removed:
+        say(f"  removed  {rel} (created by the interrupted apply)")
 
 
 def _recover_python(python: str | None, as_json: bool) -> int:
@@ -60,9 +64,5 @@ def _recover_python(python: str | None, as_json: bool) -> int:
     elif not recovered:
         say(f"nothing to recover for python {python or 'this interpreter'}")
     for report in [] if as_json else recovered:
-        say(f"recovered an interrupted apply on {report.root}: every file is back to its state before that apply")
-        for rel in report.restored:
-            say(f"  restored {rel}")
-        for rel in report.removed:
-            say(f"  removed  {rel} (created by the interrupted apply)")
+        _say_recovered(report)
     return 0
