@@ -23,10 +23,17 @@ def survey(options: dict, *, with_catalog: bool) -> list:
 
 
 def run(**options) -> int:
+    """Exit 1 when a named or recorded hotfix is not in effect (catalog extras only inform)."""
+    from vllm_hotfix.errors import NotInEffect
+    from vllm_hotfix.operations import IN_EFFECT
+
     statuses = survey(options, with_catalog=True)
+    named = bool(options.get("hotfix_ids"))
+    code = int(NotInEffect.exit_code) if any(
+        s.state not in IN_EFFECT and (named or s.recorded) for s in statuses) else 0
     if options.get("as_json"):
         emit_json([s.to_json() for s in statuses])
-        return 0
+        return code
     if not statuses:
         say("no hotfix recorded, and no catalog hotfix targets a package of this interpreter")
         return 0
@@ -38,4 +45,4 @@ def run(**options) -> int:
             say(f"     {s.detail}")
         if s.advice and s.state not in ("applied", "fixed-upstream"):
             say(f"     to do: {s.advice}")
-    return 0
+    return code
