@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "commands"))
 
-from test_status_verify_rollback import ENVS, VERSION, make_two_file_patch, snapshot  # noqa: E402
+from test_status_verify_rollback import make_two_file_patch, snapshot  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
 
