@@ -125,6 +125,19 @@ def test_dry_run_apply_already_applied_reverse(run_hotfix, small_patch, root):
     reverse = run_hotfix("apply", "--patch", small_patch, "--root", root, "--reverse")
     assert reverse.returncode == 0, reverse.stderr
     assert snapshot(root) == before  # vllm/new/ removed again, as git apply -R does
+    twice = run_hotfix("apply", "--patch", small_patch, "--root", root, "--reverse")
+    assert twice.returncode == 0 and twice.stdout.startswith("already reversed:")
+
+
+def test_two_concurrent_applies_one_applies_the_other_finds_it_applied(small_patch, root):
+    before = snapshot(root)
+    argv = hotfix_argv("apply", "--patch", small_patch, "--root", root)
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in procs]
+    assert [code for code, _, _ in results] == [0, 0], results
+    outputs = sorted(out.splitlines()[-1].split(":")[0].split(" ")[0] for _, out, _ in results)
+    assert outputs == ["already", "applied"], results
+    assert snapshot(root) == expected_after(before)
 
 
 def test_offsets_are_reported(run_hotfix, small_patch, root):

@@ -192,16 +192,19 @@ def _report(plan: Plan, patch: Patch, *, dry_run: bool, already: bool, as_json: 
             ],
         })
         return
-    if already:
+    if already and plan.reverse:
         say(f"already applied: {patch.source} (its reverse applies cleanly); nothing to do")
         return
-    for edit in plan.edits:
-        say(_describe(edit))
+    if already:
+        say(f"already reversed: {patch.source} is not in the tree (it applies forward cleanly); nothing to do")
+        return
+    lines = [_describe(edit) for edit in plan.edits]
     stats = patch.stats
     summary = f"{len(plan.edits)} file(s), +{stats.insertions} -{stats.deletions}"
     if plan.reverse:
         summary += ", reversed"
     if dry_run:
-        say(f"dry run: would change {summary}; nothing was written")
+        lines.append(f"dry run: would change {summary}; nothing was written")
     else:
-        say(f"applied {summary} (all-or-nothing)")
+        lines.append(f"applied {summary} (all-or-nothing)")
+    say("\n".join(lines))
