@@ -12,8 +12,8 @@ Order of a commit (each step only after the previous one is durable):
 
 While ``journal.json`` exists the target may be half-written; ``recover`` (and any failure or
 SIGINT/SIGTERM inside ``commit``) puts every file back to its "before" bytes from the backups.
-Per-file fsync of new contents is not needed for that guarantee: the journal and backups are made
-durable before the first rename, and everything is synced before the journal goes away.
+For power loss: the journal and backups are durable before the first rename; new contents are
+fsynced before their rename and their directories after it, all before the journal goes away.
 """
 
 from __future__ import annotations
@@ -193,19 +193,29 @@ class _Interrupted(BaseException):
         self.signum = signum
 
 
+class _SignalGuard:
+    """While armed, SIGINT/SIGTERM raise ``_Interrupted``; once disarmed (restoring) they are only noted."""
+
+    def __init__(self) -> None:
+        self.armed = True
+        self.pending: int | None = None
+
+    def handler(self, signum, frame) -> None:
+        if self.armed:
+            raise _Interrupted(signum)
+        self.pending = self.pending or signum
+
+
 @contextmanager
-def _signals_as_exceptions() -> Iterator[None]:
+def _signals_as_exceptions() -> Iterator[_SignalGuard]:
     """Turn SIGINT/SIGTERM into an exception so the commit can restore before exiting."""
+    guard = _SignalGuard()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield guard
         return
-
-    def handler(signum, frame):
-        raise _Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, guard.handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield guard
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -257,8 +267,8 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
     }
     written_journal = False
     current = ""
-    try:
-        with _signals_as_exceptions():
+    with _signals_as_exceptions() as guard:
+        try:
             # step 2: backups, then the journal naming them
             backups = journal_dir / BACKUPS
             shutil.rmtree(backups, ignore_errors=True)
@@ -308,13 +318,15 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
             os.unlink(journal_dir / JOURNAL)
             if fsync:
                 fsync_dir(journal_dir)
-        shutil.rmtree(journal_dir / BACKUPS, ignore_errors=True)
-    except BaseException as exc:
-        with _signals_blocked():
+        except BaseException as exc:
+            guard.armed = False
             report = _restore(record, journal_dir) if written_journal else None
             if not written_journal:
                 shutil.rmtree(journal_dir / BACKUPS, ignore_errors=True)
-        _raise_after_restore(exc, current, report, root)
+            if guard.pending and not isinstance(exc, _Interrupted):
+                exc = _Interrupted(guard.pending)
+            _raise_after_restore(exc, current, report, root)
+    shutil.rmtree(journal_dir / BACKUPS, ignore_errors=True)
 
 
 def _remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
