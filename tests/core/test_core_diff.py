@@ -11,7 +11,7 @@ from vllm_hotfix.core.apply import plan_patch
 from vllm_hotfix.core.diff import (
     HunkLine, exclude_paths, normalised_diff_bytes, parse_patch, reverse_patch,
 )
-from vllm_hotfix.errors import ExitCode, InvalidInput
+from vllm_hotfix.errors import ExitCode, InvalidInput, Refused
 
 BASE = b"".join(b"line %d\n" % i for i in range(1, 21))
 
@@ -143,6 +143,29 @@ def test_strip_level():
     assert parse_patch(data, strip=0).files[0].path == "x/y/vllm/a.py"
     with pytest.raises(InvalidInput, match=r"^p.diff:1: cannot strip 4 leading component\(s\) from path 'x/y/vllm/a.py'"):
         parse_patch(data, strip=4, source="p.diff")
+
+
+UNSAFE_HEADERS = {  # (patch, -p N, line named, reason)
+    "absolute at -p0": (b"--- /etc/x\n+++ /etc/x\n@@ -1 +1 @@\n-a\n+b\n", 0, 1, "is absolute"),
+    "git-style absolute": (b"diff --git /etc/x /etc/x\nold mode 100644\nnew mode 100755\n", 0, 1, "is absolute"),
+    "absolute after -p1": (b"--- a//etc/x\n+++ b//etc/x\n@@ -1 +1 @@\n-a\n+b\n", 1, 1, "is absolute"),
+    "escape after normalising": (b"--- a/v/../../x\n+++ b/v/../../x\n@@ -1 +1 @@\n-a\n+b\n", 1, 1,
+                                 "escapes the target root"),
+    "new side only": (b"--- a/x\n+++ /etc/x\n@@ -1 +1 @@\n-a\n+b\n", 0, 2, "is absolute"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNSAFE_HEADERS))
+def test_absolute_or_escaping_path_is_refused_naming_patch_and_line(case):
+    data, strip, line, reason = UNSAFE_HEADERS[case]
+    with pytest.raises(Refused, match=rf"^p.diff:{line}: unsafe path in patch: .* {reason}$") as caught:
+        parse_patch(data, strip=strip, source="p.diff")
+    assert caught.value.exit_code == ExitCode.REFUSED
+
+
+def test_absolute_diff_ruN_paths_stripped_to_relative_are_fine():
+    data = b"--- /abs/a/vllm/a.py\t2024-01-01\n+++ /abs/b/vllm/a.py\t2024-01-01\n@@ -1 +1 @@\n-a\n+b\n"
+    assert parse_patch(data, strip=2).files[0].path == "vllm/a.py"
 
 
 def test_github_style_diff_with_empty_context_line_stripped_of_its_space():

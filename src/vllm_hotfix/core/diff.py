@@ -18,7 +18,8 @@ from itertools import compress
 from operator import itemgetter
 from typing import Sequence
 
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix.core.safety import check_relative_path
+from vllm_hotfix.errors import InvalidInput, Refused
 
 _SPACE, _MINUS, _PLUS, _BACKSLASH = 32, 45, 43, 92
 _SWAP_OPS = bytes.maketrans(b"+-", b"-+")
@@ -227,11 +228,21 @@ class _Parser:
         raise self.fail(index, f"unterminated quoted path {raw.decode('utf-8', 'replace')}")
 
     def _strip_path(self, name: bytes, strip: int, index: int) -> str:
-        parts = [p for p in name.split(b"/") if p]
-        if len(parts) <= strip:
+        """Drop ``strip`` leading components (a leading '/' starts the first one, so ``diff -ruN /abs/a
+        /abs/b`` works with -p N) and refuse a result that is absolute or leaves the root."""
+        rest = name.lstrip(b"/") if strip else name
+        for _ in range(strip):
+            rest = rest.partition(b"/")[2]
+        parts = [p for p in rest.split(b"/") if p]
+        if not parts:
             shown = name.decode("utf-8", "replace")
             raise self.fail(index, f"cannot strip {strip} leading component(s) from path '{shown}' (check -p)")
-        return b"/".join(parts[strip:]).decode("utf-8", "surrogateescape")
+        path = rest.decode("utf-8", "surrogateescape")
+        try:
+            check_relative_path(path)
+        except Refused as unsafe:
+            raise Refused(f"{self.source}:{index + 1}: {unsafe.message}", hint=unsafe.hint) from None
+        return b"/".join(parts).decode("utf-8", "surrogateescape")
 
     def _header_name(self, line: bytes, index: int) -> tuple[bytes | None, bytes]:
         """``--- NAME<tab>timestamp`` -> (raw name or None for /dev/null, timestamp)."""
