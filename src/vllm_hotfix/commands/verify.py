@@ -25,6 +25,12 @@ def _verify_recorded(**options) -> int:
     from vllm_hotfix.output import emit_json, say
 
     statuses = survey(options, with_catalog=False)
+    if not statuses:
+        # Passing on "nothing recorded" would hide exactly the rebuild that also lost the record.
+        raise NotInEffect(
+            "nothing to verify: no hotfix is named and none is recorded for this target",
+            hint="name the hotfixes that must be in effect (`hotfix verify ID...`) or use `--lock FILE`",
+        )
     problems = [s for s in statuses if s.state not in IN_EFFECT]
     if options.get("as_json"):
         emit_json([s.to_json() for s in statuses])
@@ -36,8 +42,6 @@ def _verify_recorded(**options) -> int:
                 say(f"NOT IN EFFECT: {s.id} is {s.state}: {s.detail}".rstrip(": "))
                 if s.advice:
                     say(f"  to do: {s.advice}")
-        if not statuses:
-            say("no hotfix is recorded for this target; nothing to verify")
     return int(NotInEffect.exit_code) if problems else 0
 
 
