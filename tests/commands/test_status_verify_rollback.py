@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import realdata
 
 ENVS = "vllm/envs.py"
 VERSION = "vllm/version.py"
