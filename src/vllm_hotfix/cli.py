@@ -65,7 +65,7 @@ dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan ev
 
 
 @click.group(
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100, "terminal_width": 100},
     epilog=EXIT_CODES_HELP,
 )
 @click.version_option(__version__, "--version", prog_name="hotfix")
@@ -160,7 +160,7 @@ def recover_cmd(**options: Any) -> None:
     _exit(_dispatch("recover", **options))
 
 
-@cli.command("where")
+@cli.command("where", short_help="Show which files `import PACKAGE` really loads, and shadowing.")
 @click.argument("package")
 @python_option
 @click.option("--import", "do_import", is_flag=True, help="Also run the real `import PACKAGE` in that interpreter and compare.")
@@ -180,7 +180,7 @@ def where_cmd(**options: Any) -> None:
     _exit(_dispatch("where", **options))
 
 
-@cli.command("audit")
+@cli.command("audit", short_help="Check every installed file of PACKAGE against pip's RECORD.")
 @click.argument("package")
 @python_option
 @json_option
@@ -215,7 +215,7 @@ def show_cmd(**options: Any) -> None:
     _exit(_dispatch("show", **options))
 
 
-@cli.command("new")
+@cli.command("new", short_help="Author a hotfix from an upstream commit or a hand-edited install.")
 @click.argument("hotfix_id", metavar="ID")
 @click.option("--from-commit", "commit", help="Upstream commit to turn into a patch.")
 @click.option("--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local clone holding --from-commit.")
@@ -242,7 +242,7 @@ def new_cmd(**options: Any) -> None:
     _exit(_dispatch("new", **options))
 
 
-@cli.command("check-catalog")
+@cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")
 @click.option("--versions", help="Only these releases, e.g. '0.30.0,0.31.0' or a range '>=0.30'.")
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
 @catalog_option
@@ -272,7 +272,7 @@ def export_cmd(**options: Any) -> None:
     _exit(_dispatch("export", **options))
 
 
-@cli.command("compose")
+@cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
 @click.argument("hotfix_ids", nargs=-1, metavar="ID...")
 @click.option("--service", required=True, help="Compose service to mount the patched files into.")
 @click.option("--file", "compose_file", type=click.Path(dir_okay=False, path_type=Path), default=Path("docker-compose.yml"), show_default=True, help="Compose file to edit in place (comments and order kept).")
@@ -287,7 +287,7 @@ def compose_cmd(**options: Any) -> None:
     _exit(_dispatch("compose", **options))
 
 
-@cli.command("guard")
+@cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard.")
 @click.option("--print-env", is_flag=True, required=True, help="Print the environment lines that turn on the in-process guard.")
 @click.option("--lock", "lock_file", help="Lock file path inside the container.", default="/etc/vllm-hotfix/hotfix.lock", show_default=True)
 @click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
