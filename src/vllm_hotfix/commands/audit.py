@@ -33,6 +33,7 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
             "files_checked": report.files_checked,
             "bytes": report.bytes,
             "differences": [d.to_json() for d in report.differences],
+            "bytecode_missing": report.bytecode_missing,
             "distribution": target.distribution,
             "version": target.version,
             "site_packages": str(site_packages),
@@ -45,6 +46,9 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
             say(f"{difference.flags:<10} {difference.path}")
         for warning in target.warnings:
             note(f"warning: {warning}")
+        if report.bytecode_missing:
+            say(f"{report.bytecode_missing} recorded __pycache__/*.pyc file(s) missing: "
+                "not a difference, Python recompiles them on import")
         if not report.pristine:
             verdict = f"NOT pristine, {len(report.differences)} difference(s)"
         elif not loaded_is_audited:

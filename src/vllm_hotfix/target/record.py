@@ -56,6 +56,7 @@ class AuditReport:
     files_checked: int
     bytes: int
     differences: tuple[Difference, ...]
+    bytecode_missing: int = 0  # recorded __pycache__/*.pyc that are gone: Python rebuilds them, no difference
 
     @property
     def pristine(self) -> bool:
@@ -276,6 +277,14 @@ def audit(
         pass
     for thread in threads:
         thread.join()
-    differences.extend(Difference(p, "unrecorded", None, None) for p in unrecorded)
-    differences.sort(key=lambda d: d.path)
-    return AuditReport(len(ordered), total_bytes, tuple(differences))
+    kept = [d for d in differences if not (d.kind == "missing" and is_bytecode(d.path))]
+    bytecode_missing = len(differences) - len(kept)
+    kept.extend(Difference(p, "unrecorded", None, None) for p in unrecorded)
+    kept.sort(key=lambda d: d.path)
+    return AuditReport(len(ordered), total_bytes, tuple(kept), bytecode_missing)
+
+
+def is_bytecode(path: str) -> bool:
+    """A ``__pycache__/*.pyc`` import cache (what pip compiles at install and apply/rollback drop)."""
+    head, name = posixpath.split(path)
+    return name.endswith(".pyc") and posixpath.basename(head) == "__pycache__"
