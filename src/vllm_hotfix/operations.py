@@ -336,11 +336,17 @@ def prove_baseline(proposal: Proposal, spec: TargetSpec | None) -> None:
         if sha256(found.data if found else None) != recorded.after_sha256:
             raise Refused(f"{path}: changed since {proposal.hotfix.id}@{proposal.superseded.version} was applied",
                           hint="see `hotfix status`; restore the file before upgrading")
-    existing = sorted(p for p, before in proposal.baseline.items() if before is not None and p not in old_paths)
+    prove_files_pristine(target, spec, [p for p in proposal.baseline if p not in old_paths])
+
+
+def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterable[str]) -> None:
+    """``paths`` (relative to the target root; absent ones are about to be created) are pristine:
+    RECORD (wheels) or git (checkouts), else refuse."""
+    paths = sorted(paths)
     if target.kind == "wheel" and target.dist_info is not None:
         from vllm_hotfix.target.record import read_record, verify
 
-        differences = verify(target.root, read_record(target.dist_info), existing)
+        differences = verify(target.root, read_record(target.dist_info), paths)
         if differences:
             d = differences[0]
             why = {"digest": "digest differs from RECORD", "size": "size differs from RECORD",
@@ -359,7 +365,7 @@ def prove_baseline(proposal: Proposal, spec: TargetSpec | None) -> None:
             clean = spec.git.clean
         problems = gitmod.check_baseline(target.root, rev, allow=() if clean else ("*",))
         top = target.git.root
-        touched = {os.path.relpath(Path(target.root) / p, top) for p in proposal.baseline if p not in old_paths}
+        touched = {os.path.relpath(Path(target.root) / p, top) for p in paths}
         problems += [f"{top}: {line[3:]} is modified (git status: {line[:2].strip()})"
                      for line in target.git.dirty if line[3:] in touched]
         if problems:

@@ -113,7 +113,7 @@ def test_export_refuses_a_baseline_that_is_not_pristine(tmp_path, vllm_install, 
         fh.write(b"# edited by hand\n")
     done = run_hotfix("export", HOTFIX, "--to", tmp_path / "out", "--python", venv.python)
     assert done.returncode == 3, done.stderr
-    assert f"{PATH}: baseline not pristine" in done.stderr and "Traceback" not in done.stderr
+    assert f"baseline not pristine: {PATH} (" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -157,3 +157,39 @@ def test_export_when_fixed_upstream_exits_5_with_advice(tmp_path, vllm_install, 
     assert done.returncode == 5, done.stderr
     assert "already contains the fix" in done.stderr and "--remove" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_export_checks_stats_of_the_pinned_patch_before_excludes(tmp_path, vllm_install, run_hotfix):
+    """Stats (and the pins) describe the whole patch file; `exclude` only drops files from what is applied."""
+    import subprocess
+
+    from vllm_hotfix.catalog import BUILTIN_DIR
+
+    venv = vllm_install("0.30.0")
+    envs = venv.site_packages / "vllm/envs.py"
+    edited = tmp_path / "envs.py"
+    edited.write_bytes(envs.read_bytes() + b"# not wanted in the export\n")
+    extra = subprocess.run(["diff", "-u", "--label", "a/vllm/envs.py", "--label", "b/vllm/envs.py", envs, edited],
+                           capture_output=True).stdout
+    data = (BUILTIN_DIR / "patches" / HOTFIX / "0.27.patch").read_bytes() + extra
+    catalog = tmp_path / "catalog"
+    (catalog / "patches").mkdir(parents=True)
+    (catalog / "patches" / "two-files.patch").write_bytes(data)
+    (catalog / "manifests").mkdir()
+    text = (BUILTIN_DIR / "manifests" / f"{HOTFIX}.toml").read_text()
+    text = text.replace(f'id = "{HOTFIX}"', 'id = "mamba-excluding"').replace(
+        'file = "mamba-align-block-size/0.27.patch"', 'file = "two-files.patch"\nexclude = ["vllm/envs.py"]').replace(
+        'md5 = "b8fc748c8b3eebb7b25dc60241bc8028"', f'md5 = "{hashlib.md5(data).hexdigest()}"').replace(
+        'sha256 = "002243b33068cba0ccff7e91a66f76e73cea84c760cb12cbea40006aa9edca9f"',
+        f'sha256 = "{hashlib.sha256(data).hexdigest()}"')
+    text = text.replace("stats = { files = 1, insertions = 13, deletions = 1 }\n"
+                        'description = "0.27.0', "stats = { files = 2, insertions = 14, deletions = 1 }\n"
+                        'description = "0.27.0')
+    assert "files = 2" in text and hashlib.sha256(data).hexdigest() in text
+    (catalog / "manifests" / "mamba-excluding.toml").write_text(text)
+
+    done = run_hotfix("export", "mamba-excluding", "--to", tmp_path / "out", "--python", venv.python,
+                      "--catalog", catalog, "--json")
+    assert done.returncode == 0, done.stderr
+    (hotfix,) = json.loads(done.stdout)["hotfixes"]
+    assert [f["path"] for f in hotfix["files"]] == [PATH]

@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 
 from vllm_hotfix import __version__, lockfile
-from vllm_hotfix.errors import FixedUpstream, InvalidInput, Refused, WriteFailed
+from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
 from vllm_hotfix.output import emit_json, say
 
 LOCK_NAME = "hotfix.lock"
@@ -61,7 +61,8 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), as
 
 
 def _export_one(manifest, python: str | None, targets: dict) -> tuple[lockfile.LockedHotfix, dict[str, bytes]]:
-    from vllm_hotfix.core.apply import FileState, plan_patch
+    from vllm_hotfix.core.apply import plan_patch
+    from vllm_hotfix.operations import catalog_hotfix, prove_files_pristine
     from vllm_hotfix.target.locate import locate_package
     from vllm_hotfix.target.tree import Tree
 
@@ -82,28 +83,25 @@ def _export_one(manifest, python: str | None, targets: dict) -> tuple[lockfile.L
         raise Refused(f"{manifest.id}: {where} is a {target.kind} install; export needs a pip-installed wheel "
                       f"whose RECORD proves the baseline", hint="run export against a pristine wheel install of the same version")
 
-    patches = [_load_patch(manifest, p) for p in manifest.patches_for(version)]
-    touched = sorted({path for patch in patches for f in patch.files for path in (f.old_path, f.new_path) if path})
-    _prove_pristine(target, touched)
+    for patch_spec in manifest.patches_for(version):
+        if patch_spec.kind != "file":
+            raise Refused(f"{manifest.id}: patch {patch_spec.label} is a {patch_spec.kind} patch; export supports "
+                          f"catalog patch files", hint="apply it in the image with `hotfix apply` instead")
+    series = catalog_hotfix(manifest, target).series
+    prove_files_pristine(target, spec, {path for f in series.files for path in (f.old_path, f.new_path) if path})
 
-    tree = Tree(target.root)
-    changed: dict[str, FileState | None] = {}
-
-    def read(path: str):
-        return changed[path] if path in changed else tree.read(path)
-
+    changed: dict[str, bytes] = {}
     baseline: dict[str, bytes | None] = {}
-    for patch in patches:
-        for edit in plan_patch(patch, read).edits:
-            if edit.action not in ("modify", "create") or edit.after is None:
-                raise Refused(f"{manifest.id}: {edit.path} is {edit.action}d by the patch; only modified or created "
-                              f"files can be bind-mounted", hint="apply this hotfix in the image instead (`hotfix apply`)")
-            baseline.setdefault(edit.path, edit.before)
-            changed[edit.path] = FileState(edit.after, edit.new_mode or edit.old_mode or 0o644)
+    for edit in plan_patch(series, Tree(target.root).read).edits:
+        if edit.action not in ("modify", "create") or edit.after is None:
+            raise Refused(f"{manifest.id}: {edit.path} is {edit.action}d by the patch; only modified or created "
+                          f"files can be bind-mounted", hint="apply this hotfix in the image instead (`hotfix apply`)")
+        baseline[edit.path] = edit.before
+        changed[edit.path] = edit.after
 
     files, outputs = [], {}
     for path in sorted(changed):
-        data = changed[path].data
+        data = changed[path]
         export = f"{manifest.id}/{path}"
         before = baseline[path]
         files.append(lockfile.LockedFile(path, _sha(data), _sha(before) if before is not None else None, export))
@@ -112,39 +110,6 @@ def _export_one(manifest, python: str | None, targets: dict) -> tuple[lockfile.L
     hotfix = lockfile.LockedHotfix(manifest.id, manifest.version, spec.distribution, spec.package,
                                    str(version), fixed_in, tuple(files))
     return hotfix, outputs
-
-
-def _load_patch(manifest, spec):
-    from vllm_hotfix.core.diff import exclude_paths, parse_patch
-    from vllm_hotfix.manifest import check_stats, verify_patch_bytes
-
-    if spec.kind != "file":
-        raise Refused(f"{manifest.id}: patch {spec.label} is a {spec.kind} patch; export supports catalog patch files",
-                      hint="apply it in the image with `hotfix apply` instead")
-    path = manifest.patch_path(spec)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read patch: {exc.strerror}") from None
-    verify_patch_bytes(spec, data, str(path))
-    patch = parse_patch(data, strip=spec.strip, source=str(path))
-    if spec.exclude:
-        patch = exclude_paths(patch, spec.exclude)
-    check_stats(spec, patch.stats, str(path))
-    return patch
-
-
-def _prove_pristine(target, paths: list[str]) -> None:
-    from vllm_hotfix.target.record import read_record, verify
-
-    differences = verify(target.root, read_record(target.dist_info), paths)
-    if differences:
-        d = differences[0]
-        raise Refused(
-            f"{Path(target.root) / d.path}: baseline not pristine ({d.kind}: RECORD {d.expected}, found {d.actual})",
-            hint=f"export from a clean install of {target.distribution} {target.version} "
-                 f"(`pip install --force-reinstall --no-deps {target.distribution}=={target.version}`)",
-        )
 
 
 def _merge(lock_path: Path, site_packages: str, exported: list[lockfile.LockedHotfix]) -> tuple:
