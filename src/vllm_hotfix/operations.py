@@ -418,16 +418,6 @@ def invert(plan: Plan) -> Plan:
 # -- writing -------------------------------------------------------------------------------------
 
 
-def recover_target(root: Path) -> None:
-    """Undo an interrupted apply on ``root``; call with the target lock held."""
-    from vllm_hotfix.txn.journal import recover
-
-    report = recover(paths.target_state_dir(root) / "journal")
-    if report is not None:
-        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
-             f"{len(report.removed)} created file(s) removed")
-
-
 def _store_backups(state: TargetState, hotfix_id: str, baseline: dict[str, bytes | None]) -> str:
     from vllm_hotfix.txn.atomic import atomic_write
 
@@ -471,7 +461,7 @@ class ApplyOutcome:
 def apply(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: bool,
           lock_timeout: float | None = None) -> ApplyOutcome:
     """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing, then record it."""
-    from vllm_hotfix.txn.journal import JOURNAL, commit
+    from vllm_hotfix.txn.journal import JOURNAL, commit, recover_target
     from vllm_hotfix.txn.lock import DEFAULT_TIMEOUT, target_lock
 
     state_dir = paths.target_state_dir(target.root)
@@ -735,7 +725,7 @@ def _rollback_plan(state: TargetState, recorded: RecordedHotfix, root: Path) -> 
 
 
 def rollback(state: TargetState, hotfix_id: str, root: Path, *, dry_run: bool) -> RollbackOutcome:
-    from vllm_hotfix.txn.journal import commit
+    from vllm_hotfix.txn.journal import commit, recover_target
     from vllm_hotfix.txn.lock import target_lock
 
     def recorded_or_refuse(s: TargetState) -> RecordedHotfix:

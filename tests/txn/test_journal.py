@@ -205,3 +205,20 @@ def test_a_change_after_planning_is_caught_through_the_planning_tree(tree, tmp_p
     (tree / "pkg/mod.py").write_bytes(BEFORE["pkg/mod.py"].replace(b"1", b"7"))  # same size
     with pytest.raises(Refused, match="pkg/mod.py: changed since planning"):
         commit(tree, sample_plan(), journal_dir=tmp_path / "journal", tree=planned)
+
+
+def test_recover_target_restores_a_killed_apply_and_says_so(tree, tmp_path, capsys):
+    """The one recovery step that apply (raw and catalog) and rollback run under the target lock."""
+    from vllm_hotfix import paths
+
+    before = snapshot(tree)
+    jdir = paths.target_state_dir(tree) / "journal"
+    script = CRASHER.format(tests=str(Path(__file__).parent))
+    proc = subprocess.run([sys.executable, "-c", script, "3", "kill", str(tree), str(jdir)])
+    assert proc.returncode == -signal.SIGKILL
+    journal.recover_target(tree)
+    assert snapshot(tree) == before
+    assert capsys.readouterr().err == (
+        f"hotfix: recovered an interrupted apply on {tree}: 2 file(s) restored, 0 created file(s) removed\n")
+    journal.recover_target(tree)
+    assert capsys.readouterr().err == ""

@@ -8,10 +8,10 @@ from pathlib import Path
 from vllm_hotfix import paths
 from vllm_hotfix.core.apply import FileEdit, Plan, plan_patch
 from vllm_hotfix.core.diff import Patch, parse_patch
-from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
+from vllm_hotfix.errors import DoesNotApply, InvalidInput, UsageError
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.target.tree import Tree
-from vllm_hotfix.txn.journal import JOURNAL, commit, recover
+from vllm_hotfix.txn.journal import JOURNAL, commit, recover_target
 from vllm_hotfix.txn.lock import target_lock
 
 LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
@@ -96,14 +96,6 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
             f"check with `hotfix verify {hotfix.id}`")
 
 
-def recover_root(root: Path) -> None:
-    """Undo an interrupted apply on ``root`` (call with the target lock held)."""
-    report = recover(paths.target_state_dir(root) / "journal")
-    if report is not None:
-        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
-             f"{len(report.removed)} created file(s) removed")
-
-
 def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, as_json: bool) -> int:
     root = Path(root)
     if not root.is_dir():
@@ -116,7 +108,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_ru
         plan, already = _plan(patch, Tree(root), reverse)
     else:
         with target_lock(state_dir):
-            recover_root(root)
+            recover_target(root)
             tree = Tree(root)
             plan, already = _plan(patch, tree, reverse)
             if not already:

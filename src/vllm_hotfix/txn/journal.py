@@ -482,3 +482,14 @@ def recover(journal_dir: Path) -> RecoveryReport | None:
         raise WriteFailed(f"{journal}: could not restore {', '.join(report.problems)}",
                           hint="fix the cause (read-only or full file system?) and run `hotfix recover` again")
     return report
+
+
+def recover_target(root: Path) -> None:
+    """``recover`` the journal of the target ``root`` and say so; call with the target lock held."""
+    from vllm_hotfix import paths
+    from vllm_hotfix.output import note
+
+    report = recover(paths.target_state_dir(root) / "journal")
+    if report is not None:
+        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
+             f"{len(report.removed)} created file(s) removed")
