@@ -289,7 +289,7 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
             if fsync:
                 fsync_dir(backups)
             written_journal = True  # from here on restore: atomic_write may fail after its rename
-            atomic_write(journal_dir / JOURNAL, json.dumps(record, indent=1).encode())
+            atomic_write(journal_dir / JOURNAL, _journal_bytes(record))
             # step 3: new contents beside their targets
             for directory in new_dirs:
                 current = os.path.relpath(directory, root)
@@ -327,6 +327,14 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
                 exc = _Interrupted(guard.pending)
             _raise_after_restore(exc, current, report, root)
     shutil.rmtree(journal_dir / BACKUPS, ignore_errors=True)
+
+
+def _journal_bytes(record: dict) -> bytes:
+    """The journal as JSON with one file entry per line: readable by hand, and encoded by json's C
+    encoder (``indent`` would switch to the pure-Python one, ~30x slower on a 1,000-file patch)."""
+    head = json.dumps({k: v for k, v in record.items() if k != "files"})
+    entries = ",\n".join(map(json.dumps, record["files"]))
+    return f'{head[:-1]}, "files": [\n{entries}\n]}}\n'.encode()
 
 
 def _remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
