@@ -5,7 +5,8 @@ and GNU patch, on fresh copies of the 0.29.0 tree, several interleaved rounds; p
 
 hotfix keeps its full all-or-nothing guarantee here (lock, journal, hard-link backups, fsync).
 Every tool runs as a subprocess, so interpreter / process start-up is counted for all of them; hotfix
-runs with its bytecode cached (as from an installed wheel), after one untimed dry run.
+runs with its bytecode cached (as from an installed wheel), after one untimed dry run. Each copy is
+synced to disk before its tool is timed (as in production, where the tree has long been written).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def main() -> int:
             for name, argv in commands.items():
                 copy = scratch / f"{name.split()[0]}-{round_no}"
                 shutil.copytree(base, copy, symlinks=True)
+                os.sync()  # the copy's writeback must not land inside the next tool's timing
                 start = time.perf_counter()
                 done = subprocess.run(argv, cwd=copy, env=env, capture_output=True)
                 elapsed = time.perf_counter() - start
