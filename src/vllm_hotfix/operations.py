@@ -756,7 +756,7 @@ def find_recorded(hotfix_id: str, *, python: str | None, root: Path | None) -> t
     states = recorded_states(python=python, root=root)
     holding = [s for s in states if hotfix_id in s.hotfixes]
     if not holding:
-        where = f"--root {root}" if root is not None else f"python {python or 'this interpreter'}"
+        where = f"--root {root}" if root is not None else (f"--python {python}" if python else "this interpreter")
         raise Refused(f"{hotfix_id}: not recorded as applied for {where}",
                       hint="`hotfix status` shows what is applied where")
     if len(holding) > 1:

@@ -92,8 +92,9 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
     if outcome.dry_run:
         say(f"dry run: would apply {hotfix.ref} to {where}: {len(edits)} file(s); nothing was written")
     else:
+        option = f" --python {target.python}" if target.python else f" --root {target.root}"
         say(f"applied {hotfix.ref} to {where}: {len(edits)} file(s), all-or-nothing; "
-            f"check with `hotfix verify {hotfix.id}`")
+            f"check with `hotfix verify {hotfix.id}{option}`")
 
 
 def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, as_json: bool) -> int:

@@ -150,7 +150,8 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
         why = f" ({facts['spec_error']})" if facts.get("spec_error") else ""
         raise Refused(
             f"package {package} is not importable by {facts['python']}{why}",
-            hint="pass --python with the interpreter that runs vLLM (e.g. /opt/venv/bin/python) or set HOTFIX_PYTHON",
+            hint="pass --python with the interpreter that runs vLLM (e.g. /opt/venv/bin/python) or set HOTFIX_PYTHON; "
+            "for a source checkout pass --root DIR (e.g. /vllm-workspace/vllm-ascend)",
         )
     origin = Path(spec["origin"]) if spec.get("origin") and spec["origin"] not in ("namespace", "built-in", "frozen") else None
     if spec.get("locations"):
