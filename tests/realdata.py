@@ -181,3 +181,28 @@ def vllm_source_diff(old: str = "0.29.0", new: str = "0.30.0") -> Path:
         os.replace(work / "out.diff", final)
         shutil.rmtree(work, ignore_errors=True)
         return final
+
+
+def build_project_wheel(dest: Path) -> Path:
+    """Build vllm-hotfix's own wheel from a clean copy of the work tree (what `pip install .` would install)."""
+    repo = Path(__file__).resolve().parent.parent
+    source = dest / "project"
+    shutil.copytree(repo / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(repo / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
+                    str(source), "-w", str(dest / "dist")], check=True)
+    (wheel,) = (dest / "dist").glob("vllm_hotfix-*.whl")
+    return wheel
+
+
+def find_python(version: str) -> str | None:
+    """A working ``pythonX.Y`` (pyenv shims refuse versions that are not selected, so look behind them)."""
+    import glob
+
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
+    for candidate in candidates:
+        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return None

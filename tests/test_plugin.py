@@ -11,9 +11,7 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -147,15 +145,9 @@ def write_lock(path: Path, site_packages: Path, files_by_id: dict[str, list[dict
 def guarded(tmp_path_factory):
     """A real vLLM 0.30.0 install with vllm-hotfix installed and three hotfixes applied to its files."""
     work = tmp_path_factory.mktemp("guarded")
-    source = work / "project"
-    source.mkdir()
-    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
-                    str(source), "-w", str(work / "dist")], check=True)
+    wheel = realdata.build_project_wheel(work)
     venv = realdata.copy_venv(realdata.vllm_template("0.30.0"), work / "venv")
-    realdata.pip_install(venv, *map(str, (work / "dist").glob("vllm_hotfix-*.whl")))
+    realdata.pip_install(venv, str(wheel))
     pristine_lost = (venv.site_packages / LOST_FILE).read_bytes()
     files = {hid: [patch_file(venv.site_packages, *edit)] for hid, edit in HOTFIXES.items()}
     files[LOST] = [{"path": LOST_FILE, "before_sha256": sha256(pristine_lost),

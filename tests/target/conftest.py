@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +20,7 @@ def git(repo: Path, *args: str) -> str:
                           env={**os.environ, **GIT_ENV}).stdout.strip()
 
 
-def interpreter(version: str) -> str | None:
-    """A working ``pythonX.Y`` (pyenv shims refuse versions that are not selected, so look behind them)."""
-    candidates = [shutil.which(f"python{version}")]
-    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
-    for candidate in candidates:
-        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
-            return candidate
-    return None
+interpreter = realdata.find_python
 
 
 @pytest.fixture
