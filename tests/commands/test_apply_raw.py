@@ -289,8 +289,11 @@ def test_kill_9_at_every_rename_write_and_temp_open_then_recover_or_apply(run_ho
 
 
 @needs_strace
-@pytest.mark.parametrize("error, text", [("EROFS", "Read-only file system"), ("ENOSPC", "No space left on device")])
-def test_write_errors_at_every_point_restore_everything(run_hotfix, small_patch, root, tmp_path, error, text):
+@pytest.mark.parametrize("error, text, hint", [
+    ("EROFS", "Read-only file system", "`hotfix compose` bind-mounts them read-only"),
+    ("ENOSPC", "No space left on device", "free some space there"),
+])
+def test_write_errors_at_every_point_restore_everything(run_hotfix, small_patch, root, tmp_path, error, text, hint):
     points = injection_points(small_patch, tmp_path)
     before = snapshot(root)
     for syscall, ordinals in points.items():
@@ -302,6 +305,7 @@ def test_write_errors_at_every_point_restore_everything(run_hotfix, small_patch,
             assert failed.returncode == 6, (syscall, n, failed.stderr)
             line = one_line_error(failed)
             assert f"{text} ({error}); every file was restored, nothing was changed" in line, line
+            assert "hotfix: hint: " in failed.stderr and hint in failed.stderr, failed.stderr
             assert snapshot(root) == before, (syscall, n)
             assert not list(root.rglob("*.hotfix-tmp"))
 

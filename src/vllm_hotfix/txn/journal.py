@@ -371,8 +371,19 @@ def _raise_after_restore(exc: BaseException, current: str, report: RecoveryRepor
                           exit_code=128 + exc.signum) from None
     if isinstance(exc, OSError):
         where = exc.filename if isinstance(exc.filename, str) and current == "new file contents" else current
-        raise WriteFailed(f"{where}: {_describe(exc)}; every file was restored, nothing was changed") from None
+        raise WriteFailed(f"{where}: {_describe(exc)}; every file was restored, nothing was changed",
+                          hint=_WRITE_HINTS.get(exc.errno)) from None
     raise exc
+
+
+_WRITE_HINTS = {
+    errno.EROFS: "this file system is read-only (a container image?): `hotfix export ID --to DIR` writes the "
+                 "patched files elsewhere and `hotfix compose` bind-mounts them read-only",
+    errno.ENOSPC: "free some space there: the transaction needs room for one new copy of each changed file",
+    errno.EDQUOT: "the disk quota is exhausted: the transaction needs room for one new copy of each changed file",
+    errno.EACCES: "run as the user who owns the installed files (or as root)",
+    errno.EPERM: "run as the user who owns the installed files (or as root)",
+}
 
 
 def _describe(exc: BaseException) -> str:
