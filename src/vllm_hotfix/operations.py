@@ -400,6 +400,23 @@ def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:
         if os.path.realpath(again.package_dir) != os.path.realpath(target.package_dir):
             raise Refused(f"{target.package} now resolves to {again.package_dir}, not the patched {target.package_dir}",
                           hint=f"`hotfix where {target.package} --python {target.python} --import` shows why")
+    else:
+        _warn_if_checkout_not_loaded(target)
+
+
+def _warn_if_checkout_not_loaded(target: Target) -> None:
+    """A --root checkout is only in effect if the server's interpreter imports it: say what this one does."""
+    try:
+        loaded = locate_package(target.package, None)
+    except HotfixError:
+        note(f"cannot tell from here which {target.package} the server loads; check with "
+             f"`hotfix where {target.package} --python <the server's python> --import`")
+        return
+    root = os.path.realpath(target.root)
+    if os.path.commonpath([root, os.path.realpath(loaded.package_dir)]) != root:
+        note(f"WARNING: this interpreter loads {target.package} from {loaded.package_dir}, not from the patched "
+             f"checkout {target.root}; make sure the server imports the checkout "
+             f"(`hotfix where {target.package} --python <the server's python> --import`)")
 
 
 def invert(plan: Plan) -> Plan:

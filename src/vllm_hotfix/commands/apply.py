@@ -66,6 +66,8 @@ def apply_hotfix(**options) -> int:
 
 
 def _report_hotfix(outcome, *, as_json: bool) -> None:
+    from vllm_hotfix.operations import target_option
+
     proposal = outcome.proposal
     hotfix, target = proposal.hotfix, proposal.target
     edits = () if proposal.already else proposal.plan.edits
@@ -92,9 +94,8 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
     if outcome.dry_run:
         say(f"dry run: would apply {hotfix.ref} to {where}: {len(edits)} file(s); nothing was written")
     else:
-        option = f" --python {target.python}" if target.python else f" --root {target.root}"
         say(f"applied {hotfix.ref} to {where}: {len(edits)} file(s), all-or-nothing; "
-            f"check with `hotfix verify {hotfix.id}{option}`")
+            f"check with `hotfix verify {hotfix.id} {target_option(target)}`")
 
 
 def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, as_json: bool) -> int:
