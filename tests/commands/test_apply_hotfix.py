@@ -116,6 +116,7 @@ def test_glm_on_the_vllm_ascend_checkout_applies_checks_and_rolls_back_to_the_co
     checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
     done = run_hotfix("apply", "glm-conv-null-slot", "--root", checkout)
     assert done.returncode == 0, done.stderr
+    assert "cannot tell from here which vllm_ascend the server loads" in done.stderr
     assert not (checkout / RELEASE_NOTE).exists()
     assert "kernel_state[-1].zero_()" in (checkout / CAUSAL_CONV1D).read_text()
     changed = {line[3:] for line in git(checkout, "status", "--porcelain").splitlines()}
@@ -127,6 +128,16 @@ def test_glm_on_the_vllm_ascend_checkout_applies_checks_and_rolls_back_to_the_co
     done = run_hotfix("rollback", "glm-conv-null-slot", "--root", checkout)
     assert done.returncode == 0, done.stderr
     assert git(checkout, "status", "--porcelain") == ""
+
+
+def test_glm_warns_when_this_interpreter_loads_another_copy(run_hotfix, tmp_path):
+    """Seed 002's overlay: PYTHONPATH puts another vllm_ascend first, so patching the checkout proves nothing."""
+    checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
+    overlay = make_vllm_ascend_checkout(tmp_path / "overlay")
+    done = run_hotfix("apply", "glm-conv-null-slot", "--root", checkout, env={"PYTHONPATH": str(overlay)})
+    assert done.returncode == 0, done.stderr
+    assert f"WARNING: this interpreter loads vllm_ascend from {overlay}/vllm_ascend, not from the patched checkout" \
+        in done.stderr
 
 
 def test_glm_refuses_a_checkout_with_a_touched_file_modified(run_hotfix, tmp_path):
