@@ -93,6 +93,7 @@ def cli() -> None:
 @click.option("-p", "strip", type=click.IntRange(min=0), default=None, help="Strip N leading path components (default 1, as git apply).")
 @click.option("--patch-file", "patch_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A separately distributed patch file a manifest asks for (repeatable).")
 @click.option("--upstream-repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local clone holding the upstream commits a manifest names.")
+@click.option("--checkout", "checkouts", multiple=True, metavar="DIST=DIR", help="Where another checkout a hotfix requires is (e.g. vllm=/srv/vllm), instead of the manifest's root_hint (repeatable).")
 @click.option("--reverse", "-R", is_flag=True, help="Apply the patch in reverse (raw --patch only; for hotfixes use rollback).")
 @dry_run_option
 @catalog_option

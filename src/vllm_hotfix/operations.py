@@ -230,18 +230,30 @@ def check_applicable(manifest: Manifest, spec: TargetSpec | None, target: Target
     raise Refused(f"{manifest.ref}: {verdict.message}", hint="`hotfix show " + manifest.id + "` lists its targets")
 
 
-def check_requires(manifest: Manifest) -> None:
-    """Preconditions on other checkouts, found at their ``root_hint``."""
+def parse_checkouts(values: Sequence[str]) -> dict[str, Path]:
+    """``--checkout DIST=DIR`` options as a mapping."""
+    checkouts: dict[str, Path] = {}
+    for value in values:
+        dist, sep, directory = value.partition("=")
+        if not sep or not dist or not directory:
+            raise UsageError(f"--checkout {value!r}: expected DIST=DIR, e.g. vllm=/vllm-workspace/vllm")
+        checkouts[dist.strip()] = Path(directory)
+    return checkouts
+
+
+def check_requires(manifest: Manifest, checkouts: dict[str, Path] | None = None) -> None:
+    """Preconditions on other checkouts, found via ``--checkout DIST=DIR`` or at their ``root_hint``."""
     from vllm_hotfix.target import git as gitmod
 
     for index, requirement in enumerate(manifest.requires):
         what = f"{manifest.ref}: requires[{index}] ({requirement.distribution} {requirement.git.describe()})"
-        if not requirement.root_hint or not Path(requirement.root_hint).is_dir():
-            raise Refused(f"{what}: no checkout at {requirement.root_hint or '(no root_hint)'}",
-                          hint=f"the {requirement.distribution} checkout must be at {requirement.root_hint}")
+        given = (checkouts or {}).get(requirement.distribution)
+        where = given or (Path(requirement.root_hint) if requirement.root_hint else None)
+        if where is None or not where.is_dir():
+            raise Refused(f"{what}: no {requirement.distribution} checkout at {where or '(no root_hint)'}",
+                          hint=f"pass --checkout {requirement.distribution}=DIR with the checkout's directory")
         rev = requirement.git.commit or requirement.git.tag or requirement.git.branch
-        problems = gitmod.check_baseline(Path(requirement.root_hint), rev,
-                                         allow=() if requirement.git.clean else ("*",))
+        problems = gitmod.check_baseline(where, rev, allow=() if requirement.git.clean else ("*",))
         if problems:
             more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
             raise Refused(f"{what}: {problems[0]}{more}", hint="restore that checkout (git checkout / git stash) and retry")

@@ -193,5 +193,22 @@ def test_qwen_precondition_names_the_missing_vllm_checkout(run_hotfix, tmp_path)
     shutil.move(standin.vllm_checkout, tmp_path / "elsewhere")
     done = run_hotfix("apply", "qwen-standin", "--root", standin.checkout, *catalogs, "--patch-file", standin.patch)
     assert done.returncode == 3
-    assert f"no checkout at {standin.vllm_checkout}" in done.stderr
+    assert f"no vllm checkout at {standin.vllm_checkout}" in done.stderr
+    assert "pass --checkout vllm=DIR" in done.stderr
+    assert git(standin.checkout, "status", "--porcelain") == ""
+
+    moved = ("--checkout", f"vllm={tmp_path / 'elsewhere'}")
+    done = run_hotfix("apply", "qwen-standin", "--root", standin.checkout, *catalogs, "--patch-file", standin.patch,
+                      *moved)
+    assert done.returncode == 0, done.stderr
+    bad = run_hotfix("apply", "qwen-standin", "--root", standin.checkout, *catalogs, "--checkout", "vllm")
+    assert bad.returncode == 2 and "expected DIST=DIR" in bad.stderr
+
+
+def test_qwen_precondition_refuses_a_dirty_vllm_checkout(run_hotfix, tmp_path):
+    standin = make_qwen_standin(tmp_path)
+    catalogs = _standin_catalogs(standin)
+    (standin.vllm_checkout / "stray.py").write_text("x = 1\n")
+    done = run_hotfix("apply", "qwen-standin", "--root", standin.checkout, *catalogs, "--patch-file", standin.patch)
+    assert done.returncode == 3 and "stray.py" in done.stderr, done.stderr
     assert git(standin.checkout, "status", "--porcelain") == ""

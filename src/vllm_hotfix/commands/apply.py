@@ -55,7 +55,7 @@ def apply_hotfix(**options) -> int:
         manifest = Catalog.load(options.get("catalogs") or ()).get(hotfix_id, version)
         target, spec = ops.resolve_manifest_target(manifest, python=options.get("python"), root=options.get("root"))
         ops.check_applicable(manifest, spec, target)
-        ops.check_requires(manifest)
+        ops.check_requires(manifest, ops.parse_checkouts(options.get("checkouts") or ()))
         hotfix = ops.catalog_hotfix(manifest, target, patch_files=options.get("patch_files") or (),
                                     upstream_repo=options.get("upstream_repo"))
     for warning in target.warnings:
