@@ -74,8 +74,9 @@ class Hotfix:
         return Patch(tuple(f for p in self.patches for f in p.patch.files), self.ref)
 
 
-def load_patch_bytes(data: bytes, *, label: str, strip: int, exclude: Sequence[str] = ()) -> LoadedPatch:
-    patch = parse_patch(data, strip=strip, source=label)
+def load_patch_bytes(data: bytes, *, label: str, strip: int, exclude: Sequence[str] = (),
+                     parsed: Patch | None = None) -> LoadedPatch:
+    patch = parsed if parsed is not None else parse_patch(data, strip=strip, source=label)
     if exclude:
         patch = exclude_paths(patch, exclude)
     return LoadedPatch(label, data, strip, tuple(exclude), patch)
@@ -120,8 +121,9 @@ def catalog_hotfix(manifest: Manifest, target: Target, *, patch_files: Sequence[
     for spec in manifest.patches_for(target.version):
         label, data = _manifest_patch_bytes(manifest, spec, patch_files, upstream_repo, target)
         verify_patch_bytes(spec, data, label)
-        check_stats(spec, parse_patch(data, strip=spec.strip, source=label).stats, label)
-        loaded.append(load_patch_bytes(data, label=label, strip=spec.strip, exclude=spec.exclude))
+        whole = parse_patch(data, strip=spec.strip, source=label)
+        check_stats(spec, whole.stats, label)  # declared stats describe the pinned file, before excludes
+        loaded.append(load_patch_bytes(data, label=label, strip=spec.strip, exclude=spec.exclude, parsed=whole))
     return Hotfix(manifest.id, manifest.version, "catalog", tuple(loaded), manifest, target.package)
 
 
