@@ -7,9 +7,10 @@ from pathlib import Path
 
 from vllm_hotfix import paths
 from vllm_hotfix.core.apply import FileEdit, Plan, plan_patch
-from vllm_hotfix.core.diff import Patch, parse_patch
-from vllm_hotfix.errors import DoesNotApply, InvalidInput, UsageError
+from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
+from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
 from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.parallel_plan import ForkedHalf
 from vllm_hotfix.target.tree import Tree
 from vllm_hotfix.txn.journal import JOURNAL, commit, recover_target
 from vllm_hotfix.txn.lock import target_lock
@@ -102,29 +103,61 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_ru
     root = Path(root)
     if not root.is_dir():
         raise UsageError(f"--root {root}: no such directory")
-    patch = _read_patch(patch_file, strip)
-    state_dir = paths.target_state_dir(root)
-    if dry_run:
-        if (state_dir / "journal" / JOURNAL).exists():
-            note(f"an interrupted apply on {root} was not recovered yet; run `hotfix recover --root {root}`")
-        plan, already = _plan(patch, Tree(root), reverse)
-    else:
-        with target_lock(state_dir):
-            recover_target(root)
-            tree = Tree(root)
-            plan, already = _plan(patch, tree, reverse)
-            if not already:
-                commit(root, plan, journal_dir=state_dir / "journal", tree=tree)
-    _report(plan, patch, dry_run=dry_run, already=already, as_json=as_json)
+    data = _read_bytes(patch_file)
+    child = ForkedHalf.start(data, strip=strip, source=str(patch_file), root=root)
+    try:
+        patch, child = _parse_raw(data, strip, str(patch_file), child)
+        state_dir = paths.target_state_dir(root)
+        if dry_run:
+            if (state_dir / "journal" / JOURNAL).exists():
+                note(f"an interrupted apply on {root} was not recovered yet; run `hotfix recover --root {root}`")
+            plan, stats, already = _plan_raw(patch, data, strip, child, Tree(root), reverse)
+        else:
+            with target_lock(state_dir):
+                recover_target(root)
+                tree = Tree(root)
+                plan, stats, already = _plan_raw(patch, data, strip, child, tree, reverse)
+                if not already:
+                    commit(root, plan, journal_dir=state_dir / "journal", tree=tree)
+    finally:
+        if child is not None:
+            child.cancel()
+    _report(plan, patch.source, stats, dry_run=dry_run, already=already, as_json=as_json)
     return 0
 
 
-def _read_patch(patch_file: Path, strip: int) -> Patch:
+def _read_bytes(patch_file: Path) -> bytes:
     try:
-        data = Path(patch_file).read_bytes()
+        return Path(patch_file).read_bytes()
     except OSError as exc:
         raise InvalidInput(f"{patch_file}: cannot read: {exc.strerror}") from None
-    return parse_patch(data, strip=strip, source=str(patch_file))
+
+
+def _parse_raw(data: bytes, strip: int, source: str, child: ForkedHalf | None) -> tuple[Patch, ForkedHalf | None]:
+    """The whole patch, or with a child: the first half, once the child has parsed the second.
+    When a half does not parse, the whole diff is parsed here, for the sequential error message."""
+    if child is not None:
+        try:
+            first = parse_patch(child.first_half, strip=strip, source=source)
+        except HotfixError:
+            first = None
+        if first is not None and child.child_parsed():
+            return first, child
+        child.cancel()
+    return parse_patch(data, strip=strip, source=source), None
+
+
+def _plan_raw(patch: Patch, data: bytes, strip: int, child: ForkedHalf | None, tree: Tree,
+              reverse: bool) -> tuple[Plan, DiffStat, bool]:
+    """``_plan`` of the whole diff. With a child, ``patch`` is the first half and the child plans the
+    rest; any trouble there means: parse and plan the whole diff here, sequentially."""
+    if child is not None:
+        merged = child.finish(patch, tree, _progress_reader(tree, len(patch.files)), reverse=reverse)
+        if merged is not None:
+            return merged[0], merged[1], False
+        patch = parse_patch(data, strip=strip, source=patch.source)
+    plan, already = _plan(patch, tree, reverse)
+    return plan, patch.stats, already
 
 
 def _plan(patch: Patch, tree: Tree, reverse: bool) -> tuple[Plan, bool]:
@@ -174,7 +207,7 @@ def _describe(edit: FileEdit) -> str:
     return f"{LETTERS.get(edit.action, '?')} {name}" + (f" ({', '.join(details)})" if details else "")
 
 
-def _report(plan: Plan, patch: Patch, *, dry_run: bool, already: bool, as_json: bool) -> None:
+def _report(plan: Plan, source: str, stats: DiffStat, *, dry_run: bool, already: bool, as_json: bool) -> None:
     if as_json:
         emit_json({
             "applied": not dry_run and not already,
@@ -187,13 +220,12 @@ def _report(plan: Plan, patch: Patch, *, dry_run: bool, already: bool, as_json: 
         })
         return
     if already and plan.reverse:
-        say(f"already applied: {patch.source} (its reverse applies cleanly); nothing to do")
+        say(f"already applied: {source} (its reverse applies cleanly); nothing to do")
         return
     if already:
-        say(f"already reversed: {patch.source} is not in the tree (it applies forward cleanly); nothing to do")
+        say(f"already reversed: {source} is not in the tree (it applies forward cleanly); nothing to do")
         return
     lines = [_describe(edit) for edit in plan.edits]
-    stats = patch.stats
     summary = f"{len(plan.edits)} file(s), +{stats.insertions} -{stats.deletions}"
     if plan.reverse:
         summary += ", reversed"

@@ -608,3 +608,15 @@ def normalised_diff_bytes(data: bytes) -> bytes:
                     out.append(line.op.encode() + text)
                     out.append(b"\\ No newline at end of file")
     return b"\n".join(out) + b"\n"
+
+
+def file_boundary_near_middle(data: bytes, *, min_bytes: int) -> int | None:
+    """Where to cut a large diff into two halves that parse on their own: the start of the first
+    ``diff `` line past the middle. Exact for any input, because the parser never consumes a line
+    starting with ``diff `` inside a file's headers or hunks: it always restarts there. None when the
+    diff is small, or does not start with ``diff `` (mail headers of a format-patch series,
+    ``git show``)."""
+    if len(data) < min_bytes or not data.startswith(b"diff "):
+        return None
+    cut = data.find(b"\ndiff ", len(data) // 2)
+    return None if cut < 0 else cut + 1

@@ -35,6 +35,14 @@ class Tree:
         seen = self._read_signatures.get(relpath)
         return seen is not None and seen == _signature(info)
 
+    def read_signatures(self) -> dict[str, tuple[int, ...]]:
+        """What ``read`` proved so far, to hand to another Tree on the same root (see ``adopt_read_signatures``)."""
+        return dict(self._read_signatures)
+
+    def adopt_read_signatures(self, signatures: dict[str, tuple[int, ...]]) -> None:
+        """Take over what another Tree on the same root read (a planning child process), as if read here."""
+        self._read_signatures.update(signatures)
+
     def path(self, relpath: str) -> Path:
         """Absolute path of ``relpath``, after refusing anything that leads outside the root.
 
