@@ -46,7 +46,7 @@ def write_new_file(path: str | os.PathLike, data: bytes, mode: int, *, fsync: bo
         os.close(fd)
 
 
-def fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: str | os.PathLike) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

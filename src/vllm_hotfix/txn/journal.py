@@ -159,14 +159,6 @@ def _parallel(function, items: list) -> list:
     return results
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _drop_bytecode(paths: Iterable[str]) -> None:
     """Remove ``__pycache__/<stem>.*.pyc`` of each ``.py`` so no stale bytecode can run."""
     by_cache_dir: dict[str, set[str]] = {}
@@ -312,7 +304,7 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
             if fsync:
                 current = "directories"
                 parents = {os.path.dirname(p) for p in touched + new_dirs + removed_dirs}
-                _parallel(_fsync_path, sorted(parents - set(removed_dirs)))
+                _parallel(fsync_dir, sorted(parents - set(removed_dirs)))
             # step 6: commit point
             current = str(journal_dir / JOURNAL)
             os.unlink(journal_dir / JOURNAL)
