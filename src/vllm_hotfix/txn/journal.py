@@ -393,14 +393,15 @@ def _file_sha256(path: Path) -> str | None:
         return None
 
 
-def _put_back(path: Path, backup: Path, entry: dict, tag: str) -> None:
-    """Make ``path`` the backed-up original again (same inode when the backup is a hard link)."""
+def _put_back(path: Path, backup: Path, entry: dict, tag: str, current_sha256: str | None) -> None:
+    """Make ``path`` (now holding ``current_sha256``) the backed-up original again (same inode when the
+    backup is a hard link)."""
     try:
         if os.path.samefile(path, backup):
             return
     except FileNotFoundError:
         pass
-    if _file_sha256(path) == entry["before_sha256"] and (os.stat(path).st_mode & 0o7777) == entry["before_mode"]:
+    if current_sha256 == entry["before_sha256"] and (os.stat(path).st_mode & 0o7777) == entry["before_mode"]:
         return
     temp = temp_path_for(path, f"{tag}-restore")
     os.makedirs(os.path.dirname(temp), exist_ok=True)
@@ -433,9 +434,10 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
             else:
                 backup = journal_dir / entry["backup"] if entry["backup"] else None
                 if backup is not None and os.path.exists(backup):
-                    if _file_sha256(path) != entry["before_sha256"]:
+                    current_sha256 = _file_sha256(path)
+                    if current_sha256 != entry["before_sha256"]:
                         restored.append(rel)
-                    _put_back(path, backup, entry, tag)
+                    _put_back(path, backup, entry, tag, current_sha256)
                 elif _file_sha256(path) != entry["before_sha256"]:
                     problems.append(f"{rel} (no backup)")
             for temp in (temp_path_for(path, tag), temp_path_for(path, f"{tag}-restore")):
