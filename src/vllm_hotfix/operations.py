@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 
 from vllm_hotfix import paths
 from vllm_hotfix.catalog import Catalog, same_version
-from vllm_hotfix.core.apply import FileEdit, FileState, Plan, plan_patch
+from vllm_hotfix.core.apply import FileEdit, FileState, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, exclude_paths, parse_patch, reverse_patch
 from vllm_hotfix.errors import DoesNotApply, FixedUpstream, HotfixError, InvalidInput, Refused, UsageError
 from vllm_hotfix.manifest import Manifest, PatchSpec, TargetSpec, check_stats, verify_patch_bytes
@@ -329,15 +329,12 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState) -> Proposal:
         for p, before, _ in _flatten(plan):
             baseline.setdefault(p, before)
         return Proposal(hotfix, target, plan, False, baseline, recorded)
-    try:
-        plan = plan_patch(series, tree.read)
-    except DoesNotApply as forward:
-        try:
-            plan = plan_patch(series, tree.read, reverse=True)
-        except DoesNotApply:
-            raise forward from None
-        return Proposal(hotfix, target, plan, True, {p: after for p, _, after in _flatten(plan)})
-    return Proposal(hotfix, target, plan, False, {p: before for p, before, _ in _flatten(plan)})
+    detection = detect(series, tree.read)
+    if detection.state == "conflict":
+        raise detection.error
+    if detection.state == "applied":
+        return Proposal(hotfix, target, detection.plan, True, {p: after for p, _, after in _flatten(detection.plan)})
+    return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in _flatten(detection.plan)})
 
 
 def prove_baseline(proposal: Proposal, spec: TargetSpec | None) -> None:
@@ -583,18 +580,15 @@ def status_from_files(hotfix: Hotfix, target: Target) -> Status:
     tree = Tree(target.root)
     common = dict(id=hotfix.id, version=hotfix.version, target=str(target.root))
     option = target_option(target)
-    try:
-        plan = plan_patch(hotfix.series, tree.read)
+    detection = detect(hotfix.series, tree.read)
+    if detection.state == "applicable":
         return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",
-                      files=tuple({"path": p, "state": "baseline"} for p, _, _ in _flatten(plan)), **common)
-    except DoesNotApply as forward:
-        try:
-            plan = plan_patch(hotfix.series, tree.read, reverse=True)
-        except DoesNotApply:
-            return Status(state=DRIFTED, detail=forward.message,
-                          advice="the file is neither baseline nor patched: restore it, then apply", **common)
+                      files=tuple({"path": p, "state": "baseline"} for p, _, _ in _flatten(detection.plan)), **common)
+    if detection.state == "conflict":
+        return Status(state=DRIFTED, detail=detection.error.message,
+                      advice="the file is neither baseline nor patched: restore it, then apply", **common)
     return Status(state=APPLIED, detail="the files hold the patch, but it is not recorded here (applied by hand?)",
-                  files=tuple({"path": p, "state": "patched"} for p, _, _ in _flatten(plan)), **common)
+                  files=tuple({"path": p, "state": "patched"} for p, _, _ in _flatten(detection.plan)), **common)
 
 
 def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, recorded: RecordedHotfix | None,
