@@ -190,7 +190,7 @@ def _progress_reader(tree: Tree, total: int):
 
 
 def _offsets(edit: FileEdit) -> list[int]:
-    return [p.actual - p.expected for p in edit.placements]
+    return [p.offset for p in edit.placements]
 
 
 def _describe(edit: FileEdit) -> str:
@@ -200,10 +200,9 @@ def _describe(edit: FileEdit) -> str:
     if edit.new_mode is not None and edit.old_mode is not None and edit.old_mode & 0o777 != edit.new_mode:
         details.append(f"mode {edit.old_mode & 0o777:o} -> {edit.new_mode:o}")
     for placement in edit.placements:
-        offset = placement.actual - placement.expected
-        if offset:
+        if placement.offset:
             at = placement.header.split(" @@")[0] + " @@"
-            details.append(f"offset {offset:+d} at {at}")
+            details.append(f"offset {placement.offset:+d} at {at}")
     return f"{LETTERS.get(edit.action, '?')} {name}" + (f" ({', '.join(details)})" if details else "")
 
 
