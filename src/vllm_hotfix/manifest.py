@@ -60,6 +60,11 @@ class GitBaseline:
     branch: str | None = None
     clean: bool = False
 
+    @property
+    def rev(self) -> str | None:
+        """What HEAD must be: the commit, else the tag, else the branch."""
+        return self.commit or self.tag or self.branch
+
     def describe(self) -> str:
         parts = [f"tag {self.tag}" if self.tag else "", f"branch {self.branch}" if self.branch else "",
                  f"commit {self.commit}" if self.commit else "", "clean" if self.clean else ""]
@@ -420,7 +425,7 @@ def _git(table: _Table | None) -> GitBaseline | None:
         branch=table.text("branch"),
         clean=table.value("clean", (bool,), default=False),
     )
-    if not (baseline.commit or baseline.tag or baseline.branch):
+    if not baseline.rev:
         raise table.error(None, "needs at least one of commit, tag, branch")
     return baseline
 

@@ -210,8 +210,7 @@ def applicability(manifest: Manifest, spec: TargetSpec | None, target: Target) -
     if target.version is None and spec.git is not None and target.git is not None:
         from vllm_hotfix.target import git as gitmod
 
-        rev = spec.git.commit or spec.git.tag or spec.git.branch
-        wrong_head = gitmod.check_baseline(target.root, rev, allow=("*",))
+        wrong_head = gitmod.check_baseline(target.root, spec.git.rev, allow=("*",))
         if wrong_head:
             return Verdict(NOT_APPLICABLE, f"not applicable: {wrong_head[0]}")
     if spec.versions is not None:
@@ -254,8 +253,7 @@ def check_requires(manifest: Manifest, checkouts: dict[str, Path] | None = None)
         if where is None or not where.is_dir():
             raise Refused(f"{what}: no {requirement.distribution} checkout at {where or '(no root_hint)'}",
                           hint=f"pass --checkout {requirement.distribution}=DIR with the checkout's directory")
-        rev = requirement.git.commit or requirement.git.tag or requirement.git.branch
-        problems = gitmod.check_baseline(where, rev, allow=() if requirement.git.clean else ("*",))
+        problems = gitmod.check_baseline(where, requirement.git.rev, allow=() if requirement.git.clean else ("*",))
         if problems:
             more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
             raise Refused(f"{what}: {problems[0]}{more}", hint="restore that checkout (git checkout / git stash) and retry")
@@ -372,7 +370,7 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
         rev = None
         clean = False
         if spec is not None and spec.git is not None:
-            rev = spec.git.commit or spec.git.tag or spec.git.branch
+            rev = spec.git.rev
             clean = spec.git.clean
         problems = gitmod.check_baseline(target.root, rev, allow=() if clean else ("*",))
         top = target.git.root
