@@ -120,11 +120,16 @@ def catalog_hotfix(manifest: Manifest, target: Target, *, patch_files: Sequence[
     loaded = []
     for spec in manifest.patches_for(target.version):
         label, data = _manifest_patch_bytes(manifest, spec, patch_files, upstream_repo, target)
-        verify_patch_bytes(spec, data, label)
-        whole = parse_patch(data, strip=spec.strip, source=label)
-        check_stats(spec, whole.stats, label)  # declared stats describe the pinned file, before excludes
-        loaded.append(load_patch_bytes(data, label=label, strip=spec.strip, exclude=spec.exclude, parsed=whole))
+        loaded.append(checked_patch(spec, data, label))
     return Hotfix(manifest.id, manifest.version, "catalog", tuple(loaded), manifest, target.package)
+
+
+def checked_patch(spec: PatchSpec, data: bytes, label: str) -> LoadedPatch:
+    """A manifest patch's bytes checked against its pins and declared stats, parsed, excludes applied."""
+    verify_patch_bytes(spec, data, label)
+    whole = parse_patch(data, strip=spec.strip, source=label)
+    check_stats(spec, whole.stats, label)  # declared stats describe the pinned file, before excludes
+    return load_patch_bytes(data, label=label, strip=spec.strip, exclude=spec.exclude, parsed=whole)
 
 
 def recorded_series(state: TargetState, recorded: RecordedHotfix) -> Patch:

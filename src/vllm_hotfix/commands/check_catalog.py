@@ -17,9 +17,9 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.catalog import Catalog, parse_ref
 from vllm_hotfix.core.apply import FileState, Reader, plan_patch
-from vllm_hotfix.core.diff import exclude_paths, parse_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
-from vllm_hotfix.manifest import Manifest, TargetSpec, check_stats, verify_patch_bytes
+from vllm_hotfix.manifest import Manifest, TargetSpec
+from vllm_hotfix.operations import checked_patch
 from vllm_hotfix.output import emit_json, note, say
 
 APPLIES, FIXED, FAILS, NOT_APPLICABLE, SKIPPED = "applies", "fixed-upstream", "fails", "not-applicable", "skipped"
@@ -133,10 +133,7 @@ def _dry_run(manifest: Manifest, target: TargetSpec, release: str, read: Reader)
     try:
         for spec in manifest.patches_for(release):
             data = manifest.patch_path(spec).read_bytes()
-            verify_patch_bytes(spec, data)
-            patch = parse_patch(data, strip=spec.strip, source=spec.label)
-            check_stats(spec, patch.stats)
-            plan = plan_patch(exclude_paths(patch, spec.exclude), current)
+            plan = plan_patch(checked_patch(spec, data, spec.label).patch, current)
             for edit in plan.edits:
                 if edit.old_path and edit.action == "rename":
                     overlay[edit.old_path] = None
