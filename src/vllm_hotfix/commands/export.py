@@ -6,7 +6,6 @@ they were proven pristine against pip's RECORD, and only the planned results are
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from vllm_hotfix import __version__, lockfile
@@ -62,7 +61,7 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), as
 
 def _export_one(manifest, python: str | None, targets: dict) -> tuple[lockfile.LockedHotfix, dict[str, bytes]]:
     from vllm_hotfix.core.apply import plan_patch
-    from vllm_hotfix.operations import catalog_hotfix, prove_files_pristine
+    from vllm_hotfix.operations import catalog_hotfix, prove_files_pristine, sha256
     from vllm_hotfix.target.locate import locate_package
     from vllm_hotfix.target.tree import Tree
 
@@ -103,8 +102,7 @@ def _export_one(manifest, python: str | None, targets: dict) -> tuple[lockfile.L
     for path in sorted(changed):
         data = changed[path]
         export = f"{manifest.id}/{path}"
-        before = baseline[path]
-        files.append(lockfile.LockedFile(path, _sha(data), _sha(before) if before is not None else None, export))
+        files.append(lockfile.LockedFile(path, sha256(data), sha256(baseline[path]), export))
         outputs[export] = data
     fixed_in = manifest.fixed_in.version if manifest.fixed_in else None
     hotfix = lockfile.LockedHotfix(manifest.id, manifest.version, spec.distribution, spec.package,
@@ -139,7 +137,3 @@ def _write(out_dir: Path, outputs: dict[str, bytes], lock_bytes: bytes) -> None:
     except OSError as exc:
         raise WriteFailed(f"{getattr(exc, 'filename', None) or out_dir}: cannot write the export: {exc.strerror}",
                           hint="the install was not touched; fix the directory and rerun") from None
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 
 from vllm_hotfix.errors import UsageError
+from vllm_hotfix.manifest import ID_PATTERN
 from vllm_hotfix.output import note, say
 
-HOTFIX_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 PLUGIN_NAME = "vllm_hotfix_guard"
 
 
@@ -24,7 +23,7 @@ def run(*, print_env: bool, lock_file: str, require: str | None, strict: bool, f
 def guard_env(*, lock_file: str, require: str | None, strict: bool) -> dict[str, str]:
     if require is not None:
         ids = [part.strip() for part in require.split(",") if part.strip()]
-        bad = [i for i in ids if not HOTFIX_ID.fullmatch(i)]
+        bad = [i for i in ids if not ID_PATTERN.fullmatch(i)]
         if not ids or bad:
             raise UsageError(f"--require: not a hotfix id: {', '.join(bad) or repr(require)}",
                              hint="give comma-separated ids as `hotfix list` shows them, e.g. --require mamba-align-block-size")
