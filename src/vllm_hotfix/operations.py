@@ -156,6 +156,12 @@ def target_option(target: Target) -> str:
     return f"--root {target.root}"
 
 
+def target_summary(target: Target) -> dict:
+    """The target as state.json records it and `apply --json` reports it."""
+    return {"root": str(target.root), "package": target.package, "distribution": target.distribution,
+            "version": target.version, "kind": target.kind, "python": target.python}
+
+
 def resolve_manifest_target(manifest: Manifest, *, python: str | None, root: Path | None,
                             cache: dict | None = None) -> tuple[Target, TargetSpec | None]:
     """The target the manifest is about, and the manifest target entry that matches it (None: none)."""
@@ -469,8 +475,7 @@ def record(state: TargetState, proposal: Proposal, backups: str) -> RecordedHotf
         files=proposal.recorded_files(), strip=tuple(p.strip for p in hotfix.patches),
         exclude=tuple(p.exclude for p in hotfix.patches), backups=backups, package=hotfix.package,
     )
-    state.target = {"root": str(target.root), "package": target.package, "distribution": target.distribution,
-                    "version": target.version, "kind": target.kind, "python": target.python}
+    state.target = target_summary(target)
     state.hotfixes[hotfix.id] = entry
     state.save()
     for rel in proposal.superseded.patches if proposal.superseded else ():

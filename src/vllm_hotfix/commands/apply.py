@@ -67,7 +67,7 @@ def apply_hotfix(**options) -> int:
 
 
 def _report_hotfix(outcome, *, as_json: bool) -> None:
-    from vllm_hotfix.operations import target_option
+    from vllm_hotfix.operations import target_option, target_summary
 
     proposal = outcome.proposal
     hotfix, target = proposal.hotfix, proposal.target
@@ -75,8 +75,7 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
     if as_json:
         emit_json({
             "id": hotfix.id, "version": hotfix.version, "source": hotfix.source,
-            "target": {"root": str(target.root), "package": target.package, "distribution": target.distribution,
-                       "version": target.version, "kind": target.kind, "python": target.python},
+            "target": target_summary(target),
             "applied": not outcome.dry_run and not proposal.already,
             "dry_run": outcome.dry_run, "already_applied": proposal.already,
             "superseded": proposal.superseded.version if proposal.superseded else None,
