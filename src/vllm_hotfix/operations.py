@@ -553,10 +553,6 @@ class Status:
                 "recorded": self.recorded, "detail": self.detail, "advice": self.advice, "files": list(self.files)}
 
 
-def _apply_advice(hotfix_id: str, option: str) -> str:
-    return f"re-run `hotfix apply {hotfix_id} {option}`"
-
-
 def status_from_record(recorded: RecordedHotfix, root: Path, option: str) -> Status:
     """Compare each recorded file with its recorded before/after hash."""
     tree = Tree(root)

@@ -43,6 +43,6 @@ def run(**options) -> int:
         say(f"{MARKS.get(s.state, '!!')} {s.id:<{width}} {s.state:<14} {version} {s.target}".rstrip())
         if s.detail:
             say(f"     {s.detail}")
-        if s.advice and s.state not in ("applied", "fixed-upstream"):
+        if s.advice and s.state not in IN_EFFECT:
             say(f"     to do: {s.advice}")
     return code
