@@ -7,7 +7,6 @@ diffed against the pristine bytes of the same release's wheel (``--wheel FILE`` 
 
 from __future__ import annotations
 
-import base64
 import difflib
 import hashlib
 import json
@@ -20,6 +19,7 @@ from vllm_hotfix.core.diff import exclude_paths, parse_patch
 from vllm_hotfix.errors import Refused, UsageError
 from vllm_hotfix.manifest import ID_PATTERN, manifest_from_dict, parse_toml
 from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.target.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write
 
 
@@ -140,10 +140,6 @@ def _from_commit(commit: str, repo: Path | None, exclude: Sequence[str], distrib
 
 # --- from an installed wheel edited by hand -----------------------------------------------------------
 
-def _record_digest(data: bytes) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
-
-
 def _from_install(package: str, python: str | None, versions: str | None,
                   wheel: Path | None) -> tuple[list[NewPatch], dict[str, Any]]:
     from vllm_hotfix.target.locate import locate_package
@@ -188,7 +184,7 @@ def _from_install(package: str, python: str | None, versions: str | None,
 def _diff_installed(root: Path, difference: Any, entry: Any, pristine: Any, wheel_path: Path) -> bytes | None:
     path = difference.path
     before = pristine(path)
-    if entry is not None and before is not None and entry.algorithm == "sha256" and _record_digest(before.data) != entry.digest:
+    if entry is not None and before is not None and entry.algorithm == "sha256" and data_digest(before.data) != entry.digest:
         raise Refused(f"{wheel_path.name}: {path} differs from the install's RECORD: not the wheel this was installed from",
                       hint="pass the right wheel with --wheel FILE")
     if difference.kind != "unrecorded" and before is None:

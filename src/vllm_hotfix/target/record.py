@@ -134,6 +134,13 @@ def _digest_fd(fd: int, size: int, algorithm: str, buffer: bytearray | None) -> 
     return _encode(hasher.digest())
 
 
+def data_digest(data: bytes, algorithm: str = "sha256") -> str:
+    """urlsafe-b64 digest without padding of ``data``, the way RECORD writes it."""
+    hasher = _hasher(algorithm)
+    hasher.update(data)
+    return _encode(hasher.digest())
+
+
 def file_digest(path: Path, algorithm: str = "sha256") -> str:
     """urlsafe-b64 digest without padding, the way RECORD writes it."""
     fd = os.open(path, os.O_RDONLY)
