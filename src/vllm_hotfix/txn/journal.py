@@ -117,8 +117,10 @@ def _check_current(fresh: Tree, planned: Tree, plan: Plan) -> tuple[dict[str, st
                 continue
             if info is None:
                 raise Refused(f"{rel}: missing now but existed when the patch was planned (changed since planning)")
-            if not planned.unchanged_since_read(rel, info) and fresh.read(rel).data != before:
-                raise Refused(f"{rel}: changed since planning", hint="plan again (rerun the command)")
+            if not planned.unchanged_since_read(rel, info):
+                now = fresh.read(rel)
+                if now is None or now.data != before:
+                    raise Refused(f"{rel}: changed since planning", hint="plan again (rerun the command)")
             modes[rel] = info.st_mode & 0o7777
     return paths, modes
 
