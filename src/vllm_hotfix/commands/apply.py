@@ -79,8 +79,7 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
             "applied": not outcome.dry_run and not proposal.already,
             "dry_run": outcome.dry_run, "already_applied": proposal.already,
             "superseded": proposal.superseded.version if proposal.superseded else None,
-            "files": [{"path": e.path, "action": e.action, "old_path": e.old_path,
-                       "hunks": len(e.placements), "offsets": _offsets(e)} for e in edits],
+            "files": [_edit_json(e) for e in edits],
         })
         return
     where = f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
@@ -205,16 +204,18 @@ def _describe(edit: FileEdit) -> str:
     return f"{LETTERS.get(edit.action, '?')} {name}" + (f" ({', '.join(details)})" if details else "")
 
 
+def _edit_json(edit: FileEdit) -> dict:
+    return {"path": edit.path, "action": edit.action, "old_path": edit.old_path,
+            "hunks": len(edit.placements), "offsets": _offsets(edit)}
+
+
 def _report(plan: Plan, source: str, stats: DiffStat, *, dry_run: bool, already: bool, as_json: bool) -> None:
     if as_json:
         emit_json({
             "applied": not dry_run and not already,
             "dry_run": dry_run,
             "already_applied": already,
-            "files": [] if already else [
-                {"path": e.path, "action": e.action, "old_path": e.old_path,
-                 "hunks": len(e.placements), "offsets": _offsets(e)} for e in plan.edits
-            ],
+            "files": [] if already else [_edit_json(e) for e in plan.edits],
         })
         return
     if already and plan.reverse:
