@@ -502,7 +502,7 @@ def apply(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: b
 
     state_dir = paths.target_state_dir(target.root)
     if dry_run:
-        if (state_dir / "journal" / JOURNAL).exists():
+        if (paths.journal_dir(state_dir) / JOURNAL).exists():
             note(f"an interrupted apply on {target.root} was not recovered yet; the next hotfix command will")
         proposal = propose(hotfix, target, TargetState.load(state_dir))
         if not proposal.already:
@@ -518,7 +518,7 @@ def apply(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: b
             return ApplyOutcome(proposal, False)
         prove_baseline(proposal, spec)
         backups = _store_backups(state, hotfix.id, proposal.baseline)
-        journal_dir = state_dir / "journal"
+        journal_dir = paths.journal_dir(state_dir)
         commit(target.root, proposal.plan, journal_dir=journal_dir)
         try:
             check_after(proposal, spec)
@@ -774,7 +774,7 @@ def rollback(state: TargetState, hotfix_id: str, root: Path, *, dry_run: bool) -
         recorded = recorded_or_refuse(state)
         plan, method = _rollback_plan(state, recorded, root)
         if plan.edits:
-            commit(root, plan, journal_dir=state.directory / "journal")
+            commit(root, plan, journal_dir=paths.journal_dir(state.directory))
         state.forget(hotfix_id)
         state.save()
     return RollbackOutcome(recorded, plan, method, False)

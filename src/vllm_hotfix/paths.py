@@ -24,6 +24,11 @@ def target_state_dir(target_root: Path) -> Path:
     return state_dir() / "targets" / f"{Path(real).name}-{key}"
 
 
+def journal_dir(state_dir: Path) -> Path:
+    """Where a target's in-flight transaction (journal + backups of originals) lives."""
+    return state_dir / "journal"
+
+
 def cache_dir() -> Path:
     explicit = os.environ.get("HOTFIX_CACHE_DIR")
     if explicit:

@@ -107,7 +107,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_ru
         patch, child = _parse_raw(data, strip, str(patch_file), child)
         state_dir = paths.target_state_dir(root)
         if dry_run:
-            if (state_dir / "journal" / JOURNAL).exists():
+            if (paths.journal_dir(state_dir) / JOURNAL).exists():
                 note(f"an interrupted apply on {root} was not recovered yet; run `hotfix recover --root {root}`")
             plan, stats, already = _plan_raw(patch, data, strip, child, Tree(root), reverse)
         else:
@@ -116,7 +116,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_ru
                 tree = Tree(root)
                 plan, stats, already = _plan_raw(patch, data, strip, child, tree, reverse)
                 if not already:
-                    commit(root, plan, journal_dir=state_dir / "journal", tree=tree)
+                    commit(root, plan, journal_dir=paths.journal_dir(state_dir), tree=tree)
     finally:
         if child is not None:
             child.cancel()

@@ -20,7 +20,7 @@ def run(**options) -> int:
         raise UsageError(f"--root {root}: no such directory")
     state_dir = paths.target_state_dir(root)
     with target_lock(state_dir):
-        report = recover(state_dir / "journal")
+        report = recover(paths.journal_dir(state_dir))
     if options.get("as_json"):
         emit_json({
             "recovered": report is not None,
@@ -49,10 +49,10 @@ def _recover_python(python: str | None, as_json: bool) -> int:
     recovered = []
     for root in python_roots(python):
         state_dir = paths.target_state_dir(root)
-        if not (state_dir / "journal").is_dir():
+        if not paths.journal_dir(state_dir).is_dir():
             continue
         with target_lock(state_dir):
-            report = recover(state_dir / "journal")
+            report = recover(paths.journal_dir(state_dir))
         if report is not None:
             recovered.append(report)
     if as_json:

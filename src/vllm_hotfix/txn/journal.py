@@ -504,7 +504,7 @@ def recover_target(root: Path) -> None:
     from vllm_hotfix import paths
     from vllm_hotfix.output import note
 
-    report = recover(paths.target_state_dir(root) / "journal")
+    report = recover(paths.journal_dir(paths.target_state_dir(root)))
     if report is not None:
         note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
              f"{len(report.removed)} created file(s) removed")
