@@ -1,5 +1,6 @@
 """Apply the real vLLM 0.29.0 -> 0.30.0 source diff (1,106 files, 206,678 lines) with hotfix, git apply
-and GNU patch, on fresh copies of the 0.29.0 tree, several interleaved rounds; print medians and ratios.
+and GNU patch, on fresh copies of the 0.29.0 tree, several interleaved rounds (the order rotating each
+round); print medians and ratios.
 
     python benchmarks/apply_large.py [--rounds 5]
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -57,6 +59,7 @@ def main() -> int:
     lines = sum(1 for _ in open(diff, "rb"))
     print(f"diff: {diff} ({lines:,} lines, {diff.stat().st_size / 1e6:.1f} MB); tree: {base}")
     times: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}  # user + system seconds
     with tempfile.TemporaryDirectory(prefix="apply-large-") as scratch:
         scratch = Path(scratch)
         env = dict(os.environ, HOTFIX_STATE_DIR=str(scratch / "state"))
@@ -65,27 +68,39 @@ def main() -> int:
         subprocess.run([*commands["hotfix"][:-2], "--root", str(base), "--dry-run"], env=env,
                        check=True, capture_output=True)
         results: dict[str, Path] = {}
+        names = list(commands)
         for round_no in range(args.rounds):
-            for name, argv in commands.items():
-                copy = scratch / f"{name.split()[0]}-{round_no}"
-                shutil.copytree(base, copy, symlinks=True)
-                os.sync()  # the copy's writeback must not land inside the next tool's timing
+            # Rotate who goes first, and delete the round's copies only after all tools ran, so that
+            # no tool systematically inherits another's deferred file system work.
+            order = names[round_no % len(names):] + names[:round_no % len(names)]
+            copies = {}
+            for name in order:
+                copies[name] = scratch / f"{name.split()[0]}-{round_no}"
+                shutil.copytree(base, copies[name], symlinks=True)
+            os.sync()  # the copies' writeback must not land inside a tool's timing
+            for name in order:
+                used = resource.getrusage(resource.RUSAGE_CHILDREN)
                 start = time.perf_counter()
-                done = subprocess.run(argv, cwd=copy, env=env, capture_output=True)
+                done = subprocess.run(commands[name], cwd=copies[name], env=env, capture_output=True)
                 elapsed = time.perf_counter() - start
+                now = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu.setdefault(name, []).append(now.ru_utime - used.ru_utime + now.ru_stime - used.ru_stime)
                 if done.returncode != 0:
                     print(f"{name} failed ({done.returncode}): {done.stderr.decode()[-500:]}")
                     return 1
                 times.setdefault(name, []).append(elapsed)
+                os.sync()  # nor the previous tool's writes
+            for name, copy in copies.items():
                 if round_no == 0:
                     results[name] = copy
                 else:
                     shutil.rmtree(copy)
+            os.sync()
         identical = same_tree(results["hotfix"], results["git apply"])
     medians = {name: statistics.median(values) for name, values in times.items()}
     for name, median in medians.items():
         runs = ", ".join(f"{t:.3f}" for t in times[name])
-        print(f"{name:10s} median {median:.3f} s   ({runs})")
+        print(f"{name:10s} median {median:.3f} s   cpu {statistics.median(cpu[name]):.3f} s   ({runs})")
     print(f"hotfix / git apply = {medians['hotfix'] / medians['git apply']:.2f}x")
     print(f"hotfix / patch -p1 = {medians['hotfix'] / medians['patch -p1']:.2f}x")
     print(f"hotfix tree identical to git apply tree: {identical}")
