@@ -189,7 +189,7 @@ def vllm_source_tree(version: str) -> Path:
 
     root = SOURCES / f"vllm-{version}"
     with _file_lock(SOURCES / f".{version}.lock"):
-        if (root / ".complete").exists() and (root / _SHARED_LIST).exists():
+        if (root / ".complete").exists():
             return root
         tmp = SOURCES / f".extract-{version}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
