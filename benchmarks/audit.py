@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import realdata  # noqa: E402
 
-from vllm_hotfix.target import record  # noqa: E402
+from vllm_hotfix.install import record  # noqa: E402
 
 
 def sha256_speed(buffer: bytes) -> float:

@@ -17,6 +17,17 @@ import realdata  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
+REAL_FIXTURES = {"vllm_wheel", "vllm_template", "vllm_install"}
+
+
+def pytest_collection_modifyitems(items):
+    """A test that uses a real downloaded vLLM wheel is `real`, whether or not it says so: the fast loop
+    (`pytest -m "not real and not slow"`) never downloads anything."""
+    for item in items:
+        if REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):
     state = tmp_path_factory.mktemp("hotfix-state")

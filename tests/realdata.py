@@ -234,7 +234,8 @@ def build_project_wheel(dest: Path) -> Path:
     """Build vllm-hotfix's own wheel from a clean copy of the work tree (what `pip install .` would install)."""
     repo = Path(__file__).resolve().parent.parent
     source = dest / "project"
-    shutil.copytree(repo / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    for tree in ("src", "manifests", "patches"):
+        shutil.copytree(repo / tree, source / tree, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(repo / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",

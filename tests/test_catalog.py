@@ -7,9 +7,9 @@ import os
 import pytest
 
 from test_manifest import manifest_data, write_manifest
-from vllm_hotfix.catalog import BUILTIN_DIR, Catalog, parse_ref
+from vllm_hotfix.catalog.index import builtin_dir, Catalog, parse_ref
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
-from vllm_hotfix.manifest import check_stats, verify_patch_bytes
+from vllm_hotfix.catalog.manifest import check_stats, verify_patch_bytes
 
 BUILTIN_IDS = {m.id for m in Catalog.load(env={}).all()}
 
@@ -91,7 +91,7 @@ def test_parse_ref():
 
 def builtin_file_patches():
     for manifest in Catalog.load(env={}).all():
-        assert manifest.source.parent == BUILTIN_DIR / "manifests"
+        assert manifest.source.parent == builtin_dir() / "manifests"
         for spec in manifest.patches:
             if spec.kind == "file":
                 yield manifest, spec

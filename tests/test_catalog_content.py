@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.manifest import load_manifest
+from vllm_hotfix.catalog.manifest import load_manifest
 
 from fixtures.ascend import (BRANCH, CAUSAL_CONV1D, CONV_STATE, RELEASE_NOTE, TAG, VERSION, make_upstream_clone,
                              make_vllm_ascend_checkout)
@@ -22,7 +22,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-CATALOG = Path(__file__).resolve().parent.parent / "src" / "vllm_hotfix" / "hotfixes"
+CATALOG = Path(__file__).resolve().parent.parent
 MANIFESTS = sorted((CATALOG / "manifests").glob("*.toml"))
 MAMBA_FILE = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 DOCUMENTED_KEYS = {"schema", "id", "version", "title", "description", "symptoms", "fixed_in", "supersedes",

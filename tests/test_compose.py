@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix import compose
+from vllm_hotfix.containers import compose
 from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.lockfile import Lock, LockedFile, LockedHotfix
+from vllm_hotfix.containers.lockfile import Lock, LockedFile, LockedHotfix
 
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 SITE = "/usr/local/lib/python3.12/site-packages"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix import lockfile
+from vllm_hotfix.containers import lockfile
 from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.lockfile import Installed, Lock, LockedFile, LockedHotfix
+from vllm_hotfix.containers.lockfile import Installed, Lock, LockedFile, LockedHotfix
 
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 PRISTINE = b"x = a // self.cache_config.block_size\n"

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from vllm_hotfix.errors import InvalidInput, Refused
-from vllm_hotfix.manifest import PatchSpec, PatchStats, check_stats, load_manifest, verify_patch_bytes
+from vllm_hotfix.catalog.manifest import PatchSpec, PatchStats, check_stats, load_manifest, verify_patch_bytes
 
 PATCH_BYTES = b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-old\n+new\n"
 SHA = hashlib.sha256(PATCH_BYTES).hexdigest()

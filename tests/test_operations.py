@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from fixtures.ascend import CAUSAL_CONV1D, make_vllm_ascend_checkout
-from vllm_hotfix import operations as ops
-from vllm_hotfix.catalog import Catalog
+from vllm_hotfix.flow import operations as ops
+from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.errors import DoesNotApply, FixedUpstream, Refused
-from vllm_hotfix.state import TargetState
-from vllm_hotfix.target.locate import Target, locate_root
+from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix.install.locate import Target, locate_root
 from vllm_hotfix.txn.journal import commit
 
 

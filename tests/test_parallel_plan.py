@@ -14,8 +14,8 @@ import realdata
 from vllm_hotfix.core.apply import plan_patch
 from vllm_hotfix.core.diff import file_boundary_near_middle, parse_patch
 from vllm_hotfix.errors import DoesNotApply, InvalidInput
-from vllm_hotfix.parallel_plan import ForkedHalf
-from vllm_hotfix.target.tree import Tree
+from vllm_hotfix.flow.parallel_plan import ForkedHalf
+from vllm_hotfix.install.tree import Tree
 
 
 def git(*args: str, cwd: Path) -> bytes:

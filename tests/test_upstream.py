@@ -10,13 +10,13 @@ import pytest
 from fixtures.ascend import RELEASE_NOTE, make_upstream_clone, make_vllm_ascend_checkout
 from fixtures.gitrepo import git
 
-from vllm_hotfix.catalog import BUILTIN_DIR
+from vllm_hotfix.catalog.index import builtin_dir
 from vllm_hotfix.core.diff import parse_patch
 from vllm_hotfix.errors import Refused
-from vllm_hotfix.manifest import PatchSpec
-from vllm_hotfix.upstream import find_commit_source, load_commit_patch, load_pinned_commit, pinned_sha256
+from vllm_hotfix.catalog.manifest import PatchSpec
+from vllm_hotfix.catalog.upstream import find_commit_source, load_commit_patch, load_pinned_commit, pinned_sha256
 
-BUILTIN_0001 = next((BUILTIN_DIR / "patches" / "glm-conv-null-slot").glob("0001-*.patch"))
+BUILTIN_0001 = next((builtin_dir() / "patches" / "glm-conv-null-slot").glob("0001-*.patch"))
 ASCEND_URL = "https://github.com/vllm-project/vllm-ascend"
 
 

@@ -17,7 +17,7 @@ from fixtures.qwen import PATCH_NAME, make_qwen_standin
 
 MAMBA = "mamba-align-block-size"
 MAMBA_FILE = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
-BUILTIN = Path(__file__).resolve().parents[2] / "src" / "vllm_hotfix" / "hotfixes"
+BUILTIN = Path(__file__).resolve().parents[2]
 
 
 def test_mamba_applies_verifies_and_rolls_back_on_0_30_0(run_hotfix, vllm_install):

@@ -144,12 +144,12 @@ def test_override_dry_run_and_unknown_service(exported, run_hotfix):
 
 def test_export_when_fixed_upstream_exits_5_with_advice(tmp_path, vllm_install, run_hotfix):
     """The built-in manifest, renamed and declared fixed in 0.30.0: the installed 0.30.0 has the fix."""
-    from vllm_hotfix.catalog import BUILTIN_DIR
+    from vllm_hotfix.catalog.index import builtin_dir
 
     catalog = tmp_path / "catalog"
-    shutil.copytree(BUILTIN_DIR / "patches", catalog / "patches")
+    shutil.copytree(builtin_dir() / "patches", catalog / "patches")
     (catalog / "manifests").mkdir()
-    text = (BUILTIN_DIR / "manifests" / f"{HOTFIX}.toml").read_text()
+    text = (builtin_dir() / "manifests" / f"{HOTFIX}.toml").read_text()
     text = text.replace(f'id = "{HOTFIX}"', 'id = "mamba-fixed-already"').replace('fixed_in = "0.32.0"', 'fixed_in = "0.30.0"')
     (catalog / "manifests" / "mamba-fixed-already.toml").write_text(text)
     venv = vllm_install("0.30.0")
@@ -163,7 +163,7 @@ def test_export_checks_stats_of_the_pinned_patch_before_excludes(tmp_path, vllm_
     """Stats (and the pins) describe the whole patch file; `exclude` only drops files from what is applied."""
     import subprocess
 
-    from vllm_hotfix.catalog import BUILTIN_DIR
+    from vllm_hotfix.catalog.index import builtin_dir
 
     venv = vllm_install("0.30.0")
     envs = venv.site_packages / "vllm/envs.py"
@@ -171,12 +171,12 @@ def test_export_checks_stats_of_the_pinned_patch_before_excludes(tmp_path, vllm_
     edited.write_bytes(envs.read_bytes() + b"# not wanted in the export\n")
     extra = subprocess.run(["diff", "-u", "--label", "a/vllm/envs.py", "--label", "b/vllm/envs.py", envs, edited],
                            capture_output=True).stdout
-    data = (BUILTIN_DIR / "patches" / HOTFIX / "0.27.patch").read_bytes() + extra
+    data = (builtin_dir() / "patches" / HOTFIX / "0.27.patch").read_bytes() + extra
     catalog = tmp_path / "catalog"
     (catalog / "patches").mkdir(parents=True)
     (catalog / "patches" / "two-files.patch").write_bytes(data)
     (catalog / "manifests").mkdir()
-    text = (BUILTIN_DIR / "manifests" / f"{HOTFIX}.toml").read_text()
+    text = (builtin_dir() / "manifests" / f"{HOTFIX}.toml").read_text()
     text = text.replace(f'id = "{HOTFIX}"', 'id = "mamba-excluding"').replace(
         'file = "mamba-align-block-size/0.27.patch"', 'file = "two-files.patch"\nexclude = ["vllm/envs.py"]').replace(
         'md5 = "b8fc748c8b3eebb7b25dc60241bc8028"', f'md5 = "{hashlib.md5(data).hexdigest()}"').replace(

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from fixtures.ascend import CAUSAL_CONV1D, RELEASE_NOTE, make_upstream_clone, make_vllm_ascend_checkout
 
-from vllm_hotfix.catalog import BUILTIN_DIR
+from vllm_hotfix.catalog.index import builtin_dir
 from vllm_hotfix.core.apply import plan_patch
 from vllm_hotfix.core.diff import parse_patch
-from vllm_hotfix.manifest import load_manifest, verify_patch_bytes
-from vllm_hotfix.upstream import WheelReader
+from vllm_hotfix.catalog.manifest import load_manifest, verify_patch_bytes
+from vllm_hotfix.catalog.upstream import WheelReader
 
-ZERO_PATCH = BUILTIN_DIR / "patches" / "glm-conv-null-slot" / "0002-zero-the-conv-state-null-slot-row.patch"
+ZERO_PATCH = builtin_dir() / "patches" / "glm-conv-null-slot" / "0002-zero-the-conv-state-null-slot-row.patch"
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 
 

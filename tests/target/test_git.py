@@ -2,7 +2,7 @@ import pytest
 
 from conftest import git
 from vllm_hotfix.errors import Refused
-from vllm_hotfix.target import git as gitmod
+from vllm_hotfix.install import git as gitmod
 
 
 @pytest.fixture

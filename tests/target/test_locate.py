@@ -5,7 +5,7 @@ import pytest
 
 from conftest import create_repo, git
 from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.target.locate import locate_package, locate_root
+from vllm_hotfix.install.locate import locate_package, locate_root
 
 
 def test_wheel_install_through_another_interpreter(vllm_template):

@@ -4,7 +4,7 @@ import hashlib
 import pytest
 
 from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.target import record
+from vllm_hotfix.install import record
 
 
 def _hash(data: bytes) -> str:

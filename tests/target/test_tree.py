@@ -3,7 +3,7 @@ import os
 import pytest
 
 from vllm_hotfix.errors import Refused
-from vllm_hotfix.target.tree import Tree
+from vllm_hotfix.install.tree import Tree
 
 
 @pytest.fixture

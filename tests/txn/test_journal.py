@@ -198,7 +198,7 @@ def test_an_unrecovered_journal_blocks_the_next_commit(tree, tmp_path):
 
 
 def test_a_change_after_planning_is_caught_through_the_planning_tree(tree, tmp_path):
-    from vllm_hotfix.target.tree import Tree
+    from vllm_hotfix.install.tree import Tree
 
     planned = Tree(tree)
     assert planned.read("pkg/mod.py").data == BEFORE["pkg/mod.py"]

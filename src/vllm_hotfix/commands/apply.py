@@ -10,8 +10,8 @@ from vllm_hotfix.core.apply import FileEdit, Plan, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
 from vllm_hotfix.output import emit_json, note, say
-from vllm_hotfix.parallel_plan import ForkedHalf
-from vllm_hotfix.target.tree import Tree
+from vllm_hotfix.flow.parallel_plan import ForkedHalf
+from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.journal import JOURNAL, commit, recover_target
 from vllm_hotfix.txn.lock import target_lock
 
@@ -32,9 +32,9 @@ def run(**options) -> int:
 
 def apply_hotfix(**options) -> int:
     """A catalog hotfix (ID[@VERSION]) or an ad-hoc --patch on an installed package (--python --package)."""
-    from vllm_hotfix import operations as ops
-    from vllm_hotfix.catalog import Catalog, parse_ref
-    from vllm_hotfix.target.locate import locate_package
+    from vllm_hotfix.flow import operations as ops
+    from vllm_hotfix.catalog.index import Catalog, parse_ref
+    from vllm_hotfix.install.locate import locate_package
 
     dry_run, as_json = bool(options.get("dry_run")), bool(options.get("as_json"))
     if options.get("reverse"):
@@ -67,7 +67,7 @@ def apply_hotfix(**options) -> int:
 
 
 def _report_hotfix(outcome, *, as_json: bool) -> None:
-    from vllm_hotfix.operations import target_option, target_summary
+    from vllm_hotfix.flow.operations import target_option, target_summary
 
     proposal = outcome.proposal
     hotfix, target = proposal.hotfix, proposal.target

@@ -6,8 +6,8 @@ import sys
 
 from vllm_hotfix.errors import ExitCode, Refused
 from vllm_hotfix.output import emit_json, note, progress, say
-from vllm_hotfix.target import record
-from vllm_hotfix.target.locate import locate_package
+from vllm_hotfix.install import record
+from vllm_hotfix.install.locate import locate_package
 
 
 def run(*, package: str, python: str | None = None, as_json: bool = False) -> int:

@@ -15,11 +15,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from vllm_hotfix.catalog import Catalog, parse_ref
+from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.core.apply import FileState, Reader, plan_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
-from vllm_hotfix.manifest import Manifest, TargetSpec
-from vllm_hotfix.operations import checked_patch
+from vllm_hotfix.catalog.manifest import Manifest, TargetSpec
+from vllm_hotfix.flow.operations import checked_patch
 from vllm_hotfix.output import emit_json, note, say
 
 APPLIES, FIXED, FAILS, NOT_APPLICABLE, SKIPPED = "applies", "fixed-upstream", "fails", "not-applicable", "skipped"
@@ -40,7 +40,7 @@ class Cell:
 
 def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs: Sequence[Path] = (),
         as_json: bool = False, **_: Any) -> int:
-    from vllm_hotfix.upstream import WheelReader, published_releases, published_wheel
+    from vllm_hotfix.catalog.upstream import WheelReader, published_releases, published_wheel
 
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids] if hotfix_ids else list(catalog.latest())

@@ -5,9 +5,9 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from vllm_hotfix import compose
+from vllm_hotfix.containers import compose
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
-from vllm_hotfix.lockfile import load_lock
+from vllm_hotfix.containers.lockfile import load_lock
 from vllm_hotfix.output import emit_json, say
 from vllm_hotfix.txn.atomic import atomic_write
 

@@ -16,7 +16,7 @@ LOCK_NAME = "hotfix.lock"
 
 
 def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), as_json: bool = False, **_ignored) -> int:
-    from vllm_hotfix.catalog import Catalog, parse_ref
+    from vllm_hotfix.catalog.index import Catalog, parse_ref
 
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids]
@@ -61,9 +61,9 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), as
 
 def _export_one(manifest, python: str | None, targets: dict) -> tuple[lockfile.LockedHotfix, dict[str, bytes]]:
     from vllm_hotfix.core.apply import plan_patch
-    from vllm_hotfix.operations import catalog_hotfix, prove_files_pristine, sha256
-    from vllm_hotfix.target.locate import locate_package
-    from vllm_hotfix.target.tree import Tree
+    from vllm_hotfix.flow.operations import catalog_hotfix, prove_files_pristine, sha256
+    from vllm_hotfix.install.locate import locate_package
+    from vllm_hotfix.install.tree import Tree
 
     spec = manifest.targets[0]
     if spec.package not in targets:
@@ -123,7 +123,7 @@ def _merge(lock_path: Path, site_packages: str, exported: list[lockfile.LockedHo
 
 
 def _write(out_dir: Path, outputs: dict[str, bytes], lock_bytes: bytes) -> None:
-    from vllm_hotfix.target.tree import Tree
+    from vllm_hotfix.install.tree import Tree
     from vllm_hotfix.txn.atomic import atomic_write
 
     tree = Tree(out_dir)

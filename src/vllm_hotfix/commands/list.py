@@ -6,8 +6,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from vllm_hotfix.catalog import Catalog
-from vllm_hotfix.manifest import Manifest
+from vllm_hotfix.catalog.index import Catalog
+from vllm_hotfix.catalog.manifest import Manifest
 from vllm_hotfix.output import emit_json, note, say
 
 

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 from vllm_hotfix.core.diff import exclude_paths, parse_patch
 from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.manifest import ID_PATTERN, manifest_from_dict, parse_toml
+from vllm_hotfix.catalog.manifest import ID_PATTERN, manifest_from_dict, parse_toml
 from vllm_hotfix.output import emit_json, note, say
-from vllm_hotfix.target.record import data_digest
+from vllm_hotfix.install.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write
 
 
@@ -113,7 +113,7 @@ def _commit_url(remote: str | None, sha: str) -> str | None:
 
 def _from_commit(commit: str, repo: Path | None, exclude: Sequence[str], distribution: str | None,
                  versions: str | None) -> tuple[list[NewPatch], dict[str, Any]]:
-    from vllm_hotfix.upstream import commit_info, format_commit_patch
+    from vllm_hotfix.catalog.upstream import commit_info, format_commit_patch
 
     if repo is None:
         raise UsageError("--from-commit needs --repo PATH (a local clone that has the commit)")
@@ -142,9 +142,9 @@ def _from_commit(commit: str, repo: Path | None, exclude: Sequence[str], distrib
 
 def _from_install(package: str, python: str | None, versions: str | None,
                   wheel: Path | None) -> tuple[list[NewPatch], dict[str, Any]]:
-    from vllm_hotfix.target.locate import locate_package
-    from vllm_hotfix.target.record import audit, read_record
-    from vllm_hotfix.upstream import WheelReader, published_wheel
+    from vllm_hotfix.install.locate import locate_package
+    from vllm_hotfix.install.record import audit, read_record
+    from vllm_hotfix.catalog.upstream import WheelReader, published_wheel
 
     target = locate_package(package, python)
     if target.kind != "wheel" or not target.has_record or not target.distribution or not target.version:

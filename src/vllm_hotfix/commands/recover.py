@@ -44,7 +44,7 @@ def _say_recovered(report: RecoveryReport) -> None:
 
 def _recover_python(python: str | None, as_json: bool) -> int:
     """Every target of this interpreter (its sys.path directories) with an interrupted apply."""
-    from vllm_hotfix.operations import python_roots
+    from vllm_hotfix.flow.operations import python_roots
 
     recovered = []
     for root in python_roots(python):

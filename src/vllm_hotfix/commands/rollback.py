@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_hotfix.catalog import parse_ref
+from vllm_hotfix.catalog.index import parse_ref
 from vllm_hotfix.output import emit_json, say
 
 
 def run(**options) -> int:
-    from vllm_hotfix import operations as ops
+    from vllm_hotfix.flow import operations as ops
 
     hotfix_id, _ = parse_ref(options["hotfix_id"])
     root = Path(options["root"]) if options.get("root") else None

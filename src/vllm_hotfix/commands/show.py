@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from vllm_hotfix.catalog import Catalog, parse_ref
-from vllm_hotfix.manifest import Manifest, PatchSpec
+from vllm_hotfix.catalog.index import Catalog, parse_ref
+from vllm_hotfix.catalog.manifest import Manifest, PatchSpec
 from vllm_hotfix.output import emit_json, say
 
 

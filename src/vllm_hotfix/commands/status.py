@@ -11,8 +11,8 @@ MARKS = {"applied": "ok", "fixed-upstream": "ok", "not-applied": "--", "not-appl
 
 def survey(options: dict, *, with_catalog: bool) -> list:
     """Statuses of the named hotfixes, or of every recorded one (+ matching catalog ones)."""
-    from vllm_hotfix import operations as ops
-    from vllm_hotfix.catalog import Catalog, parse_ref
+    from vllm_hotfix.flow import operations as ops
+    from vllm_hotfix.catalog.index import Catalog, parse_ref
 
     root = Path(options["root"]) if options.get("root") else None
     surveyor = ops.Survey(options.get("python"), root, Catalog.load(options.get("catalogs") or ()))
@@ -25,7 +25,7 @@ def survey(options: dict, *, with_catalog: bool) -> list:
 def run(**options) -> int:
     """Exit 1 when a named or recorded hotfix is not in effect (catalog extras only inform)."""
     from vllm_hotfix.errors import NotInEffect
-    from vllm_hotfix.operations import IN_EFFECT
+    from vllm_hotfix.flow.operations import IN_EFFECT
 
     statuses = survey(options, with_catalog=True)
     named = bool(options.get("hotfix_ids"))

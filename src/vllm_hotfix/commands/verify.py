@@ -21,7 +21,7 @@ def run(**options) -> int:
 def _verify_recorded(**options) -> int:
     """Every named (else every recorded) hotfix must be applied or fixed upstream."""
     from vllm_hotfix.commands.status import survey
-    from vllm_hotfix.operations import IN_EFFECT
+    from vllm_hotfix.flow.operations import IN_EFFECT
     from vllm_hotfix.output import emit_json, say
 
     statuses = survey(options, with_catalog=False)
@@ -51,9 +51,9 @@ DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` defau
 
 
 def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, as_json: bool) -> int:
-    from vllm_hotfix import lockfile
+    from vllm_hotfix.containers import lockfile
     from vllm_hotfix.output import emit_json, say
-    from vllm_hotfix.target.locate import locate_package
+    from vllm_hotfix.install.locate import locate_package
 
     lock = lockfile.load_lock(lock_file)
 

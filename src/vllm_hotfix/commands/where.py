@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vllm_hotfix.output import emit_json, say
-from vllm_hotfix.target.locate import Target, locate_package
+from vllm_hotfix.install.locate import Target, locate_package
 
 
 def describe(target: Target) -> list[tuple[str, str]]:

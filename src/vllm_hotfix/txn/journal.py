@@ -33,7 +33,7 @@ from typing import Iterable, Iterator
 
 from vllm_hotfix.core.apply import Plan
 from vllm_hotfix.errors import HotfixError, InvalidInput, Refused, WriteFailed
-from vllm_hotfix.target.tree import Tree
+from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.atomic import (
     TEMP_SUFFIX, UMASK, atomic_write, fsync_dir, temp_path_for, unlink_if_present, write_new_file,
 )

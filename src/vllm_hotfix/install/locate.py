@@ -12,9 +12,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.target import git as gitmod
-from vllm_hotfix.target import probe as probe_module
-from vllm_hotfix.target.git import GitInfo
+from vllm_hotfix.install import git as gitmod
+from vllm_hotfix.install import probe as probe_module
+from vllm_hotfix.install.git import GitInfo
 
 PROBE_TIMEOUT = 120.0
 

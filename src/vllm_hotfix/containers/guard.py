@@ -71,7 +71,7 @@ def check(*, lock: str | None, require: tuple[str, ...]) -> tuple[Verdict, ...]:
 
 def _check_lock(path: Path) -> list[Verdict]:
     from vllm_hotfix.errors import InvalidInput
-    from vllm_hotfix.lockfile import check_lock, load_lock
+    from vllm_hotfix.containers.lockfile import check_lock, load_lock
 
     try:
         lock = load_lock(path)
@@ -82,7 +82,7 @@ def _check_lock(path: Path) -> list[Verdict]:
 
 
 def _check_required_ids(ids: tuple[str, ...]) -> list[Verdict]:
-    from vllm_hotfix.lockfile import check_hotfix
+    from vllm_hotfix.containers.lockfile import check_hotfix
     from vllm_hotfix.paths import state_dir, target_state_dir
 
     records = _recorded_states(state_dir())
@@ -120,7 +120,7 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[Verdict]:
 
 def _as_locked(hotfix_id: str, package: str, entry: dict):
     """A recorded hotfix in the lock's model, so both sources are checked by lockfile.check_hotfix."""
-    from vllm_hotfix.lockfile import LockedFile, LockedHotfix
+    from vllm_hotfix.containers.lockfile import LockedFile, LockedHotfix
 
     files = tuple(LockedFile(f["path"], f["after_sha256"], f.get("before_sha256"), "")
                   for f in entry.get("files", ()) if f.get("after_sha256") is not None)
@@ -177,7 +177,7 @@ def _installed(package: str):
     """lockfile.Installed for the copy of ``package`` this process imports, found without executing it."""
     import importlib.util
 
-    from vllm_hotfix.lockfile import Installed
+    from vllm_hotfix.containers.lockfile import Installed
 
     try:
         spec = importlib.util.find_spec(package)

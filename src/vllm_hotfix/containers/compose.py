@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
-from vllm_hotfix.lockfile import Lock, LockedHotfix
+from vllm_hotfix.containers.lockfile import Lock, LockedHotfix
 
 LOCK_IN_CONTAINER = "/etc/vllm-hotfix/hotfix.lock"
 LOCK_ENV = "HOTFIX_LOCK"

@@ -26,9 +26,9 @@ from packaging.version import InvalidVersion, Version
 from vllm_hotfix.core.apply import FileState
 from vllm_hotfix.core.diff import exclude_paths, normalised_diff_bytes, parse_patch
 from vllm_hotfix.errors import Refused
-from vllm_hotfix.manifest import PatchSpec
+from vllm_hotfix.catalog.manifest import PatchSpec
 from vllm_hotfix.paths import cache_dir
-from vllm_hotfix.target.git import find_work_tree, git_available, has_commit
+from vllm_hotfix.install.git import find_work_tree, git_available, has_commit
 
 # Fixed diff options: a user's diff.noprefix / diff.renames / diff.algorithm config must not change the pin.
 DIFF_OPTIONS = ("--full-index", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",

@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from vllm_hotfix import paths
-from vllm_hotfix.catalog import Catalog, same_version
+from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.core.apply import FileEdit, FileState, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, exclude_paths, parse_patch, reverse_patch
 from vllm_hotfix.errors import DoesNotApply, FixedUpstream, HotfixError, InvalidInput, Refused, UsageError
-from vllm_hotfix.manifest import Manifest, PatchSpec, TargetSpec, check_stats, verify_patch_bytes
+from vllm_hotfix.catalog.manifest import Manifest, PatchSpec, TargetSpec, check_stats, verify_patch_bytes
 from vllm_hotfix.output import note
-from vllm_hotfix.state import RecordedFile, RecordedHotfix, TargetState, now
-from vllm_hotfix.target.locate import Target, locate_package, locate_root
-from vllm_hotfix.target.tree import Tree
+from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState, now
+from vllm_hotfix.install.locate import Target, locate_package, locate_root
+from vllm_hotfix.install.tree import Tree
 
 APPLIED = "applied"
 NOT_APPLIED = "not-applied"
@@ -109,7 +109,7 @@ def _manifest_patch_bytes(manifest: Manifest, spec: PatchSpec, patch_files: Sequ
             return str(given[0]), given[0].read_bytes()
         except OSError as exc:
             raise InvalidInput(f"{given[0]}: cannot read: {exc.strerror}") from None
-    from vllm_hotfix.upstream import load_pinned_commit  # normalised diff, pin checked; GitPython lazily
+    from vllm_hotfix.catalog.upstream import load_pinned_commit  # normalised diff, pin checked; GitPython lazily
 
     return spec.label, load_pinned_commit(spec, upstream_repo=upstream_repo, target_root=target.root)
 
@@ -210,7 +210,7 @@ def applicability(manifest: Manifest, spec: TargetSpec | None, target: Target) -
         return Verdict(NOT_APPLICABLE, f"not applicable: {where} is not a target of {manifest.ref} ({wanted})")
 
     def commit_checker(commit: str, repo: str | None) -> bool:
-        from vllm_hotfix.target import git as gitmod
+        from vllm_hotfix.install import git as gitmod
 
         return target.git is not None and gitmod.has_commit(target.root, commit) and gitmod.is_ancestor(target.root, commit)
 
@@ -219,7 +219,7 @@ def applicability(manifest: Manifest, spec: TargetSpec | None, target: Target) -
                                        f"({manifest.fixed_in.describe()}); nothing to apply",
                        "nothing to do; remove this hotfix from your deployment scripts")
     if target.version is None and spec.git is not None and target.git is not None:
-        from vllm_hotfix.target import git as gitmod
+        from vllm_hotfix.install import git as gitmod
 
         wrong_head = gitmod.check_baseline(target.root, spec.git.rev, allow=("*",))
         if wrong_head:
@@ -255,7 +255,7 @@ def parse_checkouts(values: Sequence[str]) -> dict[str, Path]:
 
 def check_requires(manifest: Manifest, checkouts: dict[str, Path] | None = None) -> None:
     """Preconditions on other checkouts, found via ``--checkout DIST=DIR`` or at their ``root_hint``."""
-    from vllm_hotfix.target import git as gitmod
+    from vllm_hotfix.install import git as gitmod
 
     for index, requirement in enumerate(manifest.requires):
         what = f"{manifest.ref}: requires[{index}] ({requirement.distribution} {requirement.git.describe()})"
@@ -364,7 +364,7 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
     RECORD (wheels) or git (checkouts), else refuse."""
     paths = sorted(paths)
     if target.kind == "wheel" and target.dist_info is not None:
-        from vllm_hotfix.target.record import read_record, verify
+        from vllm_hotfix.install.record import read_record, verify
 
         differences = verify(target.root, read_record(target.dist_info), paths)
         if differences:
@@ -376,7 +376,7 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
                           hint=f"reinstall it: pip install --force-reinstall --no-deps "
                                f"{target.distribution}=={target.version}; `hotfix audit {target.package}` lists all")
     elif target.git is not None:
-        from vllm_hotfix.target import git as gitmod
+        from vllm_hotfix.install import git as gitmod
 
         rev = None
         clean = False

@@ -15,9 +15,25 @@ from typing import Iterable, Mapping
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
-from vllm_hotfix.manifest import Manifest, load_manifest
+from vllm_hotfix.catalog.manifest import Manifest, load_manifest
 
-BUILTIN_DIR = Path(__file__).resolve().parent / "hotfixes"
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+BUNDLED_DIR = _PACKAGE_DIR / "_catalog"  # where the wheel carries the project's top-level manifests/ + patches/
+CHECKOUT_DIR = _PACKAGE_DIR.parent.parent  # a source checkout (editable install): its root is a catalog
+
+
+def builtin_dir() -> Path:
+    """The built-in catalog: inside the installed wheel, else the root of the source checkout.
+
+    A missing built-in catalog is a broken install, never an empty catalog."""
+    for candidate in (BUNDLED_DIR, CHECKOUT_DIR):
+        if (candidate / "manifests").is_dir() and (candidate / "patches").is_dir():
+            return candidate
+    raise InvalidInput(f"the built-in catalog is missing: neither {BUNDLED_DIR} nor {CHECKOUT_DIR} holds manifests/ "
+                       "and patches/", hint="reinstall vllm-hotfix (pip install --force-reinstall vllm-hotfix)")
+
+
+
 ENV_VAR = "HOTFIX_CATALOG"
 
 
@@ -68,7 +84,7 @@ class Catalog:
     @classmethod
     def load(cls, extra_dirs: Iterable[Path | str] = (), env: Mapping[str, str] | None = None) -> Catalog:
         env = os.environ if env is None else env
-        dirs = [CatalogDir(BUILTIN_DIR, "built-in")]
+        dirs = [CatalogDir(builtin_dir(), "built-in")]
         dirs += [CatalogDir(Path(d), "--catalog") for d in extra_dirs]
         dirs += [CatalogDir(Path(d), ENV_VAR) for d in env.get(ENV_VAR, "").split(os.pathsep) if d]
         manifests: list[Manifest] = []
@@ -114,8 +130,6 @@ def _load_dir(catalog_dir: CatalogDir) -> list[Manifest]:
     path = catalog_dir.path
     manifests_dir = path / "manifests"
     if not manifests_dir.is_dir():
-        if catalog_dir.origin == "built-in":
-            return []
         if not path.is_dir():
             raise UsageError(f"{catalog_dir.origin}: catalog directory {path} does not exist")
         hint = "point at its parent directory" if path.name == "manifests" else "a catalog holds manifests/*.toml and patches/"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from vllm_hotfix.core.apply import FileEdit, Plan, Reader, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch, file_boundary_near_middle
-from vllm_hotfix.target.tree import Tree
+from vllm_hotfix.install.tree import Tree
 
 _FORWARD, _REVERSE, _PARSED = b"f", b"r", b"p"
 MIN_SPLIT_BYTES = 1 << 20  # below, a fork and the plan's trip through a pipe cost about what they save
