@@ -87,7 +87,7 @@ def test_missing_lock_file_says_how_to_make_one(tmp_path):
         (PATCHED, "0.30.0", "applied"),
         (PRISTINE, "0.30.0", "lost"),
         (b"something else\n", "0.30.0", "drifted"),
-        (None, "0.30.0", "missing"),
+        (None, "0.30.0", "drifted"),  # the same word `hotfix status` uses for a missing file
         (PRISTINE, "0.32.0", "fixed-upstream"),
         (PRISTINE, "0.33.0rc1", "fixed-upstream"),
         (PRISTINE, "0.32.0rc1", "lost"),
@@ -98,7 +98,7 @@ def test_states_against_files_on_disk(tmp_path, content, version, state):
     (check,) = lockfile.check_lock(make_lock(), lambda package: install(tmp_path, content, version))
     assert check.state == state
     assert check.in_effect == (state in ("applied", "fixed-upstream"))
-    advice = lockfile.advice(check, lambda locked, fc: f"./x/{locked.export}:{fc.real_path}:ro")
+    advice = lockfile.advice(check, lambda locked, fc: f"./x/{locked.export}:{fc.where}:ro")
     if state == "lost":
         assert advice.startswith(f"lost: {PATH} is the pristine 0.30.0 file: the bind mount is missing")
         assert f"- ./x/mamba-align-block-size/{PATH}:" in advice
@@ -107,9 +107,9 @@ def test_states_against_files_on_disk(tmp_path, content, version, state):
     assert (advice is None) == (state == "applied")
 
 
-def test_package_not_installed_is_missing_with_advice():
+def test_package_not_installed_is_unknown_with_advice():
     (check,) = lockfile.check_lock(make_lock(), lambda package: None)
-    assert check.state == "missing"
+    assert check.state == "unknown"
     assert "not found" in lockfile.advice(check, lambda *a: "")
 
 

@@ -18,7 +18,7 @@ import pytest
 from ruamel.yaml import YAML
 
 import realdata
-from vllm_hotfix.paths import target_state_dir
+from vllm_hotfix.paths import TargetDir
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -116,7 +116,7 @@ def patch_file(site_packages: Path, relpath: str, old: bytes, new: bytes) -> dic
 
 
 def write_state(site_packages: Path, files_by_id: dict[str, list[dict]]) -> Path:
-    directory = target_state_dir(site_packages)
+    directory = TargetDir.of(site_packages).directory
     directory.mkdir(parents=True, exist_ok=True)
     state = {
         "schema": 1,

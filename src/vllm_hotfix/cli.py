@@ -5,11 +5,9 @@ Every command module exposes ``run(**options) -> int``. Nothing here touches fil
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -30,11 +28,6 @@ Exit codes:
   8  invalid input: malformed diff, manifest or lock file
   70 internal error (HOTFIX_DEBUG=1 shows the traceback)
 """
-
-
-def _dispatch(command: str, **options: Any) -> int:
-    module = importlib.import_module(f"vllm_hotfix.commands.{command}")
-    return module.run(**options)
 
 
 def _exit(code: int) -> None:
@@ -98,7 +91,7 @@ def cli() -> None:
 @dry_run_option
 @catalog_option
 @json_option
-def apply_cmd(**options: Any) -> None:
+def apply_cmd(hotfix_id, patch_file, root, python, package, adhoc_id, strip, patch_files, upstream_repo, checkouts, reverse, dry_run, catalogs, as_json) -> None:
     """Apply a catalog hotfix (ID) or a raw diff (--patch), all-or-nothing.
 
     \b
@@ -108,7 +101,9 @@ def apply_cmd(**options: Any) -> None:
       hotfix apply --patch fix.diff --root ./vllm --dry-run
       hotfix apply --patch fix.diff --python /opt/venv/bin/python --package vllm --id my-fix
     """
-    _exit(_dispatch("apply", **options))
+    from vllm_hotfix.commands import apply as command
+
+    _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, root=root, python=python, package=package, adhoc_id=adhoc_id, strip=strip, patch_files=tuple(patch_files), upstream_repo=upstream_repo, checkouts=tuple(checkouts), reverse=reverse, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("status")
@@ -117,12 +112,14 @@ def apply_cmd(**options: Any) -> None:
 @root_option
 @catalog_option
 @json_option
-def status_cmd(**options: Any) -> None:
+def status_cmd(hotfix_ids, python, root, catalogs, as_json) -> None:
     """Show, for each hotfix, whether it is applied, decided from the files themselves.
 
     States: applied, not-applied, fixed-upstream, drifted, not-applicable, lost.
     """
-    _exit(_dispatch("status", **options))
+    from vllm_hotfix.commands import status as command
+
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("verify")
@@ -132,12 +129,14 @@ def status_cmd(**options: Any) -> None:
 @click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path), envvar="HOTFIX_LOCK", help="Verify against a lock file written by `hotfix export` (env HOTFIX_LOCK).")
 @catalog_option
 @json_option
-def verify_cmd(**options: Any) -> None:
+def verify_cmd(hotfix_ids, python, root, lock_file, catalogs, as_json) -> None:
     """Exit 0 only if every named (or recorded, or locked) hotfix is in effect.
 
     Prints one line per problem and what to do. Use it as a container entrypoint guard.
     """
-    _exit(_dispatch("verify", **options))
+    from vllm_hotfix.commands import verify as command
+
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, lock_file=lock_file, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("rollback")
@@ -147,18 +146,24 @@ def verify_cmd(**options: Any) -> None:
 @dry_run_option
 @catalog_option
 @json_option
-def rollback_cmd(**options: Any) -> None:
+def rollback_cmd(hotfix_id, python, root, dry_run, catalogs, as_json) -> None:
     """Restore the files a hotfix changed, byte for byte."""
-    _exit(_dispatch("rollback", **options))
+    from vllm_hotfix.commands import rollback as command
+
+    _exit(command.run(hotfix_id=hotfix_id, python=python, root=root, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("recover")
 @python_option
 @root_option
+@catalog_option
+@dry_run_option
 @json_option
-def recover_cmd(**options: Any) -> None:
+def recover_cmd(python, root, catalogs, dry_run, as_json) -> None:
     """Finish or undo an apply that was interrupted (kill -9, power loss)."""
-    _exit(_dispatch("recover", **options))
+    from vllm_hotfix.commands import recover as command
+
+    _exit(command.run(python=python, root=root, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("where", short_help="Show which files `import PACKAGE` really loads, and shadowing.")
@@ -166,7 +171,7 @@ def recover_cmd(**options: Any) -> None:
 @python_option
 @click.option("--import", "do_import", is_flag=True, help="Also run the real `import PACKAGE` in that interpreter and compare.")
 @json_option
-def where_cmd(**options: Any) -> None:
+def where_cmd(package, python, do_import, as_json) -> None:
     """Show which files `import PACKAGE` really loads, from what install, and any shadowing.
 
     Asks the interpreter that runs vLLM (--python, a venv directory works too), not the one running
@@ -178,14 +183,16 @@ def where_cmd(**options: Any) -> None:
       hotfix where vllm --python /opt/venv/bin/python --import
       hotfix where vllm_ascend --json
     """
-    _exit(_dispatch("where", **options))
+    from vllm_hotfix.commands import where as command
+
+    _exit(command.run(package=package, python=python, do_import=do_import, as_json=as_json))
 
 
 @cli.command("audit", short_help="Check every installed file of PACKAGE against pip's RECORD.")
 @click.argument("package")
 @python_option
 @json_option
-def audit_cmd(**options: Any) -> None:
+def audit_cmd(package, python, as_json) -> None:
     """Check every installed file of PACKAGE against pip's RECORD (exit 1 if not pristine).
 
     Prints only differences, `rpm -V` style: `S.5......` size, `..5......` digest, `missing`,
@@ -196,24 +203,30 @@ def audit_cmd(**options: Any) -> None:
       hotfix audit vllm --python /opt/venv/bin/python
       hotfix audit vllm --json | jq .differences
     """
-    _exit(_dispatch("audit", **options))
+    from vllm_hotfix.commands import audit as command
+
+    _exit(command.run(package=package, python=python, as_json=as_json))
 
 
 @cli.command("list")
 @catalog_option
 @json_option
-def list_cmd(**options: Any) -> None:
+def list_cmd(catalogs, as_json) -> None:
     """List the hotfixes in the catalog."""
-    _exit(_dispatch("list", **options))
+    from vllm_hotfix.commands import list as command
+
+    _exit(command.run(catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("show")
 @click.argument("hotfix_id", metavar="ID")
 @catalog_option
 @json_option
-def show_cmd(**options: Any) -> None:
+def show_cmd(hotfix_id, catalogs, as_json) -> None:
     """Show one hotfix: symptoms, targets, patches, references, fixed-in."""
-    _exit(_dispatch("show", **options))
+    from vllm_hotfix.commands import show as command
+
+    _exit(command.run(hotfix_id=hotfix_id, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("new", short_help="Author a hotfix from an upstream commit or a hand-edited install.")
@@ -229,7 +242,7 @@ def show_cmd(**options: Any) -> None:
 @click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="--from-install: the pristine wheel of the installed release (default: cached, else pip download).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Catalog directory to write manifests/ and patches/ into.")
 @json_option
-def new_cmd(**options: Any) -> None:
+def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, python, distribution, versions, wheel, out_dir, as_json) -> None:
     """Author a hotfix: write patches/ID/*.patch and manifests/ID.toml with hashes and stats.
 
     \b
@@ -240,7 +253,9 @@ def new_cmd(**options: Any) -> None:
       hotfix new my-fix --from-install vllm --python /opt/venv/bin/python --out ./my-catalog
     Then: hotfix show ID --catalog ./my-catalog; hotfix check-catalog ID --catalog ./my-catalog
     """
-    _exit(_dispatch("new", **options))
+    from vllm_hotfix.commands import new as command
+
+    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, as_json=as_json))
 
 
 @cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")
@@ -248,7 +263,7 @@ def new_cmd(**options: Any) -> None:
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
 @catalog_option
 @json_option
-def check_catalog_cmd(**options: Any) -> None:
+def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
     """Dry-run every manifest against every published release in its range (real wheels).
 
     Prints an ID x release matrix: applies / fixed-upstream / fails / not-applicable (git targets
@@ -259,7 +274,9 @@ def check_catalog_cmd(**options: Any) -> None:
       hotfix check-catalog --versions 0.30.0,0.31.0,0.32.0
       hotfix check-catalog mamba-align-block-size --versions '>=0.29' --json
     """
-    _exit(_dispatch("check_catalog", **options))
+    from vllm_hotfix.commands import check_catalog as command
+
+    _exit(command.run(versions=versions, hotfix_ids=tuple(hotfix_ids), catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("export")
@@ -268,9 +285,11 @@ def check_catalog_cmd(**options: Any) -> None:
 @python_option
 @catalog_option
 @json_option
-def export_cmd(**options: Any) -> None:
+def export_cmd(hotfix_ids, out_dir, python, catalogs, as_json) -> None:
     """Write patched files (from a pristine baseline) and a hotfix.lock for bind mounts."""
-    _exit(_dispatch("export", **options))
+    from vllm_hotfix.commands import export as command
+
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
@@ -283,9 +302,11 @@ def export_cmd(**options: Any) -> None:
 @click.option("--remove", is_flag=True, help="Take exactly these mounts out again.")
 @dry_run_option
 @json_option
-def compose_cmd(**options: Any) -> None:
+def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, container_site_packages, remove, dry_run, as_json) -> None:
     """Add (or --remove) read-only bind mounts of exported patched files to a compose service."""
-    _exit(_dispatch("compose", **options))
+    from vllm_hotfix.commands import compose as command
+
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard.")
@@ -294,9 +315,11 @@ def compose_cmd(**options: Any) -> None:
 @click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="Stop a vLLM process whose hotfix is not in effect.")
 @click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose", show_default=True)
-def guard_cmd(**options: Any) -> None:
+def guard_cmd(print_env, lock_file, require, strict, fmt) -> None:
     """Print env lines for the vllm.general_plugins guard that checks every vLLM process."""
-    _exit(_dispatch("guard", **options))
+    from vllm_hotfix.commands import guard as command
+
+    _exit(command.run(print_env=print_env, lock_file=lock_file, require=require, strict=strict, fmt=fmt))
 
 
 def main(argv: list[str] | None = None) -> None:

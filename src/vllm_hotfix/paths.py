@@ -1,9 +1,13 @@
-"""Where vllm-hotfix keeps its own files. Tests point HOTFIX_STATE_DIR at a temp dir."""
+"""Where vllm-hotfix keeps its own files: the one place that knows the state directory's layout.
+
+Tests point HOTFIX_STATE_DIR at a temp dir. Stdlib only (the in-process guard reads records too).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -17,16 +21,55 @@ def state_dir() -> Path:
     return base / "vllm-hotfix"
 
 
-def target_state_dir(target_root: Path) -> Path:
-    """State of one target, keyed by the real path of the directory patches are applied to."""
-    real = os.path.realpath(target_root)
-    key = hashlib.sha256(real.encode()).hexdigest()[:16]
-    return state_dir() / "targets" / f"{Path(real).name}-{key}"
+def targets_dir() -> Path:
+    return state_dir() / "targets"
 
 
-def journal_dir(state_dir: Path) -> Path:
-    """Where a target's in-flight transaction (journal + backups of originals) lives."""
-    return state_dir / "journal"
+@dataclass(frozen=True)
+class TargetDir:
+    """The state of one target (the directory patches are applied to), keyed by its real path.
+
+    ``state.json`` (the record), ``journal/`` (an in-flight transaction), ``lock``,
+    ``backups/<id>/<path>`` (originals) and ``patches/<id>/`` (the exact patch bytes applied)."""
+
+    directory: Path
+
+    @classmethod
+    def of(cls, target_root: Path | str) -> "TargetDir":
+        real = os.path.realpath(target_root)
+        key = hashlib.sha256(real.encode()).hexdigest()[:16]
+        return cls(targets_dir() / f"{Path(real).name}-{key}")
+
+    @property
+    def state_file(self) -> Path:
+        return self.directory / "state.json"
+
+    @property
+    def journal(self) -> Path:
+        return self.directory / "journal"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.directory / "lock"
+
+    def backups(self, hotfix_id: str) -> Path:
+        return self.directory / "backups" / hotfix_id
+
+    def patches(self, hotfix_id: str) -> Path:
+        return self.directory / "patches" / hotfix_id
+
+    def pending(self) -> bool:
+        """An interrupted transaction waits for recovery."""
+        return (self.journal / "journal.json").exists()
+
+
+def all_target_dirs() -> list[TargetDir]:
+    """Every target that has state (records, a journal) in this state directory."""
+    try:
+        names = sorted(os.listdir(targets_dir()))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [TargetDir(targets_dir() / name) for name in names]
 
 
 def cache_dir() -> Path:

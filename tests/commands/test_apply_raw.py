@@ -120,7 +120,7 @@ def test_dry_run_apply_already_applied_reverse(run_hotfix, small_patch, root):
     again = run_hotfix("apply", "--patch", small_patch, "--root", root)
     assert again.returncode == 0 and again.stdout.startswith("already applied:")
     again_json = json.loads(run_hotfix("apply", "--patch", small_patch, "--root", root, "--json").stdout)
-    assert again_json == {"applied": False, "dry_run": False, "already_applied": True, "files": []}
+    assert again_json == {"id": "small", "applied": False, "dry_run": False, "already_applied": True, "recorded": True, "files": []}
 
     reverse = run_hotfix("apply", "--patch", small_patch, "--root", root, "--reverse")
     assert reverse.returncode == 0, reverse.stderr
@@ -135,7 +135,8 @@ def test_two_concurrent_applies_one_applies_the_other_finds_it_applied(small_pat
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in procs]
     assert [code for code, _, _ in results] == [0, 0], results
-    outputs = sorted(out.splitlines()[-1].split(":")[0].split(" ")[0] for _, out, _ in results)
+    outputs = sorted(next(line for line in out.splitlines() if line.startswith(("applied", "already"))).split(" ")[0]
+                     for _, out, _ in results)
     assert outputs == ["already", "applied"], results
     assert snapshot(root) == expected_after(before)
 
@@ -213,42 +214,10 @@ def test_bad_input_changes_nothing(run_hotfix, small_patch, root, tmp_path, case
 
 # ---- system-call fault injection with strace ----------------------------------------------------
 
-STRACE = shutil.which("strace")
-needs_strace = pytest.mark.skipif(STRACE is None, reason="strace is not installed")
+from fixtures import crash  # noqa: E402
 
-
-def hotfix_argv(*args) -> list[str]:
-    return [sys.executable, "-m", "vllm_hotfix", *map(str, args)]
-
-
-def strace_env() -> dict:
-    return dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-
-
-def injection_points(small_patch: Path, tmp_path: Path) -> dict[str, list[int]]:
-    """Ordinals (strace's when=N) of the rename, write and openat calls an apply makes for its journal
-    and its temp files, from one traced apply of the same patch on a scratch copy."""
-    scratch = tmp_path / "scratch"
-    write_tree(scratch, BEFORE)
-    for direction in ([], ["--reverse"]):  # so the target's state dir exists, as in the measured runs
-        subprocess.run(hotfix_argv("apply", "--patch", small_patch, "--root", scratch, *direction), check=True)
-    log = tmp_path / "strace.log"
-    subprocess.run([STRACE, "-f", "-y", "-qq", "-o", str(log), "-e", "trace=rename,write,openat",
-                    *hotfix_argv("apply", "--patch", small_patch, "--root", scratch)],
-                   check=True, env=strace_env(), capture_output=True)
-    counts = {"rename": 0, "write": 0, "openat": 0}
-    points: dict[str, list[int]] = {name: [] for name in counts}
-    for line in log.read_text().splitlines():
-        match = re.match(r"\d+ +(rename|write|openat)\((.*)", line)
-        if not match:
-            continue
-        name, rest = match.groups()
-        counts[name] += 1
-        ours = ".hotfix-tmp" in rest or "journal.json" in rest
-        if name == "rename" or (ours and not rest.startswith(("1<", "2<"))):
-            points[name].append(counts[name])
-    assert len(points["rename"]) == 4 and len(points["write"]) == 4 and len(points["openat"]) == 4, points
-    return points
+needs_strace = pytest.mark.skipif(crash.STRACE is None, reason="strace is not installed")
+hotfix_argv = crash.hotfix_argv
 
 
 def one_of(found: dict, before: dict, after: dict) -> str:
@@ -259,69 +228,100 @@ def one_of(found: dict, before: dict, after: dict) -> str:
     raise AssertionError(f"half-applied tree: {sorted(set(found.items()) ^ set(before.items()))}")
 
 
+def recorded_state(run_hotfix, root) -> str | None:
+    """What `status --root` says of the raw apply ('small'), None when nothing is recorded."""
+    done = run_hotfix("status", "--root", root, "--json")
+    assert done.returncode in (0, 1), done.stderr
+    states = [s["state"] for s in json.loads(done.stdout) if s["id"] in ("small", "(unrecorded apply)")]
+    assert len(states) <= 1, states
+    return states[0] if states else None
+
+
+def all_points(small_patch, tmp_path) -> list[tuple[str, int]]:
+    """Every point of a first apply (fresh state directory), as each run below makes it."""
+    scratch = tmp_path / "scratch"
+    write_tree(scratch, BEFORE)
+    found = crash.points(hotfix_argv("apply", "--patch", small_patch, "--root", scratch), tmp_path / "strace.log")
+    shutil.rmtree(os.environ["HOTFIX_STATE_DIR"], ignore_errors=True)
+    assert len(found) >= 20, found
+    return found
+
+
+@pytest.mark.slow
 @needs_strace
-def test_kill_9_at_every_rename_write_and_temp_open_then_recover_or_apply(run_hotfix, small_patch, root, tmp_path):
-    points = injection_points(small_patch, tmp_path)
+def test_kill_9_at_every_write_rename_link_unlink_fsync_then_status_and_recover_agree(run_hotfix, small_patch, root, tmp_path):
+    """SIGKILL at each call: status says 'interrupted' while a journal waits; after `recover` the files
+    are wholly before (nothing recorded) or wholly after (recorded, applied, rollback works)."""
+    found = all_points(small_patch, tmp_path)
     before = snapshot(root)
     after = expected_after(before)
-    outcomes = []
-    for syscall, ordinals in points.items():
-        for n in ordinals:
-            for follow_up in ("recover", "apply"):
-                shutil.rmtree(root)
-                write_tree(root, BEFORE)
-                killed = subprocess.run(
-                    [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"inject={syscall}:signal=SIGKILL:when={n}",
-                     *hotfix_argv("apply", "--patch", small_patch, "--root", root)],
-                    env=strace_env(), capture_output=True, text=True)
-                assert killed.returncode != 0, (syscall, n, killed.stdout)
-                if follow_up == "recover":
-                    done = run_hotfix("recover", "--root", root)
-                    assert done.returncode == 0, done.stderr
-                    assert one_of(snapshot(root), before, after) == "before"
-                else:
-                    done = run_hotfix("apply", "--patch", small_patch, "--root", root)
-                    assert done.returncode == 0, done.stderr
-                    assert one_of(snapshot(root), before, after) == "after"
-                assert not list(root.rglob("*.hotfix-tmp"))
-                outcomes.append((syscall, n, follow_up))
-    assert len(outcomes) == 2 * sum(map(len, points.values()))
+    seen = set()
+    for syscall, n in found:
+        shutil.rmtree(root)
+        shutil.rmtree(os.environ["HOTFIX_STATE_DIR"], ignore_errors=True)
+        write_tree(root, BEFORE)
+        killed = crash.run_with(hotfix_argv("apply", "--patch", small_patch, "--root", root), syscall, n, "signal=SIGKILL")
+        assert killed.returncode != 0, (syscall, n, killed.stdout)
+        state = recorded_state(run_hotfix, root)
+        if state == "interrupted":
+            assert run_hotfix("verify", "--root", root).returncode == 1
+        done = run_hotfix("recover", "--root", root)
+        assert done.returncode == 0, done.stderr
+        where = one_of(snapshot(root), before, after)
+        assert not list(root.rglob("*.hotfix-tmp"))
+        state = recorded_state(run_hotfix, root)
+        if where == "before":
+            assert state is None, (syscall, n, state)
+            again = run_hotfix("apply", "--patch", small_patch, "--root", root)
+            assert again.returncode == 0 and one_of(snapshot(root), before, after) == "after", again.stderr
+        else:
+            assert state == "applied", (syscall, n, state)
+            assert run_hotfix("verify", "--root", root).returncode == 0
+        back = run_hotfix("rollback", "small", "--root", root)
+        assert back.returncode == 0 and snapshot(root) == before, (syscall, n, back.stderr)
+        assert recorded_state(run_hotfix, root) is None
+        seen.add(where)
+    assert seen == {"before", "after"}
 
 
+@pytest.mark.slow
 @needs_strace
 @pytest.mark.parametrize("error, text, hint", [
     ("EROFS", "Read-only file system", "`hotfix compose` bind-mounts them read-only"),
     ("ENOSPC", "No space left on device", "free some space there"),
 ])
 def test_write_errors_at_every_point_restore_everything(run_hotfix, small_patch, root, tmp_path, error, text, hint):
-    points = injection_points(small_patch, tmp_path)
+    found = [(s, n) for s, n in all_points(small_patch, tmp_path) if s in ("write", "rename")]
     before = snapshot(root)
-    for syscall, ordinals in points.items():
-        for n in ordinals:
-            failed = subprocess.run(
-                [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"inject={syscall}:error={error}:when={n}",
-                 *hotfix_argv("apply", "--patch", small_patch, "--root", root)],
-                env=strace_env(), capture_output=True, text=True)
-            assert failed.returncode == 6, (syscall, n, failed.stderr)
-            line = one_line_error(failed)
-            assert f"{text} ({error}); every file was restored, nothing was changed" in line, line
-            assert "hotfix: hint: " in failed.stderr and hint in failed.stderr, failed.stderr
-            assert snapshot(root) == before, (syscall, n)
-            assert not list(root.rglob("*.hotfix-tmp"))
+    after = expected_after(before)
+    for syscall, n in found:
+        shutil.rmtree(os.environ["HOTFIX_STATE_DIR"], ignore_errors=True)
+        failed = crash.run_with(hotfix_argv("apply", "--patch", small_patch, "--root", root), syscall, n, f"error={error}")
+        assert not list(root.rglob("*.hotfix-tmp"))
+        if failed.returncode == 0:  # past the commit point: the apply is complete and recorded
+            assert snapshot(root) == after and recorded_state(run_hotfix, root) == "applied", (syscall, n)
+            assert run_hotfix("rollback", "small", "--root", root).returncode == 0
+            continue
+        assert failed.returncode == 6, (syscall, n, failed.stderr)
+        line = one_line_error(failed)
+        assert f"{text} ({error}); every file was restored, nothing was changed" in line, line
+        assert "hotfix: hint: " in failed.stderr and hint in failed.stderr, failed.stderr
+        assert snapshot(root) == before, (syscall, n)
+        assert recorded_state(run_hotfix, root) is None, (syscall, n)
 
 
 @needs_strace
 @pytest.mark.parametrize("signal_name, code", [("SIGINT", 130), ("SIGTERM", 143)])
-def test_sigint_sigterm_midway_restore_everything(small_patch, root, signal_name, code):
+@pytest.mark.parametrize("when", [1, 3, 6])
+def test_sigint_sigterm_midway_restore_everything(run_hotfix, small_patch, root, signal_name, code, when):
     before = snapshot(root)
-    stopped = subprocess.run(
-        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"inject=rename:signal={signal_name}:when=3",
-         *hotfix_argv("apply", "--patch", small_patch, "--root", root)],
-        env=strace_env(), capture_output=True, text=True)
+    stopped = crash.run_with(hotfix_argv("apply", "--patch", small_patch, "--root", root), "rename", when,
+                             f"signal={signal_name}")
     assert stopped.returncode == code, stopped.stderr
     assert f"interrupted by {signal_name}; every file was restored, nothing was changed" in one_line_error(stopped)
     assert snapshot(root) == before
     assert not list(root.rglob("*.hotfix-tmp"))
+    assert recorded_state(run_hotfix, root) is None
 
 
 def test_recover_with_nothing_to_do(run_hotfix, root):

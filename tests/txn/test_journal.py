@@ -212,7 +212,7 @@ def test_recover_target_restores_a_killed_apply_and_says_so(tree, tmp_path, caps
     from vllm_hotfix import paths
 
     before = snapshot(tree)
-    jdir = paths.target_state_dir(tree) / "journal"
+    jdir = paths.TargetDir.of(tree).journal
     script = CRASHER.format(tests=str(Path(__file__).parent))
     proc = subprocess.run([sys.executable, "-c", script, "3", "kill", str(tree), str(jdir)])
     assert proc.returncode == -signal.SIGKILL

@@ -1,73 +1,65 @@
-"""`hotfix apply`: a raw diff on a directory (``--patch FILE --root DIR``); catalog hotfixes come later."""
+"""`hotfix apply`: a catalog hotfix (ID), an ad-hoc diff on an installed package (--patch --python
+--package) or a raw diff on a directory (--patch --root). Every kind is recorded (status/verify/rollback)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import Sequence
 
-from vllm_hotfix import paths
-from vllm_hotfix.core.apply import FileEdit, Plan, plan_patch
-from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
-from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
+from vllm_hotfix.core.apply import FileEdit, Plan
+from vllm_hotfix.core.diff import DiffStat
+from vllm_hotfix.errors import UsageError
 from vllm_hotfix.output import emit_json, note, say
-from vllm_hotfix.flow.parallel_plan import ForkedHalf
-from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.txn.journal import JOURNAL, commit, recover_target
-from vllm_hotfix.txn.lock import target_lock
 
 LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
-PROGRESS_MIN_FILES = 50
 
 
-def run(**options) -> int:
-    if options.get("patch_file") and options.get("root") and not options.get("hotfix_id"):
-        return apply_raw(
-            options["patch_file"], options["root"],
-            strip=1 if options.get("strip") is None else options["strip"],
-            reverse=bool(options.get("reverse")), dry_run=bool(options.get("dry_run")),
-            as_json=bool(options.get("as_json")),
-        )
-    return apply_hotfix(**options)
-
-
-def apply_hotfix(**options) -> int:
-    """A catalog hotfix (ID[@VERSION]) or an ad-hoc --patch on an installed package (--python --package)."""
-    from vllm_hotfix.flow import operations as ops
-    from vllm_hotfix.catalog.index import Catalog, parse_ref
-    from vllm_hotfix.install.locate import locate_package
-
-    dry_run, as_json = bool(options.get("dry_run")), bool(options.get("as_json"))
-    if options.get("reverse"):
+def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, python: str | None,
+        package: str | None, adhoc_id: str | None, strip: int | None, patch_files: Sequence[Path],
+        upstream_repo: Path | None, checkouts: Sequence[str], reverse: bool, dry_run: bool,
+        catalogs: Sequence[Path], as_json: bool) -> int:
+    strip = 1 if strip is None else strip
+    if patch_file is not None and hotfix_id:
+        raise UsageError("give either a hotfix ID or --patch FILE, not both",
+                         hint="a manifest's separately distributed file goes with --patch-file")
+    if patch_file is not None and root is not None:
+        return apply_raw(patch_file, root, strip=strip, reverse=reverse, dry_run=dry_run, hotfix_id=adhoc_id,
+                         as_json=as_json)
+    if reverse:
         raise UsageError("--reverse is for a raw --patch with --root; to undo a hotfix use `hotfix rollback ID`")
-    if options.get("patch_file"):
-        if options.get("hotfix_id"):
-            raise UsageError("give either a hotfix ID or --patch FILE, not both",
-                             hint="a manifest's separately distributed file goes with --patch-file")
-        if not options.get("package"):
+    from vllm_hotfix.flow.apply import apply_hotfix
+    from vllm_hotfix.flow.resolve import Resolver
+
+    resolver = Resolver(python, root)
+    if patch_file is not None:
+        from vllm_hotfix.flow.hotfix import adhoc_hotfix
+
+        if not package:
             raise UsageError("--patch with --python needs --package NAME (the import name, e.g. vllm)")
-        hotfix = ops.adhoc_hotfix(options["patch_file"], hotfix_id=options.get("adhoc_id"),
-                                  strip=1 if options.get("strip") is None else options["strip"],
-                                  package=options["package"])
-        target, spec = locate_package(options["package"], options.get("python")), None
+        hotfix = adhoc_hotfix(patch_file, hotfix_id=adhoc_id, strip=strip, package=package)
+        target, spec = resolver.package(package), None
     else:
-        if not options.get("hotfix_id"):
+        from vllm_hotfix.catalog.index import Catalog, parse_ref
+        from vllm_hotfix.flow.applicability import check_applicable, check_requires, parse_checkouts
+        from vllm_hotfix.flow.hotfix import catalog_hotfix
+
+        if not hotfix_id:
             raise UsageError("name a hotfix (`hotfix list` shows them) or give --patch FILE")
-        hotfix_id, version = parse_ref(options["hotfix_id"])
-        manifest = Catalog.load(options.get("catalogs") or ()).get(hotfix_id, version)
-        target, spec = ops.resolve_manifest_target(manifest, python=options.get("python"), root=options.get("root"))
-        ops.check_applicable(manifest, spec, target)
-        ops.check_requires(manifest, ops.parse_checkouts(options.get("checkouts") or ()))
-        hotfix = ops.catalog_hotfix(manifest, target, patch_files=options.get("patch_files") or (),
-                                    upstream_repo=options.get("upstream_repo"))
+        ref_id, version = parse_ref(hotfix_id)
+        manifest = Catalog.load(catalogs).get(ref_id, version)
+        target, spec = resolver.for_manifest(manifest)
+        check_applicable(manifest, spec, target)
+        check_requires(manifest, parse_checkouts(checkouts))
+        hotfix = catalog_hotfix(manifest, target, patch_files=patch_files, upstream_repo=upstream_repo)
     for warning in target.warnings:
         note(warning)
-    outcome = ops.apply(hotfix, target, spec, dry_run=dry_run)
+    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run)
     _report_hotfix(outcome, as_json=as_json)
     return 0
 
 
 def _report_hotfix(outcome, *, as_json: bool) -> None:
-    from vllm_hotfix.flow.operations import target_option, target_summary
+    from vllm_hotfix.flow.resolve import target_option, target_summary
 
     proposal = outcome.proposal
     hotfix, target = proposal.hotfix, proposal.target
@@ -97,94 +89,18 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
             f"check with `hotfix verify {hotfix.id} {target_option(target)}`")
 
 
-def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, as_json: bool) -> int:
+def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, hotfix_id: str | None,
+              as_json: bool) -> int:
+    from vllm_hotfix.flow.apply import apply_raw as flow_apply_raw, progress_reader
+
     root = Path(root)
     if not root.is_dir():
         raise UsageError(f"--root {root}: no such directory")
-    data = _read_bytes(patch_file)
-    child = ForkedHalf.start(data, strip=strip, source=str(patch_file), root=root)
-    try:
-        patch, child = _parse_raw(data, strip, str(patch_file), child)
-        state_dir = paths.target_state_dir(root)
-        if dry_run:
-            if (paths.journal_dir(state_dir) / JOURNAL).exists():
-                note(f"an interrupted apply on {root} was not recovered yet; run `hotfix recover --root {root}`")
-            plan, stats, already = _plan_raw(patch, data, strip, child, Tree(root), reverse)
-        else:
-            with target_lock(state_dir):
-                recover_target(root)
-                tree = Tree(root)
-                plan, stats, already = _plan_raw(patch, data, strip, child, tree, reverse)
-                if not already:
-                    commit(root, plan, journal_dir=paths.journal_dir(state_dir), tree=tree)
-    finally:
-        if child is not None:
-            child.cancel()
-    _report(plan, patch.source, stats, dry_run=dry_run, already=already, as_json=as_json)
+    outcome = flow_apply_raw(patch_file, root, strip=strip, reverse=reverse, dry_run=dry_run, hotfix_id=hotfix_id,
+                             progress=progress_reader)
+    _report(outcome.plan, outcome.source, outcome.stats, dry_run=dry_run, already=outcome.already, as_json=as_json,
+            hotfix_id=outcome.hotfix_id, root=root, recorded=outcome.recorded, reverse=reverse)
     return 0
-
-
-def _read_bytes(patch_file: Path) -> bytes:
-    try:
-        return Path(patch_file).read_bytes()
-    except OSError as exc:
-        raise InvalidInput(f"{patch_file}: cannot read: {exc.strerror}") from None
-
-
-def _parse_raw(data: bytes, strip: int, source: str, child: ForkedHalf | None) -> tuple[Patch, ForkedHalf | None]:
-    """The whole patch, or with a child: the first half, once the child has parsed the second.
-    When a half does not parse, the whole diff is parsed here, for the sequential error message."""
-    if child is not None:
-        try:
-            first = parse_patch(child.first_half, strip=strip, source=source)
-        except HotfixError:
-            first = None
-        if first is not None and child.child_parsed():
-            return first, child
-        child.cancel()
-    return parse_patch(data, strip=strip, source=source), None
-
-
-def _plan_raw(patch: Patch, data: bytes, strip: int, child: ForkedHalf | None, tree: Tree,
-              reverse: bool) -> tuple[Plan, DiffStat, bool]:
-    """``_plan`` of the whole diff. With a child, ``patch`` is the first half and the child plans the
-    rest; any trouble there means: parse and plan the whole diff here, sequentially."""
-    if child is not None:
-        merged = child.finish(patch, tree, _progress_reader(tree, len(patch.files)), reverse=reverse)
-        if merged is not None:
-            return merged[0], merged[1], False
-        patch = parse_patch(data, strip=strip, source=patch.source)
-    plan, already = _plan(patch, tree, reverse)
-    return plan, patch.stats, already
-
-
-def _plan(patch: Patch, tree: Tree, reverse: bool) -> tuple[Plan, bool]:
-    """The plan in the asked direction; if only the other direction applies, (that plan, True): already applied."""
-    try:
-        return plan_patch(patch, _progress_reader(tree, len(patch.files)), reverse=reverse), False
-    except DoesNotApply as forward_error:
-        try:
-            return plan_patch(patch, tree.read, reverse=not reverse), True
-        except DoesNotApply:
-            raise forward_error from None
-
-
-def _progress_reader(tree: Tree, total: int):
-    """``tree.read`` that draws "planning k/N" on a terminal for large patches."""
-    if total < PROGRESS_MIN_FILES or not sys.stderr.isatty():
-        return tree.read
-    seen: set[str] = set()
-
-    def read(relpath: str):
-        seen.add(relpath)
-        if len(seen) % 25 == 0 or len(seen) == total:
-            sys.stderr.write(f"\rhotfix: planning {len(seen)}/{total} files")
-            if len(seen) >= total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-        return tree.read(relpath)
-
-    return read
 
 
 def _offsets(edit: FileEdit) -> list[int]:
@@ -209,12 +125,15 @@ def _edit_json(edit: FileEdit) -> dict:
             "hunks": len(edit.placements), "offsets": _offsets(edit)}
 
 
-def _report(plan: Plan, source: str, stats: DiffStat, *, dry_run: bool, already: bool, as_json: bool) -> None:
+def _report(plan: Plan, source: str, stats: DiffStat, *, dry_run: bool, already: bool, as_json: bool,
+            hotfix_id: str, root: Path, recorded: bool, reverse: bool) -> None:
     if as_json:
         emit_json({
+            "id": hotfix_id,
             "applied": not dry_run and not already,
             "dry_run": dry_run,
             "already_applied": already,
+            "recorded": not reverse and not dry_run,  # recorded under "id" (status / verify / rollback see it)
             "files": [] if already else [_edit_json(e) for e in plan.edits],
         })
         return
@@ -232,4 +151,8 @@ def _report(plan: Plan, source: str, stats: DiffStat, *, dry_run: bool, already:
         lines.append(f"dry run: would change {summary}; nothing was written")
     else:
         lines.append(f"applied {summary} (all-or-nothing)")
+        if recorded and not reverse:
+            lines.append(f"recorded as {hotfix_id}: `hotfix status --root {root}` / `hotfix rollback {hotfix_id} --root {root}`")
+        elif recorded:
+            lines.append(f"record of {hotfix_id} removed")
     say("\n".join(lines))

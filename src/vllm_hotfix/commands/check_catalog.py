@@ -19,10 +19,15 @@ from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.core.apply import FileState, Reader, plan_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
 from vllm_hotfix.catalog.manifest import Manifest, TargetSpec
-from vllm_hotfix.flow.operations import checked_patch
+from vllm_hotfix.core import verdict
+from vllm_hotfix.flow.applicability import applicability
+from vllm_hotfix.flow.hotfix import checked_patch
+from vllm_hotfix.install.locate import Target
 from vllm_hotfix.output import emit_json, note, say
 
-APPLIES, FIXED, FAILS, NOT_APPLICABLE, SKIPPED = "applies", "fixed-upstream", "fails", "not-applicable", "skipped"
+# Per release: the hotfix's own states (core.verdict) where it does not belong, else what the dry run found.
+FIXED, NOT_APPLICABLE = verdict.FIXED_UPSTREAM, verdict.NOT_APPLICABLE
+APPLIES, FAILS, SKIPPED = "applies", "fails", "skipped"
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class Cell:
 
 
 def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs: Sequence[Path] = (),
-        as_json: bool = False, **_: Any) -> int:
+        as_json: bool = False) -> int:
     from vllm_hotfix.catalog.upstream import WheelReader, published_releases, published_wheel
 
     catalog = Catalog.load(catalogs)
@@ -61,12 +66,13 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
             jobs += [(manifest, target, release) for release in releases]
 
     for index, (manifest, target, release) in enumerate(jobs, start=1):
-        if not (target.contains(release) or manifest.is_fixed_in(release)):
-            cells.append(Cell(manifest.ref, target.distribution, release, NOT_APPLICABLE, f"outside {target.versions}"))
+        why_not = applicability(manifest, target, _release_target(target, release))  # the same rule as apply
+        if why_not is not None and why_not.state == NOT_APPLICABLE:
+            cells.append(Cell(manifest.ref, target.distribution, release, why_not.state, why_not.message))
             continue
         note(f"[{index}/{len(jobs)}] {manifest.id} on {target.distribution} {release}")
-        if manifest.is_fixed_in(release):
-            cells.append(Cell(manifest.ref, target.distribution, release, FIXED, f"fixed in {manifest.fixed_in.describe()}"))
+        if why_not is not None:
+            cells.append(Cell(manifest.ref, target.distribution, release, why_not.state, why_not.message))
             continue
         try:
             wheel = published_wheel(target.distribution, release)
@@ -120,6 +126,13 @@ def _releases_in_scope(manifest: Manifest, target: TargetSpec, published: list[s
     if wanted is not None:
         chosen = [r for r in chosen if wanted.contains(r, prereleases=True)]
     return chosen
+
+
+def _release_target(spec: TargetSpec, release: str) -> Target:
+    """A published release as a target (read from its wheel, never installed)."""
+    where = Path(f"<{spec.distribution}-{release}.whl>")
+    return Target(package=spec.package, distribution=spec.distribution, version=release, kind="wheel",
+                  package_dir=where / spec.package, root=where, dist_info=None, python=None, git=None, warnings=())
 
 
 def _dry_run(manifest: Manifest, target: TargetSpec, release: str, read: Reader) -> Cell:

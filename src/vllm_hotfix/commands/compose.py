@@ -14,7 +14,7 @@ from vllm_hotfix.txn.atomic import atomic_write
 
 def run(*, hotfix_ids=(), service: str, compose_file: Path, override_file: Path | None = None,
         export_dir: Path, container_site_packages: str | None = None, remove: bool = False,
-        dry_run: bool = False, as_json: bool = False, **_ignored) -> int:
+        dry_run: bool = False, as_json: bool = False) -> int:
     lock = load_lock(export_dir / "hotfix.lock")
     hotfixes = lock.select(tuple(hotfix_ids))
     mounts = compose.mounts_for(lock, hotfixes, compose.host_source(export_dir, compose_file.parent),

@@ -8,24 +8,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_hotfix import __version__, lockfile
+from vllm_hotfix import __version__
+from vllm_hotfix.containers import lockfile
 from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
 from vllm_hotfix.output import emit_json, say
 
 LOCK_NAME = "hotfix.lock"
 
 
-def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), as_json: bool = False, **_ignored) -> int:
+def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), as_json: bool = False) -> int:
     from vllm_hotfix.catalog.index import Catalog, parse_ref
 
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids]
+    from vllm_hotfix.flow.resolve import Resolver
+
+    resolver = Resolver(python)
     targets: dict[str, object] = {}
     locked: list[lockfile.LockedHotfix] = []
     outputs: dict[str, bytes] = {}
     owner_of: dict[str, str] = {}
     for manifest in manifests:
-        hotfix, files = _export_one(manifest, python, targets)
+        hotfix, files = _export_one(manifest, resolver, targets)
         for locked_file in hotfix.files:
             if locked_file.path in owner_of:
                 raise Refused(
@@ -59,25 +63,18 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), as
     return 0
 
 
-def _export_one(manifest, python: str | None, targets: dict) -> tuple[lockfile.LockedHotfix, dict[str, bytes]]:
+def _export_one(manifest, resolver, targets: dict) -> tuple[lockfile.LockedHotfix, dict[str, bytes]]:
     from vllm_hotfix.core.apply import plan_patch
-    from vllm_hotfix.flow.operations import catalog_hotfix, prove_files_pristine, sha256
-    from vllm_hotfix.install.locate import locate_package
+    from vllm_hotfix.flow.applicability import check_applicable
+    from vllm_hotfix.flow.hotfix import catalog_hotfix, sha256
+    from vllm_hotfix.flow.plan import prove_files_pristine
     from vllm_hotfix.install.tree import Tree
 
-    spec = manifest.targets[0]
-    if spec.package not in targets:
-        targets[spec.package] = locate_package(spec.package, python=python)
-    target = targets[spec.package]
+    target, spec = resolver.for_manifest(manifest)  # the same resolution and applicability as `hotfix apply`
+    check_applicable(manifest, spec, target)
+    targets[target.package] = target
     version = target.version
     where = f"{spec.distribution} {version} at {target.package_dir}"
-    if manifest.is_fixed_in(version):
-        raise FixedUpstream(
-            f"{manifest.id}: {where} already contains the fix ({manifest.fixed_in.describe()}); nothing to export",
-            hint="drop any bind mount of this hotfix from the compose file (`hotfix compose ID --remove`)",
-        )
-    if version is None or not spec.contains(version):
-        raise Refused(f"{manifest.id}: {where} is outside the hotfix's range {spec.versions}")
     if target.kind != "wheel" or target.dist_info is None:
         raise Refused(f"{manifest.id}: {where} is a {target.kind} install; export needs a pip-installed wheel "
                       f"whose RECORD proves the baseline", hint="run export against a pristine wheel install of the same version")
@@ -87,11 +84,14 @@ def _export_one(manifest, python: str | None, targets: dict) -> tuple[lockfile.L
             raise Refused(f"{manifest.id}: patch {patch_spec.label} is a {patch_spec.kind} patch; export supports "
                           f"catalog patch files", hint="apply it in the image with `hotfix apply` instead")
     series = catalog_hotfix(manifest, target).series
-    prove_files_pristine(target, spec, {path for f in series.files for path in (f.old_path, f.new_path) if path})
+    read = _recorded_baseline(manifest.id, target)
+    if read is None:  # not applied here: the installed files are the baseline, proven against RECORD
+        prove_files_pristine(target, spec, {path for f in series.files for path in (f.old_path, f.new_path) if path})
+        read = Tree(target.root).read
 
     changed: dict[str, bytes] = {}
     baseline: dict[str, bytes | None] = {}
-    for edit in plan_patch(series, Tree(target.root).read).edits:
+    for edit in plan_patch(series, read).edits:
         if edit.action not in ("modify", "create") or edit.after is None:
             raise Refused(f"{manifest.id}: {edit.path} is {edit.action}d by the patch; only modified or created "
                           f"files can be bind-mounted", hint="apply this hotfix in the image instead (`hotfix apply`)")
@@ -108,6 +108,48 @@ def _export_one(manifest, python: str | None, targets: dict) -> tuple[lockfile.L
     hotfix = lockfile.LockedHotfix(manifest.id, manifest.version, spec.distribution, spec.package,
                                    str(version), fixed_in, tuple(files))
     return hotfix, outputs
+
+
+class _BaselineReader:
+    """Reads a target as it was before a recorded, applied hotfix: its files from the kept backups."""
+
+    def __init__(self, tree, backups: dict):
+        self.tree, self.backups = tree, backups
+
+    def __call__(self, relpath: str):
+        from vllm_hotfix.core.apply import FileState
+
+        if relpath in self.backups:
+            data = self.backups[relpath]
+            found = self.tree.read(relpath)
+            return None if data is None else FileState(data, found.mode if found else 0o100644)
+        return self.tree.read(relpath)
+
+
+def _recorded_baseline(hotfix_id: str, target):
+    """On a host where the hotfix is applied and recorded: a reader of the baseline from its backups
+    (each checked against the recorded before-hash), so export needs no reinstall. None otherwise."""
+    from vllm_hotfix.core.verdict import APPLIED, files_verdict
+    from vllm_hotfix.flow.hotfix import sha256
+    from vllm_hotfix.flow.plan import check_record
+    from vllm_hotfix.install.tree import Tree
+    from vllm_hotfix.txn.state import TargetState
+
+    state = TargetState.for_root(target.root)
+    recorded = state.hotfixes.get(hotfix_id)
+    tree = Tree(target.root)
+    if recorded is None or files_verdict(check_record(recorded, tree))[0] != APPLIED:
+        return None
+    backups = {}
+    for f in recorded.files:
+        data = None
+        if f.before_sha256 is not None:
+            path = state.directory / (recorded.backups or f"backups/{hotfix_id}") / f.path
+            data = path.read_bytes() if path.is_file() else None
+            if sha256(data) != f.before_sha256:
+                return None
+        backups[f.path] = data
+    return _BaselineReader(tree, backups)
 
 
 def _merge(lock_path: Path, site_packages: str, exported: list[lockfile.LockedHotfix]) -> tuple:

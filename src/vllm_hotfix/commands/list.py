@@ -11,7 +11,7 @@ from vllm_hotfix.catalog.manifest import Manifest
 from vllm_hotfix.output import emit_json, note, say
 
 
-def run(*, catalogs: Sequence[Path] = (), as_json: bool = False, **_: Any) -> int:
+def run(*, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:
     catalog = Catalog.load(catalogs)
     latest = set(id(m) for m in catalog.latest())
     if as_json:

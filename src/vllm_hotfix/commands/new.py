@@ -34,7 +34,7 @@ class NewPatch:
 def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, exclude: Sequence[str] = (),
         add_patches: Sequence[Path] = (), from_install: str | None = None, python: str | None = None,
         distribution: str | None = None, versions: str | None = None, out_dir: Path = Path("."),
-        wheel: Path | None = None, as_json: bool = False, **_: Any) -> int:
+        wheel: Path | None = None, as_json: bool = False) -> int:
     if not ID_PATTERN.fullmatch(hotfix_id):
         raise UsageError(f"hotfix id {hotfix_id!r}: use lowercase letters, digits and '-' (e.g. mamba-align-block-size)")
     if (commit is None) == (from_install is None):

@@ -1,68 +1,60 @@
-"""`hotfix recover`: undo an apply that was interrupted (kill -9, power loss) from its journal."""
+"""`hotfix recover`: undo an apply or rollback that was interrupted (kill -9, power loss) from its journal.
+
+Files AND record go back to their state before that transaction (the record is part of it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
-from vllm_hotfix import paths
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.output import emit_json, say
-from vllm_hotfix.txn.journal import RecoveryReport, recover
-from vllm_hotfix.txn.lock import target_lock
+from vllm_hotfix.txn.journal import RecoveryReport
 
 
-def run(**options) -> int:
-    root = options.get("root")
-    if root is None:
-        return _recover_python(options.get("python"), bool(options.get("as_json")))
-    root = Path(root)
-    if not root.is_dir():
+def run(*, python: str | None, root: Path | None, catalogs: Sequence[Path], dry_run: bool, as_json: bool) -> int:
+    from vllm_hotfix.catalog.index import Catalog
+    from vllm_hotfix.flow.resolve import Resolver
+    from vllm_hotfix.flow.transaction import recover_target
+    from vllm_hotfix.paths import TargetDir
+
+    if root is not None and not Path(root).is_dir():
         raise UsageError(f"--root {root}: no such directory")
-    state_dir = paths.target_state_dir(root)
-    with target_lock(state_dir):
-        report = recover(paths.journal_dir(state_dir))
-    if options.get("as_json"):
+    targets = Resolver(python, root).targets(Catalog.load(catalogs))
+    pending = [t for t in targets if TargetDir.of(t.root).pending()]
+    recovered: list[RecoveryReport] = []
+    if not dry_run:
+        for target in targets:
+            report = recover_target(Path(target.root))
+            if report is not None:
+                recovered.append(report)
+    what = f"--root {root}" if root is not None else f"python {python or 'this interpreter'}"
+    if as_json:
         emit_json({
-            "recovered": report is not None,
-            "restored": list(report.restored) if report else [],
-            "removed": list(report.removed) if report else [],
+            "dry_run": dry_run,
+            "pending": [str(t.root) for t in pending],
+            "recovered": bool(recovered),
+            "restored": [str(r.root / rel) for r in recovered for rel in r.restored],
+            "removed": [str(r.root / rel) for r in recovered for rel in r.removed],
         })
-    elif report is None:
-        say(f"nothing to recover for {root}")
-    else:
+        return 0
+    if dry_run:
+        for target in pending:
+            say(f"would recover an interrupted apply on {target.root}")
+        if not pending:
+            say(f"nothing to recover for {what}")
+        return 0
+    if not recovered:
+        say(f"nothing to recover for {what}")
+    for report in recovered:
         _say_recovered(report)
     return 0
 
 
 def _say_recovered(report: RecoveryReport) -> None:
-    say(f"recovered an interrupted apply on {report.root}: every file is back to its state before that apply")
+    say(f"recovered an interrupted apply on {report.root}: every file and the record are back to their state "
+        f"before that apply")
     for rel in report.restored:
         say(f"  restored {rel}")
     for rel in report.removed:
         say(f"  removed  {rel} (created by the interrupted apply)")
-
-
-def _recover_python(python: str | None, as_json: bool) -> int:
-    """Every target of this interpreter (its sys.path directories) with an interrupted apply."""
-    from vllm_hotfix.flow.operations import python_roots
-
-    recovered = []
-    for root in python_roots(python):
-        state_dir = paths.target_state_dir(root)
-        if not paths.journal_dir(state_dir).is_dir():
-            continue
-        with target_lock(state_dir):
-            report = recover(paths.journal_dir(state_dir))
-        if report is not None:
-            recovered.append(report)
-    if as_json:
-        emit_json({
-            "recovered": bool(recovered),
-            "restored": [str(r.root / rel) for r in recovered for rel in r.restored],
-            "removed": [str(r.root / rel) for r in recovered for rel in r.removed],
-        })
-    elif not recovered:
-        say(f"nothing to recover for python {python or 'this interpreter'}")
-    for report in [] if as_json else recovered:
-        _say_recovered(report)
-    return 0

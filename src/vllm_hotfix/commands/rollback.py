@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
-from vllm_hotfix.catalog.index import parse_ref
+from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.output import emit_json, say
 
 
-def run(**options) -> int:
-    from vllm_hotfix.flow import operations as ops
+def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool, catalogs: Sequence[Path],
+        as_json: bool) -> int:
+    from vllm_hotfix.flow.rollback import rollback
+    from vllm_hotfix.flow.status import Survey
 
-    hotfix_id, _ = parse_ref(options["hotfix_id"])
-    root = Path(options["root"]) if options.get("root") else None
-    state, target_root = ops.find_recorded(hotfix_id, python=options.get("python"), root=root)
-    outcome = ops.rollback(state, hotfix_id, target_root, dry_run=bool(options.get("dry_run")))
+    hotfix_id, _ = parse_ref(hotfix_id)
+    target, _state = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs)).holding(hotfix_id)
+    target_root = Path(target.root)
+    outcome = rollback(hotfix_id, target_root, dry_run=dry_run)
     recorded = outcome.recorded
-    if options.get("as_json"):
+    if as_json:
         emit_json({
             "id": hotfix_id, "version": recorded.version, "target": str(target_root),
             "dry_run": outcome.dry_run, "method": outcome.method,

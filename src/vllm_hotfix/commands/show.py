@@ -10,7 +10,7 @@ from vllm_hotfix.catalog.manifest import Manifest, PatchSpec
 from vllm_hotfix.output import emit_json, say
 
 
-def run(*, hotfix_id: str, catalogs: Sequence[Path] = (), as_json: bool = False, **_: Any) -> int:
+def run(*, hotfix_id: str, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:
     catalog = Catalog.load(catalogs)
     name, version = parse_ref(hotfix_id)
     manifest = catalog.get(name, version)

@@ -3,35 +3,36 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from vllm_hotfix.output import emit_json, say
 
 MARKS = {"applied": "ok", "fixed-upstream": "ok", "not-applied": "--", "not-applicable": "--"}
 
 
-def survey(options: dict, *, with_catalog: bool) -> list:
+def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
+           with_catalog: bool) -> list:
     """Statuses of the named hotfixes, or of every recorded one (+ matching catalog ones)."""
-    from vllm_hotfix.flow import operations as ops
     from vllm_hotfix.catalog.index import Catalog, parse_ref
+    from vllm_hotfix.flow.status import Survey
 
-    root = Path(options["root"]) if options.get("root") else None
-    surveyor = ops.Survey(options.get("python"), root, Catalog.load(options.get("catalogs") or ()))
-    ids = tuple(options.get("hotfix_ids") or ())
-    if ids:
-        return surveyor.named(parse_ref(i) for i in ids)
+    surveyor = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs))
+    if hotfix_ids:
+        return surveyor.named(parse_ref(i) for i in hotfix_ids)
     return surveyor.everything(with_catalog=with_catalog)
 
 
-def run(**options) -> int:
+def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
+        as_json: bool) -> int:
     """Exit 1 when a named or recorded hotfix is not in effect (catalog extras only inform)."""
+    from vllm_hotfix.core.verdict import IN_EFFECT
     from vllm_hotfix.errors import NotInEffect
-    from vllm_hotfix.flow.operations import IN_EFFECT
 
-    statuses = survey(options, with_catalog=True)
-    named = bool(options.get("hotfix_ids"))
+    statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True)
+    named = bool(hotfix_ids)
     code = int(NotInEffect.exit_code) if any(
         s.state not in IN_EFFECT and (named or s.recorded) for s in statuses) else 0
-    if options.get("as_json"):
+    if as_json:
         emit_json([s.to_json() for s in statuses])
         return code
     if not statuses:

@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from vllm_hotfix.errors import NotInEffect
 
 
-def run(**options) -> int:
-    if options.get("lock_file"):
-        return _verify_lock(
-            Path(options["lock_file"]),
-            ids=tuple(options.get("hotfix_ids") or ()),
-            python=options.get("python"),
-            as_json=bool(options.get("as_json")),
-        )
-    return _verify_recorded(**options)
+def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, lock_file: Path | None,
+        catalogs: Sequence[Path], as_json: bool) -> int:
+    if lock_file:
+        return _verify_lock(Path(lock_file), ids=tuple(hotfix_ids), python=python, as_json=as_json)
+    return _verify_recorded(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, as_json=as_json)
 
 
-def _verify_recorded(**options) -> int:
+def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> int:
     """Every named (else every recorded) hotfix must be applied or fixed upstream."""
     from vllm_hotfix.commands.status import survey
-    from vllm_hotfix.flow.operations import IN_EFFECT
+    from vllm_hotfix.core.verdict import IN_EFFECT
     from vllm_hotfix.output import emit_json, say
 
-    statuses = survey(options, with_catalog=False)
+    statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=False)
     if not statuses:
         # Passing on "nothing recorded" would hide exactly the rebuild that also lost the record.
         raise NotInEffect(
@@ -32,7 +29,7 @@ def _verify_recorded(**options) -> int:
             hint="name the hotfixes that must be in effect (`hotfix verify ID...`) or use `--lock FILE`",
         )
     problems = [s for s in statuses if s.state not in IN_EFFECT]
-    if options.get("as_json"):
+    if as_json:
         emit_json([s.to_json() for s in statuses])
     else:
         for s in statuses:
@@ -52,6 +49,7 @@ DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` defau
 
 def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, as_json: bool) -> int:
     from vllm_hotfix.containers import lockfile
+    from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
     from vllm_hotfix.output import emit_json, say
     from vllm_hotfix.install.locate import locate_package
 
@@ -64,7 +62,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     def mount_line(locked: lockfile.LockedFile, check: lockfile.FileCheck) -> str:
         beside_lock = lock_file.absolute().parent / locked.export
         source = str(beside_lock) if beside_lock.is_file() else f"{DEFAULT_EXPORT_SOURCE}/{locked.export}"
-        return f"{source}:{check.real_path}:ro"
+        return f"{source}:{check.where}:ro"
 
     checks = lockfile.check_lock(lock, resolve, ids)
     report = [(check, lockfile.advice(check, mount_line)) for check in checks]
@@ -77,8 +75,9 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
                 "version": c.hotfix.version,
                 "state": c.state,
                 "installed_version": c.installed_version,
+                "detail": c.detail,
                 "files": [
-                    {"path": f.path, "state": f.state, "real_path": f.real_path, "sha256": f.sha256,
+                    {"path": f.path, "state": f.state, "real_path": f.where, "sha256": f.sha256,
                      "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256}
                     for f, locked in zip(c.files, c.hotfix.files)
                 ],
@@ -89,12 +88,12 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     else:
         for check, advice in report:
             h = check.hotfix
-            if check.state == lockfile.APPLIED:
+            if check.state == APPLIED:
                 say(f"in effect: {h.id}@{h.version} ({len(h.files)} file(s), {h.distribution} {check.installed_version})")
-            elif check.state == lockfile.FIXED_UPSTREAM:
+            elif check.state == FIXED_UPSTREAM:
                 say(f"fixed-upstream: {h.id}: {advice}")
             else:
-                say(f"NOT IN EFFECT: {h.id}@{h.version} is {check.state}")
+                say(f"NOT IN EFFECT: {h.id}@{h.version} is {check.state}: {check.detail}")
                 for line in (advice or "").splitlines():
                     say(f"  {line}")
         if not checks:

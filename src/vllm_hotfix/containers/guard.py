@@ -83,7 +83,7 @@ def _check_lock(path: Path) -> list[Verdict]:
 
 def _check_required_ids(ids: tuple[str, ...]) -> list[Verdict]:
     from vllm_hotfix.containers.lockfile import check_hotfix
-    from vllm_hotfix.paths import state_dir, target_state_dir
+    from vllm_hotfix.paths import TargetDir, state_dir
 
     records = _recorded_states(state_dir())
     verdicts = []
@@ -99,7 +99,7 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[Verdict]:
             verdicts.append(_not_importable(hotfix_id, package))
             continue
         root = installed.package_dir.parent
-        entry = next((e for t, e in recorded if Path(t["state_dir"]) == target_state_dir(root)), None)
+        entry = next((e for t, e in recorded if Path(t["state_dir"]) == TargetDir.of(root).directory), None)
         if entry is None:
             elsewhere = ", ".join(sorted({str(t.get("root")) for t, _ in recorded}))
             verdicts.append(Verdict(
@@ -143,25 +143,29 @@ def _recorded_states(root: Path) -> list[tuple[dict, dict]]:
 
 
 def _verdict(result, origin: str) -> Verdict:
-    """A lockfile.HotfixCheck as one verdict: the first file not in effect, and what to do."""
+    """A lockfile.HotfixCheck (core.verdict's state) as one guard line: the state, the first file not in
+    effect, and what to do."""
+    from vllm_hotfix.core import verdict
+
     hotfix_id = result.hotfix.id
-    if result.state == "fixed-upstream":
-        return Verdict(hotfix_id, True, f"fixed upstream: {result.hotfix.package} {result.installed_version} >= {result.hotfix.fixed_in}")
+    if result.state == verdict.FIXED_UPSTREAM:
+        return Verdict(hotfix_id, True, f"fixed-upstream: {result.detail}")
     if result.in_effect:
         return Verdict(hotfix_id, True)
-    if result.installed_version is None and all(f.real_path is None for f in result.files):
+    if result.installed_version is None and all(f.where is None for f in result.files):
         return _not_importable(hotfix_id, result.hotfix.package)
-    file = next(f for f in result.files if f.state != "applied")
-    expected = next(f.sha256 for f in result.hotfix.files if f.path == file.path)
+    file = next((f for f in result.files if f.state != verdict.PATCHED), None)
+    if file is None:
+        return Verdict(hotfix_id, False, f"{result.state}: {result.detail}", f"run `hotfix status {hotfix_id}`")
     if file.sha256 is None:
-        problem = f"{file.real_path} is missing"
+        problem = f"{result.state}: {file.where} is missing"
     else:
-        what = " (the unpatched original)" if file.state == "lost" else ""
-        problem = f"{file.real_path} has sha256 {file.sha256[:12]}{what}, expected {expected[:12]}"
+        what = " (the unpatched original)" if file.state == verdict.BASELINE else ""
+        problem = f"{result.state}: {file.where} has sha256 {file.sha256[:12]}{what}, expected {(file.expected or '')[:12]}"
     if origin == "lock":
         remedy = ("bind-mount the files from `hotfix export` over the copy this process imports (`hotfix compose`), "
                   "then check with `hotfix verify --lock`")
-    elif file.state in ("lost", "missing"):
+    elif result.state == verdict.LOST:
         remedy = f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {hotfix_id}`"
     else:
         remedy = f"the file changed after the hotfix was applied: run `hotfix status {hotfix_id}`"

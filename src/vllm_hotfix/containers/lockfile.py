@@ -1,7 +1,8 @@
 """hotfix.lock: what `hotfix export` wrote, and whether a (rebuilt) install still carries it.
 
-Standard library only: the in-process guard (plugin.py) imports this module inside every vLLM
-process, where nothing but the stdlib is guaranteed.
+Standard library only: the in-process guard (containers/guard.py) imports this module inside every
+vLLM process, where nothing but the stdlib is guaranteed. States and the rule from hashes to a state
+are core.verdict's, the same as `hotfix status`.
 """
 
 from __future__ import annotations
@@ -13,18 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from vllm_hotfix.core import verdict
+from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, UNKNOWN, FileCheck, version_at_least
 from vllm_hotfix.errors import InvalidInput
 
 SCHEMA = 1
-
-APPLIED = "applied"
-LOST = "lost"
-DRIFTED = "drifted"
-MISSING = "missing"
-FIXED_UPSTREAM = "fixed-upstream"
-IN_EFFECT_STATES = (APPLIED, FIXED_UPSTREAM)
-# the worst file state decides the state of its hotfix
-_SEVERITY = (APPLIED, LOST, DRIFTED, MISSING)
 
 
 @dataclass(frozen=True)
@@ -76,23 +70,16 @@ class Installed:
 
 
 @dataclass(frozen=True)
-class FileCheck:
-    path: str  # as in the lock
-    real_path: Optional[str]  # the file the package really resolves to
-    state: str  # applied | lost | drifted | missing
-    sha256: Optional[str]  # what is there now
-
-
-@dataclass(frozen=True)
 class HotfixCheck:
     hotfix: LockedHotfix
-    state: str  # applied | lost | drifted | missing | fixed-upstream
+    state: str  # a core.verdict state
     installed_version: Optional[str]
-    files: tuple[FileCheck, ...]
+    files: tuple[FileCheck, ...]  # core.verdict.FileCheck, ``where`` = the real path read (None: not importable)
+    detail: str = ""
 
     @property
     def in_effect(self) -> bool:
-        return self.state in IN_EFFECT_STATES
+        return verdict.in_effect(self.state)
 
 
 # -- reading and writing ---------------------------------------------------------------------------
@@ -122,6 +109,9 @@ def parse_lock(data: bytes, *, source: str = "hotfix.lock") -> Lock:
         raise InvalidInput(f"{source}: key 'schema': unsupported lock schema {schema} (this vllm-hotfix reads {SCHEMA})",
                            hint="upgrade vllm-hotfix or re-export with this version")
     hotfixes = reader.field(doc, "", "hotfixes", list)
+    if not hotfixes:  # fail closed: a lock that requires nothing must not pass a container's start check
+        raise InvalidInput(f"{source}: key 'hotfixes': the lock names no hotfix",
+                           hint="re-run `hotfix export ID... --to DIR` for the hotfixes this image must carry")
     return Lock(
         schema=schema,
         generator=reader.field(doc, "", "generator", str, required=False) or "",
@@ -231,30 +221,23 @@ def real_file(installed: Installed, package: str, path: str) -> Path:
 
 def check_file(locked: LockedFile, installed: Optional[Installed], package: str) -> FileCheck:
     if installed is None:
-        return FileCheck(locked.path, None, MISSING, None)
+        return FileCheck(locked.path, verdict.MISSING, None, locked.sha256, locked.baseline_sha256, None)
     where = real_file(installed, package, locked.path)
-    actual = sha256_file(where)
-    if actual is None:
-        state = MISSING
-    elif actual == locked.sha256:
-        state = APPLIED
-    elif actual == locked.baseline_sha256:
-        state = LOST
-    else:
-        state = DRIFTED
-    return FileCheck(locked.path, str(where), state, actual)
+    return verdict.check_file(locked.path, sha256_file(where), locked.sha256, locked.baseline_sha256, str(where))
 
 
 def check_hotfix(hotfix: LockedHotfix, installed: Optional[Installed]) -> HotfixCheck:
     version = installed.version if installed else None
     files = tuple(check_file(f, installed, hotfix.package) for f in hotfix.files)
-    if installed is not None and hotfix.fixed_in and version and version_at_least(version, hotfix.fixed_in):
-        state = FIXED_UPSTREAM
-    else:
-        state = max((f.state for f in files), key=_SEVERITY.index, default=APPLIED)
-        if installed is None:
-            state = MISSING
-    return HotfixCheck(hotfix, state, version, files)
+    if installed is None:
+        return HotfixCheck(hotfix, UNKNOWN, None, files, f"package {hotfix.package!r} is not importable here")
+    if hotfix.fixed_in and version and version_at_least(version, hotfix.fixed_in):
+        return HotfixCheck(hotfix, FIXED_UPSTREAM, version, files,
+                           f"{hotfix.distribution} {version} >= {hotfix.fixed_in}")
+    if not files:
+        return HotfixCheck(hotfix, UNKNOWN, version, files, "the lock lists no file for this hotfix")
+    state, detail = verdict.files_verdict(files)
+    return HotfixCheck(hotfix, state, version, files, detail)
 
 
 def check_lock(
@@ -278,57 +261,20 @@ def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str
     if check.state == FIXED_UPSTREAM:
         return (f"{h.distribution} {check.installed_version} already contains the fix (fixed in {h.fixed_in}): "
                 f"drop the {h.id} bind mounts from the compose service and the lock")
-    if check.installed_version is None and all(f.real_path is None for f in check.files):
+    if check.installed_version is None and all(f.where is None for f in check.files):
         return f"package {h.package!r} not found in this interpreter: check --python / the image"
     lines = []
     by_path = {f.path: f for f in h.files}
     for f in check.files:
         locked = by_path[f.path]
-        if f.state == LOST:
+        if f.state == verdict.BASELINE:
             lines.append(f"lost: {f.path} is the pristine {h.baseline_version} file: the bind mount is missing; "
                          f"restore this line in the compose service volumes: - {mount_line(locked, f)}")
-        elif f.state == DRIFTED:
+        elif f.state == verdict.CHANGED:
             lines.append(f"drifted: {f.path} is neither the patched nor the pristine {h.baseline_version} file "
                          f"(installed {h.distribution} {check.installed_version or '?'}): re-export the hotfix "
                          f"against this image, then mount - {mount_line(locked, f)}")
-        elif f.state == MISSING:
-            lines.append(f"missing: {f.path} does not exist in this install ({f.real_path}): "
+        elif f.state == verdict.MISSING:
+            lines.append(f"missing: {f.path} does not exist in this install ({f.where}): "
                          f"the image no longer matches the lock; re-export against it")
     return "\n".join(lines) or None
-
-
-# -- versions without `packaging` (stdlib only) ----------------------------------------------------
-
-_VERSION = re.compile(
-    r"v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
-    r"(?:[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+.*)?",
-    re.IGNORECASE,
-)
-_PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-
-
-def _version_key(text: str) -> tuple:
-    m = _VERSION.fullmatch(text.strip())
-    if not m:
-        raise ValueError(f"not a PEP 440 version: {text!r}")
-    epoch, release, pre, pre_n, post, dev = m.groups()
-    numbers = [int(x) for x in release.split(".")]
-    while len(numbers) > 1 and numbers[-1] == 0:
-        numbers.pop()
-    if pre:
-        pre_key = (_PRE[pre.lower()], int(pre_n or 0))
-    elif dev is not None and post is None:
-        pre_key = (-1, 0)  # 1.0.dev1 sorts before 1.0a1
-    else:
-        pre_key = (3, 0)
-    post_key = int(post or 0) if post is not None else -1
-    dev_key = int(dev or 0) if dev is not None else float("inf")
-    return (int(epoch or 0), tuple(numbers), pre_key, post_key, dev_key)
-
-
-def version_at_least(version: str, minimum: str) -> bool:
-    """PEP 440 ``version >= minimum`` (local labels ignored); False when either cannot be parsed."""
-    try:
-        return _version_key(version) >= _version_key(minimum)
-    except ValueError:
-        return False

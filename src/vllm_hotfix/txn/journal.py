@@ -8,7 +8,11 @@ Order of a commit (each step only after the previous one is durable):
 3. write every new content to a temp file beside its target;
 4. ``os.replace`` each temp over its target, unlink deleted files and renamed sources;
 5. drop ``__pycache__/<module>.*.pyc`` of every touched ``.py``;
-6. fsync, then unlink ``journal.json``: this is the commit point.
+6. write the new record (``state.json`` of the target: what is applied, with which bytes), if given;
+7. fsync, then unlink ``journal.json``: this is the commit point.
+
+The record is part of the transaction: its previous bytes are backed up with the files, so a crash
+anywhere before the commit point gives back the old files AND the old record, and after it both new.
 
 While ``journal.json`` exists the target may be half-written; ``recover`` (and any failure or
 SIGINT/SIGTERM inside ``commit``) puts every file back to its "before" bytes from the backups.
@@ -220,14 +224,14 @@ def _drop_bytecode(paths: Iterable[str]) -> None:
                     pass
 
 
-class _Interrupted(BaseException):
+class Interrupted(BaseException):
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
 
 
 class _SignalGuard:
-    """While armed, SIGINT/SIGTERM raise ``_Interrupted``; once disarmed (restoring) they are only noted."""
+    """While armed, SIGINT/SIGTERM raise ``Interrupted``; once disarmed (restoring) they are only noted."""
 
     def __init__(self) -> None:
         self.armed = True
@@ -235,12 +239,12 @@ class _SignalGuard:
 
     def handler(self, signum, frame) -> None:
         if self.armed:
-            raise _Interrupted(signum)
+            raise Interrupted(signum)
         self.pending = self.pending or signum
 
 
 @contextmanager
-def _signals_as_exceptions() -> Iterator[_SignalGuard]:
+def signals_as_exceptions() -> Iterator[_SignalGuard]:
     """Turn SIGINT/SIGTERM into an exception so the commit can restore before exiting."""
     guard = _SignalGuard()
     if threading.current_thread() is not threading.main_thread():
@@ -275,11 +279,13 @@ def _backup(original: Path, backup: Path) -> None:
         shutil.copyfile(original, backup)
 
 
-def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tree: Tree | None = None) -> None:
+def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tree: Tree | None = None,
+           state_record: tuple[Path, bytes] | None = None) -> None:
     """Write ``plan`` under ``root`` all-or-nothing (see the module docstring). WriteFailed on OSError.
 
     ``tree``: the Tree the plan was read through, if at hand; files it read and that provably did not
     change since (same inode, size, mtime, ctime) are not read again.
+    ``state_record``: (path, bytes) of the target's record, replaced inside the same transaction.
     """
     root = Path(root)
     journal_dir = Path(journal_dir)
@@ -296,17 +302,22 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
         "root": str(root.absolute()),
         "tag": tag,
         "created_dirs": [os.path.relpath(d, root) for d in new_dirs],
+        "record": None,
         "files": [],
     }
+    record_entry = None
     written_journal = False
     current = ""
-    with _signals_as_exceptions() as guard:
+    with signals_as_exceptions() as guard:
         try:
             # step 2: backups, then the journal naming them
             backups = journal_dir / BACKUPS
             _discard_backups(journal_dir)
             backups.mkdir(parents=True)
             hashes = _parallel(_sha256, [op.before for op in ops] + [op.after for op in ops])
+            if state_record is not None:
+                current = str(state_record[0])
+                record_entry = _back_up_record(state_record, backups)
             for index, op in enumerate(ops):
                 current = op.path
                 backup = None
@@ -318,6 +329,7 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
                     "before_sha256": hashes[index], "before_mode": op.before_mode,
                     "after_sha256": hashes[len(ops) + index], "after_mode": op.after_mode,
                 })
+            record["record"] = record_entry
             current = str(journal_dir / JOURNAL)
             if fsync:
                 fsync_dir(backups)
@@ -338,15 +350,20 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
                     os.unlink(paths[op.path])
             current = "emptied directories"
             removed_dirs = _remove_emptied_dirs(root, [paths[op.path] for op in ops if op.after is None])
-            # step 5
+            # step 5: no stale bytecode
             touched = [paths[op.path] for op in ops]
             current = "__pycache__"
             _drop_bytecode(touched)
+            # step 6: the record, inside the transaction
+            if state_record is not None:
+                current = str(state_record[0])
+                state_record[0].parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(state_record[0], state_record[1])
             if fsync:
                 current = "directories"
                 parents = {os.path.dirname(p) for p in touched + new_dirs + removed_dirs}
                 _parallel(fsync_dir, sorted(parents - set(removed_dirs)))
-            # step 6: commit point
+            # step 7: commit point
             current = str(journal_dir / JOURNAL)
             os.unlink(journal_dir / JOURNAL)
             if fsync:
@@ -356,10 +373,38 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
             report = _restore(record, journal_dir) if written_journal else None
             if not written_journal:
                 _discard_backups(journal_dir)
-            if guard.pending and not isinstance(exc, _Interrupted):
-                exc = _Interrupted(guard.pending)
+            if guard.pending and not isinstance(exc, Interrupted):
+                exc = Interrupted(guard.pending)
             _raise_after_restore(exc, current, report, root)
     _discard_backups(journal_dir)
+
+
+RECORD_BACKUP = "record"
+
+
+def _back_up_record(record: tuple[Path, bytes], backups: Path) -> dict:
+    """Keep the record's current bytes (a hard link: atomic_write replaces, never edits) for a restore."""
+    path, data = record
+    entry = {"path": str(path), "backup": None, "before_sha256": _file_sha256(path), "after_sha256": _sha256(data)}
+    if entry["before_sha256"] is not None:
+        _backup(path, backups / RECORD_BACKUP)
+        entry["backup"] = f"{BACKUPS}/{RECORD_BACKUP}"
+    return entry
+
+
+def _restore_record(entry: dict, journal_dir: Path, tag: str) -> None:
+    """Put the record back as it was before the transaction (idempotent)."""
+    path = Path(entry["path"])
+    if entry["backup"] is None:
+        unlink_if_present(path)
+        return
+    if _file_sha256(path) == entry["before_sha256"]:
+        return
+    temp = temp_path_for(path, f"{tag}-restore")
+    unlink_if_present(temp)
+    shutil.copyfile(journal_dir / entry["backup"], temp)
+    os.replace(temp, path)
+    fsync_dir(path.parent)
 
 
 def _journal_bytes(record: dict) -> bytes:
@@ -398,15 +443,21 @@ def _raise_after_restore(exc: BaseException, current: str, report: RecoveryRepor
             f"{current}: {_describe(exc)}; restoring failed for {', '.join(report.problems)}",
             hint=f"run `hotfix recover --root {root}` once the cause is fixed",
         ) from exc
-    if isinstance(exc, _Interrupted):
-        name = signal.Signals(exc.signum).name
-        raise HotfixError(f"interrupted by {name}; every file was restored, nothing was changed",
-                          exit_code=128 + exc.signum) from None
-    if isinstance(exc, OSError):
-        where = exc.filename if isinstance(exc.filename, str) and current == "new file contents" else current
-        raise WriteFailed(f"{where}: {_describe(exc)}; every file was restored, nothing was changed",
-                          hint=_WRITE_HINTS.get(exc.errno)) from None
+    if isinstance(exc, (Interrupted, OSError)):
+        where = exc.filename if isinstance(exc, OSError) and isinstance(exc.filename, str) \
+            and current == "new file contents" else current
+        raise nothing_changed(exc, where) from None
     raise exc
+
+
+def nothing_changed(exc: BaseException, where: str) -> HotfixError:
+    """The one-line error for an OSError or a SIGINT/SIGTERM after which every file is as before."""
+    if isinstance(exc, Interrupted):
+        name = signal.Signals(exc.signum).name
+        return HotfixError(f"interrupted by {name}; every file was restored, nothing was changed",
+                           exit_code=128 + exc.signum)
+    return WriteFailed(f"{where}: {_describe(exc)}; every file was restored, nothing was changed",
+                       hint=_WRITE_HINTS.get(getattr(exc, "errno", None)))
 
 
 _WRITE_HINTS = {
@@ -490,6 +541,11 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
             os.rmdir(root / rel)
         except OSError:
             pass
+    if record.get("record"):
+        try:
+            _restore_record(record["record"], journal_dir, tag)
+        except OSError as exc:
+            problems.append(f"{record['record']['path']} ({_describe(exc)})")
     try:
         _drop_bytecode(touched)
         for directory in {p.parent for p in touched if p.parent.is_dir()}:
@@ -540,10 +596,10 @@ def recover(journal_dir: Path) -> RecoveryReport | None:
 
 def recover_target(root: Path) -> None:
     """``recover`` the journal of the target ``root`` and say so; call with the target lock held."""
-    from vllm_hotfix import paths
     from vllm_hotfix.output import note
+    from vllm_hotfix.paths import TargetDir
 
-    report = recover(paths.journal_dir(paths.target_state_dir(root)))
+    report = recover(TargetDir.of(root).journal)
     if report is not None:
         note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
              f"{len(report.removed)} created file(s) removed")

@@ -2,7 +2,8 @@
 
 The record is a claim, never the proof: status is always decided from the files themselves; the
 record only tells what *should* be there (and so turns "not applied" into "lost" after a rebuild).
-Lives outside the patched tree (paths.target_state_dir) and is written atomically under the lock.
+Lives outside the patched tree (paths.TargetDir) and is written by the transaction that changes the
+files (txn.journal.commit(state_record=...)), so the record and the files can never disagree.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.paths import target_state_dir
+from vllm_hotfix.paths import TargetDir
 
 SCHEMA = 1
 
@@ -59,7 +60,7 @@ class TargetState:
 
     @classmethod
     def for_root(cls, root: Path) -> "TargetState":
-        return cls.load(target_state_dir(root))
+        return cls.load(TargetDir.of(root).directory)
 
     @classmethod
     def load(cls, directory: Path) -> "TargetState":
@@ -90,38 +91,52 @@ class TargetState:
             ) from exc
         return cls(directory, raw.get("target", {}), hotfixes)
 
-    def save(self) -> None:
-        from vllm_hotfix.txn.atomic import atomic_write
-
-        self.directory.mkdir(parents=True, exist_ok=True)
+    def to_bytes(self) -> bytes:
+        """state.json as the transaction writes it."""
         doc = {
             "schema": SCHEMA,
             "target": self.target,
             "hotfixes": {hid: h.to_json() for hid, h in sorted(self.hotfixes.items())},
         }
-        atomic_write(self.path, (json.dumps(doc, indent=2) + "\n").encode())
+        return (json.dumps(doc, indent=2) + "\n").encode()
 
-    def store_patch(self, hotfix_id: str, index: int, data: bytes, version: int | str = "") -> str:
-        """Keep a copy of the exact patch bytes applied; returns its path relative to the state dir.
-
-        Named per version, so an upgrade never overwrites the bytes the current record points at.
-        """
+    def save(self) -> None:
+        """Write the record alone (no file of the target changes with it)."""
         from vllm_hotfix.txn.atomic import atomic_write
 
-        rel = f"patches/{hotfix_id}/{version}-{index:02d}.patch" if version != "" else f"patches/{hotfix_id}/{index:02d}.patch"
-        dest = self.directory / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(dest, data)
-        return rel
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.path, self.to_bytes())
+
+    @staticmethod
+    def patch_rel(hotfix_id: str, index: int, version: int | str = "") -> str:
+        """Where the exact bytes of a hotfix's patch ``index`` are kept, relative to the state dir.
+
+        Named per version, so an upgrade never overwrites the bytes the current record points at."""
+        return f"patches/{hotfix_id}/{version}-{index:02d}.patch" if version != "" else f"patches/{hotfix_id}/{index:02d}.patch"
 
     def read_patch(self, rel: str) -> bytes | None:
         path = self.directory / rel
         return path.read_bytes() if path.exists() else None
 
-    def forget(self, hotfix_id: str) -> None:
-        self.hotfixes.pop(hotfix_id, None)
-        shutil.rmtree(self.directory / "patches" / hotfix_id, ignore_errors=True)
-        shutil.rmtree(self.directory / "backups" / hotfix_id, ignore_errors=True)
+    def prune(self) -> None:
+        """Remove stored patches and backups that no record points at (left by a transaction that was
+        undone, or by a rollback that was killed after its commit point). Best effort: what stays is
+        found again next time."""
+        try:
+            self._prune()
+        except OSError:
+            pass
+
+    def _prune(self) -> None:
+        wanted = {rel for h in self.hotfixes.values() for rel in h.patches}
+        patches = self.directory / "patches"
+        for stored in sorted(patches.glob("*/*")) if patches.is_dir() else ():
+            if stored.relative_to(self.directory).as_posix() not in wanted:
+                stored.unlink(missing_ok=True)
+        for kind in ("patches", "backups"):
+            for folder in sorted((self.directory / kind).glob("*")) if (self.directory / kind).is_dir() else ():
+                if folder.name not in self.hotfixes or (kind == "patches" and not any(folder.iterdir())):
+                    shutil.rmtree(folder, ignore_errors=True)
 
 
 def now() -> str:

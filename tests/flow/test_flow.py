@@ -1,4 +1,4 @@
-"""operations.py: applicability, series planning, upgrade plans, status from records, inverse plans."""
+"""flow/: applicability, series planning, upgrade plans, status from records, inverse plans."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from fixtures.ascend import CAUSAL_CONV1D, make_vllm_ascend_checkout
-from vllm_hotfix.flow import operations as ops
+from vllm_hotfix.flow.applicability import applicability, check_applicable
+from vllm_hotfix.flow.apply import apply_hotfix
+from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, load_patch_bytes, sha256
+from vllm_hotfix.flow.plan import invert, propose
+from vllm_hotfix.flow.resolve import Resolver
+from vllm_hotfix.flow.status import status_from_record
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.errors import DoesNotApply, FixedUpstream, Refused
 from vllm_hotfix.txn.state import TargetState
@@ -35,7 +40,7 @@ def mamba():
 ])
 def test_applicability_of_the_mamba_manifest(mamba, tmp_path, version, state, message):
     target = wheel_target(tmp_path, version)
-    verdict = ops.applicability(mamba, mamba.target_for("vllm"), target)
+    verdict = applicability(mamba, mamba.target_for("vllm"), target)
     assert (verdict.state if verdict else None) == state
     if message:
         assert message in verdict.message
@@ -43,18 +48,18 @@ def test_applicability_of_the_mamba_manifest(mamba, tmp_path, version, state, me
 
 def test_check_applicable_raises_the_documented_errors(mamba, tmp_path):
     with pytest.raises(FixedUpstream):
-        ops.check_applicable(mamba, mamba.target_for("vllm"), wheel_target(tmp_path, "0.32.0"))
+        check_applicable(mamba, mamba.target_for("vllm"), wheel_target(tmp_path, "0.32.0"))
     with pytest.raises(Refused, match="is not a target of mamba-align-block-size@1"):
-        ops.check_applicable(mamba, None, wheel_target(tmp_path, "0.30.0", "vllm-ascend"))
+        check_applicable(mamba, None, wheel_target(tmp_path, "0.30.0", "vllm-ascend"))
 
 
 def _patch(path: str, old: str, new: str) -> bytes:
     return (f"--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n").encode()
 
 
-def _adhoc(hotfix_id: str, *datas: bytes) -> ops.Hotfix:
-    loaded = tuple(ops.load_patch_bytes(d, label=f"{hotfix_id}-{i}", strip=1) for i, d in enumerate(datas))
-    return ops.Hotfix(hotfix_id, ops.sha256(b"".join(datas))[:12], "adhoc", loaded, package="pkg")
+def _adhoc(hotfix_id: str, *datas: bytes) -> Hotfix:
+    loaded = tuple(load_patch_bytes(d, label=f"{hotfix_id}-{i}", strip=1) for i, d in enumerate(datas))
+    return Hotfix(hotfix_id, sha256(b"".join(datas))[:12], "adhoc", loaded, package="pkg")
 
 
 @pytest.fixture
@@ -70,34 +75,34 @@ def test_a_series_plans_one_edit_per_path_original_before_final_after(tree, tmp_
     hotfix = _adhoc("series", _patch("pkg/a.py", "one", "two"), _patch("pkg/a.py", "two", "three"))
     target = locate_root(tree, "pkg")
     state = TargetState(tmp_path / "state")
-    proposal = ops.propose(hotfix, target, state)
+    proposal = propose(hotfix, target, state)
     (edit,) = proposal.plan.edits
     assert (edit.path, edit.before, edit.after, proposal.already) == ("pkg/a.py", b"one\n", b"three\n", False)
 
     commit(tree, proposal.plan, journal_dir=tmp_path / "journal")
-    again = ops.propose(hotfix, target, state)
+    again = propose(hotfix, target, state)
     assert again.already and again.baseline == {"pkg/a.py": b"one\n"}
 
-    commit(tree, ops.invert(proposal.plan), journal_dir=tmp_path / "journal")
+    commit(tree, invert(proposal.plan), journal_dir=tmp_path / "journal")
     assert (tree / "pkg" / "a.py").read_bytes() == b"one\n"
 
 
 def test_a_conflict_is_reported_from_the_forward_direction(tree, tmp_path):
     (tree / "pkg" / "a.py").write_bytes(b"something else\n")
     with pytest.raises(DoesNotApply, match=r"pkg/a.py: hunk @@ -1,1 \+1,1 @@ does not apply: expected line 1 \"one\", found \"something else\""):
-        ops.propose(_adhoc("x", _patch("pkg/a.py", "one", "two")), locate_root(tree, "pkg"), TargetState(tmp_path / "s"))
+        propose(_adhoc("x", _patch("pkg/a.py", "one", "two")), locate_root(tree, "pkg"), TargetState(tmp_path / "s"))
 
 
 def test_status_from_record_applied_lost_drifted(tree, tmp_path, monkeypatch):
     monkeypatch.setenv("HOTFIX_STATE_DIR", str(tmp_path / "state"))
     hotfix = _adhoc("rec", _patch("pkg/a.py", "one", "two"))
     target = locate_root(tree, "pkg")
-    ops.apply(hotfix, target, None, dry_run=False)
+    apply_hotfix(hotfix, target, None, dry_run=False)
     recorded = TargetState.for_root(tree).hotfixes["rec"]
     assert recorded.source == "adhoc" and recorded.files[0].path == "pkg/a.py"
 
     def state() -> str:
-        return ops.status_from_record(recorded, tree, "--root x").state
+        return status_from_record(recorded, tree, "--root x").state
 
     assert state() == "applied"
     (tree / "pkg" / "a.py").write_bytes(b"one\n")
@@ -110,11 +115,11 @@ def test_an_upgrade_is_one_plan_from_the_recorded_bytes(tree, tmp_path, monkeypa
     monkeypatch.setenv("HOTFIX_STATE_DIR", str(tmp_path / "state"))
     target = locate_root(tree, "pkg")
     v1 = _adhoc("up", _patch("pkg/a.py", "one", "v1"))
-    ops.apply(v1, target, None, dry_run=False)
+    apply_hotfix(v1, target, None, dry_run=False)
     manifest = Catalog.load().get("mamba-align-block-size")
-    v2 = ops.Hotfix("up", 2, "catalog", (ops.load_patch_bytes(_patch("pkg/a.py", "one", "v2"), label="v2", strip=1),),
+    v2 = Hotfix("up", 2, "catalog", (load_patch_bytes(_patch("pkg/a.py", "one", "v2"), label="v2", strip=1),),
                     manifest=replace(manifest, id="up", version=2, supersedes=(v1.version,), checks=()))
-    proposal = ops.propose(v2, target, TargetState.for_root(tree))
+    proposal = propose(v2, target, TargetState.for_root(tree))
     (edit,) = proposal.plan.edits
     assert (edit.before, edit.after, proposal.superseded.version) == (b"v1\n", b"v2\n", v1.version)
     assert proposal.baseline == {"pkg/a.py": b"one\n"}
@@ -123,10 +128,10 @@ def test_an_upgrade_is_one_plan_from_the_recorded_bytes(tree, tmp_path, monkeypa
 def test_glm_series_touches_the_conv1d_file_once(tmp_path):
     checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
     manifest = Catalog.load().get("glm-conv-null-slot")
-    target, spec = ops.resolve_manifest_target(manifest, python=None, root=checkout)
-    assert spec is not None and ops.applicability(manifest, spec, target) is None
-    hotfix = ops.catalog_hotfix(manifest, target)
-    proposal = ops.propose(hotfix, target, TargetState(tmp_path / "state"))
+    target, spec = Resolver(None, checkout).for_manifest(manifest)
+    assert spec is not None and applicability(manifest, spec, target) is None
+    hotfix = catalog_hotfix(manifest, target)
+    proposal = propose(hotfix, target, TargetState(tmp_path / "state"))
     paths = [e.path for e in proposal.plan.edits]
     assert paths.count(CAUSAL_CONV1D) == 1 and "release_notes/fragments/18878.yaml" not in paths
     edit = next(e for e in proposal.plan.edits if e.path == CAUSAL_CONV1D)

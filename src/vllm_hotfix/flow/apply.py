@@ -1,0 +1,215 @@
+"""Applying: a catalog hotfix or an ad-hoc diff on a resolved target, and a raw diff on a `--root`.
+
+Both plan in ``prepare`` (a dry run stops after it) and write through ``transaction.run``, so both are
+recorded: `status`, `verify` and `rollback` see every apply.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from vllm_hotfix.catalog.manifest import TargetSpec
+from vllm_hotfix.core.apply import Plan, plan_patch
+from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
+from vllm_hotfix.errors import DoesNotApply, HotfixError, Refused
+from vllm_hotfix.flow import transaction
+from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
+from vllm_hotfix.flow.parallel_plan import ForkedHalf
+from vllm_hotfix.flow.plan import Proposal, _flatten, check_after, propose, prove_baseline
+from vllm_hotfix.flow.resolve import target_summary
+from vllm_hotfix.install.locate import Target, locate_root
+from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState, now
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    proposal: Proposal
+    dry_run: bool
+
+    @property
+    def already(self) -> bool:
+        return self.proposal.already
+
+
+def _next_state(state: TargetState, target_doc: dict, entry: RecordedHotfix | None, forget: str | None = None) -> TargetState:
+    hotfixes = dict(state.hotfixes)
+    if forget is not None:
+        hotfixes.pop(forget, None)
+    if entry is not None:
+        hotfixes[entry.id] = entry
+    return TargetState(state.directory, target_doc if entry is not None else dict(state.target), hotfixes)
+
+
+def _backups(state: TargetState, tree: Tree, hotfix_id: str, baseline: dict[str, bytes | None],
+             current: dict[str, bytes | None]) -> dict[str, bytes | str]:
+    """What to keep under backups/<id>/: a hard link of the file when it holds the baseline now,
+    else the baseline bytes; nothing when a kept backup already holds them."""
+    keep: dict[str, bytes | str] = {}
+    for path, data in baseline.items():
+        if data is None:
+            continue
+        rel = f"backups/{hotfix_id}/{path}"
+        existing = state.directory / rel
+        if existing.is_file() and sha256(existing.read_bytes()) == sha256(data):
+            continue
+        keep[rel] = path if current.get(path) == data else data
+    return keep
+
+
+def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: str, patches: list[tuple[bytes, int, tuple]],
+            files: tuple[RecordedFile, ...], baseline: dict[str, bytes | None], current: dict[str, bytes | None],
+            package: str | None, target_doc: dict) -> tuple[TargetState, dict[str, bytes | str]]:
+    """The record after applying, and the files to keep for it (patch bytes, backups)."""
+    keep: dict[str, bytes | str] = {}
+    rels = []
+    for index, (data, _, _) in enumerate(patches):
+        rel = TargetState.patch_rel(hotfix_id, index, version)
+        rels.append(rel)
+        keep[rel] = data
+    keep.update(_backups(state, tree, hotfix_id, baseline, current))
+    entry = RecordedHotfix(
+        id=hotfix_id, version=version, applied_at=now(), source=source, patches=tuple(rels), files=files,
+        strip=tuple(p[1] for p in patches), exclude=tuple(p[2] for p in patches), backups=f"backups/{hotfix_id}",
+        package=package,
+    )
+    return _next_state(state, target_doc, entry), keep
+
+
+def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: bool,
+                 lock_timeout: float | None = None) -> ApplyOutcome:
+    """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing, recorded in the same transaction."""
+
+    def prepare(state: TargetState, tree: Tree) -> transaction.Change:
+        proposal = propose(hotfix, target, state, tree)
+        if proposal.already and hotfix.id in state.hotfixes:
+            return transaction.Change(Plan((), False), state, record_changed=False, result=proposal)
+        if not proposal.already:
+            prove_baseline(proposal, spec)
+        current = {p: before for p, before, _ in _flatten(proposal.plan)}
+        if proposal.already:  # applied by hand (or by another tool): adopt it, change no file
+            current = {p: after for p, _, after in _flatten(proposal.plan)}
+        new_state, keep = _record(
+            state, tree, hotfix_id=hotfix.id, version=hotfix.version, source=hotfix.source,
+            patches=[(p.data, p.strip, p.exclude) for p in hotfix.patches], files=proposal.recorded_files(),
+            baseline=proposal.baseline, current=current, package=hotfix.package, target_doc=target_summary(target))
+        plan = Plan((), False) if proposal.already else proposal.plan
+        return transaction.Change(plan, new_state, True, keep, proposal)
+
+    change = transaction.run(target.root, prepare, dry_run=dry_run, lock_timeout=lock_timeout,
+                             after=lambda c: check_after(c.result, spec))
+    return ApplyOutcome(change.result, dry_run)
+
+
+# -- a raw diff on a --root -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RawOutcome:
+    hotfix_id: str
+    plan: Plan
+    stats: DiffStat
+    source: str
+    already: bool
+    reverse: bool
+    dry_run: bool
+    recorded: bool  # the apply is recorded (or, reversed, its record removed)
+
+
+def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, hotfix_id: str | None,
+              progress: Callable[[Tree, int], Callable] | None = None) -> RawOutcome:
+    """A raw diff on a directory, recorded under ``hotfix_id`` (default: the file stem) like any hotfix."""
+    target = locate_root(root)
+    data = read_patch_file(patch_file)
+    hotfix_id = hotfix_id or Path(patch_file).stem
+    version = sha256(data)[:12]
+    child = ForkedHalf.start(data, strip=strip, source=str(patch_file), root=Path(root))
+    try:
+        patch, child = _parse_raw(data, strip, str(patch_file), child)
+
+        def prepare(state: TargetState, tree: Tree) -> transaction.Change:
+            plan, stats, already = _plan_raw(patch, data, strip, child, tree, reverse, progress)
+            recorded = state.hotfixes.get(hotfix_id)
+            if recorded is not None and recorded.source == "adhoc" and recorded.version != version and not reverse:
+                raise Refused(f"{hotfix_id}: another diff is recorded under this id on {target.root}",
+                              hint=f"roll it back (`hotfix rollback {hotfix_id} --root {target.root}`) or pass --id NAME")
+            summary = (plan, stats, already)
+            if reverse:
+                forget = recorded is not None  # taking a recorded diff out is its rollback
+                new_state = _next_state(state, dict(state.target), None, forget=hotfix_id) if forget else state
+                return transaction.Change(Plan((), True) if already else plan, new_state, forget, result=summary)
+            if already and recorded is not None:
+                return transaction.Change(Plan((), False), state, record_changed=False, result=summary)
+            flat = _flatten(plan)
+            if already:  # the reverse plan: its "before" is what is on disk (patched), its "after" the baseline
+                files = tuple(RecordedFile(p, sha256(after), sha256(before)) for p, before, after in flat)
+                baseline = {p: after for p, _, after in flat}
+                current = {p: before for p, before, _ in flat}
+            else:
+                files = tuple(RecordedFile(p, sha256(before), sha256(after)) for p, before, after in flat)
+                baseline = current = {p: before for p, before, _ in flat}
+            new_state, keep = _record(state, tree, hotfix_id=hotfix_id, version=version, source="adhoc",
+                                      patches=[(data, strip, ())], files=files, baseline=baseline, current=current,
+                                      package=None, target_doc=target_summary(target))
+            return transaction.Change(Plan((), False) if already else plan, new_state, True, keep, summary)
+
+        change = transaction.run(target.root, prepare, dry_run=dry_run)
+    finally:
+        if child is not None:
+            child.cancel()
+    plan, stats, already = change.result
+    return RawOutcome(hotfix_id, plan, stats, patch.source, already, reverse, dry_run, change.record_changed)
+
+
+def _parse_raw(data: bytes, strip: int, source: str, child: ForkedHalf | None) -> tuple[Patch, ForkedHalf | None]:
+    """The whole patch, or with a child: the first half, once the child has parsed the second.
+    When a half does not parse, the whole diff is parsed here, for the sequential error message."""
+    if child is not None:
+        try:
+            first = parse_patch(child.first_half, strip=strip, source=source)
+        except HotfixError:
+            first = None
+        if first is not None and child.child_parsed():
+            return first, child
+        child.cancel()
+    return parse_patch(data, strip=strip, source=source), None
+
+
+def _plan_raw(patch: Patch, data: bytes, strip: int, child: ForkedHalf | None, tree: Tree, reverse: bool,
+              progress) -> tuple[Plan, DiffStat, bool]:
+    """The plan of the whole diff. With a child, ``patch`` is the first half and the child plans the
+    rest; any trouble there means: parse and plan the whole diff here, sequentially."""
+    read = progress(tree, len(patch.files)) if progress is not None else tree.read
+    if child is not None:
+        merged = child.finish(patch, tree, read, reverse=reverse)
+        if merged is not None:
+            return merged[0], merged[1], False
+        patch = parse_patch(data, strip=strip, source=patch.source)
+    try:
+        return plan_patch(patch, read, reverse=reverse), patch.stats, False
+    except DoesNotApply as forward_error:
+        try:
+            return plan_patch(patch, tree.read, reverse=not reverse), patch.stats, True
+        except DoesNotApply:
+            raise forward_error from None
+
+
+def progress_reader(tree: Tree, total: int, *, minimum: int = 50):
+    """``tree.read`` that draws "planning k/N" on a terminal for large patches."""
+    if total < minimum or not sys.stderr.isatty():
+        return tree.read
+    seen: set[str] = set()
+
+    def read(relpath: str):
+        seen.add(relpath)
+        if len(seen) % 25 == 0 or len(seen) == total:
+            sys.stderr.write(f"\rhotfix: planning {len(seen)}/{total} files")
+            if len(seen) >= total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        return tree.read(relpath)
+
+    return read

@@ -1,0 +1,126 @@
+"""What to apply: a catalog manifest or an ad-hoc diff, its patch bytes loaded and checked against their pins."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from vllm_hotfix.catalog.manifest import Manifest, PatchSpec, check_stats, verify_patch_bytes
+from vllm_hotfix.core.diff import Patch, exclude_paths, parse_patch
+from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix.install.locate import Target
+from vllm_hotfix.txn.state import RecordedHotfix, TargetState
+
+
+def sha256(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class LoadedPatch:
+    label: str
+    data: bytes  # the exact bytes, as pinned
+    strip: int
+    exclude: tuple[str, ...]
+    patch: Patch  # parsed, excludes applied
+
+
+@dataclass(frozen=True)
+class Hotfix:
+    """A catalog manifest or an ad-hoc diff, its patch bytes loaded and checked against their pins."""
+
+    id: str
+    version: int | str
+    source: str  # 'catalog' | 'adhoc'
+    patches: tuple[LoadedPatch, ...]
+    manifest: Manifest | None = None
+    package: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.id}@{self.version}" if self.source == "catalog" else self.id
+
+    @property
+    def series(self) -> Patch:
+        """All patches as one: the planner chains several file patches of one path in order."""
+        return Patch(tuple(f for p in self.patches for f in p.patch.files), self.ref)
+
+
+def load_patch_bytes(data: bytes, *, label: str, strip: int, exclude: Sequence[str] = (),
+                     parsed: Patch | None = None) -> LoadedPatch:
+    patch = parsed if parsed is not None else parse_patch(data, strip=strip, source=label)
+    if exclude:
+        patch = exclude_paths(patch, exclude)
+    return LoadedPatch(label, data, strip, tuple(exclude), patch)
+
+
+def read_patch_file(patch_file: Path) -> bytes:
+    try:
+        return Path(patch_file).read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"{patch_file}: cannot read: {exc.strerror}") from None
+
+
+def adhoc_hotfix(patch_file: Path, *, hotfix_id: str | None, strip: int, package: str | None,
+                 data: bytes | None = None, parsed: Patch | None = None) -> Hotfix:
+    """A raw diff recorded under ``hotfix_id`` (default: the file name without extension)."""
+    data = read_patch_file(patch_file) if data is None else data
+    hotfix_id = hotfix_id or Path(patch_file).stem
+    loaded = load_patch_bytes(data, label=str(patch_file), strip=strip, parsed=parsed)
+    return Hotfix(hotfix_id, sha256(data)[:12], "adhoc", (loaded,), package=package)
+
+
+def _manifest_patch_bytes(manifest: Manifest, spec: PatchSpec, patch_files: Sequence[Path],
+                          upstream_repo: Path | None, target: Target) -> tuple[str, bytes]:
+    if spec.kind == "file":
+        path = manifest.patch_path(spec)
+        try:
+            return str(path), path.read_bytes()
+        except OSError as exc:
+            raise InvalidInput(f"{path}: cannot read patch: {exc.strerror}") from None
+    if spec.kind == "external":
+        given = [Path(p) for p in patch_files if Path(p).name == spec.external]
+        if not given:
+            raise Refused(f"{manifest.ref}: needs the separately distributed patch file {spec.external}",
+                          hint=f"get it from {spec.url} and pass --patch-file PATH/{spec.external}")
+        try:
+            return str(given[0]), given[0].read_bytes()
+        except OSError as exc:
+            raise InvalidInput(f"{given[0]}: cannot read: {exc.strerror}") from None
+    from vllm_hotfix.catalog.upstream import load_pinned_commit  # normalised diff, pin checked; GitPython lazily
+
+    return spec.label, load_pinned_commit(spec, upstream_repo=upstream_repo, target_root=target.root)
+
+
+def catalog_hotfix(manifest: Manifest, target: Target, *, patch_files: Sequence[Path] = (),
+                   upstream_repo: Path | None = None) -> Hotfix:
+    """Load every patch the manifest picks for the target's version; pins and stats checked first."""
+    loaded = []
+    for spec in manifest.patches_for(target.version):
+        label, data = _manifest_patch_bytes(manifest, spec, patch_files, upstream_repo, target)
+        loaded.append(checked_patch(spec, data, label))
+    return Hotfix(manifest.id, manifest.version, "catalog", tuple(loaded), manifest, target.package)
+
+
+def checked_patch(spec: PatchSpec, data: bytes, label: str) -> LoadedPatch:
+    """A manifest patch's bytes checked against its pins and declared stats, parsed, excludes applied."""
+    verify_patch_bytes(spec, data, label)
+    whole = parse_patch(data, strip=spec.strip, source=label)
+    check_stats(spec, whole.stats, label)  # declared stats describe the pinned file, before excludes
+    return load_patch_bytes(data, label=label, strip=spec.strip, exclude=spec.exclude, parsed=whole)
+
+
+def recorded_series(state: TargetState, recorded: RecordedHotfix) -> Patch:
+    """The exact patches a record says were applied, parsed as they were then."""
+    files = []
+    for index, rel in enumerate(recorded.patches):
+        data = state.read_patch(rel)
+        if data is None:
+            raise Refused(f"{state.directory / rel}: the recorded patch of {recorded.id} is gone",
+                          hint="restore the state directory from a backup or reinstall the package")
+        strip = recorded.strip[index] if index < len(recorded.strip) else 1
+        exclude = recorded.exclude[index] if index < len(recorded.exclude) else ()
+        files.extend(load_patch_bytes(data, label=str(state.directory / rel), strip=strip, exclude=exclude).patch.files)
+    return Patch(tuple(files), recorded.id)

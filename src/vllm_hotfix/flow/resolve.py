@@ -1,0 +1,131 @@
+"""One target resolution: which install or checkout a `--python` / `HOTFIX_PYTHON` / `--root` names,
+and which records belong to it. Every command calls this; records are keyed by what it returns.
+
+``--python`` is resolved by the probe in that interpreter (a venv directory works too), honouring
+PYTHONPATH, .pth files, setuptools editable finders and direct_url.json, exactly as `import` does;
+the target's root (site-packages for a wheel, the project for an editable or git checkout) keys its
+record (paths.TargetDir).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from vllm_hotfix import paths
+from vllm_hotfix.catalog.index import Catalog
+from vllm_hotfix.catalog.manifest import Manifest, TargetSpec
+from vllm_hotfix.errors import HotfixError, Refused
+from vllm_hotfix.install.locate import Target, locate_package, locate_root
+from vllm_hotfix.txn.state import TargetState
+
+
+def target_option(target: Target) -> str:
+    """How to name this target again on a command line (for advice lines)."""
+    if target.python is not None:
+        return f"--python {target.python}"
+    return f"--root {target.root}"
+
+
+def target_summary(target: Target) -> dict:
+    """The target as state.json records it and `apply --json` reports it."""
+    return {"root": str(target.root), "package": target.package, "distribution": target.distribution,
+            "version": target.version, "kind": target.kind, "python": target.python}
+
+
+class Resolver:
+    """Resolves packages for one `--python` / `--root`, each at most once (a probe is a process)."""
+
+    def __init__(self, python: str | None = None, root: Path | None = None):
+        self.python = python
+        self.root = Path(root) if root is not None else None
+        self._cache: dict[tuple, Target | HotfixError] = {}
+
+    def package(self, package: str | None) -> Target:
+        """The target `import PACKAGE` loads (--python), or the checkout (--root). Refused if not importable."""
+        key = (package,)
+        if key not in self._cache:
+            try:
+                if self.root is not None:
+                    self._cache[key] = locate_root(self.root, package)
+                else:
+                    self._cache[key] = locate_package(package, self.python)
+            except Refused as exc:
+                self._cache[key] = exc
+        found = self._cache[key]
+        if isinstance(found, HotfixError):
+            raise found
+        return found
+
+    def for_manifest(self, manifest: Manifest) -> tuple[Target, TargetSpec | None]:
+        """The target the manifest is about, and the manifest target entry that matches it (None: none)."""
+        if self.root is not None:
+            specs = [s for s in manifest.targets if (self.root / s.package).is_dir()] or list(manifest.targets)
+            target = self.package(specs[0].package)
+            if target.distribution is None:  # a checkout without metadata: the package name decides
+                return target, specs[0] if (self.root / specs[0].package).is_dir() else None
+            return target, manifest.target_for(target.distribution)
+        error: HotfixError | None = None
+        for spec in manifest.targets:
+            try:
+                target = self.package(spec.package)
+            except Refused as exc:
+                error = exc
+                continue
+            return target, manifest.target_for(target.distribution) if target.distribution else None
+        assert error is not None
+        raise error
+
+    def targets(self, catalog: Catalog | None) -> list[Target]:
+        """Every target this `--python` / `--root` names: each package a catalog hotfix or a record is
+        about, as this interpreter resolves it (one per root), or the `--root` checkout."""
+        if self.root is not None:
+            return [self.package(None if not _recorded_package(self.root) else _recorded_package(self.root))]
+        packages = sorted(set(_catalog_packages(catalog)) | set(recorded_packages()))
+        found: dict[str, Target] = {}
+        for package in packages:
+            try:
+                target = self.package(package)
+            except Refused:
+                continue  # not importable by this interpreter
+            found.setdefault(str(Path(target.root).resolve()), target)
+        return list(found.values())
+
+    def records(self, catalog: Catalog | None) -> list[tuple[Target, TargetState]]:
+        """(target, its record) for every target of this `--python` / `--root` that has a record or an
+        interrupted transaction."""
+        out = []
+        for target in self.targets(catalog):
+            tdir = paths.TargetDir.of(target.root)
+            state = TargetState.load(tdir.directory)
+            if state.hotfixes or tdir.pending():
+                out.append((target, state))
+        return out
+
+
+def _catalog_packages(catalog: Catalog | None) -> Iterable[str]:
+    for manifest in catalog.latest() if catalog is not None else ():
+        for spec in manifest.targets:
+            yield spec.package
+
+
+def recorded_packages() -> list[str]:
+    """Import names that records in this state directory are about (state.json's target.package)."""
+    names = set()
+    for tdir in paths.all_target_dirs():
+        try:
+            doc = json.loads(tdir.state_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        package = (doc.get("target") or {}).get("package") if isinstance(doc, dict) else None
+        if isinstance(package, str) and package:
+            names.add(package)
+    return sorted(names)
+
+
+def _recorded_package(root: Path) -> str | None:
+    state = TargetState.load(paths.TargetDir.of(root).directory)
+    package = state.target.get("package")
+    return package if isinstance(package, str) and (Path(root) / package).is_dir() else None

@@ -1,0 +1,149 @@
+"""The one transaction runner: the only code that writes to a target.
+
+lock -> recover a pending transaction -> plan (``prepare``; a dry run stops here) -> keep backups and
+the patch bytes in the state dir -> journalled commit of the files AND the new record together ->
+post-checks, or undo (files and record) -> prune what no record points at.
+
+Catalog apply, ad-hoc and raw ``--patch`` applies, upgrades, rollback and recover all run through here,
+so every write is recorded and every record describes files that were really written.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from vllm_hotfix.core.apply import Plan
+from vllm_hotfix.errors import HotfixError, Refused
+from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import note
+from vllm_hotfix.paths import TargetDir
+from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix.flow.plan import invert
+from vllm_hotfix.txn.journal import Interrupted, RecoveryReport, commit, nothing_changed, recover, signals_as_exceptions
+from vllm_hotfix.txn.lock import DEFAULT_TIMEOUT, target_lock
+from vllm_hotfix.txn.state import TargetState
+
+
+@dataclass
+class Change:
+    """What one transaction does to a target: the file edits and the record afterwards.
+
+    ``keep``: files written into the state dir before the commit (backups, the exact patch bytes):
+    relative path -> bytes, or the target-relative path of a file whose current bytes are the ones to
+    keep (hard-linked). They are new names only, so a transaction that is undone leaves only orphans,
+    which ``prune`` removes."""
+
+    plan: Plan
+    state: TargetState          # the record as it must be after the transaction
+    record_changed: bool = True
+    keep: dict[str, bytes | str] = field(default_factory=dict)
+    result: object = None       # what the caller reports (a Proposal, a rollback summary, ...)
+
+
+Prepare = Callable[[TargetState, Tree], Change]
+AfterCheck = Callable[[Change], None]
+
+
+def pending_note(root: Path) -> None:
+    if TargetDir.of(root).pending():
+        note(f"an interrupted apply on {root} was not recovered yet; the next hotfix command that writes will "
+             f"undo it (or run `hotfix recover`)")
+
+
+def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None = None,
+        lock_timeout: float | None = None) -> Change:
+    """Plan with ``prepare`` and, unless ``dry_run``, carry the change out all-or-nothing (see module doc)."""
+    root = Path(root)
+    tdir = TargetDir.of(root)
+    if dry_run:
+        pending_note(root)
+        return prepare(TargetState.load(tdir.directory), Tree(root))
+    with target_lock(tdir.directory, DEFAULT_TIMEOUT if lock_timeout is None else lock_timeout):
+        recover_locked(root)
+        before = TargetState.load(tdir.directory)
+        tree = Tree(root)
+        change = prepare(before, tree)
+        if not change.plan.edits and not change.record_changed:
+            return change
+        current = str(tdir.directory)
+        with signals_as_exceptions():  # SIGINT/SIGTERM anywhere below: undo, then one line
+            try:
+                current = _keep(tdir, root, change.keep)
+                current = str(tdir.state_file)
+                if not change.plan.edits:  # a record alone (an apply made by hand, adopted): one atomic write
+                    atomic_write(tdir.state_file, change.state.to_bytes())
+                else:
+                    record = (tdir.state_file, change.state.to_bytes()) if change.record_changed else None
+                    commit(root, change.plan, journal_dir=tdir.journal, tree=tree, state_record=record)
+            except (OSError, Interrupted) as exc:
+                before.prune()  # what _keep wrote for a transaction that did not happen
+                raise nothing_changed(exc, current) from None
+            except BaseException:
+                before.prune()
+                raise
+            if after is not None:
+                try:
+                    after(change)
+                except (HotfixError, Interrupted) as failed:
+                    undo_record = (tdir.state_file, before.to_bytes()) if change.record_changed else None
+                    commit(root, invert(change.plan), journal_dir=tdir.journal, state_record=undo_record)
+                    before.prune()
+                    if isinstance(failed, Interrupted):
+                        raise nothing_changed(failed, str(root)) from None
+                    raise Refused(f"post-apply check failed, every file and the record were restored: {failed.message}",
+                                  hint=failed.hint) from None
+        change.state.prune()
+    return change
+
+
+def recover_locked(root: Path) -> RecoveryReport | None:
+    """Undo an interrupted transaction of ``root`` (files and record), then drop orphans; lock held."""
+    tdir = TargetDir.of(root)
+    report = recover(tdir.journal)
+    if report is not None:
+        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
+             f"{len(report.removed)} created file(s) removed, record as before")
+    if tdir.directory.is_dir():
+        TargetState.load(tdir.directory).prune()
+    return report
+
+
+def recover_target(root: Path) -> RecoveryReport | None:
+    """`hotfix recover`: take the lock, then ``recover_locked``."""
+    tdir = TargetDir.of(root)
+    if not tdir.directory.is_dir():
+        return None
+    with target_lock(tdir.directory, DEFAULT_TIMEOUT):
+        return recover_locked(root)
+
+
+def _keep(tdir: TargetDir, root: Path, keep: dict[str, bytes | str]) -> str:
+    """Write backups and patch copies into the state dir (new names; durable before the commit)."""
+    directories = set()
+    for rel, what in keep.items():
+        dest = tdir.directory / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        directories.add(dest.parent)
+        if isinstance(what, bytes):
+            atomic_write(dest, what)
+            continue
+        temp = dest.with_name(dest.name + ".hotfix-keep")
+        if os.path.lexists(temp):
+            os.unlink(temp)
+        try:
+            os.link(root / what, temp)  # the original inode: os.replace in the commit leaves it alone
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+                raise
+            shutil.copyfile(root / what, temp)
+        os.replace(temp, dest)
+    from vllm_hotfix.txn.atomic import fsync_dir
+
+    for directory in sorted(directories):
+        fsync_dir(directory)
+    return str(tdir.directory)

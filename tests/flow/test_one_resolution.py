@@ -1,0 +1,170 @@
+"""One target resolution, one record: every command finds the same target and the same record, however
+the interpreter is named and however the package is installed (real pip installs of a small project).
+
+Rows: a wheel venv named by its interpreter, the same by its venv directory, a real `pip install -e` of a
+git checkout, a wheel venv with a PYTHONPATH overlay of a checkout, HOTFIX_PYTHON instead of --python.
+Columns: apply, status, verify, export + verify --lock, the in-process guard, kill -9 + status + recover,
+rollback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import realdata
+from fixtures import crash
+from fixtures.gitrepo import GITIGNORE, init_repo, pyproject_toml
+
+pytestmark = pytest.mark.slow
+
+HOTFIX = "demo-fix"
+ORIGINAL = "def block_index(tokens, cfg):\n    return (tokens - 1) // cfg.block_size\n"
+PATCHED = "def block_index(tokens, cfg):\n    return (tokens - 1) // cfg.mamba_block_size\n"
+PATCH = (
+    "--- a/demo_pkg/core.py\n+++ b/demo_pkg/core.py\n@@ -1,2 +1,2 @@\n def block_index(tokens, cfg):\n"
+    "-    return (tokens - 1) // cfg.block_size\n+    return (tokens - 1) // cfg.mamba_block_size\n"
+).encode()
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def project_files() -> dict[str, str]:
+    return {"pyproject.toml": pyproject_toml("demo-pkg", "1.0.0", "demo_pkg"), ".gitignore": GITIGNORE,
+            "demo_pkg/__init__.py": "", "demo_pkg/core.py": ORIGINAL}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The project as a git checkout, its wheel, and a catalog with a manifest for it."""
+    base = tmp_path_factory.mktemp("demo")
+    checkout = init_repo(base / "demo-src", project_files(), branch="main", message="demo 1.0.0")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "--disable-pip-version-check",
+                    str(checkout), "-w", str(base / "dist")], check=True)
+    (wheel,) = (base / "dist").glob("demo_pkg-*.whl")
+    catalog = base / "catalog"
+    (catalog / "patches" / HOTFIX).mkdir(parents=True)
+    (catalog / "patches" / HOTFIX / "fix.patch").write_bytes(PATCH)
+    (catalog / "manifests").mkdir()
+    (catalog / "manifests" / f"{HOTFIX}.toml").write_text(f"""\
+schema = 1
+id = "{HOTFIX}"
+version = 1
+title = "Demo: divide by the mamba block size"
+fixed_in = "2.0.0"
+
+[[targets]]
+distribution = "demo-pkg"
+versions = ">=1.0,<2.0"
+
+[[patches]]
+file = "{HOTFIX}/fix.patch"
+sha256 = "{hashlib.sha256(PATCH).hexdigest()}"
+stats = {{ files = 1, insertions = 1, deletions = 1 }}
+""")
+    return checkout, wheel, catalog
+
+
+def wheel_venv(built, where: Path) -> realdata.Venv:
+    venv = realdata.make_venv(where)
+    realdata.pip_install(venv, str(built[1]))
+    return venv
+
+
+def setups(kind: str, built, tmp_path: Path) -> tuple[list[str], dict, Path, bool]:
+    """(the options naming the interpreter, extra env, the root the record must be keyed by, wheel?)"""
+    if kind in ("python", "venv-dir", "env"):
+        venv = wheel_venv(built, tmp_path / "venv")
+        options = {"python": ["--python", str(venv.python)], "venv-dir": ["--python", str(venv.root)], "env": []}[kind]
+        env = {"HOTFIX_PYTHON": str(venv.python)} if kind == "env" else {}
+        return options, env, venv.site_packages, True
+    if kind == "editable":
+        venv = realdata.make_venv(tmp_path / "venv")
+        checkout = tmp_path / "checkout"
+        shutil.copytree(built[0], checkout)
+        realdata.pip_install(venv, "-e", str(checkout))
+        return ["--python", str(venv.python)], {}, checkout, False
+    assert kind == "overlay"
+    venv = wheel_venv(built, tmp_path / "venv")
+    overlay = tmp_path / "overlay"
+    shutil.copytree(built[0], overlay)
+    return ["--python", str(venv.python)], {"PYTHONPATH": str(overlay)}, overlay, False
+
+
+def guard_verdicts(python: str, env: dict) -> list:
+    code = (f"import sys, json; sys.path.append({str(SRC)!r}); from vllm_hotfix.containers.guard import check; "
+            f"print(json.dumps([v.__dict__ for v in check(lock=None, require=({HOTFIX!r},))]))")
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("kind", ["python", "venv-dir", "editable", "overlay", "env"])
+def test_every_command_finds_the_same_target_and_record(kind, built, tmp_path, run_hotfix):
+    options, env, root, is_wheel = setups(kind, built, tmp_path)
+    catalog = ["--catalog", str(built[2])]
+    python = options[1] if options else env["HOTFIX_PYTHON"]
+    python = str(Path(python) / "bin" / "python") if Path(python).is_dir() else python
+    target_file = root / "demo_pkg" / "core.py"
+
+    def hotfix(*args):
+        return run_hotfix(*args, *options, *catalog, env=env)
+
+    def status() -> dict:
+        done = hotfix("status", HOTFIX, "--json")
+        (entry,) = json.loads(done.stdout)
+        assert Path(entry["target"]).resolve() == root.resolve(), (kind, entry)
+        return entry
+
+    assert status()["state"] == "not-applied"
+    applied = hotfix("apply", HOTFIX, "--json")
+    assert applied.returncode == 0, applied.stderr
+    assert Path(json.loads(applied.stdout)["target"]["root"]).resolve() == root.resolve()
+    assert target_file.read_text() == PATCHED
+    entry = status()
+    assert (entry["state"], entry["recorded"]) == ("applied", True)
+    everything = json.loads(hotfix("status", "--json").stdout)
+    assert [(e["id"], e["state"], e["recorded"]) for e in everything] == [(HOTFIX, "applied", True)]
+    assert hotfix("verify").returncode == 0
+    assert hotfix("verify", HOTFIX).returncode == 0
+
+    (verdict,) = guard_verdicts(python, env)
+    assert verdict["in_effect"], verdict
+
+    export = hotfix("export", HOTFIX, "--to", tmp_path / "export")
+    if is_wheel:  # from the recorded state: the kept backups are the baseline
+        assert export.returncode == 0, export.stderr
+        lock = hotfix("verify", "--lock", tmp_path / "export" / "hotfix.lock", "--json")
+        assert lock.returncode == 0 and json.loads(lock.stdout)[0]["state"] == "applied", lock.stdout
+    else:
+        assert export.returncode == 3 and str(root) in export.stderr, export.stderr
+
+    back = hotfix("rollback", HOTFIX)
+    assert back.returncode == 0, back.stderr
+    assert target_file.read_text() == ORIGINAL
+    assert status()["state"] == "not-applied" and hotfix("verify", HOTFIX).returncode == 1
+
+    # kill -9 in the middle of an apply: the file switch is done, the journal is not yet retired
+    argv = crash.hotfix_argv("apply", HOTFIX, *options, *catalog)
+    full_env = {**os.environ, **env}
+    log = tmp_path / "trace.log"
+    subprocess.run([crash.STRACE, "-f", "-qq", "-y", "-o", str(log), "-e", "trace=rename", *argv],
+                   check=True, env=full_env, capture_output=True)
+    renames = [line for line in log.read_text().splitlines() if "rename(" in line]
+    into_target = f'"{target_file.resolve()}")'
+    at = next(i for i, line in enumerate(renames, 1) if line.split(", ")[-1].startswith(into_target))
+    hotfix("rollback", HOTFIX)
+    killed = subprocess.run([crash.STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"inject=rename:signal=SIGKILL:when={at + 1}",
+                             *argv], env=full_env, capture_output=True, text=True)
+    assert killed.returncode != 0
+    assert status()["state"] == "interrupted", (at, renames, killed.stderr, target_file.read_text())
+    assert hotfix("verify", HOTFIX).returncode == 1
+    recovered = hotfix("recover", "--json")
+    assert recovered.returncode == 0 and json.loads(recovered.stdout)["recovered"], recovered.stdout
+    assert target_file.read_text() == ORIGINAL and status()["state"] == "not-applied"
