@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from test_manifest import manifest_data, write_manifest
+from fixtures.manifests import manifest_data, write_manifest
 from vllm_hotfix.catalog.index import builtin_dir, Catalog, parse_ref
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.catalog.manifest import check_stats, verify_patch_bytes

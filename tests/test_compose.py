@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.composefiles import LIST_ENV, validate
 from vllm_hotfix.containers import compose
 from vllm_hotfix.errors import Refused, UsageError
 from vllm_hotfix.containers.lockfile import Lock, LockedFile, LockedHotfix
@@ -17,30 +18,6 @@ from vllm_hotfix.containers.lockfile import Lock, LockedFile, LockedHotfix
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 SITE = "/usr/local/lib/python3.12/site-packages"
 
-LIST_ENV = """\
-# Production GLM-5.3-Flash serving (seed 001)
-services:
-  vllm:
-    image: vllm/vllm-openai:v0.30.0   # pinned image
-    init: true  # reap worker zombies
-    shm_size: 32g
-    volumes:
-      - ./models:/models:ro   # weights
-      # HF cache
-      - hf-cache:/root/.cache/huggingface
-    # environment follows
-    environment:
-      - NCCL_DEBUG=WARN
-    command: ["--model", "/models/glm"]
-
-  proxy:
-    image: "nginx:1.27"
-    ports:
-      - "8080:80"
-
-volumes:
-  hf-cache: {}
-"""
 
 MAPPING_ENV = """\
 services:
@@ -64,21 +41,6 @@ def make_mounts(container_site_packages: str | None = None) -> compose.Mounts:
     hotfix = LockedHotfix("mamba-align-block-size", 1, "vllm", "vllm", "0.30.0", "0.32.0", (locked,))
     lock = Lock(site_packages=SITE, hotfixes=(hotfix,))
     return compose.mounts_for(lock, lock.hotfixes, "./hotfix-export", container_site_packages)
-
-
-def validate(*files: Path) -> None:
-    """Both validators from reference.md; docker-compose is skipped only outside CI when absent."""
-    checker = shutil.which("check-jsonschema") or str(Path(sys.executable).with_name("check-jsonschema"))
-    for f in files:
-        out = subprocess.run([checker, "--builtin-schema", "vendor.compose-spec", str(f)], capture_output=True, text=True)
-        assert out.returncode == 0, out.stdout + out.stderr
-    if not shutil.which("docker-compose"):
-        if os.environ.get("CI") == "true":
-            pytest.fail("docker-compose is required in CI")
-        pytest.skip("docker-compose not on PATH")
-    args = ["docker-compose"] + [a for f in files for a in ("-f", str(f))] + ["config", "-q"]
-    out = subprocess.run(args, capture_output=True, text=True, cwd=files[0].parent)
-    assert out.returncode == 0, out.stderr
 
 
 def test_mount_spec_is_short_syntax_read_only():

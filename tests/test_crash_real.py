@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "commands"))
-
-from test_status_verify_rollback import make_two_file_patch, snapshot  # noqa: E402
+from fixtures.twofiles import make_two_file_patch, snapshot
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
 

@@ -11,64 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from vllm_hotfix.errors import InvalidInput, Refused
+from fixtures.manifests import BASE, MD5, PATCH_BYTES, SHA, manifest_data, toml_value, write_manifest  # noqa: F401
 from vllm_hotfix.catalog.manifest import PatchSpec, PatchStats, check_stats, load_manifest, verify_patch_bytes
-
-PATCH_BYTES = b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-old\n+new\n"
-SHA = hashlib.sha256(PATCH_BYTES).hexdigest()
-MD5 = hashlib.md5(PATCH_BYTES).hexdigest()
-
-BASE = {
-    "schema": 1,
-    "id": "demo-fix",
-    "version": 2,
-    "title": "Demo fix",
-    "description": "What it fixes.",
-    "symptoms": ["CUDA error: an illegal memory access was encountered"],
-    "fixed_in": "0.32.0",
-    "supersedes": [1],
-    "references": [{"kind": "pr", "url": "https://github.com/vllm-project/vllm/pull/1", "title": "the fix"}],
-    "targets": [{"distribution": "vllm", "versions": ">=0.29.0,<0.32.0"}],
-    "patches": [
-        {"file": "demo-fix/0.29.patch", "md5": MD5, "sha256": SHA, "versions": ">=0.29.0,<0.30.0",
-         "stats": {"files": 1, "insertions": 1, "deletions": 1}},
-        {"file": "demo-fix/0.30.patch", "sha256": SHA, "versions": ">=0.30.0rc1,<0.32.0", "exclude": ["docs/**"]},
-        {"repo": "https://github.com/vllm-project/vllm", "commit": "f5826a4", "sha256": SHA, "strip": 1},
-    ],
-    "requires": [{"distribution": "vllm", "root_hint": "/vllm-workspace/vllm", "git": {"commit": "568afb3a", "clean": True}}],
-    "checks": [{"file": "vllm/x.py", "contains": "new"}],
-}
-
-
-def toml_value(value) -> str:
-    """Just enough TOML for test manifests: everything inline (arrays of inline tables)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + "}"
-
-
-def write_manifest(catalog: Path, data: dict, name: str | None = None) -> Path:
-    """Write ``data`` as catalog/manifests/<name>.toml and its file patches under catalog/patches/."""
-    path = catalog / "manifests" / f"{name or data.get('id', 'manifest')}.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in data.items()))
-    for patch in data.get("patches", []):
-        if isinstance(patch, dict) and isinstance(patch.get("file"), str) and ".." not in patch["file"]:
-            target = catalog / "patches" / patch["file"]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(PATCH_BYTES)
-    return path
-
-
-def manifest_data(**changes) -> dict:
-    data = copy.deepcopy(BASE)
-    data.update(changes)
-    return data
 
 
 def test_a_complete_manifest_loads_into_frozen_dataclasses(tmp_path):

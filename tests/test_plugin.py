@@ -201,7 +201,7 @@ def test_does_nothing_and_imports_nothing_heavy_unless_asked(guarded):
     assert proc.returncode == 0, proc.stderr
     assert guard_lines(proc) == []
     hotfix_modules = {m for m in report["new_modules"] if m.startswith("vllm_hotfix")}
-    assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix.containers.guard"}
+    assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix.containers", "vllm_hotfix.containers.guard"}
     assert not {m for m in report["new_modules"] if m.split(".")[0] in ("vllm", "torch", "click")}
 
 
@@ -223,7 +223,7 @@ def test_lost_hotfix_logged_as_error_and_strict_stops_the_process(recorded):
     lost_path = recorded["venv"].site_packages / LOST_FILE
     assert line.startswith("ERROR vllm.vllm_hotfix: vllm-hotfix guard pid=")
     assert "mamba-align-block-size in effect" in line
-    assert f"{LOST} NOT IN EFFECT: {lost_path} has sha256 " in line and "(the unpatched original)" in line
+    assert f"{LOST} NOT IN EFFECT: lost: {lost_path} has sha256 " in line and "(the unpatched original)" in line
     assert "never-applied NOT IN EFFECT: no record of applying it in " in line
 
     proc, report = vllm_process(recorded, HOTFIX_REQUIRE=LOST, HOTFIX_STRICT="1")
@@ -269,7 +269,7 @@ def test_lock_file_in_effect_and_shadowed(guarded, overlay, tmp_path):
 
     proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(lock), HOTFIX_STRICT="1", PYTHONPATH=str(overlay))
     assert proc.returncode == 1
-    assert f"mamba-align-block-size: {overlay / MAMBA} has sha256 " in proc.stderr
+    assert f"mamba-align-block-size: lost: {overlay / MAMBA} has sha256 " in proc.stderr
     assert "(the unpatched original)" in proc.stderr and "`hotfix verify --lock`" in proc.stderr
 
 

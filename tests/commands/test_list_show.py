@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from test_manifest import MD5, SHA, manifest_data, write_manifest
+from fixtures.manifests import MD5, SHA, manifest_data, write_manifest
 
 
 @pytest.fixture

@@ -7,30 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-ENVS = "vllm/envs.py"
-VERSION = "vllm/version.py"
-
-
-def make_two_file_patch(site_packages: Path, dest: Path) -> Path:
-    """A real ``diff -ruN`` changing two files of the install (paths relative to site-packages)."""
-    for side in ("a", "b"):
-        for rel in (ENVS, VERSION):
-            target = dest / side / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes((site_packages / rel).read_bytes())
-    envs = dest / "b" / ENVS
-    envs.write_bytes(b"# hotfix: two-file test, marker one\n" + envs.read_bytes())
-    with open(dest / "b" / VERSION, "ab") as fh:
-        fh.write(b"# hotfix: two-file test, marker two\n")
-    patch = dest / "two-files.diff"
-    with open(patch, "wb") as out:
-        subprocess.run(["diff", "-ruN", "a", "b"], cwd=dest, stdout=out)
-    return patch
-
-
-def snapshot(site_packages: Path) -> dict[str, bytes]:
-    return {rel: (site_packages / rel).read_bytes() for rel in (ENVS, VERSION)}
+from fixtures.twofiles import ENVS, VERSION, make_two_file_patch, snapshot  # noqa: F401
 
 
 def status(run_hotfix, python, *ids) -> list[dict]:
@@ -77,7 +54,7 @@ def test_adhoc_patch_apply_status_verify_drift_rollback_audit_and_apply_twice(ru
     assert entry["state"] == "drifted" and VERSION in entry["detail"]
     done = run_hotfix("verify", "--python", venv.python)
     assert done.returncode == 1
-    assert "NOT IN EFFECT: two-files is drifted: vllm/version.py: neither baseline nor patched" in done.stdout
+    assert "NOT IN EFFECT: two-files is drifted: vllm/version.py (neither baseline nor patched)" in done.stdout
     refused = run_hotfix("rollback", "two-files", "--python", venv.python)
     assert refused.returncode == 3 and "neither what two-files wrote nor the baseline" in refused.stderr
 

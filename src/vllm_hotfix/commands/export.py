@@ -71,7 +71,11 @@ def _export_one(manifest, resolver, targets: dict) -> tuple[lockfile.LockedHotfi
     from vllm_hotfix.install.tree import Tree
 
     target, spec = resolver.for_manifest(manifest)  # the same resolution and applicability as `hotfix apply`
-    check_applicable(manifest, spec, target)
+    try:
+        check_applicable(manifest, spec, target)
+    except FixedUpstream as exc:
+        raise FixedUpstream(exc.message, hint="drop any bind mount of this hotfix from the compose file "
+                                              f"(`hotfix compose {manifest.id} --remove`)") from None
     targets[target.package] = target
     version = target.version
     where = f"{spec.distribution} {version} at {target.package_dir}"
@@ -106,7 +110,7 @@ def _export_one(manifest, resolver, targets: dict) -> tuple[lockfile.LockedHotfi
         outputs[export] = data
     fixed_in = manifest.fixed_in.version if manifest.fixed_in else None
     hotfix = lockfile.LockedHotfix(manifest.id, manifest.version, spec.distribution, spec.package,
-                                   str(version), fixed_in, tuple(files))
+                                   str(version), fixed_in, tuple(files), spec.versions)
     return hotfix, outputs
 
 

@@ -51,13 +51,15 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     from vllm_hotfix.containers import lockfile
     from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
     from vllm_hotfix.output import emit_json, say
-    from vllm_hotfix.install.locate import locate_package
+    from vllm_hotfix.flow.resolve import Resolver
 
     lock = lockfile.load_lock(lock_file)
 
     def resolve(package: str) -> lockfile.Installed:
-        target = locate_package(package, python=python)
-        return lockfile.Installed(Path(target.package_dir), target.version)
+        from vllm_hotfix.paths import TargetDir
+
+        target = Resolver(python).package(package)  # the one resolution every command uses
+        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending())
 
     def mount_line(locked: lockfile.LockedFile, check: lockfile.FileCheck) -> str:
         beside_lock = lock_file.absolute().parent / locked.export

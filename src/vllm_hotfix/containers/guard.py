@@ -89,18 +89,23 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[Verdict]:
     verdicts = []
     for hotfix_id in ids:
         recorded = [(target, hotfixes[hotfix_id]) for target, hotfixes in records if hotfix_id in hotfixes]
+        package = recorded[0][0].get("package") if recorded else None
+        installed = _installed(package or "vllm")
+        if installed is not None and installed.pending:  # the record may be mid-transaction: no verdict but this
+            verdicts.append(Verdict(hotfix_id, False, f"interrupted: an apply on {installed.package_dir.parent} was "
+                                                      f"interrupted and is not recovered", "run `hotfix recover`"))
+            continue
         if not recorded:
             verdicts.append(Verdict(hotfix_id, False, f"no record of applying it in {state_dir()}",
                                     f"apply it (`hotfix apply {hotfix_id}`) or point HOTFIX_STATE_DIR at the state of the install"))
             continue
-        package = recorded[0][0].get("package") or "vllm"
-        installed = _installed(package)
+        package = package or "vllm"
         if installed is None:
             verdicts.append(_not_importable(hotfix_id, package))
             continue
         root = installed.package_dir.parent
-        entry = next((e for t, e in recorded if Path(t["state_dir"]) == TargetDir.of(root).directory), None)
-        if entry is None:
+        here = next(((t, e) for t, e in recorded if Path(t["state_dir"]) == TargetDir.of(root).directory), None)
+        if here is None:
             elsewhere = ", ".join(sorted({str(t.get("root")) for t, _ in recorded}))
             verdicts.append(Verdict(
                 hotfix_id, False,
@@ -108,23 +113,25 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[Verdict]:
                 f"remove the PYTHONPATH entry that shadows the patched install, or apply it to this copy "
                 f"(`hotfix apply {hotfix_id} --root {root}`)"))
             continue
+        target, entry = here
         deleted = [f["path"] for f in entry.get("files", ()) if f.get("after_sha256") is None]
         still_there = next((root / p for p in deleted if (root / p).exists()), None)
         if still_there:
             verdicts.append(Verdict(hotfix_id, False, f"{still_there} should have been deleted by the hotfix but exists",
                                     f"run `hotfix status {hotfix_id}`"))
             continue
-        verdicts.append(_verdict(check_hotfix(_as_locked(hotfix_id, package, entry), installed), "state"))
+        verdicts.append(_verdict(check_hotfix(_as_locked(hotfix_id, package, entry, target.get("version")), installed),
+                                 "state"))
     return verdicts
 
 
-def _as_locked(hotfix_id: str, package: str, entry: dict):
+def _as_locked(hotfix_id: str, package: str, entry: dict, version: str | None):
     """A recorded hotfix in the lock's model, so both sources are checked by lockfile.check_hotfix."""
     from vllm_hotfix.containers.lockfile import LockedFile, LockedHotfix
 
     files = tuple(LockedFile(f["path"], f["after_sha256"], f.get("before_sha256"), "")
                   for f in entry.get("files", ()) if f.get("after_sha256") is not None)
-    return LockedHotfix(hotfix_id, entry.get("version"), package, package, "", None, files)
+    return LockedHotfix(hotfix_id, entry.get("version"), package, package, version or "", None, files)
 
 
 def _recorded_states(root: Path) -> list[tuple[dict, dict]]:
@@ -189,8 +196,10 @@ def _installed(package: str):
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
+    from vllm_hotfix.paths import TargetDir
+
     package_dir = Path(next(iter(spec.submodule_search_locations)))
-    return Installed(package_dir, _version_beside(package_dir))
+    return Installed(package_dir, _version_beside(package_dir), TargetDir.of(package_dir.parent).pending())
 
 
 def _version_beside(package_dir: Path) -> str | None:

@@ -38,6 +38,7 @@ class LockedHotfix:
     baseline_version: str
     fixed_in: Optional[str]
     files: tuple[LockedFile, ...]
+    versions: Optional[str] = None  # the manifest's PEP 440 range for this distribution
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Installed:
 
     package_dir: Path  # directory of the imported package
     version: Optional[str]  # version of its distribution (None if unknown)
+    pending: bool = False  # an interrupted apply on this install waits for `hotfix recover`
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ def _read_hotfix(reader: "_Reader", doc: Any, where: str) -> LockedHotfix:
         baseline_version=reader.field(doc, where, "baseline_version", str),
         fixed_in=reader.field(doc, where, "fixed_in", str, required=False),
         files=tuple(_read_file(reader, f, f"{where}.files[{i}]") for i, f in enumerate(files)),
+        versions=reader.field(doc, where, "versions", str, required=False),
     )
 
 
@@ -188,7 +191,7 @@ def dump_lock(lock: Lock) -> bytes:
         "hotfixes": [
             {
                 "id": h.id, "version": h.version, "distribution": h.distribution, "package": h.package,
-                "baseline_version": h.baseline_version, "fixed_in": h.fixed_in,
+                "baseline_version": h.baseline_version, "fixed_in": h.fixed_in, "versions": h.versions,
                 "files": [
                     {"path": f.path, "sha256": f.sha256, "baseline_sha256": f.baseline_sha256, "export": f.export}
                     for f in h.files
@@ -231,12 +234,23 @@ def check_hotfix(hotfix: LockedHotfix, installed: Optional[Installed]) -> Hotfix
     files = tuple(check_file(f, installed, hotfix.package) for f in hotfix.files)
     if installed is None:
         return HotfixCheck(hotfix, UNKNOWN, None, files, f"package {hotfix.package!r} is not importable here")
+    if installed.pending:
+        return HotfixCheck(hotfix, verdict.INTERRUPTED, version, files,
+                           "an apply on this install was interrupted; run `hotfix recover`")
     if hotfix.fixed_in and version and version_at_least(version, hotfix.fixed_in):
         return HotfixCheck(hotfix, FIXED_UPSTREAM, version, files,
                            f"{hotfix.distribution} {version} >= {hotfix.fixed_in}")
+    if hotfix.versions and version and not verdict.version_in(version, hotfix.versions):
+        return HotfixCheck(hotfix, verdict.NOT_APPLICABLE, version, files,
+                           f"{hotfix.distribution} {version} is outside {hotfix.versions}")
     if not files:
         return HotfixCheck(hotfix, UNKNOWN, version, files, "the lock lists no file for this hotfix")
     state, detail = verdict.files_verdict(files)
+    if state != APPLIED and version and hotfix.baseline_version \
+            and not verdict.same_release(version, hotfix.baseline_version):
+        return HotfixCheck(hotfix, verdict.LOST, version, files,
+                           f"{hotfix.distribution} is {version} here, the lock was exported from {hotfix.baseline_version}: "
+                           f"re-export against this image")
     return HotfixCheck(hotfix, state, version, files, detail)
 
 

@@ -129,3 +129,34 @@ def same_release(a: Optional[str], b: Optional[str]) -> bool:
         return version_key(a) == version_key(b)
     except ValueError:
         return a == b
+
+
+_CLAUSE = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)\s*([^\s,]+)\s*")
+
+
+def version_in(version: str, specifier: str) -> bool:
+    """PEP 440 ``version in specifier`` for the clauses manifests use (pre-releases match, as in
+    manifests); an unparsable clause does not exclude (the catalog validated it with `packaging`)."""
+    for clause in filter(None, (c.strip() for c in specifier.split(","))):
+        m = _CLAUSE.fullmatch(clause)
+        if not m:
+            continue
+        op, wanted = m.groups()
+        try:
+            if wanted.endswith(".*"):
+                prefix = version_key(wanted[:-2])[1]
+                ok = version_key(version)[1][: len(prefix)] == prefix
+                ok = ok if op == "==" else not ok
+            else:
+                have, want = version_key(version), version_key(wanted)
+                if op == "~=":
+                    upper = version_key(".".join(wanted.split(".")[:-1]))[1]
+                    ok = have >= want and have[1][: len(upper)] == upper
+                else:
+                    ok = {"==": have == want, "===": have == want, "!=": have != want, "<=": have <= want,
+                          ">=": have >= want, "<": have < want, ">": have > want}[op]
+        except ValueError:
+            continue
+        if not ok:
+            return False
+    return True
