@@ -22,8 +22,7 @@ PROGRESS_MIN_FILES = 50
 def run(**options) -> int:
     if options.get("patch_file") and options.get("root") and not options.get("hotfix_id"):
         return apply_raw(
-            options["patch_file"], options["root"],
-            strip=1 if options.get("strip") is None else options["strip"],
+            options["patch_file"], options["root"], strip=options.get("strip"),  # None: git's default and -p guess
             reverse=bool(options.get("reverse")), dry_run=bool(options.get("dry_run")),
             as_json=bool(options.get("as_json")),
         )
@@ -97,7 +96,7 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
             f"check with `hotfix verify {hotfix.id} {target_option(target)}`")
 
 
-def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, as_json: bool) -> int:
+def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool, dry_run: bool, as_json: bool) -> int:
     root = Path(root)
     if not root.is_dir():
         raise UsageError(f"--root {root}: no such directory")
@@ -105,6 +104,8 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_ru
     child = ForkedHalf.start(data, strip=strip, source=str(patch_file), root=root)
     try:
         patch, child = _parse_raw(data, strip, str(patch_file), child)
+        for warning in patch.warnings:
+            note(warning)
         state_dir = paths.target_state_dir(root)
         if dry_run:
             if (paths.journal_dir(state_dir) / JOURNAL).exists():
@@ -131,21 +132,26 @@ def _read_bytes(patch_file: Path) -> bytes:
         raise InvalidInput(f"{patch_file}: cannot read: {exc.strerror}") from None
 
 
-def _parse_raw(data: bytes, strip: int, source: str, child: ForkedHalf | None) -> tuple[Patch, ForkedHalf | None]:
+def _parse_raw(data: bytes, strip: int | None, source: str, child: ForkedHalf | None
+               ) -> tuple[Patch, ForkedHalf | None]:
     """The whole patch, or with a child: the first half, once the child has parsed the second.
-    When a half does not parse, the whole diff is parsed here, for the sequential error message."""
+    When a half does not parse, the whole diff is parsed here, for the sequential error message;
+    also when the halves could disagree (a -p guessed in the first half) or the second half has
+    warnings to print (a skipped binary)."""
     if child is not None:
         try:
             first = parse_patch(child.first_half, strip=strip, source=source)
         except HotfixError:
             first = None
-        if first is not None and child.child_parsed():
-            return first, child
+        alone = first is not None and not (strip is None and first.guessed_strip is not None) and \
+            data.find(b"\nBinary files ", len(child.first_half) - 1) < 0
+        if alone and child.child_parsed():
+            return first, child  # type: ignore[return-value]
         child.cancel()
     return parse_patch(data, strip=strip, source=source), None
 
 
-def _plan_raw(patch: Patch, data: bytes, strip: int, child: ForkedHalf | None, tree: Tree,
+def _plan_raw(patch: Patch, data: bytes, strip: int | None, child: ForkedHalf | None, tree: Tree,
               reverse: bool) -> tuple[Plan, DiffStat, bool]:
     """``_plan`` of the whole diff. With a child, ``patch`` is the first half and the child plans the
     rest; any trouble there means: parse and plan the whole diff here, sequentially."""

@@ -667,7 +667,7 @@ def _reverse_file(f: FilePatch) -> FilePatch:
     return replace(
         f, old_path=f.new_path, new_path=f.old_path, old_mode=f.new_mode, new_mode=f.old_mode,
         hunks=tuple(_reverse_hunk(h) for h in f.hunks),
-        is_copy=f.is_copy, copy_reversed=f.is_copy and not f.copy_reversed,
+        is_copy=f.is_copy, copy_reversed=f.is_copy and not f.copy_reversed, maybe_new=False,
     )
 
 
