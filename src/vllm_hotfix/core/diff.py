@@ -214,6 +214,7 @@ class _Parser:
     strip: int
     source: str
     strip_known: bool = True  # False: no -p given, git's guess may still set it
+    unterminated: bool = False  # the patch's last line has no newline
     guessed_strip: int | None = None
     files: list[FilePatch] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -521,6 +522,9 @@ class _Parser:
             hunks.append(hunk)
             if i < count:
                 self._check_after_hunk(i, hunk, path)
+            elif self.unterminated and lines[i - 1][:1] != b"\\":
+                raise self.fail(i - 1, f"corrupt patch: the last line of hunk {hunk.range_header} of {path} "
+                                       f"has no newline (truncated file?)")
         return tuple(hunks), i
 
     def _check_after_hunk(self, i: int, hunk: Hunk, path: str) -> None:
@@ -645,7 +649,8 @@ def parse_patch(data: bytes, *, strip: int | None = 1, source: str = "<patch>") 
     (names without '/', as from ``diff -u foo.c foo.c.new``)."""
     lines = data.split(b"\n")
     count = len(lines) - 1 if lines[-1] == b"" else len(lines)
-    parser = _Parser(lines, count, 1 if strip is None else strip, source, strip_known=strip is not None)
+    parser = _Parser(lines, count, 1 if strip is None else strip, source, strip_known=strip is not None,
+                     unterminated=lines[-1] != b"")
     parser.parse()
     if not parser.files:
         skipped = f" ({len(parser.warnings)} binary file(s) skipped)" if parser.warnings else ""
