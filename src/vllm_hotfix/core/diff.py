@@ -519,6 +519,9 @@ class _Parser:
         lines, count = self.lines, self.count
         while i < count and lines[i].startswith(b"@@ -"):
             hunk, i = self._hunk(i, path)
+            if not hunk.ops.strip(b" "):  # git: a fragment that changes nothing is corrupt
+                raise self.fail(hunk.lineno - 1, f"hunk {hunk.range_header} of {path} has no '+' or '-' line "
+                                                 f"(corrupt patch)")
             hunks.append(hunk)
             if i < count:
                 self._check_after_hunk(i, hunk, path)
