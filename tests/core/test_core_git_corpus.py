@@ -137,3 +137,30 @@ def test_every_category_is_in_the_readme():
     section = readme[readme.index("### git apply compatibility"):]
     for category in CATEGORIES:
         assert f"`{category}`" in section, category
+
+
+PREDICTED = {  # each once said OK on --dry-run and then failed for real (one with exit 6 and debris)
+    "modify a symlink as text": ({"real": ABC, "l": Link("real")}, b"--- a/l\n+++ b/l\n@@ -1 +1 @@\n-a\n+A\n"),
+    "rename foo to foo/baz": ({"foo": ABC}, b"diff --git a/foo b/foo/baz\nsimilarity index 100%\nrename from foo\nrename to foo/baz\n"),
+    "write below a regular file": ({"f": ABC}, b"--- /dev/null\n+++ b/f/x\n@@ -0,0 +1 @@\n+x\n"),
+    "create both d and d/x": ({}, b"--- /dev/null\n+++ b/d\n@@ -0,0 +1 @@\n+d\n--- /dev/null\n+++ b/d/x\n@@ -0,0 +1 @@\n+x\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(PREDICTED))
+def test_dry_run_predicts_the_real_run(tmp_path, run_hotfix, name):
+    from git_oracle import build, snapshot
+
+    files, data = PREDICTED[name]
+    root = tmp_path / "root"
+    build(root, Case(files, data))
+    before = snapshot(root)
+    (tmp_path / "p.diff").write_bytes(data)
+    dry = run_hotfix("apply", "--patch", tmp_path / "p.diff", "--root", root, "--dry-run")
+    real = run_hotfix("apply", "--patch", tmp_path / "p.diff", "--root", root)
+    assert dry.returncode == real.returncode == 3, (dry.stderr, real.stderr)
+    assert dry.stderr.splitlines()[0] == real.stderr.splitlines()[0]
+    assert snapshot(root) == before  # no temp file, nothing half-written
+    from vllm_hotfix import paths
+
+    assert not (paths.journal_dir(paths.target_state_dir(root)) / "journal.json").exists()
