@@ -30,6 +30,7 @@ CATEGORIES = {
     "names": "a git header whose '---' / '+++' names disagree with its 'diff --git' names",
     "overlong-hunk": "lines after a hunk that continue it (its header undercounts them)",
     "type-change": "a file that becomes a directory, or the reverse, in one patch",
+    "unchecked-overwrite": "a creation over an existing file that the same patch deletes later",
 }
 
 

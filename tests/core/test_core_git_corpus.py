@@ -134,6 +134,10 @@ CASES = {
                                                      b"diff --git a/x b/y\nsimilarity index 100%\ncopy from x\ncopy to y\n"),
     "modify then copy with edits": Case({"x": ABC}, b"diff --git a/x b/y\nsimilarity index 90%\ncopy from x\ncopy to y\n"
                                         b"--- a/x\n+++ b/y\n@@ -7 +7 @@\n-g\n+G\n" + _git("x", H1)),
+    "create over an existing file that the patch deletes later": Case({"x": b"precious\n"},
+                                                                    b"--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+c\n"
+                                                                    b"--- a/x\n+++ /dev/null\n@@ -1 +0,0 @@\n-c\n",
+                                                                    category="unchecked-overwrite"),
     "rename onto an existing file": Case({"a": b"A\n", "b": b"B\n"}, b"diff --git a/a b/b\nrename from a\nrename to b\n"),
     "mode change": Case({"run": b"#!/bin/sh\n"}, b"diff --git a/run b/run\nold mode 100644\nnew mode 100755\n"),
     "series touching one file twice": Case({"x": ABC}, _git("x", H1) + _git("x", b"@@ -1,2 +1,2 @@\n-A\n+AA\n b\n")),

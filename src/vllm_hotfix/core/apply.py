@@ -211,7 +211,7 @@ class _Planner:
         self.placements: dict[str, list[Placement]] = {}
         self.explicit_mode: set[str] = set()
         self.renames: list[tuple[str, str]] = []
-        self.vacated: set[str] = set()  # deleted or renamed away somewhere in the patch: may be a destination
+        self.vacated: set[str] = set()  # renamed away somewhere in the patch: may be a destination
         self.created: set[str] = set()  # given content by a creation, rename or copy of this patch
 
     def original_state(self, path: str) -> FileState | None:
@@ -343,8 +343,9 @@ def plan_patch(patch: Patch, read: Reader, *, reverse: bool = False) -> Plan:
     """
     planner = _Planner(read)
     files = (reverse_patch(patch) if reverse else patch).files
-    planner.vacated = {normalised_relative_path(f.old_path) for f in files
-                       if f.old_path is not None and (f.new_path is None or f.is_rename or f.copy_reversed)}
+    # Only a rename source may already exist as a destination: its bytes move on with its own rename.
+    # (A file the patch deletes later is not: its original content would go unchecked.)
+    planner.vacated = {normalised_relative_path(f.old_path) for f in files if f.is_rename and f.old_path is not None}
     for f in files:
         try:
             planner.file(f)
