@@ -39,6 +39,10 @@ CASES = {
     "dot-dot escape": Case({"x": ABC}, b"--- a/../x\n+++ b/../x\n" + H1),
     "inconsistent new filename": Case({"setup.py": b"a\n"}, _git("setup.py", b"@@ -1 +1 @@\n-a\n+A\n").replace(
         b"+++ b/setup.py", b"+++ b/evil.py"), category="names"),
+    "new file whose +++ name disagrees": Case({}, b"diff --git a/f b/f\nnew file mode 100644\n--- /dev/null\n+++ b/f-blah\n"
+                                              b"@@ -0,0 +1 @@\n+1\n"),
+    "deleted file whose --- name disagrees": Case({"f": b"1\n", "f-blah": b"1\n"}, b"diff --git a/f b/f\ndeleted file mode 100644\n"
+                                                  b"--- b/f-blah\n+++ /dev/null\n@@ -1 +0,0 @@\n-1\n"),
     "--- foo.c / +++ foo.c.new": Case({"foo.c": ABC}, b"--- foo.c\n+++ foo.c.new\n" + H1),
     "--- foo.c.orig / +++ foo.c": Case({"foo.c": ABC}, b"--- foo.c.orig\n+++ foo.c\n" + H1),
     "-p guess does not override an explicit -p1": Case({"foo.c": ABC}, b"--- foo.c\n+++ foo.c.new\n" + H1, strip=1),
@@ -55,6 +59,13 @@ CASES = {
                                                          b"+++ b/x\t2020-01-01 00:00:00 +0000\n@@ -0,0 +1 @@\n+a\n"),
     "1970 time that is not the epoch, file empty": Case({"x": b""}, b"--- a/x\t1970-01-01 05:00:00 +0000\n"
                                                         b"+++ b/x\t2020-01-01 00:00:00 +0000\n@@ -0,0 +1 @@\n+a\n"),
+    "removal without an epoch leaves an empty file": Case({"x": b"a\n"}, b"diff -ruN a/x b/x\n"
+                                                          b"--- a/x\t1982-09-16 07:00:00.000000000 -0800\n"
+                                                          b"+++ b/x\t1982-09-16 07:00:00.000000000 -0800\n@@ -1 +0,0 @@\n-a\n"),
+    "epoch removal east of GMT with fractions": Case({"x": b"a\n"}, b"--- a/x\t1982-09-17 00:00:00.000000000 +0900\n"
+                                                     b"+++ b/x\t1970-01-01 09:00:00.000000000 +0900\n@@ -1 +0,0 @@\n-a\n"),
+    "epoch with a non-zero fraction is not the epoch": Case({"x": b"a\n"}, b"--- a/x\t1982-09-16 15:00:00 +0000\n"
+                                                            b"+++ b/x\t1970-01-01 00:00:00.5 +0000\n@@ -1 +0,0 @@\n-a\n"),
     "epoch creation with old lines": Case({"x": b"a\n"}, b"--- a/x\t1970-01-01 00:00:00 +0000\n"
                                           b"+++ b/x\t2020-01-01 00:00:00 +0000\n@@ -1 +1 @@\n-a\n+b\n"),
     # ---- symlinks and submodules
@@ -74,6 +85,12 @@ CASES = {
     "retarget a symlink by a text diff": Case({"real": ABC, "other": ABC, "l": Link("real")},
                                               b"--- a/l\n+++ b/l\n@@ -1 +1 @@\n-real\n\\ No newline at end of file\n"
                                               b"+other\n\\ No newline at end of file\n", category="symlink"),
+    "a new symlink, then a file through it": Case({}, b"diff --git a/tmp b/tmp\nnew file mode 120000\n--- /dev/null\n+++ b/tmp\n"
+                                                  b"@@ -0,0 +1 @@\n+..\n\\ No newline at end of file\n"
+                                                  b"diff --git a/tmp/foo b/tmp/foo\nnew file mode 100644\n--- /dev/null\n"
+                                                  b"+++ b/tmp/foo\n@@ -0,0 +1 @@\n+evil\n"),
+    "delete a file named with ..": Case({"x": b"evil\n"}, b"diff --git a/../x b/../x\ndeleted file mode 100644\n--- a/../x\n"
+                                        b"+++ /dev/null\n@@ -1 +0,0 @@\n-evil\n"),
     "create beyond a symlinked directory": Case({"real/keep": b"k\n", "d": Link("real")},
                                                 b"--- /dev/null\n+++ b/d/x\n@@ -0,0 +1 @@\n+x\n"),
     "modify beyond a symlinked directory": Case({"real/x": ABC, "d": Link("real")},
