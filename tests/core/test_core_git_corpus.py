@@ -207,3 +207,21 @@ def test_dry_run_predicts_the_real_run(tmp_path, run_hotfix, name):
     from vllm_hotfix import paths
 
     assert not (paths.journal_dir(paths.target_state_dir(root)) / "journal.json").exists()
+
+
+@pytest.mark.parametrize("files", [3, 700])  # 700 files: over 1 MB, so a forked child plans the second half
+def test_skipped_binary_is_named_on_stderr_and_the_text_applies(tmp_path, run_hotfix, files):
+    root = tmp_path / "root"
+    body = b"x" * 1500
+    chunks = []
+    for n in range(files):
+        (root / "pkg").mkdir(parents=True, exist_ok=True)
+        (root / "pkg" / f"m{n}.py").write_bytes(b"a\n" + body + b"\n")
+        chunks.append(b"diff -ruN a/pkg/m%d.py b/pkg/m%d.py\n--- a/pkg/m%d.py\n+++ b/pkg/m%d.py\n"
+                      b"@@ -1,2 +1,2 @@\n-a\n+A\n %s\n" % (n, n, n, n, body))
+    chunks.insert(len(chunks) - 1, b"diff -ruN a/img.png b/img.png\nBinary files a/img.png and b/img.png differ\n")
+    (tmp_path / "p.diff").write_bytes(b"".join(chunks))
+    done = run_hotfix("apply", "--patch", tmp_path / "p.diff", "--root", root)
+    assert done.returncode == 0, done.stderr
+    assert "skipped binary file: Binary files a/img.png and b/img.png differ" in done.stderr
+    assert all((root / "pkg" / f"m{n}.py").read_bytes().startswith(b"A\n") for n in range(files))
