@@ -41,17 +41,19 @@ def _cache() -> Path:
 def _sdists() -> list[Path]:
     cache = _cache()
     cache.mkdir(parents=True, exist_ok=True)
-    names = {spec.split("==")[0].replace("-", "_").lower() for spec in PEERS}
-    have = [p for p in cache.iterdir() if p.name.split("-")[0].replace("-", "_").lower() in names]
-    if len(have) >= len(PEERS):
-        return sorted(have)
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                           "--no-cache-dir", *PEERS, "-d", str(cache)], capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        if any(word in done.stdout + done.stderr for word in NETWORK_DOWN):
-            pytest.skip("no network to download the peers' sdists")
-        raise AssertionError(f"pip download failed: {done.stderr[-2000:]}")
-    return sorted(p for p in cache.iterdir() if p.suffix in (".gz", ".zip"))
+    prefixes = [spec.replace("-", "_").replace("==", "-") + "." for spec in PEERS]  # patch_ng-1.19.1.tar.gz
+
+    def cached() -> list[Path]:
+        return sorted(p for p in cache.iterdir() if any(p.name.startswith(prefix) for prefix in prefixes))
+
+    if len(cached()) < len(PEERS):
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                               "--no-cache-dir", *PEERS, "-d", str(cache)], capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            if any(word in done.stdout + done.stderr for word in NETWORK_DOWN):
+                pytest.skip("no network to download the peers' sdists")
+            raise AssertionError(f"pip download failed: {done.stderr[-2000:]}")
+    return cached()
 
 
 def _samples(sdist: Path) -> dict[str, bytes]:
