@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
+import re
+
 import pytest
 from core_helpers import Repo, dir_reader
 
@@ -86,11 +88,11 @@ def test_diff_ruN_with_epoch_create_and_delete(tmp_path):
         "vllm/keep.py": (tmp_path / "b/vllm/keep.py").read_bytes(), "vllm/new.py": b"new\n", "vllm/old.py": None}
 
 
-def test_epoch_timestamp_without_empty_side_is_an_ordinary_modify():
+def test_epoch_timestamp_means_creation_even_with_old_lines_as_in_git():
     data = (b"--- a/x.py\t1970-01-01 00:00:00.000000000 +0000\n+++ b/x.py\t1970-01-01 00:00:00.000000000 +0000\n"
             b"@@ -1 +1 @@\n-a\n+b\n")
-    (f,) = parse_patch(data).files
-    assert f.kind == "modify" and f.old_path == f.new_path == "x.py"
+    with pytest.raises(InvalidInput, match=r"^<patch>:1: new file x.py depends on old contents$"):
+        parse_patch(data)
 
 
 def test_rename_with_and_without_edits_copy_and_mode(repo):
@@ -163,9 +165,15 @@ def test_absolute_or_escaping_path_is_refused_naming_patch_and_line(case):
     assert caught.value.exit_code == ExitCode.REFUSED
 
 
-def test_absolute_diff_ruN_paths_stripped_to_relative_are_fine():
+def test_absolute_names_are_stripped_as_git_counts_components():
+    """git apply's rule: each '/' ends a component, so a leading '/' ends an empty first one."""
     data = b"--- /abs/a/vllm/a.py\t2024-01-01\n+++ /abs/b/vllm/a.py\t2024-01-01\n@@ -1 +1 @@\n-a\n+b\n"
-    assert parse_patch(data, strip=2).files[0].path == "vllm/a.py"
+    assert parse_patch(data, strip=3).files[0].path == "vllm/a.py"
+    assert parse_patch(data, strip=1).files[0].path == "abs/b/vllm/a.py"
+    created = b"--- /dev/null\n+++ /abs/dir/evil.py\n@@ -0,0 +1 @@\n+x\n"
+    assert parse_patch(created).files[0].path == "abs/dir/evil.py"
+    with pytest.raises(Refused, match="is absolute"):
+        parse_patch(created, strip=0)
 
 
 def test_github_style_diff_with_empty_context_line_stripped_of_its_space():
@@ -238,7 +246,16 @@ def test_binary_files_differ_is_refused(repo):
     assert b"Binary files a/img.bin and b/img.bin differ" in data
     assert _error(data) == "bad.patch:3: binary diff for img.bin is not supported"
     plain = b"diff -ruN a/x b/x\nBinary files a/x and b/x differ\n"
-    assert _error(plain) == "bad.patch:2: binary diff is not supported: Binary files a/x and b/x differ"
+    assert _error(plain) == "bad.patch:1: no file changes found in 2 line(s) (1 binary file(s) skipped); is this a diff?"
+
+
+def test_binary_files_differ_of_diff_ruN_is_skipped_with_a_warning():
+    """git apply applies the text part of such a diff; so does hotfix, and it names what it skipped."""
+    data = (b"diff -ruN a/bin b/bin\nBinary files a/bin and b/bin differ\n"
+            b"diff -ruN a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+    patch = parse_patch(data, source="p.diff")
+    assert [f.path for f in patch.files] == ["x"]
+    assert patch.warnings == ("p.diff:2: skipped binary file: Binary files a/bin and b/bin differ",)
 
 
 HEADER = b"--- a/m.py\n+++ b/m.py\n"
@@ -283,3 +300,69 @@ def test_unquoting_errors_name_the_line():
     data = b'diff --git "a/x\\q.py" "b/x.py"\n'
     assert _error(data).startswith("bad.patch:1: bad escape in quoted path")
 
+
+
+GIT_REFUSES = {  # (patch, line named, message) -- each is a partial or wrong apply if accepted
+    "hunk after a blank line": (b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n\n@@ -3 +3 @@\n-c\n+d\n", 7,
+                                "patch fragment without header: @@ -3 +3 @@"),
+    "hunk after foreign text": (b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\nnote\n@@ -3 +3 @@\n-c\n+d\n", 7,
+                                "patch fragment without header"),
+    "--- without +++": (b"diff --git a/x b/x\n--- a/x\n@@ -1 +1 @@\n-a\n+b\n", 1, "git diff header lacks filename"),
+    "only garbage": (b"diff --git a/x b/x\nindex 1..2 100644\n", 1, "patch with only garbage for x"),
+    "new file and copy": (b"diff --git a/x b/y\nnew file mode 100644\ncopy from x\ncopy to y\n", 3,
+                          "inconsistent header lines 2 and 3"),
+    "inconsistent new name": (b"diff --git a/setup.py b/setup.py\n--- a/setup.py\n+++ b/evil.py\n@@ -1 +1 @@\n-a\n+b\n",
+                              3, "inconsistent new filename: evil.py, but the header names setup.py"),
+    "new file without /dev/null": (b"diff --git a/x b/x\nnew file mode 100644\n--- a/x\n+++ b/x\n@@ -0,0 +1 @@\n+a\n",
+                                   3, "expected /dev/null"),
+    "names differ without rename": (b"diff --git a/x b/y\n--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n", 3,
+                                    "inconsistent file names x and y"),
+}
+
+
+@pytest.mark.parametrize("case", list(GIT_REFUSES))
+def test_what_git_refuses_is_invalid_input_naming_the_line(case):
+    data, line, message = GIT_REFUSES[case]
+    with pytest.raises(InvalidInput, match=rf"^p.diff:{line}: {re.escape(message)}"):
+        parse_patch(data, source="p.diff")
+
+
+@pytest.mark.parametrize("mode", ["120000", "160000"])
+def test_symlinks_and_submodules_are_refused_before_planning(mode):
+    data = f"diff --git a/l b/l\nnew file mode {mode}\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+t\n".encode()
+    with pytest.raises(Refused, match=rf"^p.diff:1: l: a .* \(mode {mode}\) is not supported"):
+        parse_patch(data, source="p.diff")
+
+
+def test_format_patch_signature_without_its_trailing_space():
+    data = b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--\n2.39.0\n\n"
+    assert [f.path for f in parse_patch(data).files] == ["x"]
+
+
+TRADITIONAL_NAMES = {  # (header lines, -p or None, path, kind) as git apply reads them
+    "backup suffix on the new side": (b"--- foo.c\n+++ foo.c.new\n", None, "foo.c", "modify"),
+    "backup suffix on the old side": (b"--- a/foo.c.orig\n+++ b/foo.c\n", None, "foo.c", "modify"),
+    "unquoted tab ends the name": (b"--- a/foo\tbar\n+++ b/foo\tbar\n", None, "foo", "modify"),
+    "epoch west of GMT with a colon zone": (b"--- a/x\t2020-01-01 00:00:00 -08:00\n+++ b/x\t1969-12-31 16:00:00 -08:00\n",
+                                            None, "x", "delete"),
+    "1970 time that is not the epoch": (b"--- a/x\t1970-01-01 05:00:00 +0000\n+++ b/x\t2020-01-01 00:00:00 +0000\n",
+                                        None, "x", "modify"),
+    "name with spaces and a timestamp": (b"--- a/my file.py 2020-01-01 10:00:00.5 +0100\n+++ b/my file.py\n",
+                                         1, "my file.py", "modify"),
+}
+
+
+@pytest.mark.parametrize("case", list(TRADITIONAL_NAMES))
+def test_traditional_names_follow_git_apply(case):
+    headers, strip, path, kind = TRADITIONAL_NAMES[case]
+    hunk = b"@@ -1 +0,0 @@\n-a\n" if kind == "delete" else b"@@ -0,0 +1 @@\n+a\n"
+    (f,) = parse_patch(headers + hunk, strip=strip).files
+    assert (f.path, f.kind) == (path, kind)
+    assert f.maybe_new == (kind == "modify")
+
+
+def test_p_guess_only_without_an_explicit_p():
+    data = b"--- foo.c\n+++ foo.c.new\n@@ -1 +1 @@\n-a\n+b\n"
+    assert parse_patch(data, strip=None).guessed_strip == 0
+    with pytest.raises(InvalidInput, match="cannot strip 1 leading component"):
+        parse_patch(data, strip=1)

@@ -22,7 +22,6 @@ def test_reads_bytes_and_mode_and_missing_is_none(root):
     state = tree.read("pkg/mod.py")
     assert state.data == b"x = 1\r\n" and state.mode & 0o777 == 0o755
     assert tree.read("pkg/new.py") is None
-    assert tree.read("pkg/mod.py/below") is None
     assert tree.read("pkg/./sub/../mod.py").data == b"x = 1\r\n"
 
 
@@ -50,12 +49,26 @@ def test_refuses_symlinks_leading_outside(root):
             tree.path(rel)
 
 
-def test_symlinks_staying_inside_are_followed(root):
+def test_symlinks_inside_the_root_are_refused_as_git_apply_does(root):
+    """git apply: "affected file ... is beyond a symbolic link"; a symlinked file is not a text file."""
     (root / "alias").symlink_to(root / "pkg")
-    assert Tree(root).read("alias/mod.py").data == b"x = 1\r\n"
-    via_link = root.parent / "root-link"
+    (root / "pkg" / "same.py").symlink_to(root / "pkg" / "mod.py")
+    (root / "pkg" / "dangling.py").symlink_to(root / "pkg" / "gone.py")
+    tree = Tree(root)
+    for rel in ("alias/mod.py", "alias/new.py"):
+        with pytest.raises(Refused, match=f"^{rel}: is beyond a symbolic link \\(alias\\)"):
+            tree.read(rel)
+    for rel in ("pkg/same.py", "pkg/dangling.py"):
+        with pytest.raises(Refused, match=f"^{rel}: is a symbolic link"):
+            tree.read(rel)
+    via_link = root.parent / "root-link"  # the root itself may be reached through a symlink
     via_link.symlink_to(root)
     assert Tree(via_link).read("pkg/mod.py").data == b"x = 1\r\n"
+
+
+def test_a_path_below_a_regular_file_is_refused(root):
+    with pytest.raises(Refused, match="^pkg/mod.py/x: a parent of it is a regular file"):
+        Tree(root).read("pkg/mod.py/x")
 
 
 def test_directory_is_refused(root):

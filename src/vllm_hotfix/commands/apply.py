@@ -18,13 +18,13 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         package: str | None, adhoc_id: str | None, strip: int | None, patch_files: Sequence[Path],
         upstream_repo: Path | None, checkouts: Sequence[str], reverse: bool, dry_run: bool,
         catalogs: Sequence[Path], as_json: bool) -> int:
-    strip = 1 if strip is None else strip
     if patch_file is not None and hotfix_id:
         raise UsageError("give either a hotfix ID or --patch FILE, not both",
                          hint="a manifest's separately distributed file goes with --patch-file")
-    if patch_file is not None and root is not None:
+    if patch_file is not None and root is not None:  # strip None: git's default and its -p guess
         return apply_raw(patch_file, root, strip=strip, reverse=reverse, dry_run=dry_run, hotfix_id=adhoc_id,
                          as_json=as_json)
+    strip = 1 if strip is None else strip
     if reverse:
         raise UsageError("--reverse is for a raw --patch with --root; to undo a hotfix use `hotfix rollback ID`")
     from vllm_hotfix.flow.apply import apply_hotfix
@@ -89,7 +89,7 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
             f"check with `hotfix verify {hotfix.id} {target_option(target)}`")
 
 
-def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, hotfix_id: str | None,
+def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool, dry_run: bool, hotfix_id: str | None,
               as_json: bool) -> int:
     from vllm_hotfix.flow.apply import apply_raw as flow_apply_raw, progress_reader
 
@@ -98,6 +98,8 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_ru
         raise UsageError(f"--root {root}: no such directory")
     outcome = flow_apply_raw(patch_file, root, strip=strip, reverse=reverse, dry_run=dry_run, hotfix_id=hotfix_id,
                              progress=progress_reader)
+    for warning in outcome.warnings:
+        note(warning)
     _report(outcome.plan, outcome.source, outcome.stats, dry_run=dry_run, already=outcome.already, as_json=as_json,
             hotfix_id=outcome.hotfix_id, root=root, recorded=outcome.recorded, reverse=reverse)
     return 0

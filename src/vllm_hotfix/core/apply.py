@@ -113,6 +113,9 @@ def _locate(path: str, lines: tuple[bytes, ...], hunk: Hunk, previous_end: int) 
     k = len(old)
     n = len(lines)
     expected = hunk.old_start - 1 if hunk.old_len else hunk.old_start
+    file_lines = n - 1 if not lines[-1] else n
+    if expected > file_lines:  # refused at once: the search below never depends on the claimed number
+        raise _does_not_apply(path, hunk, f"line {hunk.old_start} is beyond the end of the file ({file_lines} lines)")
     at_start = hunk.old_start <= 1
     at_end = hunk.old_eof or hunk.new_eof or hunk.trailing_context == 0
     highest = n - k if hunk.old_eof else n - 1 - k
@@ -127,7 +130,7 @@ def _locate(path: str, lines: tuple[bytes, ...], hunk: Hunk, previous_end: int) 
         return expected
     if lowest <= highest:
         first = old[0] if k else None
-        for distance in range(1, max(expected - lowest, highest - expected) + 1):
+        for distance in range(1, max(expected - lowest, highest - expected, 0) + 1):
             for p in (expected + distance, expected - distance):
                 if lowest <= p <= highest and (first is None or lines[p] == first) and lines[p:p + k] == old:
                     return p
@@ -208,6 +211,13 @@ class _Planner:
         self.placements: dict[str, list[Placement]] = {}
         self.explicit_mode: set[str] = set()
         self.renames: list[tuple[str, str]] = []
+        self.vacated: set[str] = set()  # renamed away somewhere in the patch: may be a destination
+        self.created: set[str] = set()  # given content by a creation, rename or copy of this patch
+
+    def original_state(self, path: str) -> FileState | None:
+        """The tree's file before the patch: what renames and copies read, as in git apply."""
+        self.state(path)
+        return self.original[path]
 
     def state(self, path: str) -> FileState | None:
         if path not in self.current:
@@ -223,7 +233,7 @@ class _Planner:
         return found
 
     def absent(self, path: str, what: str) -> None:
-        if self.state(path) is not None:
+        if self.state(path) is not None and path not in self.vacated:
             raise DoesNotApply(f"{path}: already exists (the patch {what} it)", hint=_HINT)
 
     def patched(self, path: str, data: bytes, f: FilePatch) -> bytes:
@@ -248,6 +258,7 @@ class _Planner:
         if old is None:
             self.absent(new, "creates")  # type: ignore[arg-type]
             self.set(new, self.patched(new, b"", f), 0o644, f.new_mode)  # type: ignore[arg-type]
+            self.created.add(new)  # type: ignore[arg-type]
         elif new is None:
             found = self.existing(old, "deletes")
             if self.patched(old, found.data, f):
@@ -260,19 +271,38 @@ class _Planner:
                 raise DoesNotApply(f"{old}: is not the copy of {new} the patch made", hint=_HINT)
             self.current[old] = None
         elif old != new:
-            found = self.existing(old, "renames" if f.is_rename else "copies")
+            found = self.original_state(old)
+            if found is None:
+                raise DoesNotApply(f"{old}: does not exist (the patch {'renames' if f.is_rename else 'copies'} it)",
+                                   hint=_HINT)
             self.check_mode(old, found, f)
             self.absent(new, "renames a file to" if f.is_rename else "copies a file to")
             self.set(new, self.patched(new, found.data, f), found.mode, f.new_mode)
+            self.created.add(new)
             if f.is_rename:
-                self.current[old] = None
+                if old not in self.created:  # swapped renames: 'b' -> 'a' after 'a' -> 'b' keeps the new 'b'
+                    self.current[old] = None
                 self.renames.append((old, new))
             elif f.new_mode is None:
                 self.explicit_mode.add(new)
+        elif f.maybe_new and self.state(old) is None:  # traditional diff of an added file, no /dev/null
+            self.set(old, self.patched(old, b"", f), 0o644, None)
+            self.created.add(old)
         else:
             found = self.existing(old, "modifies")
             self.check_mode(old, found, f)
             self.set(old, self.patched(old, found.data, f), found.mode, f.new_mode if f.old_mode != f.new_mode else None)
+
+    def check_layout(self) -> None:
+        """Refuse a result where a file would have to be a directory too ('d' and 'd/x'), at plan time,
+        so that a dry run predicts it and the commit never meets it."""
+        existing = {path for path, found in self.current.items() if found is not None}
+        for path in existing:
+            cut = path.rfind("/")
+            while cut > 0:
+                if path[:cut] in existing:
+                    raise Refused(f"{path}: cannot be written, the patch leaves {path[:cut]} a file")
+                cut = path.rfind("/", 0, cut)
 
     def edits(self) -> tuple[FileEdit, ...]:
         edits: dict[str, FileEdit] = {}
@@ -312,11 +342,16 @@ def plan_patch(patch: Patch, read: Reader, *, reverse: bool = False) -> Plan:
     patches for one path (a format-patch series) chain: each plans against the previous result.
     """
     planner = _Planner(read)
-    for f in (reverse_patch(patch) if reverse else patch).files:
+    files = (reverse_patch(patch) if reverse else patch).files
+    # Only a rename source may already exist as a destination: its bytes move on with its own rename.
+    # (A file the patch deletes later is not: its original content would go unchecked.)
+    planner.vacated = {normalised_relative_path(f.old_path) for f in files if f.is_rename and f.old_path is not None}
+    for f in files:
         try:
             planner.file(f)
         except Refused as unsafe:
             raise Refused(f"{patch.source}:{f.lineno}: {unsafe.message}", hint=unsafe.hint) from None
+    planner.check_layout()
     return Plan(planner.edits(), reverse)
 
 

@@ -29,8 +29,16 @@ _OLD_SIDE_MASK = bytes.maketrans(b" -+", b"\1\1\0")
 _NEW_SIDE_MASK = bytes.maketrans(b" -+", b"\1\0\1")
 _HUNK_HEADER = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _HEADER_RANGES = re.compile(r"@@ -(\S+) \+(\S+) @@")
-_TIMESTAMP = re.compile(rb"\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: ?[+-]\d{4})?\s*$")
-_EPOCH = re.compile(rb"(?:1970-01-01|1969-12-31) \d\d:\d\d:\d\d(?:\.0+)?(?: ?[+-]\d{4})?$")
+# git apply's diff_timestamp_len: a date, an optional time and zone at the end of a traditional
+# '---' / '+++' line, after one TAB or after spaces (with any whitespace before them).
+_TIMESTAMP = re.compile(
+    rb"(?:\t|[ \t]* )(?:\d\d)?\d\d-\d\d-\d\d(?: \d\d:\d\d:\d\d(?:\.\d+)?)?(?: [+-](?:\d{4}|\d\d:\d\d))?\Z")
+# git apply's has_epoch_timestamp: after the LAST tab, a date of 1969-12-31 or 1970-01-01 whose time
+# is exactly the zone's offset (the Unix epoch written in that zone).
+_EPOCH = re.compile(rb"(1969-12-31|1970-01-01) ([0-2][0-9]):([0-5][0-9]):00(?:\.0+)? ([-+])([0-2][0-9]):?([0-5][0-9])\Z")
+_NAME_END = re.compile(rb"[\t\r\v\f]")
+_SYMLINK, _GITLINK, _FILE_TYPE = 0o120000, 0o160000, 0o170000
+_ABSENT = object()  # no '---' / '+++' line in a git header
 _GIT_EXTENDED_HEADERS = (
     b"old mode ", b"new mode ", b"deleted file mode ", b"new file mode ", b"copy from ", b"copy to ",
     b"rename from ", b"rename to ", b"rename old ", b"rename new ", b"similarity index ",
@@ -132,6 +140,7 @@ class FilePatch:
     is_binary: bool = False
     lineno: int = 0
     copy_reversed: bool = False  # reverse of a copy: new_path must already hold the result; old_path goes
+    maybe_new: bool = False  # traditional diff, no /dev/null, only a '-0,0' hunk: created if absent (git)
 
     @property
     def kind(self) -> str:
@@ -171,6 +180,8 @@ class DiffStat:
 class Patch:
     files: tuple[FilePatch, ...]
     source: str = "<patch>"
+    warnings: tuple[str, ...] = ()  # harmless things skipped, e.g. 'Binary files ... differ' of diff -ruN
+    guessed_strip: int | None = None  # the -p git's guess chose (parse_patch(strip=None) only)
 
     @property
     def stats(self) -> DiffStat:
@@ -184,13 +195,29 @@ class Patch:
 # --------------------------------------------------------------------------- parsing
 
 
+def _is_epoch(line: bytes) -> bool:
+    """git apply's has_epoch_timestamp on a whole '---' / '+++' line."""
+    tab = line.rfind(b"\t")
+    found = _EPOCH.match(line, tab + 1) if tab >= 0 else None
+    if not found:
+        return False
+    day, hour, minute, sign, zone_hours, zone_minutes = found.groups()
+    zone = int(zone_hours) * 60 + int(zone_minutes)
+    epoch_hour = 24 if day == b"1969-12-31" else 0
+    return int(hour) * 60 + int(minute) - epoch_hour * 60 == (-zone if sign == b"-" else zone)
+
+
 @dataclass
 class _Parser:
     lines: list[bytes]
     count: int  # number of real lines (the split leaves a b'' after a final newline)
     strip: int
     source: str
+    strip_known: bool = True  # False: no -p given, git's guess may still set it
+    unterminated: bool = False  # the patch's last line has no newline
+    guessed_strip: int | None = None
     files: list[FilePatch] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def fail(self, index: int, message: str) -> InvalidInput:
         return InvalidInput(f"{self.source}:{index + 1}: {message}")
@@ -227,38 +254,51 @@ class _Parser:
             i += 1
         raise self.fail(index, f"unterminated quoted path {raw.decode('utf-8', 'replace')}")
 
-    def _strip_path(self, name: bytes, strip: int, index: int) -> str:
-        """Drop ``strip`` leading components (a leading '/' starts the first one, so ``diff -ruN /abs/a
-        /abs/b`` works with -p N) and refuse a result that is absolute or leaves the root."""
-        rest = name.lstrip(b"/") if strip else name
-        for _ in range(strip):
-            rest = rest.partition(b"/")[2]
+    def _stripped(self, name: bytes, strip: int) -> bytes | None:
+        """``name`` without ``strip`` leading components, as git apply counts them: each '/' ends one, so
+        '/abs/x' at -p1 is 'abs/x'. None when there are not enough components (or nothing is left)."""
+        if strip:
+            cut = -1
+            for _ in range(strip):
+                cut = name.find(b"/", cut + 1)
+                if cut < 0:
+                    return None
+            name = name[cut + 1:]
+        return name or None
+
+    def _checked(self, rest: bytes, index: int) -> str:
+        """Refuse a stripped name that is absolute or leaves the root; 'a//b' -> 'a/b'."""
         parts = [p for p in rest.split(b"/") if p]
         if not parts:
-            shown = name.decode("utf-8", "replace")
-            raise self.fail(index, f"cannot strip {strip} leading component(s) from path '{shown}' (check -p)")
-        path = rest.decode("utf-8", "surrogateescape")
+            raise self.fail(index, f"no file name left in '{rest.decode('utf-8', 'replace')}' (check -p)")
         try:
-            check_relative_path(path)
+            check_relative_path(rest.decode("utf-8", "surrogateescape"))
         except Refused as unsafe:
             raise Refused(f"{self.source}:{index + 1}: {unsafe.message}", hint=unsafe.hint) from None
         return b"/".join(parts).decode("utf-8", "surrogateescape")
 
-    def _header_name(self, line: bytes, index: int) -> tuple[bytes | None, bytes]:
-        """``--- NAME<tab>timestamp`` -> (raw name or None for /dev/null, timestamp)."""
+    def _strip_path(self, name: bytes, strip: int, index: int) -> str:
+        rest = self._stripped(name, strip)
+        if rest is None:
+            shown = name.decode("utf-8", "replace")
+            raise self.fail(index, f"cannot strip {strip} leading component(s) from path '{shown}' (check -p)")
+        return self._checked(rest, index)
+
+    def _header_name(self, line: bytes, index: int, traditional: bool) -> bytes | None:
+        """The raw name of a ``---`` / ``+++`` line as git apply reads it; None for /dev/null.
+
+        Quoted names are unquoted. Otherwise the name ends at a TAB (or CR, VT, FF), not at a space;
+        in a traditional diff a trailing timestamp (after a TAB or spaces) is dropped first."""
         rest = line[4:]
         if rest.startswith(b'"'):
-            name, tail = self._decode_name(rest, index)
-            stamp = tail.strip()
-        elif b"\t" in rest:
-            name, _, stamp = rest.partition(b"\t")
-            stamp = stamp.strip()
-        else:
-            found = _TIMESTAMP.search(rest)
-            name, stamp = (rest[:found.start()], found.group().strip()) if found else (rest.rstrip(b"\r"), b"")
-        if name == b"/dev/null":
-            return None, stamp
-        return name, stamp
+            return self._decode_name(rest, index)[0]
+        if rest.startswith(b"/dev/null") and (len(rest) == 9 or rest[9:10].isspace()):
+            return None
+        found = _TIMESTAMP.search(rest) if traditional else None
+        if found:
+            return rest[:found.start()]
+        end = _NAME_END.search(rest)
+        return rest[:end.start()] if end else rest
 
     def _git_names(self, rest: bytes, index: int) -> tuple[bytes | None, bytes | None]:
         """The two names of a ``diff --git A B`` line; (None, None) when ambiguous."""
@@ -294,68 +334,108 @@ class _Parser:
                 i = self._git_file(i)
             elif line.startswith(b"--- ") and i + 1 < count and lines[i + 1].startswith(b"+++ "):
                 i = self._traditional_file(i)
+            elif line.startswith(b"@@ -"):
+                # A hunk after a blank or foreign line: what it belongs to is unknown (git refuses too).
+                raise self.fail(i, f"patch fragment without header: {line[:60].decode('utf-8', 'replace')}")
             elif line.startswith(b"diff --cc ") or line.startswith(b"diff --combined "):
                 raise self.fail(i, "combined diff of a merge commit is not supported; export the commit against one parent")
-            elif line.startswith(b"GIT binary patch") or (line.startswith(b"Binary files ") and line.rstrip().endswith(b" differ")):
-                raise self.fail(i, f"binary diff is not supported: {line.decode('utf-8', 'replace').strip()}")
+            elif line.startswith(b"GIT binary patch"):
+                raise self.fail(i, "binary diff is not supported: GIT binary patch")
+            elif line.startswith(b"Binary files ") and line.rstrip().endswith(b" differ"):
+                # diff -ruN's note for a binary file: no content to apply; the text files still are.
+                self.warnings.append(f"{self.source}:{i + 1}: skipped binary file: {line.decode('utf-8', 'replace').strip()}")
+                i += 1
             else:
                 i += 1  # mail headers, commit message, diffstat, 'diff -ruN', 'Index:', signature...
 
     def _git_file(self, start: int) -> int:
+        """One ``diff --git`` file. Its header runs up to the first line that is not a header line;
+        ``---`` / ``+++`` are header lines too and must agree with the names already given."""
         lines, count = self.lines, self.count
-        names = self._git_names(lines[start][11:].rstrip(b"\r"), start)
-        old_name, new_name = names
+        old_name, new_name = self._git_names(lines[start][11:].rstrip(b"\r"), start)
         old_mode = new_mode = None
+        extension = None  # (line index, kind) of the first new/deleted/rename/copy line
         is_new = is_delete = is_rename = is_copy = False
         rename_from = rename_to = None
+        minus = plus = _ABSENT
+        minus_at = plus_at = start
         i = start + 1
         while i < count:
             line = lines[i]
+            if line.startswith(b"--- "):
+                minus, minus_at = self._header_name(line, i, False), i
+                i += 1
+                continue
+            if line.startswith(b"+++ "):
+                plus, plus_at = self._header_name(line, i, False), i
+                i += 1
+                continue
             if not line.startswith(_GIT_EXTENDED_HEADERS):
                 break
             value = line.split(b" ")[-1].rstrip(b"\r")
+            kind = None
             if line.startswith((b"old mode ", b"deleted file mode ")):
                 old_mode = self._mode(value, i)
-                is_delete = is_delete or line.startswith(b"deleted")
+                if line.startswith(b"deleted"):
+                    is_delete, kind = True, "deleted file"
             elif line.startswith((b"new mode ", b"new file mode ")):
                 new_mode = self._mode(value, i)
-                is_new = is_new or line.startswith(b"new file")
+                if line.startswith(b"new file"):
+                    is_new, kind = True, "new file"
             elif line.startswith((b"rename from ", b"rename old ", b"copy from ")):
                 rename_from = self._decode_name(line.split(b" ", 2)[2].rstrip(b"\r"), i)[0]
                 is_copy = line.startswith(b"copy")
                 is_rename = not is_copy
+                kind = "copy" if is_copy else "rename"
             elif line.startswith((b"rename to ", b"rename new ", b"copy to ")):
                 rename_to = self._decode_name(line.split(b" ", 2)[2].rstrip(b"\r"), i)[0]
+                kind = "copy" if line.startswith(b"copy") else "rename"
+            if kind is not None:
+                if extension is None:
+                    extension = (i, kind)
+                elif extension[1] != kind:
+                    raise self.fail(i, f"inconsistent header lines {extension[0] + 1} and {i + 1} "
+                                       f"({extension[1]} and {kind})")
             i += 1
         if i < count and (lines[i].startswith(b"GIT binary patch") or lines[i].startswith(b"Binary files ")):
             name = new_name or old_name or b"?"
             shown = b"/".join(name.split(b"/")[self.strip:]) or name
             raise self.fail(i, f"binary diff for {shown.decode('utf-8', 'replace')} is not supported")
-        old_path = new_path = None
-        if i + 1 < count and lines[i].startswith(b"--- ") and lines[i + 1].startswith(b"+++ "):
-            minus, _ = self._header_name(lines[i], i)
-            plus, _ = self._header_name(lines[i + 1], i + 1)
-            old_path = None if minus is None else self._strip_path(minus, self.strip, i)
-            new_path = None if plus is None else self._strip_path(plus, self.strip, i + 1)
-            is_new, is_delete = minus is None, plus is None
-            i += 2
-        else:
-            sub_strip = max(self.strip - 1, 0)
-            if rename_from is not None and rename_to is not None:
-                old_path = self._strip_path(rename_from, sub_strip, start)
-                new_path = self._strip_path(rename_to, sub_strip, start)
-            elif old_name is not None and new_name is not None:
-                old_path = self._strip_path(old_name, self.strip, start)
-                new_path = self._strip_path(new_name, self.strip, start)
-            else:
-                raise self.fail(start, "cannot tell the file names from this 'diff --git' line")
-            if is_new:
-                old_path = None
-            if is_delete:
-                new_path = None
+        sub_strip = max(self.strip - 1, 0)
+        known_old = known_new = None
+        if rename_from is not None:
+            known_old = self._strip_path(rename_from, sub_strip, start)
+        elif old_name is not None:
+            known_old = self._strip_path(old_name, self.strip, start)
+        if rename_to is not None:
+            known_new = self._strip_path(rename_to, sub_strip, start)
+        elif new_name is not None:
+            known_new = self._strip_path(new_name, self.strip, start)
+        if (minus is _ABSENT) != (plus is _ABSENT):
+            raise self.fail(start, "git diff header lacks filename information: a '---' line without its "
+                                   "'+++' line, or the reverse")
+        old_path = self._side(minus, minus_at, known_old, "old", is_new)
+        new_path = self._side(plus, plus_at, known_new, "new", is_delete)
+        if (old_path is None and not is_new and minus is _ABSENT) or (new_path is None and not is_delete and plus is _ABSENT):
+            raise self.fail(start, "cannot tell the file names from this 'diff --git' line")
+        if is_new:
+            old_path = None
+        if is_delete:
+            new_path = None
         if old_path and new_path and old_path != new_path and not (is_rename or is_copy):
-            old_path = new_path  # e.g. `git diff --no-index a/x b/x`: two names for one file
+            if self.strip:
+                raise self.fail(plus_at, f"inconsistent file names {old_path} and {new_path} without "
+                                         f"'rename' or 'copy' lines (check -p)")
+            old_path = new_path  # -p0 keeps git's a/ and b/ prefixes: two names for one file
         hunks, i = self._hunks(i, new_path or old_path or "?")
+        for mode in (old_mode, new_mode):
+            if mode is not None and mode & _FILE_TYPE in (_SYMLINK, _GITLINK):
+                what = "symbolic link" if mode & _FILE_TYPE == _SYMLINK else "submodule (gitlink)"
+                raise Refused(f"{self.source}:{start + 1}: {new_path or old_path}: a {what} "
+                              f"(mode {mode:o}) is not supported; only regular files are patched")
+        if not hunks and not (is_new or is_delete or is_rename or is_copy) and old_mode == new_mode:
+            raise self.fail(start, f"patch with only garbage for {new_path or old_path}: no hunk and no "
+                                   f"mode, rename, copy, creation or deletion")
         self.files.append(FilePatch(
             old_path=old_path, new_path=new_path, hunks=hunks, old_mode=old_mode, new_mode=new_mode,
             is_rename=is_rename and old_path is not None and new_path is not None,
@@ -363,32 +443,75 @@ class _Parser:
         ))
         return i
 
+    def _side(self, name: object, at: int, known: str | None, side: str, is_null: bool) -> str | None:
+        """One side's path from its ``---`` / ``+++`` line (``_ABSENT`` if none), checked against ``known``."""
+        if name is _ABSENT:
+            return known
+        if name is None:
+            return None
+        if is_null:
+            raise self.fail(at, f"expected /dev/null for the {side} side of a "
+                                f"{'new' if side == 'old' else 'deleted'} file")
+        path = self._strip_path(name, self.strip, at)  # type: ignore[arg-type]
+        if known is not None and path != known:
+            raise self.fail(at, f"inconsistent {side} filename: {path}, but the header names {known}")
+        return path
+
     def _mode(self, value: bytes, index: int) -> int:
         try:
             return int(value, 8)
         except ValueError:
             raise self.fail(index, f"bad file mode {value.decode('utf-8', 'replace')}") from None
 
+    def _guess(self, line: bytes, index: int) -> int:
+        """git apply's guess_p_value for a traditional name line: 0 for a name without '/', else unknown."""
+        name = self._header_name(line, index, True)
+        return -1 if name is None or b"/" in name else 0
+
     def _traditional_file(self, start: int) -> int:
         lines = self.lines
-        minus, minus_stamp = self._header_name(lines[start], start)
-        plus, plus_stamp = self._header_name(lines[start + 1], start + 1)
+        first, second = lines[start], lines[start + 1]
+        if not self.strip_known:  # no -p given: git guesses from the first names that tell
+            p, q = self._guess(first, start), self._guess(second, start + 1)
+            p = q if p < 0 else p
+            if 0 <= p == q:
+                self.strip, self.strip_known, self.guessed_strip = p, True, p
+        minus = self._header_name(first, start, True)
+        plus = self._header_name(second, start + 1, True)
         if minus is None and plus is None:
             raise self.fail(start, "both sides of the diff are /dev/null")
-        old_path = None if minus is None else self._strip_path(minus, self.strip, start)
-        new_path = None if plus is None else self._strip_path(plus, self.strip, start + 1)
+        is_new, is_delete = minus is None, plus is None
+        if is_new:
+            old_path, new_path = None, self._strip_path(plus, self.strip, start + 1)  # type: ignore[arg-type]
+        elif is_delete:
+            old_path, new_path = self._strip_path(minus, self.strip, start), None
+        else:
+            # One name for both sides, as git picks it: the new one, unless the old one is a shorter
+            # prefix of it ('x' over 'x.new'), or the new one has too few components for -p.
+            a, b = self._stripped(minus, self.strip), self._stripped(plus, self.strip)  # type: ignore[arg-type]
+            old_checked = None if a is None else self._checked(a, start)  # an unsafe old name is refused too
+            if old_checked is not None and (b is None or (len(a) < len(b) and b.startswith(a))):  # type: ignore[arg-type]
+                path = old_checked
+            elif b is None:
+                path = self._strip_path(minus, self.strip, start)  # raises: neither name has enough components
+            else:
+                path = self._checked(b, start + 1)
+            old_path = new_path = path
+            # diff -N marks a missing side with the epoch written in its zone; git then creates / deletes.
+            if _is_epoch(first):
+                old_path, is_new = None, True
+            elif _is_epoch(second):
+                new_path, is_delete = None, True
         hunks, end = self._hunks(start + 2, new_path or old_path or "?")
         if not hunks:
             raise self.fail(start + 2, f"no hunks after the header of {new_path or old_path}")
-        # diff -N marks a missing side with the epoch timestamp; git apply then creates / deletes.
-        only = hunks[0] if len(hunks) == 1 else None
-        if only and old_path and _EPOCH.match(minus_stamp) and only.old_start == 0 and only.old_len == 0:
-            old_path = None
-        elif only and new_path and _EPOCH.match(plus_stamp) and only.new_start == 0 and only.new_len == 0:
-            new_path = None
-        elif old_path and new_path:
-            old_path = new_path  # a traditional diff cannot rename: '--- x.orig' / '+++ x' patches x
-        self.files.append(FilePatch(old_path=old_path, new_path=new_path, hunks=hunks, lineno=start + 1))
+        if is_new and any(h.old_len for h in hunks):
+            raise self.fail(start, f"new file {new_path} depends on old contents")
+        if is_delete and any(h.new_len for h in hunks):
+            raise self.fail(start, f"deleted file {old_path} still has contents")
+        maybe_new = not (is_new or is_delete) and len(hunks) == 1 and hunks[0].old_len == 0
+        self.files.append(FilePatch(old_path=old_path, new_path=new_path, hunks=hunks, lineno=start + 1,
+                                    maybe_new=maybe_new))
         return end
 
     def _hunks(self, i: int, path: str) -> tuple[tuple[Hunk, ...], int]:
@@ -396,14 +519,20 @@ class _Parser:
         lines, count = self.lines, self.count
         while i < count and lines[i].startswith(b"@@ -"):
             hunk, i = self._hunk(i, path)
+            if not hunk.ops.strip(b" "):  # git: a fragment that changes nothing is corrupt
+                raise self.fail(hunk.lineno - 1, f"hunk {hunk.range_header} of {path} has no '+' or '-' line "
+                                                 f"(corrupt patch)")
             hunks.append(hunk)
             if i < count:
                 self._check_after_hunk(i, hunk, path)
+            elif self.unterminated and lines[i - 1][:1] != b"\\":
+                raise self.fail(i - 1, f"corrupt patch: the last line of hunk {hunk.range_header} of {path} "
+                                       f"has no newline (truncated file?)")
         return tuple(hunks), i
 
     def _check_after_hunk(self, i: int, hunk: Hunk, path: str) -> None:
         line = self.lines[i]
-        if not line or line.startswith(b"@@ -") or line == b"-- " or line == b"-- \r":
+        if not line or line.startswith(b"@@ -") or line.rstrip(b" \r") == b"--":  # '-- ': a mail signature
             return
         if line.startswith(b"--- ") and i + 1 < self.count and self.lines[i + 1].startswith(b"+++ "):
             return
@@ -516,15 +645,20 @@ class _Parser:
         return old_eof, True
 
 
-def parse_patch(data: bytes, *, strip: int = 1, source: str = "<patch>") -> Patch:
-    """Parse a diff. Raises ``InvalidInput`` naming ``source`` and the 1-based line."""
+def parse_patch(data: bytes, *, strip: int | None = 1, source: str = "<patch>") -> Patch:
+    """Parse a diff. Raises ``InvalidInput`` naming ``source`` and the 1-based line.
+
+    ``strip=None``: no -p was given; -p1, unless git's guess for traditional diffs picks -p0
+    (names without '/', as from ``diff -u foo.c foo.c.new``)."""
     lines = data.split(b"\n")
     count = len(lines) - 1 if lines[-1] == b"" else len(lines)
-    parser = _Parser(lines, count, strip, source)
+    parser = _Parser(lines, count, 1 if strip is None else strip, source, strip_known=strip is not None,
+                     unterminated=lines[-1] != b"")
     parser.parse()
     if not parser.files:
-        raise InvalidInput(f"{source}:1: no file changes found in {count} line(s); is this a diff?")
-    return Patch(tuple(parser.files), source)
+        skipped = f" ({len(parser.warnings)} binary file(s) skipped)" if parser.warnings else ""
+        raise InvalidInput(f"{source}:1: no file changes found in {count} line(s){skipped}; is this a diff?")
+    return Patch(tuple(parser.files), source, tuple(parser.warnings), parser.guessed_strip)
 
 
 # --------------------------------------------------------------------------- transforms
@@ -541,7 +675,7 @@ def _reverse_file(f: FilePatch) -> FilePatch:
     return replace(
         f, old_path=f.new_path, new_path=f.old_path, old_mode=f.new_mode, new_mode=f.old_mode,
         hunks=tuple(_reverse_hunk(h) for h in f.hunks),
-        is_copy=f.is_copy, copy_reversed=f.is_copy and not f.copy_reversed,
+        is_copy=f.is_copy, copy_reversed=f.is_copy and not f.copy_reversed, maybe_new=False,
     )
 
 

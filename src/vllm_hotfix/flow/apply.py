@@ -117,9 +117,10 @@ class RawOutcome:
     reverse: bool
     dry_run: bool
     recorded: bool  # the apply is recorded (or, reversed, its record removed)
+    warnings: tuple[str, ...] = ()  # e.g. a binary file of `diff -ruN` output that was skipped
 
 
-def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_run: bool, hotfix_id: str | None,
+def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool, dry_run: bool, hotfix_id: str | None,
               progress: Callable[[Tree, int], Callable] | None = None) -> RawOutcome:
     """A raw diff on a directory, recorded under ``hotfix_id`` (default: the file stem) like any hotfix."""
     target = locate_root(root)
@@ -129,6 +130,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_ru
     child = ForkedHalf.start(data, strip=strip, source=str(patch_file), root=Path(root))
     try:
         patch, child = _parse_raw(data, strip, str(patch_file), child)
+        as_recorded = strip if strip is not None else (1 if patch.guessed_strip is None else patch.guessed_strip)
 
         def prepare(state: TargetState, tree: Tree) -> transaction.Change:
             plan, stats, already = _plan_raw(patch, data, strip, child, tree, reverse, progress)
@@ -152,7 +154,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_ru
                 files = tuple(RecordedFile(p, sha256(before), sha256(after)) for p, before, after in flat)
                 baseline = current = {p: before for p, before, _ in flat}
             new_state, keep = _record(state, tree, hotfix_id=hotfix_id, version=version, source="adhoc",
-                                      patches=[(data, strip, ())], files=files, baseline=baseline, current=current,
+                                      patches=[(data, as_recorded, ())], files=files, baseline=baseline, current=current,
                                       package=None, target_doc=target_summary(target))
             return transaction.Change(Plan((), False) if already else plan, new_state, True, keep, summary)
 
@@ -161,24 +163,30 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int, reverse: bool, dry_ru
         if child is not None:
             child.cancel()
     plan, stats, already = change.result
-    return RawOutcome(hotfix_id, plan, stats, patch.source, already, reverse, dry_run, change.record_changed)
+    return RawOutcome(hotfix_id, plan, stats, patch.source, already, reverse, dry_run, change.record_changed,
+                      tuple(patch.warnings))
 
 
-def _parse_raw(data: bytes, strip: int, source: str, child: ForkedHalf | None) -> tuple[Patch, ForkedHalf | None]:
+def _parse_raw(data: bytes, strip: int | None, source: str, child: ForkedHalf | None
+               ) -> tuple[Patch, ForkedHalf | None]:
     """The whole patch, or with a child: the first half, once the child has parsed the second.
-    When a half does not parse, the whole diff is parsed here, for the sequential error message."""
+    When a half does not parse, the whole diff is parsed here, for the sequential error message;
+    also when the halves could disagree (a -p guessed in the first half) or the second half has
+    warnings to print (a skipped binary)."""
     if child is not None:
         try:
             first = parse_patch(child.first_half, strip=strip, source=source)
         except HotfixError:
             first = None
-        if first is not None and child.child_parsed():
-            return first, child
+        alone = first is not None and not (strip is None and first.guessed_strip is not None) and \
+            data.find(b"\nBinary files ", len(child.first_half) - 1) < 0
+        if alone and child.child_parsed():
+            return first, child  # type: ignore[return-value]
         child.cancel()
     return parse_patch(data, strip=strip, source=source), None
 
 
-def _plan_raw(patch: Patch, data: bytes, strip: int, child: ForkedHalf | None, tree: Tree, reverse: bool,
+def _plan_raw(patch: Patch, data: bytes, strip: int | None, child: ForkedHalf | None, tree: Tree, reverse: bool,
               progress) -> tuple[Plan, DiffStat, bool]:
     """The plan of the whole diff. With a child, ``patch`` is the first half and the child plans the
     rest; any trouble there means: parse and plan the whole diff here, sequentially."""

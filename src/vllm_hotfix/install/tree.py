@@ -47,20 +47,35 @@ class Tree:
     def path(self, relpath: str) -> Path:
         """Absolute path of ``relpath``, after refusing anything that leads outside the root.
 
-        A symlinked parent directory or a symlinked file may be followed only while it stays inside.
+        Refused: a symlink on the way (a symlinked directory, or the file itself), with the reason
+        "leads outside" when it points out of the root.
         """
         return Path(self.checked_path(relpath))
 
     def checked_path(self, relpath: str) -> str:
         """``path`` as a string (no pathlib object: this runs once per file of a 1,000-file patch)."""
-        full = os.path.join(self._root_str, normalised_relative_path(relpath))
+        normal = normalised_relative_path(relpath)
+        full = os.path.join(self._root_str, normal)
         parent = os.path.dirname(full)
         if parent not in self._checked_dirs:
             self._check_inside(relpath, os.path.realpath(parent))
-            self._checked_dirs.add(parent)
+            self._check_no_symlinked_dir(relpath, normal)
         if os.path.islink(full):
             self._check_inside(relpath, os.path.realpath(full))
+            raise Refused(f"{relpath}: is a symbolic link under {self.root}; only regular files are patched")
         return full
+
+    def _check_no_symlinked_dir(self, relpath: str, normal: str) -> None:
+        """Like git apply, refuse a path 'beyond a symbolic link': a symlinked directory inside the root
+        would make two names for one file, and the journal would write through it."""
+        cut = normal.find("/")
+        while cut > 0:
+            directory = os.path.join(self._root_str, normal[:cut])
+            if directory not in self._checked_dirs:
+                if os.path.islink(directory):
+                    raise Refused(f"{relpath}: is beyond a symbolic link ({normal[:cut]}) under {self.root}")
+                self._checked_dirs.add(directory)
+            cut = normal.find("/", cut + 1)
 
     def _check_inside(self, relpath: str, real: str) -> None:
         if real != self._real_root and not real.startswith(self._real_root + os.sep):
@@ -75,8 +90,10 @@ class Tree:
                 if not stat.S_ISREG(info.st_mode):
                     raise Refused(f"{relpath}: not a regular file under {self.root}")
                 data = fh.read()
-        except (FileNotFoundError, NotADirectoryError):
+        except FileNotFoundError:
             return None
+        except NotADirectoryError:
+            raise Refused(f"{relpath}: a parent of it is a regular file under {self.root}") from None
         except IsADirectoryError:
             raise Refused(f"{relpath}: is a directory under {self.root}") from None
         except OSError as exc:
