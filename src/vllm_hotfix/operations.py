@@ -685,7 +685,7 @@ class Survey:
                     out.append(status_from_record(recorded, Path(state.target.get("root", "")), self._option(state)))
         if with_catalog:
             for manifest in self.catalog.latest():
-                if manifest.id in seen:
+                if manifest.id in seen or manifest.kind == "advisory":  # no patch: nothing to be in effect
                     continue
                 try:
                     target, spec = resolve_manifest_target(manifest, python=self.python, root=self.root, cache=self.cache)
