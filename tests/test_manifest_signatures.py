@@ -19,9 +19,10 @@ SIGNATURES = [
 
 
 def advisory_data(**changes) -> dict:
-    data = manifest_data(kind="advisory", workaround="Use the trtllm backend.", signatures=SIGNATURES[:2], **changes)
-    for key in ("patches", "checks", "requires", "supersedes"):
-        del data[key]
+    data = manifest_data(**{"kind": "advisory", "workaround": "Use the trtllm backend.", "signatures": SIGNATURES[:2], **changes})
+    for key in ("patches", "checks", "requires", "supersedes", "fixed_in"):
+        data.pop(key, None)
+    data.update((k, v) for k, v in changes.items() if k == "fixed_in")
     return data
 
 
