@@ -42,20 +42,18 @@ class Signature:
     anchor: str = ""  # the longest literal every match contains (derived, for the prefilter)
 
 
-def literal_anchor(pattern: str) -> str:
-    """The longest run of literal characters that every match of ``pattern`` must contain ('' if none).
+def literal_runs(pattern: str) -> tuple[str, ...]:
+    """Runs of literal characters that every match of ``pattern`` must contain, longest first.
 
     Only the top-level sequence counts (and groups that are a plain sequence); alternatives,
-    optional and repeated parts are skipped, so the result is a safe prefilter needle.
+    optional and repeated parts end a run, so each run is a safe prefilter needle.
     """
-    best = ""
+    runs: list[str] = []
     current: list[str] = []
 
     def flush() -> None:
-        nonlocal best
-        text = "".join(current)
-        if len(text) > len(best):
-            best = text
+        if current:
+            runs.append("".join(current))
         current.clear()
 
     def walk(items: Any) -> None:
@@ -68,20 +66,24 @@ def literal_anchor(pattern: str) -> str:
             elif name in ("MAX_REPEAT", "MIN_REPEAT") and arg[0] >= 1 and len(arg[2]) == 1 and str(arg[2][0][0]) == "LITERAL":
                 current.append(chr(arg[2][0][1]))  # 'x+' / 'x{2,}': at least one x, then a gap
                 flush()
-            elif name == "AT":
-                continue  # ^, $, \b take no characters
-            else:
+            elif name != "AT":  # ^, $, \b take no characters
                 flush()
-        flush()
 
     try:
         parsed = _sre_parse.parse(pattern)
     except (re.error, ValueError):
-        return ""
+        return ()
     if parsed.state.flags & re.IGNORECASE:
-        return ""
+        return ()
     walk(parsed)
-    return best
+    flush()
+    return tuple(sorted(runs, key=len, reverse=True))
+
+
+def literal_anchor(pattern: str) -> str:
+    """The longest literal text every match of ``pattern`` contains ('' if none)."""
+    runs = literal_runs(pattern)
+    return runs[0] if runs else ""
 
 
 def _has_branch(items: Any) -> bool:

@@ -125,3 +125,20 @@ def test_unreadable_log_is_one_line_exit_2(run_hotfix, tmp_path):
 def test_help_documents_the_exit_codes(run_hotfix):
     out = run_hotfix("doctor", "--help").stdout
     assert "Exit codes of doctor:" in out and "9  no known issue matches" in out
+
+
+def test_the_two_core_split_of_a_big_file_gives_the_sequential_result(tmp_path):
+    from vllm_hotfix.catalog import Catalog
+    from vllm_hotfix.commands.doctor import _parts, blocks
+    from vllm_hotfix.doctor import scan
+    from vllm_hotfix.doctor.engine import Prefiltered, needles_for
+
+    log = tmp_path / "big.log"
+    log.write_bytes(b"".join(p.read_bytes() for p in (*MAMBA_LOGS, LOGS / "000-plog-5493.log", *MAMBA_LOGS)))
+    manifests = [m for m in Catalog.load(env={}).latest() if m.signatures]
+    with open(log, "rb") as stream:
+        split = list(_parts(stream, stream, needles_for(manifests), split_min=1))
+    assert isinstance(split[-1], Prefiltered)  # the child's half
+    with open(log, "rb") as stream:
+        sequential = list(blocks(stream, size=100))
+    assert scan([("big.log", split)], manifests) == scan([("big.log", sequential)], manifests)

@@ -10,7 +10,11 @@ fixed upstream), 9 nothing known matches (or only for other releases).
 from __future__ import annotations
 
 import gzip
+import os
+import pickle
+import stat
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, Sequence
@@ -19,6 +23,7 @@ from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
 from vllm_hotfix.output import emit_json, note, say
 
 BLOCK = 8 << 20  # bytes read at a time: the engine sees whole lines, the file is never held
+SPLIT_MIN = 64 << 20  # a regular file at least this big is prefiltered on two cores (a forked child reads the second half)
 NEEDED = ("not-applied", "lost", "drifted", "unknown")
 IN_EFFECT = ("applied", "fixed-upstream")
 HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorded, but the files are back to baseline)",
@@ -49,11 +54,14 @@ class Verdict:
                      "explain": e.signature.explain} for e in self.evidence]}
 
 
-def blocks(stream: BinaryIO, size: int = BLOCK) -> Iterator[bytes]:
-    """Chunks of whole lines (the last one may lack its newline)."""
+def blocks(stream: BinaryIO, size: int = BLOCK, limit: int | None = None) -> Iterator[bytes]:
+    """Chunks of whole lines (the last one may lack its newline); at most ``limit`` bytes are read."""
     rest = b""
     while True:
-        data = stream.read(size)
+        if limit is not None:
+            size = min(size, limit)
+            limit -= size
+        data = stream.read(size) if size else b""
         if not data:
             if rest:
                 yield rest
@@ -83,14 +91,59 @@ def _open(name: str) -> tuple[str, BinaryIO, BinaryIO]:
     return label, stream, raw  # type: ignore[return-value]
 
 
-def _sources(names: Sequence[str]) -> Iterator[tuple[str, Iterator[bytes]]]:
+def _sources(names: Sequence[str], needles: tuple[bytes, ...]) -> Iterator[tuple[str, Iterator]]:
     for name in names:
         label, stream, raw = _open(name)
         try:
-            yield label, _checked(label, blocks(stream))
+            yield label, _checked(label, _parts(stream, raw, needles))
         finally:
             if raw is not sys.stdin.buffer:
                 raw.close()
+
+
+def _parts(stream: BinaryIO, raw: BinaryIO, needles: tuple[bytes, ...], split_min: int = SPLIT_MIN) -> Iterator:
+    """Blocks of the log; a big regular file's second half comes prefiltered by a forked child.
+
+    An optimisation only: if the child fails or sends nothing, this process reads the second half itself.
+    Lines appended to a live log after it was opened are not read.
+    """
+    from vllm_hotfix.doctor.engine import join_parts, prefilter
+
+    info = os.fstat(raw.fileno()) if stream is raw and hasattr(raw, "fileno") else None
+    if (info is None or not stat.S_ISREG(info.st_mode) or info.st_size - raw.tell() < split_min
+            or (os.cpu_count() or 1) < 2 or threading.active_count() > 1):
+        yield from blocks(stream)
+        return
+    start = raw.tell()
+    raw.seek(start + (info.st_size - start) // 2)
+    raw.readline()
+    cut, end = raw.tell(), info.st_size
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: prefilter [cut, end), send one pickled Prefiltered
+        status = 1
+        try:
+            os.close(reader)
+            raw.seek(cut)
+            data = pickle.dumps(join_parts(prefilter(c, needles) for c in blocks(raw, limit=end - cut)))
+            with os.fdopen(writer, "wb") as out:
+                out.write(data)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(writer)
+    try:
+        raw.seek(start)
+        yield from blocks(raw, limit=cut - start)
+        with os.fdopen(reader, "rb") as received:
+            data = received.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if status == 0 and data:
+        yield pickle.loads(data)
+    else:
+        raw.seek(cut)
+        yield from blocks(raw, limit=end - cut)
 
 
 def _checked(label: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -155,9 +208,11 @@ def run(*, logs: Sequence[str], python: str | None = None, root: Path | None = N
     from vllm_hotfix.catalog import Catalog
     from vllm_hotfix.doctor import scan
 
+    from vllm_hotfix.doctor.engine import needles_for
+
     catalog = Catalog.load(catalogs)
     manifests = [m for m in catalog.latest() if m.signatures]
-    findings = scan(_sources(list(logs) or ["-"]), manifests)
+    findings = scan(_sources(list(logs) or ["-"], needles_for(manifests)), manifests)
     log_versions = {dist: version for dist, version, _ in findings.versions}
     verdicts = []
     for match in findings.matches:

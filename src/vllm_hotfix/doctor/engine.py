@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 from vllm_hotfix.doctor.normalise import ERROR_NEEDLES, is_error, normalise
 from vllm_hotfix.manifest import Manifest
-from vllm_hotfix.signatures import Signature
+from vllm_hotfix.signatures import Signature, literal_runs
 
 EPISODE = 200  # lines after a process's first error that still belong to it
 NAME_AT = 1.0  # score at which a hotfix is named
@@ -85,27 +85,56 @@ class _Rule:
     regex: re.Pattern
 
 
-def needles_for(rules: Sequence[_Rule]) -> tuple[bytes, ...]:
-    """The smallest set of literals such that every interesting line contains one of them."""
-    wanted = {r.signature.anchor for r in rules} | set(ERROR_NEEDLES) | {needle for needle, _, _ in VERSION_BANNERS}
-    minimal = [w for w in wanted if not any(o != w and o in w for o in wanted)]
-    return tuple(sorted(w.encode() for w in minimal))
+@dataclass(frozen=True)
+class Prefiltered:
+    """The lines of a chunk worth looking at: (0-based index of the line in the chunk, its bytes)."""
+
+    lines: tuple[tuple[int, bytes], ...]
+    count: int  # lines in the chunk (a last line without a newline counts)
 
 
-def candidate_offsets(chunk: bytes, needles: Iterable[bytes]) -> list[int]:
-    """Start offsets of the lines of ``chunk`` that contain one of ``needles``, sorted."""
+def join_parts(parts: Iterable[Prefiltered]) -> Prefiltered:
+    """Consecutive prefiltered chunks as one (line indexes continue across them)."""
+    lines: list[tuple[int, bytes]] = []
+    count = 0
+    for part in parts:
+        lines += [(count + index, raw) for index, raw in part.lines]
+        count += part.count
+    return Prefiltered(tuple(lines), count)
+
+
+def needles_for(manifests: Sequence[Manifest]) -> tuple[bytes, ...]:
+    """Few literals such that every line that can matter contains one: an error line, a version banner,
+    a line a signature matches. A signature whose literal text already contains a needle adds none
+    (each needle costs one ``bytes.find`` pass over the log)."""
+    needles = list(ERROR_NEEDLES) + [needle for needle, _, _ in VERSION_BANNERS]
+    for signature in sorted((s for m in manifests for s in m.signatures), key=lambda s: -len(s.anchor)):
+        runs = literal_runs(signature.pattern)
+        if not any(n in run for run in runs for n in needles):
+            needles.append(signature.anchor)
+    minimal = {n for n in needles if not any(o != n and o in n for o in needles)}
+    return tuple(sorted(n.encode() for n in minimal))
+
+
+def prefilter(chunk: bytes, needles: Iterable[bytes]) -> Prefiltered:
+    """The lines of ``chunk`` (whole lines) that contain one of ``needles``; pure, any process can run it."""
     starts: set[int] = set()
     find, rfind = chunk.find, chunk.rfind
     for needle in needles:
         at = find(needle)
         while at != -1:
-            start = rfind(b"\n", 0, at) + 1
-            starts.add(start)
+            starts.add(rfind(b"\n", 0, at) + 1)
             end = find(b"\n", at)
             if end == -1:
                 break
             at = find(needle, end + 1)
-    return sorted(starts)
+    lines, counted, index = [], 0, 0
+    for start in sorted(starts):
+        index += chunk.count(b"\n", counted, start)
+        counted = start
+        end = find(b"\n", start)
+        lines.append((index, chunk[start:] if end == -1 else chunk[start:end]))
+    return Prefiltered(tuple(lines), chunk.count(b"\n") + (0 if not chunk or chunk.endswith(b"\n") else 1))
 
 
 class _Scan:
@@ -117,25 +146,19 @@ class _Scan:
         self.noise = [r for r in rules if r.signature.role == "noise"]
         self.first = [r for r in rules if r.signature.role == "first-error"]
         self.anywhere = [r for r in rules if r.signature.role in ("context", "config")]
-        self.needles = needles_for(rules)
+        self.needles = needles_for(self.manifests)
         self.first_errors: dict[tuple[str, str], Line] = {}
         self.hits: dict[int, Evidence] = {}  # id(rule) -> its first evidence
         self.versions: dict[str, tuple[str, Line]] = {}
         self.lines = 0
 
-    def feed(self, source: str, chunks: Iterable[bytes]) -> None:
+    def feed(self, source: str, chunks: Iterable[bytes | Prefiltered]) -> None:
         base = 0  # lines of this source before the current chunk
         for chunk in chunks:
-            if not chunk:
-                continue
-            counted, seen = 0, 0  # newlines in chunk[:counted]
-            for start in candidate_offsets(chunk, self.needles):
-                seen += chunk.count(b"\n", counted, start)
-                counted = start
-                end = chunk.find(b"\n", start)
-                raw = chunk[start:] if end == -1 else chunk[start:end]
-                self.line(source, base + seen + 1, raw.decode("utf-8", "replace"))
-            base += chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+            part = chunk if isinstance(chunk, Prefiltered) else prefilter(chunk, self.needles)
+            for index, raw in part.lines:
+                self.line(source, base + index + 1, raw.decode("utf-8", "replace"))
+            base += part.count
         self.lines += base
 
     def line(self, source: str, lineno: int, raw: str) -> None:
@@ -186,8 +209,11 @@ def score(manifest: Manifest, evidence: Iterable[Evidence]) -> Match:
     return Match(manifest, round(sum(e.signature.weight for e in ordered), 3), tuple(ordered))
 
 
-def scan(sources: Iterable[tuple[str, Iterable[bytes]]], manifests: Sequence[Manifest]) -> Findings:
-    """Read every source (name, chunks of whole lines) once, in order; match ``manifests``' signatures."""
+def scan(sources: Iterable[tuple[str, Iterable[bytes | Prefiltered]]], manifests: Sequence[Manifest]) -> Findings:
+    """Read every source (name, chunks of whole lines) once, in order; match ``manifests``' signatures.
+
+    A chunk may also come prefiltered (``prefilter(chunk, needles_for(manifests))``, e.g. computed in
+    another process): the result is the same."""
     state = _Scan(manifests)
     names = []
     for name, chunks in sources:

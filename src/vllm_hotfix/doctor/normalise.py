@@ -26,13 +26,12 @@ PCI = re.compile(r"PCI:[0-9a-fA-F]{4}:[0-9a-fA-F:.]+")
 PID = re.compile(r"\bpid[=: ]\s?\d+")
 DEVICE = re.compile(r"\b(device id|device_id|Device|RankID|rank)([=:]\s?)-?\d+")
 
-ERROR_LINE = re.compile(
-    r"\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b(?::|$)"
+ERROR_LINE = re.compile(  # a bare "Traceback (most recent call last):" is not one: its exception line is
+    r"\b(?:ERROR|CRITICAL|FATAL)\b|\b[A-Z]\w*(?:Error|Exception)\b(?::|$)"
     r"|NVRM: Xid|Segmentation fault|\berror code is\b|CUDA error|CUDA_ERROR_\w+"
 )
 # substrings one of which every ERROR_LINE match contains (the prefilter's needles for error lines)
-ERROR_NEEDLES = ("ERROR", "CRITICAL", "FATAL", "Traceback", "Error", "Exception", "Xid", "Segmentation fault",
-                 "error code is", "CUDA")
+ERROR_NEEDLES = ("ERROR", "rror", "Exception", "CRITICAL", "FATAL", "NVRM: Xid", "Segmentation fault")
 
 MAIN = "main"  # the process of lines without a process prefix (kernel log, plain output)
 
