@@ -127,18 +127,42 @@ def test_help_documents_the_exit_codes(run_hotfix):
     assert "Exit codes of doctor:" in out and "9  no known issue matches" in out
 
 
-def test_the_two_core_split_of_a_big_file_gives_the_sequential_result(tmp_path):
+@pytest.mark.parametrize("grep", ["grep", ""], ids=["grep -F prefilter", "python prefilter"])
+def test_both_prefilters_give_the_result_of_plain_blocks(tmp_path, grep):
     from vllm_hotfix.catalog import Catalog
     from vllm_hotfix.commands.doctor import _parts, blocks
     from vllm_hotfix.doctor import scan
-    from vllm_hotfix.doctor.engine import Prefiltered, needles_for
+    from vllm_hotfix.doctor.engine import needles_for
 
-    log = tmp_path / "big.log"
-    log.write_bytes(b"".join(p.read_bytes() for p in (*MAMBA_LOGS, LOGS / "000-plog-5493.log", *MAMBA_LOGS)))
+    log = tmp_path / "big.log"  # more candidate lines than one grep batch, more bytes than one block
+    noise = b"(Worker_TP1 pid=277) ERROR 11-30 22:41:12 [w.py:1] retrying: Error 17\n"
+    filler = b"(APIServer pid=1) INFO 11-30 22:41:12 [loggers.py:123] Engine 000: Avg generation throughput: 61.2 tokens/s\n"
+    log.write_bytes(b"".join(p.read_bytes() for p in (*MAMBA_LOGS, LOGS / "000-plog-5493.log"))
+                    + (noise + filler * 20) * 12_000 + b"".join(p.read_bytes() for p in (LOGS / "000-server.log", *MAMBA_LOGS)))
     manifests = [m for m in Catalog.load(env={}).latest() if m.signatures]
     with open(log, "rb") as stream:
-        split = list(_parts(stream, stream, needles_for(manifests), split_min=1))
-    assert isinstance(split[-1], Prefiltered)  # the child's half
+        parts = list(_parts(stream, needles_for(manifests), grep=grep))
     with open(log, "rb") as stream:
-        sequential = list(blocks(stream, size=100))
-    assert scan([("big.log", split)], manifests) == scan([("big.log", sequential)], manifests)
+        plain = list(blocks(stream, size=1 << 16))
+    found = scan([("big.log", parts)], manifests)
+    assert found == scan([("big.log", plain)], manifests)
+    assert found.lines == 252_000 + 96 and found.matches[0].manifest.id == "mamba-align-block-size"
+
+
+@pytest.mark.real
+def test_real_vllm_0_30_0_needs_mamba_until_applied_and_0_32_0_has_it_upstream(run_hotfix, vllm_install, vllm_template):
+    venv = vllm_install("0.30.0")
+    done = doctor(run_hotfix, *MAMBA_LOGS, "--python", venv.python)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (f"mamba-align-block-size: needed, not applied → hotfix apply mamba-align-block-size --python {venv.python}"
+            " (or upgrade vllm to 0.32.0, fixed upstream)") in done.stdout
+    assert run_hotfix("apply", "mamba-align-block-size", "--python", venv.python).returncode == 0
+    done = doctor(run_hotfix, *MAMBA_LOGS, "--python", venv.python, "--json")
+    assert done.returncode == 0, done.stderr
+    (verdict,) = [v for v in json.loads(done.stdout)["verdicts"] if v["named"]]
+    assert (verdict["state"], verdict["next"]) == ("applied", f"hotfix verify mamba-align-block-size --python {venv.python}")
+
+    fixed = vllm_template("0.32.0")  # read only: doctor writes nothing
+    done = doctor(run_hotfix, *MAMBA_LOGS, "--python", fixed.python)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "mamba-align-block-size: fixed upstream" in done.stdout and "vllm 0.32.0 already contains the upstream fix" in done.stdout

@@ -1,7 +1,8 @@
 """`hotfix doctor [LOG ...]`: from a crash log to the hotfix (or advisory) that fixes it.
 
-Reads the logs (files, ``-`` for stdin, ``.gz`` by content) in blocks of whole lines, hands them to the
-pure engine (``vllm_hotfix.doctor``), then joins each named match with the target in ONE place,
+Reads the logs (files, ``-`` for stdin, ``.gz`` by content) in blocks of whole lines, prefiltered by
+``grep -F`` when there is one (else by the engine's own ``bytes.find``), hands them to the pure engine
+(``vllm_hotfix.doctor``), then joins each named match with the target in ONE place,
 ``_target_state``, which asks the code `hotfix status` uses. Exit codes: 1 a matched hotfix is needed
 (not applied, lost, drifted, or its state unknown), 0 every matched one is already in effect (applied,
 fixed upstream), 9 nothing known matches (or only for other releases).
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 import gzip
 import os
-import pickle
-import stat
+import shutil
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass
@@ -23,7 +24,6 @@ from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
 from vllm_hotfix.output import emit_json, note, say
 
 BLOCK = 8 << 20  # bytes read at a time: the engine sees whole lines, the file is never held
-SPLIT_MIN = 64 << 20  # a regular file at least this big is prefiltered on two cores (a forked child reads the second half)
 NEEDED = ("not-applied", "lost", "drifted", "unknown")
 IN_EFFECT = ("applied", "fixed-upstream")
 HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorded, but the files are back to baseline)",
@@ -54,14 +54,11 @@ class Verdict:
                      "explain": e.signature.explain} for e in self.evidence]}
 
 
-def blocks(stream: BinaryIO, size: int = BLOCK, limit: int | None = None) -> Iterator[bytes]:
-    """Chunks of whole lines (the last one may lack its newline); at most ``limit`` bytes are read."""
+def blocks(stream: BinaryIO, size: int = BLOCK) -> Iterator[bytes]:
+    """Chunks of whole lines (the last one may lack its newline)."""
     rest = b""
     while True:
-        if limit is not None:
-            size = min(size, limit)
-            limit -= size
-        data = stream.read(size) if size else b""
+        data = stream.read(size)
         if not data:
             if rest:
                 yield rest
@@ -95,60 +92,72 @@ def _sources(names: Sequence[str], needles: tuple[bytes, ...]) -> Iterator[tuple
     for name in names:
         label, stream, raw = _open(name)
         try:
-            yield label, _checked(label, _parts(stream, raw, needles))
+            yield label, _checked(label, _parts(stream, needles))
         finally:
             if raw is not sys.stdin.buffer:
                 raw.close()
 
 
-def _parts(stream: BinaryIO, raw: BinaryIO, needles: tuple[bytes, ...], split_min: int = SPLIT_MIN) -> Iterator:
-    """Blocks of the log; a big regular file's second half comes prefiltered by a forked child.
-
-    An optimisation only: if the child fails or sends nothing, this process reads the second half itself.
-    Lines appended to a live log after it was opened are not read.
-    """
-    from vllm_hotfix.doctor.engine import join_parts, prefilter
-
-    info = os.fstat(raw.fileno()) if stream is raw and hasattr(raw, "fileno") else None
-    if (info is None or not stat.S_ISREG(info.st_mode) or info.st_size - raw.tell() < split_min
-            or (os.cpu_count() or 1) < 2 or threading.active_count() > 1):
+def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None) -> Iterator:
+    """The log as the engine takes it: blocks of whole lines, or, where a ``grep`` binary exists,
+    prefiltered batches: ``grep -F`` (Aho-Corasick in C) finds the lines holding a needle while this
+    process only copies the bytes into its pipe and counts the lines. Same result either way."""
+    grep = grep if grep is not None else os.environ.get("HOTFIX_DOCTOR_GREP", shutil.which("grep") or "")
+    if not grep:
         yield from blocks(stream)
         return
-    start = raw.tell()
-    raw.seek(start + (info.st_size - start) // 2)
-    raw.readline()
-    cut, end = raw.tell(), info.st_size
-    reader, writer = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: prefilter [cut, end), send one pickled Prefiltered
-        status = 1
+    from vllm_hotfix.doctor.engine import Prefiltered
+
+    argv = [grep, "-F", "-n", "-a"] + [arg for needle in needles for arg in (b"-e", needle)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "LC_ALL": "C"})
+    counted: list[int] = []
+    failure: list[BaseException] = []
+
+    def pump() -> None:  # a thread: grep's output is read below while its input is written here
+        lines = 0
         try:
-            os.close(reader)
-            raw.seek(cut)
-            data = pickle.dumps(join_parts(prefilter(c, needles) for c in blocks(raw, limit=end - cut)))
-            with os.fdopen(writer, "wb") as out:
-                out.write(data)
-            status = 0
+            for chunk in blocks(stream):
+                lines += chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+                proc.stdin.write(chunk)
+        except BrokenPipeError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
+            failure.append(exc)
         finally:
-            os._exit(status)
-    os.close(writer)
+            counted.append(lines)
+            try:
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+
+    writer = threading.Thread(target=pump, daemon=True)
+    writer.start()
+    base, batch = 0, []
     try:
-        raw.seek(start)
-        yield from blocks(raw, limit=cut - start)
-        with os.fdopen(reader, "rb") as received:
-            data = received.read()
+        for out in proc.stdout:
+            number, _, text = out.partition(b":")
+            batch.append((int(number) - 1 - base, text.rstrip(b"\n")))
+            if len(batch) >= 10_000:
+                last = int(number)
+                yield Prefiltered(tuple(batch), last - base)
+                base, batch = last, []
+        writer.join()
+        if failure:
+            raise failure[0]
+        if proc.wait() > 1:
+            raise UsageError(f"{grep} failed (exit {proc.returncode}) while prefiltering the log",
+                             hint="HOTFIX_DOCTOR_GREP= (empty) makes doctor search in Python")
+        yield Prefiltered(tuple(batch), counted[0] - base)
     finally:
-        _, status = os.waitpid(pid, 0)
-    if status == 0 and data:
-        yield pickle.loads(data)
-    else:
-        raw.seek(cut)
-        yield from blocks(raw, limit=end - cut)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        writer.join()
 
 
-def _checked(label: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
+def _checked(label: str, parts: Iterator) -> Iterator:
     try:
-        yield from chunks
+        yield from parts
     except (OSError, EOFError) as exc:  # a truncated or corrupt .gz
         raise UsageError(f"{label}: cannot read: {exc}") from None
 

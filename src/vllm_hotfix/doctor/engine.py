@@ -93,16 +93,6 @@ class Prefiltered:
     count: int  # lines in the chunk (a last line without a newline counts)
 
 
-def join_parts(parts: Iterable[Prefiltered]) -> Prefiltered:
-    """Consecutive prefiltered chunks as one (line indexes continue across them)."""
-    lines: list[tuple[int, bytes]] = []
-    count = 0
-    for part in parts:
-        lines += [(count + index, raw) for index, raw in part.lines]
-        count += part.count
-    return Prefiltered(tuple(lines), count)
-
-
 def needles_for(manifests: Sequence[Manifest]) -> tuple[bytes, ...]:
     """Few literals such that every line that can matter contains one: an error line, a version banner,
     a line a signature matches. A signature whose literal text already contains a needle adds none
