@@ -122,6 +122,13 @@ def test_unreadable_log_is_one_line_exit_2(run_hotfix, tmp_path):
     assert done.returncode == 2 and "cut.log.gz: cannot read" in done.stderr
 
 
+def test_an_advisory_cannot_be_applied_and_show_gives_its_workaround(run_hotfix):
+    done = run_hotfix("apply", "flashinfer-mnnvl-allreduce", "--python", "/nonexistent/python")
+    assert done.returncode == 3 and "flashinfer-mnnvl-allreduce@1 is an advisory: there is no patch to apply" in done.stderr
+    shown = run_hotfix("show", "flashinfer-mnnvl-allreduce").stdout
+    assert "Kind: advisory" in shown and "Workaround:" in shown and "Patches, in order:" not in shown
+
+
 def test_help_documents_the_exit_codes(run_hotfix):
     out = run_hotfix("doctor", "--help").stdout
     assert "Exit codes of doctor:" in out and "9  no known issue matches" in out

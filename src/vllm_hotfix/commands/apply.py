@@ -54,6 +54,8 @@ def apply_hotfix(**options) -> int:
             raise UsageError("name a hotfix (`hotfix list` shows them) or give --patch FILE")
         hotfix_id, version = parse_ref(options["hotfix_id"])
         manifest = Catalog.load(options.get("catalogs") or ()).get(hotfix_id, version)
+        if manifest.kind == "advisory":
+            manifest.patches_for(None)  # refuses (exit 3, "is an advisory"), before any target is resolved
         target, spec = ops.resolve_manifest_target(manifest, python=options.get("python"), root=options.get("root"))
         ops.check_applicable(manifest, spec, target)
         ops.check_requires(manifest, ops.parse_checkouts(options.get("checkouts") or ()))
