@@ -46,6 +46,7 @@ def test_stdin_and_gzip_give_the_same_verdict_as_the_file(run_hotfix, tmp_path):
         (verdict,) = [v for v in report["verdicts"] if v["named"]]
         assert (verdict["id"], verdict["state"], verdict["confidence"]) == ("mamba-align-block-size", "unknown", "medium")
         assert report["exit_code"] == 1 and report["log_versions"] == {"vllm": "0.30.0"}
+        assert (verdict["next"], verdict["upgrade"]) == ("hotfix apply mamba-align-block-size --python PY", "vllm 0.32.0")
 
 
 def test_json_carries_first_errors_and_evidence(run_hotfix):
@@ -168,6 +169,7 @@ def test_real_vllm_0_30_0_needs_mamba_until_applied_and_0_32_0_has_it_upstream(r
     assert done.returncode == 0, done.stderr
     (verdict,) = [v for v in json.loads(done.stdout)["verdicts"] if v["named"]]
     assert (verdict["state"], verdict["next"]) == ("applied", f"hotfix verify mamba-align-block-size --python {venv.python}")
+    assert verdict["upgrade"] is None  # in effect: no alternative to offer
 
     fixed = vllm_template("0.32.0")  # read only: doctor writes nothing
     done = doctor(run_hotfix, *MAMBA_LOGS, "--python", fixed.python)

@@ -44,11 +44,12 @@ class Verdict:
     detail: str
     next: str | None
     evidence: tuple  # of engine Evidence
+    upgrade: str | None = None  # "vllm 0.32.0": the release with the fix, the alternative to a patch
 
     def to_json(self) -> dict:
         return {"id": self.id, "version": self.version, "kind": self.kind, "title": self.title, "named": self.named,
                 "score": self.score, "confidence": self.confidence, "state": self.state, "detail": self.detail,
-                "next": self.next, "evidence": [
+                "next": self.next, "upgrade": self.upgrade, "evidence": [
                     {"source": e.line.source, "line": e.line.lineno, "process": e.line.process,
                      "role": e.signature.role, "weight": e.signature.weight, "text": e.line.raw, "normalised": e.line.text,
                      "explain": e.signature.explain} for e in self.evidence]}
@@ -226,13 +227,13 @@ def run(*, logs: Sequence[str], python: str | None = None, root: Path | None = N
     verdicts = []
     for match in findings.matches:
         m = match.manifest
-        state, detail, next_cmd = ("", "", None)
+        state, detail, next_cmd, upgrade = ("", "", None, None)
         if match.named:
             state, detail, next_cmd = _target_state(m, python=python, root=root, catalog=catalog, log_versions=log_versions)
             if state in NEEDED and m.fixed_in is not None and m.fixed_in.version:
-                next_cmd = f"{next_cmd} (or upgrade {m.targets[0].distribution} to {m.fixed_in.version}, fixed upstream)"
+                upgrade = f"{m.targets[0].distribution} {m.fixed_in.version}"
         verdicts.append(Verdict(m.id, m.version, m.kind, m.title, match.score, match.confidence, match.named,
-                                state, detail, next_cmd, match.evidence))
+                                state, detail, next_cmd, match.evidence, upgrade))
     named = [v for v in verdicts if v.named]
     if any(v.state in NEEDED for v in named):
         code = int(ExitCode.NOT_IN_EFFECT)
@@ -266,7 +267,8 @@ def _print(findings, verdicts: list[Verdict], log_versions: dict[str, str], show
         say("no known issue matches these logs")
     for rank, v in enumerate(named, 1):
         say()
-        say(f"{rank}. {v.id}: {HEADLINE.get(v.state, v.state)}" + (f" → {v.next}" if v.next else ""))
+        alternative = f" (or upgrade {v.upgrade.replace(' ', ' to ', 1)}, fixed upstream)" if v.upgrade else ""
+        say(f"{rank}. {v.id}: {HEADLINE.get(v.state, v.state)}" + (f" → {v.next}{alternative}" if v.next else ""))
         say(f"   {'advisory' if v.kind == 'advisory' else 'hotfix'} @{v.version}: {v.title}")
         say(f"   confidence {v.confidence} (score {v.score:g}); target: {v.detail}" if v.detail else
             f"   confidence {v.confidence} (score {v.score:g})")
