@@ -26,11 +26,13 @@ CATALOG = Path(__file__).resolve().parent.parent
 MANIFESTS = sorted((CATALOG / "manifests").glob("*.toml"))
 MAMBA_FILE = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 DOCUMENTED_KEYS = {"schema", "id", "version", "title", "description", "symptoms", "fixed_in", "supersedes",
-                   "references", "targets", "patches", "requires", "checks"}
+                   "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by"}
 
 
-def test_catalog_has_the_three_hotfixes():
+def test_catalog_has_the_three_hotfixes_and_the_advisories():
     assert {"glm-conv-null-slot", "mamba-align-block-size", "qwen38-flash-next"} <= {m.stem for m in MANIFESTS}
+    assert {"flashinfer-mnnvl-allreduce", "qwen38-ple-placeholder", "qwen38-response-format-500",
+            "qwen38-draft-rejected-assert"} <= {m.stem for m in MANIFESTS}
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.stem)
@@ -39,8 +41,14 @@ def test_manifest_is_toml_with_documented_keys(path):
     assert set(raw) <= DOCUMENTED_KEYS
     assert raw["schema"] == 1 and raw["id"] == path.stem
     manifest = load_manifest(path)
-    assert manifest.title and manifest.description and manifest.symptoms and manifest.references
-    assert manifest.checks
+    assert manifest.title and manifest.description and manifest.references
+    assert not manifest.symptoms, "the built-in manifests say what a crash looks like with [[signatures]]"
+    roles = [s.role for s in manifest.signatures]
+    assert "first-error" in roles and sum(s.weight for s in manifest.signatures if s.weight > 0) >= 1.0
+    if manifest.kind == "advisory":
+        assert manifest.workaround and not manifest.patches and not manifest.checks
+    else:
+        assert manifest.checks and manifest.patches
 
 
 def _file_patches():

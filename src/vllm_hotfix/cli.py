@@ -26,6 +26,7 @@ Exit codes:
   6  write failed (read-only file system, disk full); all files restored
   7  busy: another hotfix process holds the target's lock
   8  invalid input: malformed diff, manifest or lock file
+  9  doctor: no known issue matches the logs
   70 internal error (HOTFIX_DEBUG=1 shows the traceback)
 """
 
@@ -227,6 +228,43 @@ def show_cmd(hotfix_id, catalogs, as_json) -> None:
     from vllm_hotfix.commands import show as command
 
     _exit(command.run(hotfix_id=hotfix_id, catalogs=tuple(catalogs), as_json=as_json))
+
+
+DOCTOR_EXIT_HELP = """\b
+Exit codes of doctor:
+  0  a known issue matches, and its fix is already in effect (applied / fixed upstream)
+  1  a known issue matches and its fix is needed (not applied, lost, drifted, state unknown)
+  2  usage error (unreadable log, bad option)
+  8  invalid manifest in the catalog
+  9  no known issue matches (or only ones for other releases)
+"""
+
+
+@cli.command("doctor", short_help="Find the known issue (and its fix) behind a crash log.", epilog=DOCTOR_EXIT_HELP)
+@click.argument("logs", nargs=-1, metavar="[LOG]...")
+@python_option
+@root_option
+@click.option("--all", "show_all", is_flag=True, help="List the first error of every process, not only the first 8.")
+@catalog_option
+@json_option
+def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
+    """Read crash logs (files, '-' for stdin, .gz too) and name the hotfix or advisory that fixes the crash.
+
+    Finds the first error of every process (vLLM's (EngineCore_DP0 pid=...) / (Worker_TP3 ...) prefixes,
+    CANN plog pids, one file = one process otherwise), matches the catalog's [[signatures]], and with
+    --python / --root checks whether the fix is already in effect on that target. Prints a ranked
+    verdict with the evidence lines (file:line), the confidence and the command to run next.
+
+    \b
+    Examples:
+      docker logs vllm 2>&1 | hotfix doctor - --python /opt/venv/bin/python
+      hotfix doctor vllm.log.gz dmesg.txt --json
+      hotfix doctor ~/ascend/log/debug/plog/*.log server.log --root /vllm-workspace/vllm-ascend
+    """
+    from vllm_hotfix.commands import doctor as command
+
+    _exit(command.run(logs=tuple(logs), python=python, root=root, catalogs=tuple(catalogs), as_json=as_json,
+                      show_all=show_all))
 
 
 @cli.command("new", short_help="Author a hotfix from an upstream commit or a hand-edited install.")

@@ -17,6 +17,7 @@ class ExitCode(enum.IntEnum):
     WRITE_FAILED = 6  # a write failed (read-only FS, disk full, permission); everything was restored
     BUSY = 7  # another hotfix process holds the target's lock
     INVALID_INPUT = 8  # malformed diff, manifest or lock file
+    NO_MATCH = 9  # doctor: no known issue matches the logs (or only ones for other releases)
     INTERNAL = 70  # a bug in vllm-hotfix; rerun with HOTFIX_DEBUG=1 for a traceback
 
 

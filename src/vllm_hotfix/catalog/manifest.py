@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix.catalog.signatures import Signature, _signature
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,6 +30,7 @@ SCHEMA = 1
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]*")
 COMMIT_PATTERN = re.compile(r"[0-9a-f]{7,40}")
 REFERENCE_KINDS = ("pr", "commit", "issue", "repo", "doc", "advisory")
+KINDS = ("hotfix", "advisory")  # advisory: a known issue with signatures and a workaround, no patch
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,11 @@ class Manifest:
     targets: tuple[TargetSpec, ...]
     patches: tuple[PatchSpec, ...]
     description: str = ""
-    symptoms: tuple[str, ...] = ()
+    symptoms: tuple[str, ...] = ()  # free text, kept for older manifests; doctor reads ``signatures``
+    kind: str = "hotfix"
+    signatures: tuple[Signature, ...] = ()
+    workaround: str | None = None  # advisories: what to do instead of a patch
+    fixed_by: str | None = None  # advisories: "ID@VERSION", the catalog hotfix (from that version on) that fixes it
     fixed_in: FixedIn | None = None
     supersedes: tuple[int | str, ...] = ()
     references: tuple[Reference, ...] = ()
@@ -212,6 +218,9 @@ class Manifest:
 
     def patches_for(self, version: str | Version | None) -> tuple[PatchSpec, ...]:
         """The patches to apply to ``version``: unranged ones always, ranged ones when they match."""
+        if self.kind == "advisory":
+            raise Refused(f"{self.ref} is an advisory: there is no patch to apply",
+                          hint=f"`hotfix show {self.id}` gives the workaround" + (f"; the fix is {self.fixed_by}" if self.fixed_by else ""))
         chosen = tuple(p for p in self.patches if p.versions is None or (version is not None and p.matches_version(version)))
         if not chosen:
             ranges = ", ".join(sorted({p.versions for p in self.patches if p.versions}))
@@ -308,7 +317,7 @@ def parse_toml(raw: bytes, source: str) -> dict[str, Any]:
 
 # --- validation -------------------------------------------------------------------------------
 
-_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "an array", dict: "a table"}
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "an array", dict: "a table"}
 
 
 def _type_name(value: Any) -> str:
@@ -555,7 +564,29 @@ def _reference(path: str, raw: Any, source: str) -> Reference:
 
 
 _TOP_KEYS = ("schema", "id", "version", "title", "description", "symptoms", "fixed_in", "supersedes",
-             "references", "targets", "patches", "requires", "checks")
+             "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by")
+
+
+def _kind_fields(top: _Table) -> tuple[str, str | None, str | None]:
+    """``kind``, ``workaround``, ``fixed_by``: an advisory has a workaround and no patches, a hotfix the reverse."""
+    kind = top.text("kind", default="hotfix")
+    if kind not in KINDS:
+        raise top.error("kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
+    workaround = top.text("workaround", required=kind == "advisory")
+    fixed_by = top.text("fixed_by")
+    if kind == "advisory":
+        for key in ("patches", "checks", "requires", "supersedes"):
+            if top.data.get(key):
+                raise top.error(key, "an advisory has no patches (kind = \"advisory\"); make it a hotfix or drop the key")
+        if fixed_by is not None:
+            ref, _, version = fixed_by.partition("@")
+            if not ID_PATTERN.fullmatch(ref) or not version:
+                raise top.error("fixed_by", f"expected ID@VERSION of the hotfix that fixes it, got {fixed_by!r}")
+    else:
+        for key, value in (("workaround", workaround), ("fixed_by", fixed_by)):
+            if value is not None:
+                raise top.error(key, "only for kind = \"advisory\"")
+    return kind, workaround, fixed_by
 
 
 def manifest_from_dict(data: Mapping[str, Any], source: str, *, source_path: Path | None = None,
@@ -575,6 +606,7 @@ def manifest_from_dict(data: Mapping[str, Any], source: str, *, source_path: Pat
     supersedes = tuple(_version_value(top, f"supersedes[{i}]", v) for i, v in enumerate(supersedes_raw))
     if any(str(v) == str(version) for v in supersedes):
         raise top.error("supersedes", f"version {version} cannot supersede itself")
+    kind, workaround, fixed_by = _kind_fields(top)
     return Manifest(
         schema=schema,
         id=hotfix_id,
@@ -582,11 +614,15 @@ def manifest_from_dict(data: Mapping[str, Any], source: str, *, source_path: Pat
         title=top.text("title", required=True),
         description=top.text("description", default="") or "",
         symptoms=top.strings("symptoms"),
+        kind=kind,
+        signatures=tuple(_signature(p, r, source) for p, r in top.tables("signatures")),
+        workaround=workaround,
+        fixed_by=fixed_by,
         fixed_in=_fixed_in(top),
         supersedes=supersedes,
         references=tuple(_reference(p, r, source) for p, r in top.tables("references")),
         targets=tuple(_target(p, r, source) for p, r in top.tables("targets", required=True)),
-        patches=tuple(_patch(p, r, source) for p, r in top.tables("patches", required=True)),
+        patches=tuple(_patch(p, r, source) for p, r in top.tables("patches", required=kind == "hotfix")),
         requires=tuple(_requirement(p, r, source) for p, r in top.tables("requires")),
         checks=tuple(_check(p, r, source) for p, r in top.tables("checks")),
         source=source_path,

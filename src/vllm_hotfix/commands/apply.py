@@ -47,6 +47,8 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
             raise UsageError("name a hotfix (`hotfix list` shows them) or give --patch FILE")
         ref_id, version = parse_ref(hotfix_id)
         manifest = Catalog.load(catalogs).get(ref_id, version)
+        if manifest.kind == "advisory":
+            manifest.patches_for(None)  # refuses (exit 3, "is an advisory"), before any target is resolved
         target, spec = resolver.for_manifest(manifest)
         check_applicable(manifest, spec, target)
         check_requires(manifest, parse_checkouts(checkouts))

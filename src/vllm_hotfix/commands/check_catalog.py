@@ -108,6 +108,8 @@ def _parse_versions(text: str | None) -> tuple[list[str] | None, SpecifierSet | 
 
 
 def _skip_reason(manifest: Manifest, target: TargetSpec) -> str:
+    if manifest.kind == "advisory":
+        return "advisory: no patch to check"
     if target.git is not None or target.versions is None:
         return "git target (check it on a checkout: hotfix apply --dry-run --root DIR)"
     kinds = {p.kind for p in manifest.patches}

@@ -23,7 +23,8 @@ def run(*, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:
         return 0
     rows = [("ID", "VERSION", "TARGET", "FIXED IN", "TITLE")]
     rows += [(m.id, str(m.version), "; ".join(t.describe() for t in m.targets),
-              m.fixed_in.describe() if m.fixed_in else "-", m.title) for m in catalog.latest()]
+              m.fixed_in.describe() if m.fixed_in else f"{m.fixed_by}+" if m.fixed_by else "-",
+              f"[advisory] {m.title}" if m.kind == "advisory" else m.title) for m in catalog.latest()]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         say("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
@@ -39,11 +40,13 @@ def summary(manifest: Manifest, *, latest: bool) -> dict[str, Any]:
     return {
         "id": manifest.id,
         "version": manifest.version,
+        "kind": manifest.kind,
         "latest": latest,
         "title": manifest.title,
         "targets": [{"distribution": t.distribution, "package": t.package, "versions": t.versions,
                      "git": asdict(t.git) if t.git else None} for t in manifest.targets],
         "fixed_in": asdict(manifest.fixed_in) if manifest.fixed_in else None,
         "supersedes": list(manifest.supersedes),
+        "fixed_by": manifest.fixed_by,
         "source": str(manifest.source) if manifest.source else None,
     }

@@ -74,7 +74,7 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         s = e["stats"]
         files = f"{s['files']} file" + ("s" if s["files"] != 1 else "")
         say(f"wrote {patch_dir / p.name} ({files} +{s['insertions']}/-{s['deletions']})")
-    note(f"check it: hotfix show {hotfix_id} --catalog {out_dir}; then fill in symptoms and description")
+    note(f"check it: hotfix show {hotfix_id} --catalog {out_dir}; then fill in [[signatures]] and description")
     return 0
 
 
@@ -242,7 +242,11 @@ def _toml_value(value: Any) -> str:
 
 
 def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[str, Any]]) -> str:
-    lines = [f"# {fields['comment']}", "# Fill in symptoms (the lines people will grep for) and fixed_in when known.",
+    lines = [f"# {fields['comment']}",
+             "# Fill in [[signatures]] (the log lines `hotfix doctor` recognises the crash by) and fixed_in when known:",
+             "#   [[signatures]]", "#   pattern = 'CUDA error: an illegal memory access was encountered'",
+             '#   role = "first-error"   # or context, config, noise', "#   weight = 0.5           # named at a total of 1.0",
+             '#   explain = "why this line means this bug"',
              "schema = 1", f"id = {_toml_value(hotfix_id)}", "version = 1",
              f"title = {_toml_value(fields['title'])}", f"description = {_toml_value(fields['description'])}",
              "symptoms = []", "supersedes = []"]

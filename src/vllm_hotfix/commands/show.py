@@ -30,16 +30,27 @@ def run(*, hotfix_id: str, catalogs: Sequence[Path] = (), as_json: bool = False)
 
 def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
     lines = [f"{m.id} (version {m.version}): {m.title}", ""]
+    if m.kind == "advisory":
+        lines.append("Kind: advisory (a known issue without a patch of its own)")
     if m.symptoms:
         lines.append("Symptoms:")
         lines += [f"  - {s}" for s in m.symptoms]
+    if m.signatures:
+        lines.append("Signatures (what `hotfix doctor` looks for in a log):")
+        lines += [f"  {s.role:<11} {s.weight:+.1f}  {s.pattern}\n{'':<20}{s.explain}" for s in m.signatures]
     if m.description:
         lines.append("Description:")
         lines += [f"  {line}".rstrip() for line in m.description.strip().splitlines()]
     lines.append("Applies to:")
     lines += [f"  {t.describe()} (import {t.package})" for t in m.targets]
     lines.append(f"Fixed upstream in: {m.fixed_in.describe() if m.fixed_in else 'not yet'}")
-    lines.append("Patches, in order:")
+    if m.fixed_by:
+        lines.append(f"Fixed by: hotfix {m.fixed_by} and later")
+    if m.workaround:
+        lines.append("Workaround:")
+        lines += [f"  {line}".rstrip() for line in m.workaround.strip().splitlines()]
+    if m.patches:
+        lines.append("Patches, in order:")
     for index, spec in enumerate(m.patches, 1):
         lines += _patch_lines(m, index, spec)
     if m.requires:
@@ -62,6 +73,9 @@ def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
                   for r in m.references]
     lines.append(f"Manifest: {m.source}")
     lines.append("")
+    if m.kind == "advisory":
+        lines.append("Check a log for it: hotfix doctor LOG")
+        return lines
     lines.append(f"Try it: hotfix apply {m.id} --dry-run" + (" --patch-file PATH" if any(p.kind == "external" for p in m.patches) else ""))
     return lines
 

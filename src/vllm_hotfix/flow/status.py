@@ -186,7 +186,7 @@ class Survey:
                 out.append(self._record_status(target, state, recorded))
         if with_catalog:
             for manifest in self.catalog.latest():
-                if manifest.id in seen:
+                if manifest.id in seen or manifest.kind == "advisory":  # no patch: nothing to be in effect
                     continue
                 try:
                     target, spec = self.resolver.for_manifest(manifest)

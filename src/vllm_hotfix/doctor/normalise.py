@@ -1,0 +1,80 @@
+"""One log line -> (process, normalised text, is it an error?). Pure, str in, str out.
+
+Handles the shapes the incident reports show: vLLM's ``(EngineCore_DP0 pid=4242) ERROR 11-30 22:49:06
+[core.py:710] ...`` (and ``Worker_TP3``, Ray's ``(RayWorkerWrapper pid=1, ip=...)``), CANN plog lines
+``[ERROR] RUNTIME(5493,python3):2026-11-30-09:55:33.588.123 [proc.cc:1548]5493 ...``, ``docker logs -t`` /
+``kubectl logs --timestamps`` ISO prefixes, ``dmesg`` / ``dmesg -T`` / journal kernel lines, ANSI colours.
+"""
+
+from __future__ import annotations
+
+import re
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# leading timestamps added by the collector, not by the process (may repeat: docker -t over dmesg -T)
+COLLECTOR_PREFIX = re.compile(
+    r"^(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+"  # ISO (docker -t, kubectl)
+    r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ [\d:]+ \d{4}\]\s*"  # dmesg -T
+    r"|\[\s*\d+\.\d+\]\s*"  # dmesg
+    r"|[A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \S+ kernel: )"  # journal / syslog
+)
+VLLM_PROCESS = re.compile(r"^\(([^()]*?)\s*pid=(\d+)[^()]*\)\s*")
+VLLM_LEVEL_TIME = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? ")
+PLOG = re.compile(r"^\[(ERROR|WARNING|INFO|DEBUG|EVENT|TRACE)\] ([A-Za-z_][\w-]*)\((\d+),[^)]*\):\S+ (?:\[([^\]]+)\]\d*\s*)?")
+HEX = re.compile(r"0x[0-9a-fA-F]{8,}")
+PCI = re.compile(r"PCI:[0-9a-fA-F]{4}:[0-9a-fA-F:.]+")
+PID = re.compile(r"\bpid[=: ]\s?\d+")
+DEVICE = re.compile(r"\b(device id|device_id|Device|RankID|rank)([=:]\s?)-?\d+")
+
+ERROR_LINE = re.compile(  # a bare "Traceback (most recent call last):" is not one: its exception line is
+    r"\b(?:ERROR|CRITICAL|FATAL)\b|\b[A-Z]\w*(?:Error|Exception)\b(?::|$)"
+    r"|NVRM: Xid|Segmentation fault|\berror code is\b|CUDA error|CUDA_ERROR_\w+"
+)
+# substrings one of which every ERROR_LINE match contains (the prefilter's needles for error lines)
+ERROR_NEEDLES = ("ERROR", "rror", "Exception", "CRITICAL", "FATAL", "NVRM: Xid", "Segmentation fault")
+
+MAIN = "main"  # the process of lines without a process prefix (kernel log, plain output)
+
+
+def normalise(raw: str) -> tuple[str, str]:
+    """``(process, text)``: the process the line belongs to and the line without the volatile parts.
+
+    ``text`` keeps the level word and the message; it loses ANSI colours, collector timestamps, the
+    ``(Name pid=N)`` prefix (it becomes ``process``), vLLM's date, plog's pid and time, and numbers that
+    differ from run to run: hex addresses (``0x…``), PCI ids (``PCI:…``), pids (``pid=N``), device and
+    rank ids (``device id=N``).
+    """
+    text = ANSI.sub("", raw).rstrip("\r\n")
+    while True:
+        found = COLLECTOR_PREFIX.match(text)
+        if not found or not found.end():
+            break
+        text = text[found.end():]
+    process = MAIN
+    found = VLLM_PROCESS.match(text)
+    if found:
+        process = f"{found.group(1) or 'pid'} pid={found.group(2)}"
+        text = text[found.end():]
+    found = VLLM_LEVEL_TIME.match(text)
+    if found:
+        text = f"{found.group(1)} {text[found.end():]}"
+    else:
+        found = PLOG.match(text)
+        if found:
+            if process == MAIN:
+                process = f"pid={found.group(3)}"
+            where = f" [{found.group(4)}]" if found.group(4) else ""
+            text = f"[{found.group(1)}] {found.group(2)}{where} {text[found.end():]}"
+    if "0x" in text:
+        text = HEX.sub("0x…", text)
+    if "PCI:" in text:
+        text = PCI.sub("PCI:…", text)
+    if "pid" in text:
+        text = PID.sub("pid=N", text)
+    text = DEVICE.sub(r"\1\2N", text)
+    return process, text.strip()
+
+
+def is_error(text: str) -> bool:
+    """Does a normalised line report an error (level ERROR/CRITICAL, an exception, a CUDA/NPU error, an Xid)?"""
+    return ERROR_LINE.search(text) is not None

@@ -1,0 +1,177 @@
+"""`hotfix doctor` through the real CLI: log files, stdin, gzip, --json, exit codes, the join with a target."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fixtures.ascend import make_vllm_ascend_checkout
+from fixtures.qwen import make_qwen_standin
+from test_apply_hotfix import _standin_catalogs
+from test_manifest import write_manifest
+from test_manifest_signatures import advisory_data
+
+LOGS = Path(__file__).resolve().parents[1] / "doctor" / "logs"
+MAMBA_LOGS = (LOGS / "001-mamba-align.log", LOGS / "001-dmesg.txt")
+
+
+def doctor(run_hotfix, *args, **kwargs):
+    done = run_hotfix("doctor", *args, **kwargs)
+    assert "Traceback" not in done.stderr
+    return done
+
+
+def test_001_without_a_target_names_mamba_from_the_logs_release(run_hotfix):
+    done = doctor(run_hotfix, *MAMBA_LOGS)
+    assert done.returncode == 1, done.stderr
+    assert ("1. mamba-align-block-size: needed? state unknown → hotfix apply mamba-align-block-size --python PY "
+            "(or upgrade vllm to 0.32.0, fixed upstream)") in done.stdout
+    assert "the log's vllm 0.30.0 is affected" in done.stdout
+    assert f"{MAMBA_LOGS[0]}:22" in done.stdout and "confidence high" in done.stdout
+
+
+def test_stdin_and_gzip_give_the_same_verdict_as_the_file(run_hotfix, tmp_path):
+    packed = tmp_path / "server.log.gz"
+    packed.write_bytes(gzip.compress(MAMBA_LOGS[0].read_bytes()))
+    from_file = json.loads(doctor(run_hotfix, packed, "--json").stdout)
+    from_stdin = doctor(run_hotfix, "-", "--json", input=MAMBA_LOGS[0].read_text())
+    assert from_stdin.returncode == 1
+    piped = json.loads(from_stdin.stdout)
+    assert piped["sources"] == ["<stdin>"] and from_file["sources"] == [str(packed)]
+    for report in (from_file, piped):
+        (verdict,) = [v for v in report["verdicts"] if v["named"]]
+        assert (verdict["id"], verdict["state"], verdict["confidence"]) == ("mamba-align-block-size", "unknown", "medium")
+        assert report["exit_code"] == 1 and report["log_versions"] == {"vllm": "0.30.0"}
+        assert (verdict["next"], verdict["upgrade"]) == ("hotfix apply mamba-align-block-size --python PY", "vllm 0.32.0")
+
+
+def test_json_carries_first_errors_and_evidence(run_hotfix):
+    report = json.loads(doctor(run_hotfix, *MAMBA_LOGS, "--json").stdout)
+    assert report["lines"] == 34
+    assert {"source": str(MAMBA_LOGS[0]), "line": 16, "process": "Worker_TP0 pid=276"}.items() <= report["first_errors"][0].items()
+    evidence = report["verdicts"][0]["evidence"]
+    assert evidence[0]["role"] == "first-error" and evidence[0]["line"] == 22
+    assert evidence[0]["normalised"].endswith("CUDA error: an illegal memory access was encountered")
+    assert all(e["explain"] for e in evidence)
+
+
+@pytest.mark.parametrize("log, code, expected", [
+    ("001-no-align.log", 9, "no known issue matches these logs"),
+    ("001-vllm-0.24.0.log", 9, "mamba-align-block-size: not applicable"),
+])
+def test_negative_cases(run_hotfix, log, code, expected):
+    done = doctor(run_hotfix, LOGS / log)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert expected in done.stdout
+
+
+def test_a_log_of_a_release_with_the_fix_says_fixed_upstream(run_hotfix, tmp_path):
+    log = tmp_path / "0.32.log"
+    log.write_text(MAMBA_LOGS[0].read_text().replace("0.30.0", "0.32.0"))
+    done = doctor(run_hotfix, log)
+    assert done.returncode == 0
+    assert "mamba-align-block-size: fixed upstream" in done.stdout and "already contains the fix (0.32.0)" in done.stdout
+
+
+def test_000_507011_with_another_first_error_names_nothing(run_hotfix):
+    done = doctor(run_hotfix, LOGS / "000-server.log", LOGS / "000-plog-other-first-error.log")
+    assert done.returncode == 9 and "glm-conv-null-slot" not in done.stdout
+    assert "aclnnFusedInferAttentionScoreV3 failed, error code 561002" in done.stdout  # shown as the first error
+
+
+def test_000_on_the_checkout_needed_then_already_applied(run_hotfix, tmp_path):
+    checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
+    logs = (LOGS / "000-server.log", LOGS / "000-plog-5493.log")
+    done = doctor(run_hotfix, *logs, "--root", checkout)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"glm-conv-null-slot: needed, not applied → hotfix apply glm-conv-null-slot --root {checkout}" in done.stdout
+    assert run_hotfix("apply", "glm-conv-null-slot", "--root", checkout).returncode == 0
+    done = doctor(run_hotfix, *logs, "--root", checkout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"glm-conv-null-slot: already applied → hotfix verify glm-conv-null-slot --root {checkout}" in done.stdout
+
+
+def test_004_advisories_fixed_by_a_hotfix_version_join_with_the_recorded_version(run_hotfix, tmp_path):
+    standin = make_qwen_standin(tmp_path)
+    catalogs = _standin_catalogs(standin)
+    assert run_hotfix("apply", "qwen-standin@5", "--root", standin.checkout, *catalogs,
+                      "--patch-file", standin.v5_patch).returncode == 0
+    ours = tmp_path / "advisories"
+    for hotfix_id, fixed_by in (("placeholder-v3", "qwen-standin@3"), ("placeholder-v6", "qwen-standin@6")):
+        data = advisory_data(id=hotfix_id, fixed_by=fixed_by, targets=[{"distribution": "vllm-ascend", "git": {"tag": "v0.26.0rc1"}}],
+                             signatures=[{"pattern": r"PLE\w* placeholder", "role": "first-error", "weight": 0.6, "explain": "p"},
+                                         {"pattern": "async_scheduling=True", "role": "config", "weight": 0.5, "explain": "a"}])
+        write_manifest(ours, data)
+    done = doctor(run_hotfix, LOGS / "004-qwen-ple-placeholder.log", "--root", standin.checkout, *catalogs, "--catalog", ours, "--json")
+    assert done.returncode == 1, done.stderr
+    states = {v["id"]: (v["state"], v["next"]) for v in json.loads(done.stdout)["verdicts"] if v["named"]}
+    assert states["placeholder-v3"] == ("applied", f"hotfix verify qwen-standin --root {standin.checkout}")
+    assert states["placeholder-v6"] == ("not-applied", f"hotfix apply qwen-standin --root {standin.checkout} --patch-file PATH")
+    assert states["qwen38-ple-placeholder"][0] == "unknown"  # the built-in one: qwen38-flash-next needs its patch file
+
+
+def test_unreadable_log_is_one_line_exit_2(run_hotfix, tmp_path):
+    done = doctor(run_hotfix, tmp_path / "missing.log")
+    assert done.returncode == 2 and done.stderr.count("\n") <= 2 and "missing.log: cannot read" in done.stderr
+    broken = tmp_path / "cut.log.gz"
+    broken.write_bytes(gzip.compress(MAMBA_LOGS[0].read_bytes())[:200])
+    done = doctor(run_hotfix, broken)
+    assert done.returncode == 2 and "cut.log.gz: cannot read" in done.stderr
+
+
+def test_an_advisory_cannot_be_applied_and_show_gives_its_workaround(run_hotfix):
+    done = run_hotfix("apply", "flashinfer-mnnvl-allreduce", "--python", "/nonexistent/python")
+    assert done.returncode == 3 and "flashinfer-mnnvl-allreduce@1 is an advisory: there is no patch to apply" in done.stderr
+    shown = run_hotfix("show", "flashinfer-mnnvl-allreduce").stdout
+    assert "Kind: advisory" in shown and "Workaround:" in shown and "Patches, in order:" not in shown
+
+
+def test_help_documents_the_exit_codes(run_hotfix):
+    out = run_hotfix("doctor", "--help").stdout
+    assert "Exit codes of doctor:" in out and "9  no known issue matches" in out
+
+
+@pytest.mark.parametrize("grep", ["grep", ""], ids=["grep -F prefilter", "python prefilter"])
+def test_both_prefilters_give_the_result_of_plain_blocks(tmp_path, grep):
+    from vllm_hotfix.catalog.index import Catalog
+    from vllm_hotfix.commands.doctor import _parts, blocks
+    from vllm_hotfix.doctor import scan
+    from vllm_hotfix.doctor.engine import needles_for
+
+    log = tmp_path / "big.log"  # more candidate lines than one grep batch, more bytes than one block
+    noise = b"(Worker_TP1 pid=277) ERROR 11-30 22:41:12 [w.py:1] retrying: Error 17\n"
+    filler = b"(APIServer pid=1) INFO 11-30 22:41:12 [loggers.py:123] Engine 000: Avg generation throughput: 61.2 tokens/s\n"
+    log.write_bytes(b"".join(p.read_bytes() for p in (*MAMBA_LOGS, LOGS / "000-plog-5493.log"))
+                    + (noise + filler * 20) * 12_000 + b"".join(p.read_bytes() for p in (LOGS / "000-server.log", *MAMBA_LOGS)))
+    manifests = [m for m in Catalog.load(env={}).latest() if m.signatures]
+    with open(log, "rb") as stream:
+        parts = list(_parts(stream, needles_for(manifests), grep=grep))
+    with open(log, "rb") as stream:
+        plain = list(blocks(stream, size=1 << 16))
+    found = scan([("big.log", parts)], manifests)
+    assert found == scan([("big.log", plain)], manifests)
+    assert found.lines == 252_000 + 96 and found.matches[0].manifest.id == "mamba-align-block-size"
+
+
+@pytest.mark.real
+def test_real_vllm_0_30_0_needs_mamba_until_applied_and_0_32_0_has_it_upstream(run_hotfix, vllm_install, vllm_template):
+    venv = vllm_install("0.30.0")
+    done = doctor(run_hotfix, *MAMBA_LOGS, "--python", venv.python)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (f"mamba-align-block-size: needed, not applied → hotfix apply mamba-align-block-size --python {venv.python}"
+            " (or upgrade vllm to 0.32.0, fixed upstream)") in done.stdout
+    assert run_hotfix("apply", "mamba-align-block-size", "--python", venv.python).returncode == 0
+    done = doctor(run_hotfix, *MAMBA_LOGS, "--python", venv.python, "--json")
+    assert done.returncode == 0, done.stderr
+    (verdict,) = [v for v in json.loads(done.stdout)["verdicts"] if v["named"]]
+    assert (verdict["state"], verdict["next"]) == ("applied", f"hotfix verify mamba-align-block-size --python {venv.python}")
+    assert verdict["upgrade"] is None  # in effect: no alternative to offer
+
+    fixed = vllm_template("0.32.0")  # read only: doctor writes nothing
+    done = doctor(run_hotfix, *MAMBA_LOGS, "--python", fixed.python)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "mamba-align-block-size: fixed upstream" in done.stdout and "vllm 0.32.0 already contains the upstream fix" in done.stdout

@@ -1,0 +1,88 @@
+"""Manifest `[[signatures]]` and `kind = "advisory"`: loaded strictly, errors name the key path."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_manifest import _drop, _set, manifest_data, write_manifest
+from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix.catalog.manifest import load_manifest
+from vllm_hotfix.catalog.signatures import literal_anchor
+
+SIGNATURES = [
+    {"pattern": r"CUDA error: an illegal memory access", "role": "first-error", "weight": 0.5, "explain": "the crash"},
+    {"pattern": r"Mamba cache mode is set to 'align'", "role": "config", "weight": 0.5, "explain": "align mode"},
+    {"pattern": r"speculative_config=SpeculativeConfig\(method='\w*mtp'", "role": "config", "weight": -0.5,
+     "explain": "MTP hides it"},
+    {"pattern": "tiling入口", "role": "noise", "explain": "a debug print at ERROR level"},
+]
+
+
+def advisory_data(**changes) -> dict:
+    data = manifest_data(**{"kind": "advisory", "workaround": "Use the trtllm backend.", "signatures": SIGNATURES[:2], **changes})
+    for key in ("patches", "checks", "requires", "supersedes", "fixed_in"):
+        data.pop(key, None)
+    data.update((k, v) for k, v in changes.items() if k == "fixed_in")
+    return data
+
+
+def test_signatures_load_with_their_prefilter_anchor(tmp_path):
+    m = load_manifest(write_manifest(tmp_path, manifest_data(signatures=SIGNATURES)))
+    assert [(s.role, s.weight) for s in m.signatures] == [("first-error", 0.5), ("config", 0.5), ("config", -0.5), ("noise", 0.0)]
+    assert m.signatures[2].anchor == "speculative_config=SpeculativeConfig(method='"
+    assert m.kind == "hotfix" and m.symptoms  # the free-text symptoms of older manifests still load
+
+
+@pytest.mark.parametrize("pattern, anchor", [
+    (r"NVRM: Xid \(PCI:[^)]*\): 13\b.*Out Of Range Address", "Out Of Range Address"),
+    (r"(?:foo|bar)bazz", "bazz"), (r"ab+cdef", "cdef"), (r"(?i)hello", ""), (r"[Ss]tructured output", "tructured output"),
+])
+def test_literal_anchor_is_text_every_match_contains(pattern, anchor):
+    assert literal_anchor(pattern) == anchor
+
+
+INVALID = [
+    (_set(("signatures",), [dict(SIGNATURES[0], pattern="illegal (memory")]),
+     "signatures[0].pattern: invalid regular expression: missing ), unterminated subpattern"),
+    (_set(("signatures",), [SIGNATURES[0], dict(SIGNATURES[1], pattern=r"\d+|x")]),
+     "signatures[1].pattern: needs a literal text of at least 3 characters"),
+    (_set(("signatures",), [dict(SIGNATURES[0], role="crash")]),
+     "signatures[0].role: expected one of first-error, context, config, noise, got 'crash'"),
+    (_set(("signatures",), [dict(SIGNATURES[0], weight=1.0)]),
+     "signatures[0].weight: must be at least -1 and below 1 (one line alone never names a hotfix), got 1.0"),
+    (_set(("signatures",), [dict(SIGNATURES[0], weight="high")]), "signatures[0].weight: expected an integer or a number, got a string"),
+    (_set(("signatures",), [dict(SIGNATURES[3], weight=0.2)]), "signatures[0].weight: a noise signature does not score"),
+    (_set(("signatures",), [{k: v for k, v in SIGNATURES[0].items() if k != "explain"}]), "signatures[0].explain: missing required key"),
+    (_set(("signatures",), [dict(SIGNATURES[0], why="x")]), "signatures[0].why: unknown key"),
+    (_set(("kind",), "bug"), "kind: expected one of hotfix, advisory, got 'bug'"),
+    (_set(("workaround",), "restart"), 'workaround: only for kind = "advisory"'),
+]
+
+
+def assert_invalid(tmp_path, data: dict, change, expected: str) -> None:
+    change(data)
+    path = write_manifest(tmp_path, data, name="x")
+    with pytest.raises(InvalidInput) as caught:
+        load_manifest(path)
+    assert caught.value.message.startswith(f"{path}: {expected}") and caught.value.exit_code == 8
+
+
+@pytest.mark.parametrize("change, expected", INVALID, ids=[e for _, e in INVALID])
+def test_invalid_signatures_name_file_and_key_path(tmp_path, change, expected):
+    assert_invalid(tmp_path, manifest_data(), change, expected)
+
+
+def test_an_advisory_has_signatures_and_a_workaround_and_no_patch(tmp_path):
+    m = load_manifest(write_manifest(tmp_path, advisory_data(fixed_by="demo-fix@3")))
+    assert (m.kind, m.patches, m.workaround, m.fixed_by) == ("advisory", (), "Use the trtllm backend.", "demo-fix@3")
+    with pytest.raises(Refused, match="is an advisory: there is no patch to apply"):
+        m.patches_for("0.30.0")
+
+
+@pytest.mark.parametrize("change, expected", [
+    (_set(("patches",), [{"file": "x.patch", "sha256": "0" * 64}]), "patches: an advisory has no patches"),
+    (_drop("workaround"), "workaround: missing required key"),
+    (_set(("fixed_by",), "demo-fix"), "fixed_by: expected ID@VERSION of the hotfix that fixes it, got 'demo-fix'"),
+])
+def test_invalid_advisories(tmp_path, change, expected):
+    assert_invalid(tmp_path, advisory_data(), change, expected)
