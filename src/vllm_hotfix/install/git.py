@@ -75,7 +75,9 @@ def _resolve(repo, rev: str) -> str | None:
 
 def _status(repo) -> list[tuple[str, str]]:
     """(code, path) for every changed or untracked file, paths relative to the work tree."""
-    raw = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all")
+    # GIT_OPTIONAL_LOCKS=0: a status query must not rewrite the user's .git/index (as `git status` does
+    # opportunistically), so looking at a checkout never writes to it.
+    raw = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", env={"GIT_OPTIONAL_LOCKS": "0"})
     fields = raw.split("\0")
     result = []
     i = 0
