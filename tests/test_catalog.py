@@ -9,7 +9,7 @@ import pytest
 from fixtures.manifests import manifest_data, write_manifest
 from vllm_hotfix.catalog.index import builtin_dir, Catalog, parse_ref
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
-from vllm_hotfix.catalog.manifest import check_stats, verify_patch_bytes
+from vllm_hotfix.catalog.model import check_stats, verify_patch_bytes
 
 BUILTIN_IDS = {m.id for m in Catalog.load(env={}).all()}
 

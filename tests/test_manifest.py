@@ -12,7 +12,8 @@ import pytest
 
 from vllm_hotfix.errors import InvalidInput, Refused
 from fixtures.manifests import BASE, MD5, PATCH_BYTES, SHA, manifest_data, toml_value, write_manifest  # noqa: F401
-from vllm_hotfix.catalog.manifest import PatchSpec, PatchStats, check_stats, load_manifest, verify_patch_bytes
+from vllm_hotfix.catalog.model import PatchSpec, PatchStats, check_stats, verify_patch_bytes
+from vllm_hotfix.catalog.manifest import load_manifest
 
 
 def test_a_complete_manifest_loads_into_frozen_dataclasses(tmp_path):

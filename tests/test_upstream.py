@@ -13,7 +13,7 @@ from fixtures.gitrepo import git
 from vllm_hotfix.catalog.index import builtin_dir
 from vllm_hotfix.core.diff import parse_patch
 from vllm_hotfix.errors import Refused
-from vllm_hotfix.catalog.manifest import PatchSpec
+from vllm_hotfix.catalog.model import PatchSpec
 from vllm_hotfix.catalog.upstream import find_commit_source, load_commit_patch, load_pinned_commit, pinned_sha256
 
 BUILTIN_0001 = next((builtin_dir() / "patches" / "glm-conv-null-slot").glob("0001-*.patch"))

@@ -12,7 +12,8 @@ from fixtures.ascend import CAUSAL_CONV1D, RELEASE_NOTE, make_upstream_clone, ma
 from vllm_hotfix.catalog.index import builtin_dir
 from vllm_hotfix.core.apply import plan_patch
 from vllm_hotfix.core.diff import parse_patch
-from vllm_hotfix.catalog.manifest import load_manifest, verify_patch_bytes
+from vllm_hotfix.catalog.model import verify_patch_bytes
+from vllm_hotfix.catalog.manifest import load_manifest
 from vllm_hotfix.catalog.upstream import WheelReader
 
 ZERO_PATCH = builtin_dir() / "patches" / "glm-conv-null-slot" / "0002-zero-the-conv-state-null-slot-row.patch"

@@ -9,8 +9,9 @@ import pytest
 
 from vllm_hotfix.core.apply import FileEdit, Plan
 from vllm_hotfix.errors import Refused, WriteFailed
-from vllm_hotfix.txn import journal
-from vllm_hotfix.txn.journal import commit, recover
+from vllm_hotfix.txn import journal, recovery
+from vllm_hotfix.txn.journal import commit
+from vllm_hotfix.txn.recovery import recover
 
 BEFORE = {
     "pkg/mod.py": b"def f():\n    return 1\n",
@@ -216,9 +217,9 @@ def test_recover_target_restores_a_killed_apply_and_says_so(tree, tmp_path, caps
     script = CRASHER.format(tests=str(Path(__file__).parent))
     proc = subprocess.run([sys.executable, "-c", script, "3", "kill", str(tree), str(jdir)])
     assert proc.returncode == -signal.SIGKILL
-    journal.recover_target(tree)
+    recovery.recover_target(tree)
     assert snapshot(tree) == before
     assert capsys.readouterr().err == (
         f"hotfix: recovered an interrupted apply on {tree}: 2 file(s) restored, 0 created file(s) removed\n")
-    journal.recover_target(tree)
+    recovery.recover_target(tree)
     assert capsys.readouterr().err == ""

@@ -15,7 +15,8 @@ from typing import Iterable, Mapping
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
-from vllm_hotfix.catalog.manifest import Manifest, load_manifest
+from vllm_hotfix.catalog.model import Manifest
+from vllm_hotfix.catalog.manifest import load_manifest
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 BUNDLED_DIR = _PACKAGE_DIR / "_catalog"  # where the wheel carries the project's top-level manifests/ + patches/

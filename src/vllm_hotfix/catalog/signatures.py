@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_hotfix.catalog.table import _Table
+
 ROLES = ("first-error", "context", "config", "noise")
 MIN_ANCHOR = 3  # characters of literal text every pattern must contain (the prefilter's needle)
 
@@ -92,7 +94,6 @@ def _has_branch(items: Any) -> bool:
 
 def _signature(path: str, raw: Any, source: str) -> Signature:
     """Validate one ``[[signatures]]`` table (manifest.py's strict style, errors name the key path)."""
-    from vllm_hotfix.catalog.manifest import _Table  # here, not at the top: manifest.py imports this module
 
     table = _Table(raw, path, source, ("pattern", "role", "weight", "explain"))
     pattern = table.text("pattern", required=True)

@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 from vllm_hotfix.core.apply import FileState
 from vllm_hotfix.core.diff import exclude_paths, normalised_diff_bytes, parse_patch
 from vllm_hotfix.errors import Refused
-from vllm_hotfix.catalog.manifest import PatchSpec
+from vllm_hotfix.catalog.model import PatchSpec
 from vllm_hotfix.paths import cache_dir
 from vllm_hotfix.install.git import find_work_tree, git_available, has_commit
 

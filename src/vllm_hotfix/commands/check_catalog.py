@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.core.apply import FileState, Reader, plan_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
-from vllm_hotfix.catalog.manifest import Manifest, TargetSpec
+from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core import verdict
 from vllm_hotfix.flow.applicability import applicability
 from vllm_hotfix.flow.hotfix import checked_patch

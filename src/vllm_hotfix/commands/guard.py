@@ -6,7 +6,7 @@ import json
 import shlex
 
 from vllm_hotfix.errors import UsageError
-from vllm_hotfix.catalog.manifest import ID_PATTERN
+from vllm_hotfix.catalog.model import ID_PATTERN
 from vllm_hotfix.output import note, say
 
 PLUGIN_NAME = "vllm_hotfix_guard"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from vllm_hotfix.catalog.index import Catalog
-from vllm_hotfix.catalog.manifest import Manifest
+from vllm_hotfix.catalog.model import Manifest
 from vllm_hotfix.output import emit_json, note, say
 
 

@@ -17,7 +17,8 @@ from typing import Any, Sequence
 
 from vllm_hotfix.core.diff import exclude_paths, parse_patch
 from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.catalog.manifest import ID_PATTERN, manifest_from_dict, parse_toml
+from vllm_hotfix.catalog.model import ID_PATTERN
+from vllm_hotfix.catalog.manifest import manifest_from_dict, parse_toml
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.install.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write

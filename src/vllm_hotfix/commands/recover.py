@@ -9,7 +9,7 @@ from typing import Sequence
 
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.output import emit_json, say
-from vllm_hotfix.txn.journal import RecoveryReport
+from vllm_hotfix.txn.recovery import RecoveryReport
 
 
 def run(*, python: str | None, root: Path | None, catalogs: Sequence[Path], dry_run: bool, as_json: bool) -> int:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
-from vllm_hotfix.catalog.manifest import Manifest, PatchSpec
+from vllm_hotfix.catalog.model import Manifest, PatchSpec
 from vllm_hotfix.output import emit_json, say
 
 

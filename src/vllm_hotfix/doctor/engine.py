@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from vllm_hotfix.doctor.normalise import ERROR_NEEDLES, is_error, normalise
-from vllm_hotfix.catalog.manifest import Manifest
+from vllm_hotfix.catalog.model import Manifest
 from vllm_hotfix.catalog.signatures import Signature, literal_runs
 
 EPISODE = 200  # lines after a process's first error that still belong to it

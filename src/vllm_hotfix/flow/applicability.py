@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.catalog.manifest import Manifest, TargetSpec
+from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.verdict import FIXED_UPSTREAM, NOT_APPLICABLE
 from vllm_hotfix.errors import FixedUpstream, Refused, UsageError
 from vllm_hotfix.install.locate import Target

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from vllm_hotfix.catalog.manifest import TargetSpec
+from vllm_hotfix.catalog.model import TargetSpec
 from vllm_hotfix.core.apply import Plan, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, Refused

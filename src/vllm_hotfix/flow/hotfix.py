@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.catalog.manifest import Manifest, PatchSpec, check_stats, verify_patch_bytes
+from vllm_hotfix.catalog.model import Manifest, PatchSpec, check_stats, verify_patch_bytes
 from vllm_hotfix.core.diff import Patch, exclude_paths, parse_patch
 from vllm_hotfix.errors import InvalidInput, Refused
 from vllm_hotfix.install.locate import Target

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterable
 
 from vllm_hotfix.catalog.index import same_version
-from vllm_hotfix.catalog.manifest import TargetSpec
+from vllm_hotfix.catalog.model import TargetSpec
 from vllm_hotfix.core.apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, reverse_patch
 from vllm_hotfix.core.verdict import DRIFTED, LOST, FileCheck, check_file, files_verdict

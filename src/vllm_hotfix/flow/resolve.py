@@ -10,13 +10,12 @@ record (paths.TargetDir).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from vllm_hotfix import paths
 from vllm_hotfix.catalog.index import Catalog
-from vllm_hotfix.catalog.manifest import Manifest, TargetSpec
+from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.errors import HotfixError, Refused
 from vllm_hotfix.install.locate import Target, locate_package, locate_root
 from vllm_hotfix.txn.state import TargetState

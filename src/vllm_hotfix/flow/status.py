@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from vllm_hotfix.catalog.index import Catalog, same_version
-from vllm_hotfix.catalog.manifest import Manifest, TargetSpec
+from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.apply import detect
 from vllm_hotfix.core.verdict import (
-    APPLIED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLICABLE, NOT_APPLIED, UNKNOWN,
+    APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN,
     files_verdict, same_release,
 )
 from vllm_hotfix.errors import HotfixError, Refused, UsageError

@@ -24,7 +24,9 @@ from vllm_hotfix.output import note
 from vllm_hotfix.paths import TargetDir
 from vllm_hotfix.txn.atomic import atomic_write
 from vllm_hotfix.flow.plan import invert
-from vllm_hotfix.txn.journal import Interrupted, RecoveryReport, commit, nothing_changed, recover, signals_as_exceptions
+from vllm_hotfix.txn.fsops import Interrupted, signals_as_exceptions
+from vllm_hotfix.txn.journal import commit, nothing_changed
+from vllm_hotfix.txn.recovery import RecoveryReport, recover
 from vllm_hotfix.txn.lock import DEFAULT_TIMEOUT, target_lock
 from vllm_hotfix.txn.state import TargetState
 

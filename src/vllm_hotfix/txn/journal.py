@@ -1,4 +1,4 @@
-"""All-or-nothing commit of a Plan, and recovery after kill -9.
+"""All-or-nothing commit of a Plan (recovery after kill -9 is txn/recovery.py).
 
 Order of a commit (each step only after the previous one is durable):
 
@@ -23,28 +23,23 @@ fsynced before their rename and their directories after it, all before the journ
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
-import shutil
 import signal
 import stat
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from vllm_hotfix.core.apply import Plan
-from vllm_hotfix.errors import HotfixError, InvalidInput, Refused, WriteFailed
+from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.txn.atomic import (
-    TEMP_SUFFIX, UMASK, atomic_write, fsync_dir, temp_path_for, unlink_if_present, write_new_file,
+from vllm_hotfix.txn.atomic import UMASK, atomic_write, fsync_dir, temp_path_for, write_new_file
+from vllm_hotfix.txn.fsops import (
+    BACKUPS, JOURNAL, RECORD_BACKUP, Interrupted, _backup, _describe, _discard_backups, _drop_bytecode,
+    _file_sha256, _parallel, _remove_emptied_dirs, _sha256, signals_as_exceptions,
 )
-
-JOURNAL = "journal.json"
-BACKUPS = "backups"
-SCHEMA = 1
+from vllm_hotfix.txn.recovery import SCHEMA, RecoveryReport, _restore
 
 
 @dataclass(frozen=True)
@@ -56,19 +51,6 @@ class FileOp:
     after: bytes | None
     before_mode: int | None
     after_mode: int | None
-
-
-@dataclass(frozen=True)
-class RecoveryReport:
-    journal: Path
-    root: Path
-    restored: tuple[str, ...]  # put back to their "before" bytes
-    removed: tuple[str, ...]  # created by the interrupted apply, removed again
-    problems: tuple[str, ...]  # paths that could not be restored (journal kept)
-
-
-def _sha256(data: bytes | None) -> str | None:
-    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def file_ops(plan: Plan, current_mode: dict[str, int]) -> list[FileOp]:
@@ -145,138 +127,6 @@ def _missing_dirs(root: Path, paths: Iterable[str]) -> list[str]:
             known.add(directory)
             missing.append(directory)
     return missing
-
-
-PARALLEL_MIN = 8
-WORKERS = 4  # measured best for creating + fsyncing ~1,000 files on 2 cores
-
-
-def _parallel(function, items: list) -> list:
-    """``map`` over threads for file system work (open/write/fsync/hash/unlink release the GIL).
-
-    Plain threads rather than concurrent.futures: that import (with logging) costs ~8 ms per run.
-    Every thread is joined before anything is raised, even a signal turned into an exception, so no
-    worker still writes while the caller restores.
-    """
-    if len(items) < PARALLEL_MIN:
-        return [function(item) for item in items]
-    chunks = [items[start::WORKERS] for start in range(WORKERS)]
-    done: list = [None] * WORKERS
-    errors: list = [None] * WORKERS
-
-    def work(index: int) -> None:
-        try:
-            done[index] = [function(item) for item in chunks[index]]
-        except BaseException as exc:  # handed to the caller below
-            errors[index] = exc
-
-    threads = [threading.Thread(target=work, args=(index,), daemon=True) for index in range(WORKERS)]
-    pending: BaseException | None = None
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            try:
-                thread.join()
-            except BaseException as exc:  # a signal: remember it, keep waiting for the workers
-                pending = pending or exc
-    failure = pending or next((exc for exc in errors if exc is not None), None)
-    if failure is not None:
-        raise failure
-    results = [None] * len(items)
-    for start, chunk in enumerate(done):
-        results[start::WORKERS] = chunk
-    return results
-
-
-def _discard_backups(journal_dir: Path) -> None:
-    """Remove the backups directory; its files are unlinked on threads (freeing the replaced
-    originals' blocks is the slow part, ~60 µs a file)."""
-    backups = journal_dir / BACKUPS
-    try:
-        names = os.listdir(backups)
-    except OSError:
-        names = []
-    try:
-        _parallel(unlink_if_present, [os.path.join(backups, name) for name in names])
-    except OSError:
-        pass
-    shutil.rmtree(backups, ignore_errors=True)
-
-
-def _drop_bytecode(paths: Iterable[str]) -> None:
-    """Remove ``__pycache__/<stem>.*.pyc`` of each ``.py`` so no stale bytecode can run."""
-    by_cache_dir: dict[str, set[str]] = {}
-    for path in paths:
-        directory, name = os.path.split(path)
-        if name.endswith(".py"):
-            by_cache_dir.setdefault(os.path.join(directory, "__pycache__"), set()).add(name[:-2])
-    for cache_dir, prefixes in by_cache_dir.items():
-        try:
-            names = os.listdir(cache_dir)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for name in names:
-            if name.endswith(".pyc") and name[: name.index(".") + 1] in prefixes:
-                try:
-                    os.unlink(os.path.join(cache_dir, name))
-                except FileNotFoundError:
-                    pass
-
-
-class Interrupted(BaseException):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-class _SignalGuard:
-    """While armed, SIGINT/SIGTERM raise ``Interrupted``; once disarmed (restoring) they are only noted."""
-
-    def __init__(self) -> None:
-        self.armed = True
-        self.pending: int | None = None
-
-    def handler(self, signum, frame) -> None:
-        if self.armed:
-            raise Interrupted(signum)
-        self.pending = self.pending or signum
-
-
-@contextmanager
-def signals_as_exceptions() -> Iterator[_SignalGuard]:
-    """Turn SIGINT/SIGTERM into an exception so the commit can restore before exiting."""
-    guard = _SignalGuard()
-    if threading.current_thread() is not threading.main_thread():
-        yield guard
-        return
-    previous = {sig: signal.signal(sig, guard.handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield guard
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-@contextmanager
-def _signals_blocked() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _backup(original: Path, backup: Path) -> None:
-    try:
-        os.link(original, backup)
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
-            raise
-        shutil.copyfile(original, backup)
 
 
 def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tree: Tree | None = None,
@@ -379,7 +229,6 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
     _discard_backups(journal_dir)
 
 
-RECORD_BACKUP = "record"
 
 
 def _back_up_record(record: tuple[Path, bytes], backups: Path) -> dict:
@@ -392,42 +241,12 @@ def _back_up_record(record: tuple[Path, bytes], backups: Path) -> dict:
     return entry
 
 
-def _restore_record(entry: dict, journal_dir: Path, tag: str) -> None:
-    """Put the record back as it was before the transaction (idempotent)."""
-    path = Path(entry["path"])
-    if entry["backup"] is None:
-        unlink_if_present(path)
-        return
-    if _file_sha256(path) == entry["before_sha256"]:
-        return
-    temp = temp_path_for(path, f"{tag}-restore")
-    unlink_if_present(temp)
-    shutil.copyfile(journal_dir / entry["backup"], temp)
-    os.replace(temp, path)
-    fsync_dir(path.parent)
-
-
 def _journal_bytes(record: dict) -> bytes:
     """The journal as JSON with one file entry per line: readable by hand, and encoded by json's C
     encoder (``indent`` would switch to the pure-Python one, ~30x slower on a 1,000-file patch)."""
     head = json.dumps({k: v for k, v in record.items() if k != "files"})
     entries = ",\n".join(map(json.dumps, record["files"]))
     return f'{head[:-1]}, "files": [\n{entries}\n]}}\n'.encode()
-
-
-def _remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
-    """Remove directories left empty by deleted files, as git apply does (recovery recreates them)."""
-    stop = os.path.abspath(root)
-    removed = []
-    for directory in sorted({os.path.dirname(p) for p in deleted}, key=len, reverse=True):
-        while os.path.abspath(directory) != stop:
-            try:
-                os.rmdir(directory)
-            except OSError:
-                break
-            removed.append(directory)
-            directory = os.path.dirname(directory)
-    return removed
 
 
 def _write_temp(path: str, tag: str, op: FileOp, fsync: bool) -> None:
@@ -470,136 +289,3 @@ _WRITE_HINTS = {
 }
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        name = errno.errorcode.get(exc.errno or 0, "")
-        return f"{exc.strerror} ({name})" if name else exc.strerror
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _file_sha256(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
-def _put_back(path: Path, backup: Path, entry: dict, tag: str, current_sha256: str | None) -> None:
-    """Make ``path`` (now holding ``current_sha256``) the backed-up original again (same inode when the
-    backup is a hard link)."""
-    try:
-        if os.path.samefile(path, backup):
-            return
-    except FileNotFoundError:
-        pass
-    if current_sha256 == entry["before_sha256"] and (os.stat(path).st_mode & 0o7777) == entry["before_mode"]:
-        return
-    temp = temp_path_for(path, f"{tag}-restore")
-    os.makedirs(os.path.dirname(temp), exist_ok=True)
-    unlink_if_present(temp)
-    try:
-        os.link(backup, temp)
-    except OSError:
-        shutil.copyfile(backup, temp)
-    os.chmod(temp, entry["before_mode"])
-    os.replace(temp, path)
-
-
-def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
-    """Put every file of a journal back to its "before" state. Idempotent, so itself crash-safe."""
-    root = Path(record["root"])
-    tag = record["tag"]
-    restored: list[str] = []
-    removed: list[str] = []
-    problems: list[str] = []
-    touched: list[Path] = []
-    for entry in reversed(record["files"]):
-        rel = entry["path"]
-        path = root / rel
-        touched.append(path)
-        try:
-            if entry["before_sha256"] is None:
-                if os.path.lexists(path):
-                    os.unlink(path)
-                    removed.append(rel)
-            else:
-                backup = journal_dir / entry["backup"] if entry["backup"] else None
-                if backup is not None and os.path.exists(backup):
-                    current_sha256 = _file_sha256(path)
-                    if current_sha256 != entry["before_sha256"]:
-                        restored.append(rel)
-                    _put_back(path, backup, entry, tag, current_sha256)
-                elif _file_sha256(path) != entry["before_sha256"]:
-                    problems.append(f"{rel} (no backup)")
-            for temp in (temp_path_for(path, tag), temp_path_for(path, f"{tag}-restore")):
-                unlink_if_present(temp)
-        except OSError as exc:
-            problems.append(f"{rel} ({_describe(exc)})")
-    for rel in reversed(record.get("created_dirs", [])):
-        try:
-            os.rmdir(root / rel)
-        except OSError:
-            pass
-    if record.get("record"):
-        try:
-            _restore_record(record["record"], journal_dir, tag)
-        except OSError as exc:
-            problems.append(f"{record['record']['path']} ({_describe(exc)})")
-    try:
-        _drop_bytecode(touched)
-        for directory in {p.parent for p in touched if p.parent.is_dir()}:
-            fsync_dir(directory)
-        if not problems:
-            (journal_dir / JOURNAL).unlink(missing_ok=True)
-            fsync_dir(journal_dir)
-            _discard_backups(journal_dir)
-    except OSError as exc:
-        problems.append(f"cleanup ({_describe(exc)})")
-    return RecoveryReport(journal_dir / JOURNAL, root, tuple(restored), tuple(removed), tuple(problems))
-
-
-def _remove_stray_temps(journal_dir: Path) -> None:
-    for name in os.listdir(journal_dir):
-        if name.endswith(TEMP_SUFFIX):
-            (journal_dir / name).unlink(missing_ok=True)
-
-
-def recover(journal_dir: Path) -> RecoveryReport | None:
-    """After a kill -9: put the target back to its state before the interrupted apply.
-
-    Returns None when there was nothing to recover (leftover backups of an apply that had reached its
-    commit point are removed silently).
-    """
-    journal_dir = Path(journal_dir)
-    if not journal_dir.is_dir():
-        return None
-    _remove_stray_temps(journal_dir)
-    journal = journal_dir / JOURNAL
-    if not journal.exists():
-        _discard_backups(journal_dir)
-        return None
-    try:
-        record = json.loads(journal.read_bytes())
-        if record.get("schema") != SCHEMA:
-            raise ValueError(f"schema {record.get('schema')!r}")
-    except (ValueError, KeyError) as exc:
-        raise InvalidInput(f"{journal}: unreadable journal ({exc})",
-                           hint="restore the files listed in it by hand from its backups/") from None
-    with _signals_blocked():
-        report = _restore(record, journal_dir)
-    if report.problems:
-        raise WriteFailed(f"{journal}: could not restore {', '.join(report.problems)}",
-                          hint="fix the cause (read-only or full file system?) and run `hotfix recover` again")
-    return report
-
-
-def recover_target(root: Path) -> None:
-    """``recover`` the journal of the target ``root`` and say so; call with the target lock held."""
-    from vllm_hotfix.output import note
-    from vllm_hotfix.paths import TargetDir
-
-    report = recover(TargetDir.of(root).journal)
-    if report is not None:
-        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
-             f"{len(report.removed)} created file(s) removed")

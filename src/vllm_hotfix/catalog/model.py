@@ -1,0 +1,297 @@
+"""The manifest model: small frozen dataclasses, and the pure checks on patch bytes. No I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from vllm_hotfix.catalog.signatures import Signature
+from vllm_hotfix.errors import InvalidInput, Refused
+
+SCHEMA = 1
+
+
+
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+
+
+
+
+REFERENCE_KINDS = ("pr", "commit", "issue", "repo", "doc", "advisory")
+
+
+
+KINDS = ("hotfix", "advisory")  # advisory: a known issue with signatures and a workaround, no patch
+
+
+
+@dataclass(frozen=True)
+class Reference:
+    kind: str
+    url: str
+    title: str | None = None
+    note: str | None = None
+
+
+
+@dataclass(frozen=True)
+class FixedIn:
+    """The upstream release (``version``) or commit (``commit`` in ``repo``) containing the fix."""
+
+    version: str | None = None
+    commit: str | None = None
+    repo: str | None = None
+
+    def describe(self) -> str:
+        if self.version:
+            return self.version
+        return f"{self.repo or 'commit'}@{self.commit}"
+
+
+
+@dataclass(frozen=True)
+class GitBaseline:
+    commit: str | None = None
+    tag: str | None = None
+    branch: str | None = None
+    clean: bool = False
+
+    @property
+    def rev(self) -> str | None:
+        """What HEAD must be: the commit, else the tag, else the branch."""
+        return self.commit or self.tag or self.branch
+
+    def describe(self) -> str:
+        parts = [f"tag {self.tag}" if self.tag else "", f"branch {self.branch}" if self.branch else "",
+                 f"commit {self.commit}" if self.commit else "", "clean" if self.clean else ""]
+        return ", ".join(p for p in parts if p)
+
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    distribution: str
+    package: str
+    versions: str | None = None  # PEP 440 specifier set; prereleases match
+    git: GitBaseline | None = None
+
+    @property
+    def specifier(self) -> SpecifierSet | None:
+        return SpecifierSet(self.versions) if self.versions is not None else None
+
+    def contains(self, version: str | Version) -> bool:
+        """True when ``version`` is inside this target's range (no range: any version)."""
+        return in_range(self.versions, version)
+
+    def describe(self) -> str:
+        text = self.distribution
+        if self.versions:
+            text += f" {self.versions}"
+        if self.git:
+            text += f" (git {self.git.describe()})"
+        return text
+
+
+
+@dataclass(frozen=True)
+class PatchStats:
+    files: int
+    insertions: int
+    deletions: int
+
+    def describe(self) -> str:
+        return f"{self.files} files +{self.insertions}/-{self.deletions}"
+
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """One diff. ``kind`` says where its bytes come from:
+
+    - ``file``: ``file`` relative to the catalog's ``patches/`` directory;
+    - ``external``: a separately distributed file named ``external``, obtained from ``url``;
+    - ``commit``: upstream ``commit`` in ``repo``; ``sha256`` pins its normalised diff.
+    """
+
+    kind: str
+    sha256: str | None  # None only for an external file pinned by md5 (its publisher gives md5 only)
+    file: str | None = None
+    external: str | None = None
+    url: str | None = None
+    repo: str | None = None
+    commit: str | None = None
+    md5: str | None = None
+    strip: int = 1
+    exclude: tuple[str, ...] = ()
+    stats: PatchStats | None = None
+    versions: str | None = None
+    description: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "file":
+            return str(self.file)
+        if self.kind == "external":
+            return str(self.external)
+        return f"{self.repo}@{self.commit}"
+
+    def matches_version(self, version: str | Version) -> bool:
+        return in_range(self.versions, version)
+
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A precondition on another target, e.g. the vLLM checkout clean at a commit."""
+
+    distribution: str
+    package: str
+    git: GitBaseline
+    root_hint: str | None = None
+
+
+
+@dataclass(frozen=True)
+class PostCheck:
+    """After applying: ``file`` (relative to the target root) contains / does not contain a text."""
+
+    file: str
+    contains: str | None = None
+    not_contains: str | None = None
+    description: str | None = None
+
+
+
+@dataclass(frozen=True)
+class Manifest:
+    id: str
+    version: int | str
+    title: str
+    targets: tuple[TargetSpec, ...]
+    patches: tuple[PatchSpec, ...]
+    description: str = ""
+    symptoms: tuple[str, ...] = ()  # free text, kept for older manifests; doctor reads ``signatures``
+    kind: str = "hotfix"
+    signatures: tuple[Signature, ...] = ()
+    workaround: str | None = None  # advisories: what to do instead of a patch
+    fixed_by: str | None = None  # advisories: "ID@VERSION", the catalog hotfix (from that version on) that fixes it
+    fixed_in: FixedIn | None = None
+    supersedes: tuple[int | str, ...] = ()
+    references: tuple[Reference, ...] = ()
+    requires: tuple[Requirement, ...] = ()
+    checks: tuple[PostCheck, ...] = ()
+    schema: int = SCHEMA
+    source: Path | None = field(default=None, compare=False)
+    patches_dir: Path | None = field(default=None, compare=False)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.id}@{self.version}"
+
+    def target_for(self, distribution: str) -> TargetSpec | None:
+        wanted = canonicalize_name(distribution)
+        for target in self.targets:
+            if canonicalize_name(target.distribution) == wanted:
+                return target
+        return None
+
+    def applies_to_version(self, version: str | Version, distribution: str | None = None) -> bool:
+        """True when some target (of ``distribution``, if given) has ``version`` in its range."""
+        targets = self.targets
+        if distribution is not None:
+            targets = tuple(t for t in targets if canonicalize_name(t.distribution) == canonicalize_name(distribution))
+        return any(t.contains(version) for t in targets)
+
+    def is_fixed_in(self, version: str | Version | None, commit_checker: Callable[[str, str | None], bool] | None = None) -> bool:
+        """True when the target already contains the upstream fix.
+
+        A ``fixed_in`` version compares against ``version``; a ``fixed_in`` commit is decided by
+        ``commit_checker(commit, repo)`` (e.g. "is this commit an ancestor of HEAD"), False without one.
+        """
+        if self.fixed_in is None:
+            return False
+        if self.fixed_in.version is not None:
+            return version is not None and parse_version(version) >= Version(self.fixed_in.version)
+        if commit_checker is None or self.fixed_in.commit is None:
+            return False
+        return bool(commit_checker(self.fixed_in.commit, self.fixed_in.repo))
+
+    def patches_for(self, version: str | Version | None) -> tuple[PatchSpec, ...]:
+        """The patches to apply to ``version``: unranged ones always, ranged ones when they match."""
+        if self.kind == "advisory":
+            raise Refused(f"{self.ref} is an advisory: there is no patch to apply",
+                          hint=f"`hotfix show {self.id}` gives the workaround" + (f"; the fix is {self.fixed_by}" if self.fixed_by else ""))
+        chosen = tuple(p for p in self.patches if p.versions is None or (version is not None and p.matches_version(version)))
+        if not chosen:
+            ranges = ", ".join(sorted({p.versions for p in self.patches if p.versions}))
+            raise Refused(
+                f"{self.ref}: no patch for version {version or '(unknown)'}",
+                hint=f"this hotfix has patches for {ranges}",
+            )
+        return chosen
+
+    def patch_path(self, spec: PatchSpec) -> Path:
+        """Where a ``file`` patch lives (the catalog's patches/ dir joined with its ``file``)."""
+        if spec.file is None:
+            raise ValueError(f"{spec.label} is not a catalog patch file")
+        base = self.patches_dir if self.patches_dir is not None else Path("patches")
+        return base / spec.file
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["source"] = str(self.source) if self.source else None
+        data["patches_dir"] = str(self.patches_dir) if self.patches_dir else None
+        return data
+
+
+
+def parse_version(version: str | Version) -> Version:
+    if isinstance(version, Version):
+        return version
+    try:
+        return Version(str(version))
+    except InvalidVersion:
+        raise InvalidInput(f"not a PEP 440 version: {version!r}") from None
+
+
+
+def in_range(versions: str | None, version: str | Version) -> bool:
+    """PEP 440 range check in which pre-releases (0.30.0rc2) match; no range matches everything."""
+    if versions is None:
+        return True
+    return SpecifierSet(versions).contains(parse_version(version), prereleases=True)
+
+
+
+def verify_patch_bytes(spec: PatchSpec, data: bytes, label: str | None = None) -> None:
+    """Refuse when ``data`` does not have the md5 / sha256 the manifest pins (both checked)."""
+    name = label or spec.label
+    if spec.md5 is not None:
+        actual = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        if actual != spec.md5:
+            raise Refused(f"{name}: md5 mismatch: expected {spec.md5}, got {actual}",
+                          hint="this is not the patch file the manifest pins; get the right one" + (f" from {spec.url}" if spec.url else ""))
+    actual = hashlib.sha256(data).hexdigest()
+    if spec.sha256 is not None and actual != spec.sha256:
+        raise Refused(f"{name}: sha256 mismatch: expected {spec.sha256}, got {actual}",
+                      hint="this is not the patch the manifest pins; nothing was changed")
+
+
+
+def check_stats(spec: PatchSpec, stats: Any, label: str | None = None) -> None:
+    """Refuse when a parsed patch's stats (files, insertions, deletions) differ from the declared ones."""
+    if spec.stats is None:
+        return
+    got = PatchStats(stats.files, stats.insertions, stats.deletions)
+    if got != spec.stats:
+        raise Refused(f"{label or spec.label}: expected {spec.stats.describe()}, got {got.describe()}",
+                      hint="the patch file is not the declared one (wrong version or truncated download)")

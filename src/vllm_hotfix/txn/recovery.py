@@ -1,0 +1,167 @@
+"""Recovery after kill -9 or power loss: put every file of a pending journal, and the record, back to
+their state before the interrupted transaction. Idempotent, so itself crash-safe."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_hotfix.errors import InvalidInput, WriteFailed
+from vllm_hotfix.txn.atomic import TEMP_SUFFIX, fsync_dir, temp_path_for, unlink_if_present
+from vllm_hotfix.txn.fsops import (
+    JOURNAL, _describe, _discard_backups, _drop_bytecode, _file_sha256, _signals_blocked,
+)
+
+SCHEMA = 1
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    journal: Path
+    root: Path
+    restored: tuple[str, ...]  # put back to their "before" bytes
+    removed: tuple[str, ...]  # created by the interrupted apply, removed again
+    problems: tuple[str, ...]  # paths that could not be restored (journal kept)
+
+
+
+def _restore_record(entry: dict, journal_dir: Path, tag: str) -> None:
+    """Put the record back as it was before the transaction (idempotent)."""
+    path = Path(entry["path"])
+    if entry["backup"] is None:
+        unlink_if_present(path)
+        return
+    if _file_sha256(path) == entry["before_sha256"]:
+        return
+    temp = temp_path_for(path, f"{tag}-restore")
+    unlink_if_present(temp)
+    shutil.copyfile(journal_dir / entry["backup"], temp)
+    os.replace(temp, path)
+    fsync_dir(path.parent)
+
+
+
+def _put_back(path: Path, backup: Path, entry: dict, tag: str, current_sha256: str | None) -> None:
+    """Make ``path`` (now holding ``current_sha256``) the backed-up original again (same inode when the
+    backup is a hard link)."""
+    try:
+        if os.path.samefile(path, backup):
+            return
+    except FileNotFoundError:
+        pass
+    if current_sha256 == entry["before_sha256"] and (os.stat(path).st_mode & 0o7777) == entry["before_mode"]:
+        return
+    temp = temp_path_for(path, f"{tag}-restore")
+    os.makedirs(os.path.dirname(temp), exist_ok=True)
+    unlink_if_present(temp)
+    try:
+        os.link(backup, temp)
+    except OSError:
+        shutil.copyfile(backup, temp)
+    os.chmod(temp, entry["before_mode"])
+    os.replace(temp, path)
+
+
+
+def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
+    """Put every file of a journal back to its "before" state. Idempotent, so itself crash-safe."""
+    root = Path(record["root"])
+    tag = record["tag"]
+    restored: list[str] = []
+    removed: list[str] = []
+    problems: list[str] = []
+    touched: list[Path] = []
+    for entry in reversed(record["files"]):
+        rel = entry["path"]
+        path = root / rel
+        touched.append(path)
+        try:
+            if entry["before_sha256"] is None:
+                if os.path.lexists(path):
+                    os.unlink(path)
+                    removed.append(rel)
+            else:
+                backup = journal_dir / entry["backup"] if entry["backup"] else None
+                if backup is not None and os.path.exists(backup):
+                    current_sha256 = _file_sha256(path)
+                    if current_sha256 != entry["before_sha256"]:
+                        restored.append(rel)
+                    _put_back(path, backup, entry, tag, current_sha256)
+                elif _file_sha256(path) != entry["before_sha256"]:
+                    problems.append(f"{rel} (no backup)")
+            for temp in (temp_path_for(path, tag), temp_path_for(path, f"{tag}-restore")):
+                unlink_if_present(temp)
+        except OSError as exc:
+            problems.append(f"{rel} ({_describe(exc)})")
+    for rel in reversed(record.get("created_dirs", [])):
+        try:
+            os.rmdir(root / rel)
+        except OSError:
+            pass
+    if record.get("record"):
+        try:
+            _restore_record(record["record"], journal_dir, tag)
+        except OSError as exc:
+            problems.append(f"{record['record']['path']} ({_describe(exc)})")
+    try:
+        _drop_bytecode(touched)
+        for directory in {p.parent for p in touched if p.parent.is_dir()}:
+            fsync_dir(directory)
+        if not problems:
+            (journal_dir / JOURNAL).unlink(missing_ok=True)
+            fsync_dir(journal_dir)
+            _discard_backups(journal_dir)
+    except OSError as exc:
+        problems.append(f"cleanup ({_describe(exc)})")
+    return RecoveryReport(journal_dir / JOURNAL, root, tuple(restored), tuple(removed), tuple(problems))
+
+
+
+def _remove_stray_temps(journal_dir: Path) -> None:
+    for name in os.listdir(journal_dir):
+        if name.endswith(TEMP_SUFFIX):
+            (journal_dir / name).unlink(missing_ok=True)
+
+
+
+def recover(journal_dir: Path) -> RecoveryReport | None:
+    """After a kill -9: put the target back to its state before the interrupted apply.
+
+    Returns None when there was nothing to recover (leftover backups of an apply that had reached its
+    commit point are removed silently).
+    """
+    journal_dir = Path(journal_dir)
+    if not journal_dir.is_dir():
+        return None
+    _remove_stray_temps(journal_dir)
+    journal = journal_dir / JOURNAL
+    if not journal.exists():
+        _discard_backups(journal_dir)
+        return None
+    try:
+        record = json.loads(journal.read_bytes())
+        if record.get("schema") != SCHEMA:
+            raise ValueError(f"schema {record.get('schema')!r}")
+    except (ValueError, KeyError) as exc:
+        raise InvalidInput(f"{journal}: unreadable journal ({exc})",
+                           hint="restore the files listed in it by hand from its backups/") from None
+    with _signals_blocked():
+        report = _restore(record, journal_dir)
+    if report.problems:
+        raise WriteFailed(f"{journal}: could not restore {', '.join(report.problems)}",
+                          hint="fix the cause (read-only or full file system?) and run `hotfix recover` again")
+    return report
+
+
+
+def recover_target(root: Path) -> None:
+    """``recover`` the journal of the target ``root`` and say so; call with the target lock held."""
+    from vllm_hotfix.output import note
+    from vllm_hotfix.paths import TargetDir
+
+    report = recover(TargetDir.of(root).journal)
+    if report is not None:
+        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
+             f"{len(report.removed)} created file(s) removed")
