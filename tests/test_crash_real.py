@@ -1,112 +1,133 @@
 """Crash safety of `hotfix apply` on a real vLLM 0.30.0 install, with faults injected by strace.
 
-For every N over the apply's rename(2) and write(2) calls: SIGKILL at the Nth call, then
-`hotfix recover --python`: every file is byte-identical to before the apply or to after a complete
-apply, never in between. ENOSPC on the Nth write / EROFS on the Nth rename: exit non-zero and
-nothing changed (or, past the commit point, the apply is complete and recorded).
+For every write, rename, link, unlink and fsync an apply makes (an ad-hoc two-file patch, and the
+catalog hotfix mamba-align-block-size): SIGKILL at that call, then
+
+- `status` says `interrupted` exactly while a journal is pending (and `verify` exits 1);
+- after `hotfix recover --python`, every file is byte-identical to before the apply or to after a
+  complete apply, never in between, and status / verify / rollback agree with the files: before ->
+  nothing recorded (the hotfix is not-applied), after -> recorded and applied, rollback restores.
+
+ENOSPC / EROFS at every write / rename: exit 6 and nothing changed, or (past the commit point) the
+apply is complete and recorded.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from fixtures import crash
 from fixtures.twofiles import make_two_file_patch, snapshot
 
-pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(crash.STRACE is None, reason="strace not installed")]
+
+MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 
 
-def traced_calls(argv: list[str], syscall: str, log: Path) -> list[str]:
-    subprocess.run(["strace", "-qq", "-o", str(log), "-e", f"trace={syscall}", *argv],
-                   check=True, capture_output=True)
-    return [line for line in log.read_text().splitlines() if line.startswith(f"{syscall}(")]
+def files(sp, paths) -> dict[str, bytes]:
+    return {p: (sp / p).read_bytes() for p in paths}
 
 
-def first_message(calls: list[str]) -> int:
-    """1-based index of the first write to stdout/stderr: from there on the transaction is over."""
-    return next((i for i, line in enumerate(calls, 1) if line.startswith(("write(1,", "write(2,"))), len(calls) + 1)
-
-
-def hotfix(*args) -> list[str]:
-    return [sys.executable, "-m", "vllm_hotfix", *map(str, args)]
-
-
-@pytest.fixture
-def install(vllm_install, tmp_path):
+@pytest.fixture(params=["adhoc", "catalog"])
+def case(request, vllm_install, tmp_path, _isolated_state, run_hotfix):
     venv = vllm_install("0.30.0")
-    patch = make_two_file_patch(venv.site_packages, tmp_path / "patch")
-    apply = hotfix("apply", "--patch", patch, "--python", venv.python, "--package", "vllm")
-    before = snapshot(venv.site_packages)
-    subprocess.run(apply, check=True, capture_output=True)
-    after = snapshot(venv.site_packages)
-    subprocess.run(hotfix("rollback", "two-files", "--python", venv.python), check=True, capture_output=True)
-    assert snapshot(venv.site_packages) == before
-    return venv, apply, before, after
+    sp = venv.site_packages
+    if request.param == "adhoc":
+        patch = make_two_file_patch(sp, tmp_path / "patch")
+        args = ("--patch", patch, "--python", venv.python, "--package", "vllm")
+        hotfix_id, paths = "two-files", list(snapshot(sp))
+    else:
+        args = ("mamba-align-block-size", "--python", venv.python)
+        hotfix_id, paths = "mamba-align-block-size", [MAMBA]
+    before = files(sp, paths)
+    assert run_hotfix("apply", *args).returncode == 0
+    after = files(sp, paths)
+    assert run_hotfix("rollback", hotfix_id, "--python", venv.python).returncode == 0
+    assert files(sp, paths) == before
+    shutil.rmtree(_isolated_state / "targets", ignore_errors=True)
+    return venv, args, hotfix_id, paths, before, after
 
 
-def reset(venv, before: dict[str, bytes], state_dir: Path) -> None:
+def reset(venv, before: dict[str, bytes], state_dir) -> None:
     for rel, data in before.items():
         (venv.site_packages / rel).write_bytes(data)
     shutil.rmtree(state_dir / "targets", ignore_errors=True)
 
 
-def leftovers(venv) -> list[Path]:
-    return list((venv.site_packages / "vllm").glob(".*.hotfix-tmp"))
+def state_of(run_hotfix, hotfix_id, python) -> tuple[str, bool]:
+    done = run_hotfix("status", "--python", python, "--json")  # every recorded + every catalog hotfix
+    assert done.returncode in (0, 1), done.stderr
+    entries = [e for e in json.loads(done.stdout) if e["id"] in (hotfix_id, "(unrecorded apply)")]
+    if not entries:
+        return "none", False
+    (entry,) = entries
+    return entry["state"], entry["recorded"]
 
 
-def recorded(state_dir: Path) -> bool:
-    return any("two-files" in json.loads(p.read_text())["hotfixes"] for p in state_dir.glob("targets/*/state.json"))
+def leftovers(venv) -> list:
+    return list((venv.site_packages / "vllm").rglob(".*.hotfix-tmp"))
 
 
-@pytest.mark.parametrize("syscall", ["rename", "write"])
-def test_sigkill_at_every_call_then_recover_gives_before_or_after(install, tmp_path, _isolated_state, syscall):
-    venv, apply, before, after = install
-    total = len(traced_calls(apply, syscall, tmp_path / "count.log"))
+def test_sigkill_at_every_call_then_status_recover_rollback_agree(case, tmp_path, _isolated_state, run_hotfix):
+    venv, args, hotfix_id, paths, before, after = case
+    argv = crash.hotfix_argv("apply", *args)
+    points = crash.points(argv, tmp_path / "trace.log")
     reset(venv, before, _isolated_state)
-    assert total >= (7 if syscall == "rename" else 6)
-    outcomes = []
-    for n in range(1, total + 1):
-        subprocess.run(["strace", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
-                        "-e", f"inject={syscall}:signal=SIGKILL:when={n}", *apply], capture_output=True)
-        done = subprocess.run(hotfix("recover", "--python", venv.python), capture_output=True, text=True)
-        assert done.returncode == 0, (n, done.stderr)
-        now = snapshot(venv.site_packages)
+    assert len(points) >= 20, points
+    seen = set()
+    for syscall, n in points:
+        killed = crash.run_with(argv, syscall, n, "signal=SIGKILL")
+        if killed.returncode == 0:  # this run made fewer such calls than the traced one
+            reset(venv, before, _isolated_state)
+            continue
+        state, _ = state_of(run_hotfix, hotfix_id, venv.python)
+        pending = any((d / "journal" / "journal.json").exists() for d in (_isolated_state / "targets").glob("*"))
+        assert (state == "interrupted") == pending, (syscall, n, state)
+        if pending:
+            assert run_hotfix("verify", "--python", venv.python).returncode == 1
+        done = run_hotfix("recover", "--python", venv.python)
+        assert done.returncode == 0, (syscall, n, done.stderr)
+        now = files(venv.site_packages, paths)
         assert now in (before, after), f"{syscall} #{n}: files are between before and after"
         assert leftovers(venv) == []
-        outcomes.append("after" if now == after else "before")
-        if now == after:  # past the commit point: the next apply completes the record
-            healed = subprocess.run(apply, capture_output=True, text=True)
-            assert healed.returncode == 0 and healed.stdout.startswith("already applied"), healed.stderr
-            assert recorded(_isolated_state)
+        state, recorded = state_of(run_hotfix, hotfix_id, venv.python)
+        if now == before:
+            assert not recorded and state in ("not-applied", "none"), (syscall, n, state)
+            assert run_hotfix("verify", "--python", venv.python).returncode == 1  # nothing recorded to verify
+        else:
+            assert recorded and state == "applied", (syscall, n, state)
+            assert run_hotfix("verify", "--python", venv.python).returncode == 0
+            back = run_hotfix("rollback", hotfix_id, "--python", venv.python)
+            assert back.returncode == 0 and files(venv.site_packages, paths) == before, (syscall, n, back.stderr)
+        seen.add("after" if now == after else "before")
         reset(venv, before, _isolated_state)
-    assert "before" in outcomes
+    assert seen == {"before", "after"}
 
 
 @pytest.mark.parametrize("syscall,error", [("write", "ENOSPC"), ("rename", "EROFS")])
-def test_write_errors_exit_non_zero_and_change_nothing(install, tmp_path, _isolated_state, syscall, error):
-    venv, apply, before, after = install
-    calls = traced_calls(apply, syscall, tmp_path / "count.log")
+def test_write_errors_exit_6_and_change_nothing(case, tmp_path, _isolated_state, run_hotfix, syscall, error):
+    venv, args, hotfix_id, paths, before, after = case
+    argv = crash.hotfix_argv("apply", *args)
+    points = [p for p in crash.points(argv, tmp_path / "trace.log", (syscall,)) if p[0] == syscall]
     reset(venv, before, _isolated_state)
-    reporting = first_message(calls)
-    for n in range(1, len(calls) + 1):
-        done = subprocess.run(["strace", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
-                               "-e", f"inject={syscall}:error={error}:when={n}", *apply],
-                              capture_output=True, text=True)
-        now = snapshot(venv.site_packages)
+    for _, n in points:
+        done = crash.run_with(argv, syscall, n, f"error={error}")
+        now = files(venv.site_packages, paths)
         assert leftovers(venv) == []
-        if n >= reporting:  # the apply is complete and recorded; only printing the report failed
-            assert now == after and recorded(_isolated_state), f"{syscall} #{n}"
-        elif done.returncode != 0:
-            assert now == before, f"{syscall} #{n} failed with {done.returncode} but files changed: {done.stderr}"
-            assert not recorded(_isolated_state)
-        else:
-            assert now == after and recorded(_isolated_state), f"{syscall} #{n}"
+        state, recorded = state_of(run_hotfix, hotfix_id, venv.python)
+        if done.returncode != 0:
+            assert done.returncode == 6, (syscall, n, done.stderr)
+            assert "nothing was changed" in done.stderr and "internal error" not in done.stderr, done.stderr
+            assert now == before and not recorded, f"{syscall} #{n} failed but files or record changed"
+        else:  # past the commit point: complete and recorded
+            assert now == after and recorded and state == "applied", (syscall, n)
         reset(venv, before, _isolated_state)
-    done = subprocess.run(["strace", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
-                           "-e", f"inject={syscall}:error={error}", *apply], capture_output=True, text=True)
-    assert done.returncode != 0 and snapshot(venv.site_packages) == before
+    done = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"inject={syscall}:error={error}", *argv],
+                          capture_output=True, text=True, env=crash.env())
+    assert done.returncode != 0 and files(venv.site_packages, paths) == before
+    assert os.environ["HOTFIX_STATE_DIR"]  # the isolated state dir, never the user's

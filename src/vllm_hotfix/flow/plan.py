@@ -11,7 +11,7 @@ from vllm_hotfix.catalog.index import same_version
 from vllm_hotfix.catalog.model import TargetSpec
 from vllm_hotfix.core.apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, reverse_patch
-from vllm_hotfix.core.verdict import DRIFTED, LOST, FileCheck, check_file, files_verdict
+from vllm_hotfix.core.verdict import DRIFTED, LOST, FileCheck, check_file, files_verdict, same_release
 from vllm_hotfix.errors import DoesNotApply, HotfixError, Refused
 from vllm_hotfix.flow.hotfix import Hotfix, recorded_series, sha256
 from vllm_hotfix.flow.resolve import target_option
@@ -74,6 +74,17 @@ def check_record(recorded: RecordedHotfix, tree: Tree) -> list[FileCheck]:
     return checks
 
 
+def judge_record(state: TargetState, recorded: RecordedHotfix, target: Target, tree: Tree) -> tuple[str, str]:
+    """The one verdict on a recorded hotfix (apply and status both ask this): LOST when the package was
+    changed to another release under the record (pip install, image rebuild), else core.verdict's rule
+    on the recorded files."""
+    was = state.target.get("version")
+    if target.version and was and not same_release(was, target.version):
+        return LOST, (f"{target.distribution or target.package} was changed from {was} to {target.version} under "
+                      f"the record (pip install / image rebuild): the hotfix applied to {was} is not in effect")
+    return files_verdict(check_record(recorded, tree))
+
+
 def refuse_drifted(hotfix_id: str, detail: str, target: Target) -> Refused:
     return Refused(f"{hotfix_id} is drifted on {target.root}: {detail}",
                    hint=f"restore those files (reinstall the package / git checkout, or `hotfix rollback {hotfix_id} "
@@ -89,7 +100,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     recorded = state.hotfixes.get(hotfix.id)
     series = hotfix.series
     if recorded is not None:
-        word, detail = files_verdict(check_record(recorded, tree))
+        word, detail = judge_record(state, recorded, target, tree)
         if word == DRIFTED:
             raise refuse_drifted(hotfix.id, detail, target)
         if word == LOST:

@@ -20,7 +20,7 @@ from vllm_hotfix.core.verdict import (
 from vllm_hotfix.errors import HotfixError, Refused, UsageError
 from vllm_hotfix.flow.applicability import applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix
-from vllm_hotfix.flow.plan import _flatten, check_record
+from vllm_hotfix.flow.plan import _flatten, check_record, judge_record
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
@@ -56,10 +56,15 @@ def _apply_command(recorded: RecordedHotfix, option: str) -> str:
     return f"hotfix apply --patch PATCH --id {recorded.id} {option} --package {recorded.package or 'PACKAGE'}"
 
 
-def status_from_record(recorded: RecordedHotfix, root: Path, option: str) -> Status:
-    """Compare each recorded file with its recorded before/after hash (core.verdict.files_verdict)."""
-    checks = check_record(recorded, Tree(root))
-    word, detail = files_verdict(checks)
+def status_from_record(recorded: RecordedHotfix, root: Path, option: str, *, state: TargetState | None = None,
+                       target: Target | None = None) -> Status:
+    """A recorded hotfix judged by plan.judge_record (the same verdict `apply` acts on)."""
+    tree = Tree(root)
+    checks = check_record(recorded, tree)
+    if state is not None and target is not None:
+        word, detail = judge_record(state, recorded, target, tree)
+    else:
+        word, detail = files_verdict(checks)
     files = tuple(c.to_json() for c in checks)
     common = dict(id=recorded.id, version=recorded.version, target=str(root), files=files, recorded=True)
     redo = _apply_command(recorded, option)
@@ -96,7 +101,8 @@ def interrupted(hotfix_id: str, version, root: Path, option: str) -> Status:
 
 
 def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, recorded: RecordedHotfix | None,
-                   *, recorded_version: str | None = None, patch_files: Sequence[Path] = ()) -> Status:
+                   *, recorded_version: str | None = None, patch_files: Sequence[Path] = (),
+                   state: TargetState | None = None) -> Status:
     """The state of a catalog hotfix on a target, with its record (if any) and the release the record was made on."""
     option = target_option(target)
     if TargetDir.of(target.root).pending():
@@ -107,18 +113,16 @@ def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, 
     if why_not is not None:
         detail = why_not.message
         if upgraded:
-            detail = (f"{target.distribution} changed from {recorded_version} to {target.version} under the record; "
-                      + detail)
+            detail = (f"{target.distribution} was changed from {recorded_version} to {target.version} under the "
+                      f"record; " + detail)
         return Status(manifest.id, manifest.version, why_not.state, str(target.root), detail,
                       why_not.advice, recorded=recorded is not None)
-    if upgraded:
-        return Status(manifest.id, manifest.version, LOST, str(target.root),
-                      f"{target.distribution} was changed from {recorded_version} to {target.version} under the record "
-                      f"(pip install / image rebuild): the hotfix applied to {recorded_version} is not in effect",
-                      f"re-run `hotfix apply {manifest.id} {option}` (it picks the patch for {target.version})",
-                      recorded=True)
     if recorded is not None:
-        found = status_from_record(recorded, target.root, option)
+        state = state if state is not None else TargetState.for_root(target.root)
+        found = status_from_record(recorded, target.root, option, state=state, target=target)
+        if upgraded:
+            return replace(found, advice=f"re-run `hotfix apply {manifest.id} {option}` (it picks the patch for "
+                                         f"{target.version})")
         if not same_version(recorded.version, manifest.version) and found.state == APPLIED:
             return replace(found, detail=f"version {recorded.version} is applied; the catalog has {manifest.version}",
                            advice=f"upgrade: `hotfix apply {manifest.id} {option}`")
@@ -148,7 +152,7 @@ class Survey:
         option = target_option(target)
         if TargetDir.of(target.root).pending():
             return interrupted(recorded.id, recorded.version, target.root, option)
-        return status_from_record(recorded, Path(target.root), option)
+        return status_from_record(recorded, Path(target.root), option, state=state, target=target)
 
     def _catalog_one(self, manifest: Manifest, target: Target | None = None, state: TargetState | None = None) -> Status:
         spec = None
@@ -159,7 +163,7 @@ class Survey:
                 next((s for s in manifest.targets if s.package == target.package), None)
         state = state if state is not None else TargetState.for_root(target.root)
         return catalog_status(manifest, target, spec, state.hotfixes.get(manifest.id),
-                              recorded_version=state.target.get("version"))
+                              recorded_version=state.target.get("version"), state=state)
 
     def named(self, refs: Iterable[tuple[str, str | None]]) -> list[Status]:
         out = []
