@@ -101,7 +101,7 @@ def _mamba_cases():
 def test_mamba_patch_applies_to_real_release(version, patch_file, vllm_wheel, tmp_path):
     (chosen,) = MAMBA.patches_for(version)
     assert chosen.file == patch_file
-    assert MAMBA.applies_to_version(version) and not MAMBA.is_fixed_in(version)
+    assert MAMBA.target_for("vllm").contains(version) and not MAMBA.is_fixed_in(version)
     tree = _mamba_release_tree(vllm_wheel, version, tmp_path)
     patch = CATALOG / "patches" / patch_file
     assert _applies(tree, patch) == (True, True)
@@ -114,7 +114,7 @@ def test_mamba_patch_applies_to_real_release(version, patch_file, vllm_wheel, tm
 
 
 def test_mamba_patches_do_not_apply_to_the_fixing_release(vllm_wheel, tmp_path):
-    assert MAMBA.is_fixed_in("0.32.0") and not MAMBA.applies_to_version("0.32.0")
+    assert MAMBA.is_fixed_in("0.32.0") and not MAMBA.target_for("vllm").contains("0.32.0")
     tree = _mamba_release_tree(vllm_wheel, "0.32.0", tmp_path)
     assert "// mamba_block_size" in (tree / MAMBA_FILE).read_text()
     for spec in MAMBA.patches:

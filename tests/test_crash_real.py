@@ -62,10 +62,11 @@ def reset(venv, before: dict[str, bytes], state_dir) -> None:
 def state_of(run_hotfix, hotfix_id, python) -> tuple[str, bool]:
     done = run_hotfix("status", "--python", python, "--json")  # every recorded + every catalog hotfix
     assert done.returncode in (0, 1), done.stderr
-    entries = [e for e in json.loads(done.stdout) if e["id"] in (hotfix_id, "(unrecorded apply)")]
-    if not entries:
+    entries = json.loads(done.stdout)
+    entry = next((e for e in entries if e["id"] == hotfix_id), None) or \
+        next((e for e in entries if e["id"] == "(unrecorded apply)"), None)
+    if entry is None:
         return "none", False
-    (entry,) = entries
     return entry["state"], entry["recorded"]
 
 

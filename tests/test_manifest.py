@@ -40,7 +40,7 @@ def test_package_defaults_to_distribution_import_name_and_names_compare_normalis
     assert m.targets[0].package == "vllm_ascend"
     assert m.target_for("vllm_ascend") is m.targets[0]
     assert m.target_for("vllm") is None
-    assert m.applies_to_version("0.1.0")  # a git-only target has no version range
+    assert m.targets[0].contains("0.1.0")  # a git-only target has no version range
 
 
 def _drop(*path):
@@ -138,9 +138,8 @@ def test_unreadable_and_non_utf8_manifests_are_invalid_input(tmp_path):
 ])
 def test_version_ranges_match_prereleases(tmp_path, version, inside):
     m = load_manifest(write_manifest(tmp_path, manifest_data()))
-    assert m.applies_to_version(version) is inside
-    assert m.applies_to_version(version, distribution="vllm") is inside
-    assert m.applies_to_version(version, distribution="vllm-ascend") is False
+    assert m.target_for("vllm").contains(version) is inside
+    assert m.target_for("vllm-ascend") is None
 
 
 def test_patches_for_picks_the_diff_for_the_range_plus_unranged_patches(tmp_path):

@@ -14,7 +14,12 @@ from vllm_hotfix.catalog.index import builtin_dir
 from vllm_hotfix.core.diff import parse_patch
 from vllm_hotfix.errors import Refused
 from vllm_hotfix.catalog.model import PatchSpec
-from vllm_hotfix.catalog.upstream import find_commit_source, load_commit_patch, load_pinned_commit, pinned_sha256
+from vllm_hotfix.catalog.upstream import find_commit_source, load_commit_patch, load_pinned_commit
+from vllm_hotfix.core.diff import normalised_diff_bytes
+
+
+def pinned_sha256(data: bytes) -> str:
+    return hashlib.sha256(normalised_diff_bytes(data)).hexdigest()
 
 BUILTIN_0001 = next((builtin_dir() / "patches" / "glm-conv-null-slot").glob("0001-*.patch"))
 ASCEND_URL = "https://github.com/vllm-project/vllm-ascend"

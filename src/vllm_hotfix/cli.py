@@ -1,6 +1,6 @@
 """Thin command line: parse, dispatch to ``commands.<name>.run``, turn errors into exit codes.
 
-Every command module exposes ``run(**options) -> int``. Nothing here touches files.
+Every command module exposes ``run(*, explicit keywords) -> int``, called with every option by name. Nothing here touches files.
 """
 
 from __future__ import annotations

@@ -204,13 +204,6 @@ class Manifest:
                 return target
         return None
 
-    def applies_to_version(self, version: str | Version, distribution: str | None = None) -> bool:
-        """True when some target (of ``distribution``, if given) has ``version`` in its range."""
-        targets = self.targets
-        if distribution is not None:
-            targets = tuple(t for t in targets if canonicalize_name(t.distribution) == canonicalize_name(distribution))
-        return any(t.contains(version) for t in targets)
-
     def is_fixed_in(self, version: str | Version | None, commit_checker: Callable[[str, str | None], bool] | None = None) -> bool:
         """True when the target already contains the upstream fix.
 

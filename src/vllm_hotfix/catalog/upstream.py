@@ -88,7 +88,7 @@ def commit_info(repo_path: Path, commit: str) -> dict[str, str | None]:
 def load_commit_patch(repo: Path, commit: str, exclude: Sequence[str] = ()) -> bytes:
     """The commit's normalised diff against its first parent; files matching ``exclude`` left out.
 
-    The manifest pin (``pinned_sha256``) is over the diff *without* exclusions, like a patch file's
+    The manifest pin (sha256 of the normalised diff) is over the diff *without* exclusions, like a patch file's
     hash and stats; callers that verify a pin load with no ``exclude`` and apply ``exclude_paths``.
     """
     full = normalised_diff_bytes(format_commit_patch(repo, commit))
@@ -102,11 +102,6 @@ def load_commit_patch(repo: Path, commit: str, exclude: Sequence[str] = ()) -> b
         raise Refused(f"commit {commit[:12]}: every changed file is excluded by {', '.join(exclude)}")
     paths = sorted({p for f in kept.files for p in (f.old_path, f.new_path) if p is not None})
     return normalised_diff_bytes(format_commit_patch(repo, commit, paths))
-
-
-def pinned_sha256(data: bytes) -> str:
-    """The hash a manifest pins a commit patch with: sha256 of the normalised diff."""
-    return hashlib.sha256(normalised_diff_bytes(data)).hexdigest()
 
 
 def find_commit_source(commit: str, upstream_repo: Path | None = None, target_root: Path | None = None,

@@ -49,9 +49,6 @@ class Edit:
     added: tuple[str, ...]
     removed: tuple[str, ...]
 
-    def changed(self, original: str) -> bool:
-        return self.text != original
-
 
 def host_source(export_dir: Path, compose_dir: Path) -> str:
     """``./relative`` when the export lives under the compose file's directory, else absolute."""

@@ -69,10 +69,6 @@ class Hunk:
         return "@@ -%d,%d +%d,%d @@" % (self.old_start, self.old_len, self.new_start, self.new_len)
 
     @property
-    def leading_context(self) -> int:
-        return len(self.ops) - len(self.ops.lstrip(b" "))
-
-    @property
     def trailing_context(self) -> int:
         return len(self.ops) - len(self.ops.rstrip(b" "))
 
@@ -125,7 +121,6 @@ class FilePatch:
     new_mode: int | None = None
     is_rename: bool = False
     is_copy: bool = False
-    is_binary: bool = False
     lineno: int = 0
     copy_reversed: bool = False  # reverse of a copy: new_path must already hold the result; old_path goes
     maybe_new: bool = False  # traditional diff, no /dev/null, only a '-0,0' hunk: created if absent (git)

@@ -141,15 +141,6 @@ def data_digest(data: bytes, algorithm: str = "sha256") -> str:
     return _encode(hasher.digest())
 
 
-def file_digest(path: Path, algorithm: str = "sha256") -> str:
-    """urlsafe-b64 digest without padding, the way RECORD writes it."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return _digest_fd(fd, os.fstat(fd).st_size, algorithm, None)
-    finally:
-        os.close(fd)
-
-
 def check_entry(root: Path | str, entry: RecordEntry, buffer: bytearray | None = None) -> Difference | None:
     """Compare one file under ``root`` (site-packages) with its RECORD entry: size first, then digest."""
     try:
