@@ -347,6 +347,26 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
 
 
+@cli.command("k8s", short_help="Write a kustomize overlay mounting an export into a Kubernetes workload.")
+@click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
+@click.option("--base", required=True, type=click.Path(exists=True, path_type=Path), help="The workload's manifest file (e.g. `helm template` output) or kustomization directory; only read.")
+@click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the overlay (kustomization.yaml, patch, files).")
+@click.option("--workload", help="KIND/NAME, e.g. deployment/vllm, statefulset/vllm, leaderworkerset/vllm.")
+@click.option("--kind", help="Workload kind (instead of --workload).")
+@click.option("--name", help="Workload name (instead of --workload).")
+@click.option("--container", "containers", multiple=True, required=True, help="Container to mount the files into (repeatable).")
+@click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock).")
+@click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect.")
+@click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this.")
+@json_option
+def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, as_json) -> None:
+    """Write a kustomize overlay: ConfigMaps with the exported files and hotfix.lock, read-only subPath
+    mounts over site-packages in the named containers, and the guard's environment."""
+    from vllm_hotfix.commands import k8s as command
+
+    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, as_json=as_json))
+
+
 @cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard.")
 @click.option("--print-env", is_flag=True, required=True, help="Print the environment lines that turn on the in-process guard.")
 @click.option("--lock", "lock_file", help="Lock file path inside the container.", default="/etc/vllm-hotfix/hotfix.lock", show_default=True)
