@@ -83,6 +83,9 @@ def test_bake_steps_in_a_fresh_venv_then_verify_passes(tmp_path, run_hotfix, vll
     assert entry["files"][0]["sha256"] == hashlib.sha256(patched).hexdigest()
     # the same install seen by the recorded state and by the lock: one fingerprint
     assert f"fingerprint: {entry['fingerprint']}" in verify.stdout
+    status = subprocess.run([str(image.python), "-m", "vllm_hotfix", "status", "--json"], capture_output=True,
+                            text=True, env=env)
+    assert {e["fingerprint"] for e in json.loads(status.stdout)} == {entry["fingerprint"]}
 
 
 @pytest.mark.slow
