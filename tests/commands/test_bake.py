@@ -52,6 +52,14 @@ def test_unknown_hotfix_and_bad_base_are_refused_before_any_build(tmp_path, run_
     assert done.returncode != 0 and not (tmp_path / "ctx").exists()
     done = run_hotfix("bake", HOTFIX, "--base", "vllm openai", "--to", tmp_path / "ctx")
     assert done.returncode == 2 and "--base must be an image reference" in done.stderr
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "Containerfile").write_text("FROM scratch\n")
+    done = run_hotfix("bake", HOTFIX, "--base", "vllm/vllm-openai:v0.30.0", "--to", mine)
+    assert done.returncode == 3 and "was not written by `hotfix bake`" in done.stderr
+    assert (mine / "Containerfile").read_text() == "FROM scratch\n" and not (mine / "vllm-hotfix").exists()
+    assert run_hotfix("bake", HOTFIX, "--base", "vllm/vllm-openai:v0.30.0", "--to", tmp_path / "ctx").returncode == 0
+    assert run_hotfix("bake", HOTFIX, "--base", "vllm/vllm-openai:v0.30.1", "--to", tmp_path / "ctx").returncode == 0
 
 
 @pytest.mark.slow

@@ -147,3 +147,17 @@ def test_split_over_configmaps_renders_and_too_big_names_bake(tmp_path, run_hotf
     done, *_ = overlay(tmp_path / "huge", run_hotfix, DEPLOYMENT, "--workload", "deployment/vllm",
                        "--container", "vllm", export_sizes={"vllm/huge.py": 1024 * 1024})
     assert done.returncode == 3 and "does not fit in one ConfigMap" in done.stderr and "hotfix bake" in done.stderr
+
+
+def test_rerun_rewrites_its_overlay_but_never_a_foreign_directory(tmp_path, run_hotfix):
+    done, export, base, out = overlay(tmp_path, run_hotfix, DEPLOYMENT, "--workload", "deployment/vllm",
+                                      "--container", "vllm", base_dir=True)
+    assert done.returncode == 0, done.stderr
+    again = run_hotfix("k8s", "--export-dir", export, "--base", base, "--to", out, "--workload", "deployment/vllm",
+                       "--container", "vllm")
+    assert again.returncode == 0, again.stderr
+    before = {p: p.read_bytes() for p in base.iterdir()}
+    into_base = run_hotfix("k8s", "--export-dir", export, "--base", base, "--to", base, "--workload", "deployment/vllm",
+                           "--container", "vllm")
+    assert into_base.returncode == 3 and "not an overlay written by `hotfix k8s`" in into_base.stderr
+    assert {p: p.read_bytes() for p in base.iterdir()} == before

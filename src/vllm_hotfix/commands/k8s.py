@@ -14,7 +14,7 @@ from typing import Optional
 
 from vllm_hotfix.containers import k8s
 from vllm_hotfix.containers.lockfile import load_lock
-from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
+from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
 from vllm_hotfix.output import emit_json, say
 
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -33,6 +33,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Path, workload: Optional[str] 
         except OSError:
             raise InvalidInput(f"{export_dir / locked.export}: listed in {lock_path} but not readable",
                                hint="re-run `hotfix export` into this directory") from None
+    _refuse_foreign(out_dir)
     resources, manifests, copies = _base(Path(base), out_dir)
     overlay = k8s.build(lock, exported, lock_path.read_bytes(), target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
@@ -48,6 +49,17 @@ def run(*, export_dir: Path, out_dir: Path, base: Path, workload: Optional[str] 
         f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})")
     say(f"next: kubectl kustomize {out_dir} | kubectl apply -f -   (or: kubectl apply -k {out_dir})")
     return 0
+
+
+def _refuse_foreign(out_dir: Path) -> None:
+    """--to may be an earlier overlay of ours (rewritten), or new / empty: never the user's manifests."""
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    existing = next((out_dir / k for k in KUSTOMIZATIONS if (out_dir / k).is_file()), None)
+    text = existing.read_text(encoding="utf-8", errors="replace") if existing else ""
+    if "- name: vllm-hotfix-0" not in text:
+        raise Refused(f"{out_dir}: not empty and not an overlay written by `hotfix k8s`; nothing was written",
+                      hint="pass --to a new directory (e.g. k8s/hotfix) beside your manifests")
 
 
 def _base(base: Path, out_dir: Path) -> tuple[tuple[str, ...], list, dict[str, bytes]]:
