@@ -209,7 +209,7 @@ def test_three_applied_hotfixes_in_effect_one_info_line_per_process(recorded):
     proc, report = vllm_process(recorded, HOTFIX_REQUIRE=APPLIED, HOTFIX_STRICT="1", HARNESS_TIMES="5")
     assert proc.returncode == 0, proc.stderr
     (line,) = guard_lines(proc)
-    assert line.startswith(f"INFO vllm.vllm_hotfix: vllm-hotfix guard pid={report['pid']} role=main (harness.py): ")
+    assert line.startswith(f"INFO vllm.vllm_hotfix: vllm-hotfix guard pid={report['pid']} role=main (harness.py) fingerprint=hf1-none: ")
     assert line.endswith("; ".join(f"{hid} in effect" for hid in HOTFIXES))
     assert len(report["call_seconds"]) == 5
     assert not {m for m in report["new_modules"] if m.split(".")[0] in ("vllm", "torch")}
@@ -238,7 +238,7 @@ def test_lost_hotfix_logged_as_error_and_strict_stops_the_process(recorded):
 def test_every_process_checks_itself_spawned_and_forked(recorded):
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE=APPLIED, HARNESS_SPAWN="EngineCore_DP0")
     assert proc.returncode == 0, proc.stderr
-    assert "role=EngineCore_DP0: mamba-align-block-size in effect" in guard_lines(proc)[0]
+    assert "role=EngineCore_DP0 fingerprint=hf1-none: mamba-align-block-size in effect" in guard_lines(proc)[0]
 
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE=APPLIED, HARNESS_FORK="VllmWorker-0")
     pids = [json.loads(line)["pid"] for line in proc.stdout.splitlines()]

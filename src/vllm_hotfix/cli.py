@@ -12,50 +12,13 @@ from pathlib import Path
 import click
 
 from vllm_hotfix import __version__
+from vllm_hotfix.cli_options import (
+    DOCTOR_EXIT_HELP, EXIT_CODES_HELP, catalog_option, dry_run_option, json_option, python_option, root_option,
+)
 from vllm_hotfix.errors import ExitCode, HotfixError
-
-EXIT_CODES_HELP = """\b
-Exit codes:
-  0  success / everything in effect
-  1  not in effect (verify, status) or not pristine (audit)
-  2  usage error
-  3  refused: baseline not clean, checksum mismatch, version out of range,
-     unmet precondition, unsafe path
-  4  patch does not apply (conflict)
-  5  fixed upstream: the target already contains the fix
-  6  write failed (read-only file system, disk full); all files restored
-  7  busy: another hotfix process holds the target's lock
-  8  invalid input: malformed diff, manifest or lock file
-  9  doctor: no known issue matches the logs
-  70 internal error (HOTFIX_DEBUG=1 shows the traceback)
-"""
-
 
 def _exit(code: int) -> None:
     raise SystemExit(code)
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
-python_option = click.option(
-    "--python",
-    "python",
-    envvar="HOTFIX_PYTHON",
-    metavar="PY",
-    help="Interpreter whose installed package is the target (default: this one; env HOTFIX_PYTHON).",
-)
-root_option = click.option(
-    "--root",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A source checkout (e.g. /vllm-workspace/vllm-ascend) to patch instead of an installed package.",
-)
-catalog_option = click.option(
-    "--catalog",
-    "catalogs",
-    multiple=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Extra catalog directory with manifests/ and patches/ (repeatable; env HOTFIX_CATALOG, ':'-separated).",
-)
-dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan everything, change nothing, say what would change.")
 
 
 @click.group(
@@ -230,14 +193,6 @@ def show_cmd(hotfix_id, catalogs, as_json) -> None:
     _exit(command.run(hotfix_id=hotfix_id, catalogs=tuple(catalogs), as_json=as_json))
 
 
-DOCTOR_EXIT_HELP = """\b
-Exit codes of doctor:
-  0  a known issue matches, and its fix is already in effect (applied / fixed upstream)
-  1  a known issue matches and its fix is needed (not applied, lost, drifted, state unknown)
-  2  usage error (unreadable log, bad option)
-  8  invalid manifest in the catalog
-  9  no known issue matches (or only ones for other releases)
-"""
 
 
 @cli.command("doctor", short_help="Find the known issue (and its fix) behind a crash log.", epilog=DOCTOR_EXIT_HELP)
@@ -345,6 +300,44 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
     from vllm_hotfix.commands import compose as command
 
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
+
+
+@cli.command("k8s", short_help="Write a kustomize overlay mounting an export into a Kubernetes workload.")
+@click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
+@click.option("--base", required=True, type=click.Path(exists=True, path_type=Path), help="The workload's manifest file (e.g. `helm template` output) or kustomization directory; only read.")
+@click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the overlay (kustomization.yaml, patch, files).")
+@click.option("--workload", help="KIND/NAME, e.g. deployment/vllm, statefulset/vllm, leaderworkerset/vllm.")
+@click.option("--kind", help="Workload kind (instead of --workload).")
+@click.option("--name", help="Workload name (instead of --workload).")
+@click.option("--container", "containers", multiple=True, required=True, help="Container to mount the files into (repeatable).")
+@click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock).")
+@click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect.")
+@click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this.")
+@json_option
+def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, as_json) -> None:
+    """Write a kustomize overlay: ConfigMaps with the exported files and hotfix.lock, read-only subPath
+    mounts over site-packages in the named containers, and the guard's environment."""
+    from vllm_hotfix.commands import k8s as command
+
+    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, as_json=as_json))
+
+
+@cli.command("bake", short_help="Write a Containerfile deriving an image with the hotfixes applied and verified.")
+@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...")
+@click.option("--base", required=True, help="Image to derive from, e.g. vllm/vllm-openai:v0.30.0 or a vllm-ascend image.")
+@click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the build context (Containerfile + vllm-hotfix/).")
+@click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="vllm-hotfix wheel to install in the image (default: this version from the package index).")
+@click.option("--patch-file", "patch_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A separately distributed patch file a manifest asks for (repeatable).")
+@click.option("--image-python", "python", default="python3", show_default=True, help="The image's interpreter that runs vLLM.")
+@click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard in the image.")
+@catalog_option
+@json_option
+def bake_cmd(hotfix_ids, base, out_dir, wheel, patch_files, python, strict, catalogs, as_json) -> None:
+    """Write a build context whose Containerfile applies the hotfixes at build time against the image's own
+    interpreter, and fails the build unless `hotfix verify` passes."""
+    from vllm_hotfix.commands import bake as command
+
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), base=base, out_dir=out_dir, wheel=wheel, catalogs=tuple(catalogs), patch_files=tuple(patch_files), python=python, strict=strict, as_json=as_json))
 
 
 @cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard.")

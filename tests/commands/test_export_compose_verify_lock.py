@@ -80,6 +80,8 @@ def test_export_compose_verify_rebuild_remove(exported, run_hotfix, tmp_path):
     assert lost.returncode == 1, lost.stdout + lost.stderr
     assert f"lost: {PATH} is the pristine 0.30.0 file: the bind mount is missing" in lost.stdout
     assert f"restore this line in the compose service volumes: - {export_dir}/{HOTFIX}/{PATH}:{rebuilt.site_packages}/{PATH}:ro" in lost.stdout
+    fingerprints = [line for out in (ok.stdout, lost.stdout) for line in out.splitlines() if line.startswith("fingerprint: hf1-")]
+    assert len(fingerprints) == 2 and fingerprints[0] != fingerprints[1], "the lost mount must show in the fingerprint"
     as_json = run_hotfix("verify", "--lock", lock_file, "--python", rebuilt.python, "--json")
     (entry,) = json.loads(as_json.stdout)
     assert (as_json.returncode, entry["id"], entry["state"]) == (1, HOTFIX, "lost")

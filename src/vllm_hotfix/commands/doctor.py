@@ -243,15 +243,32 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
         code = int(ExitCode.OK)
     else:
         code = int(ExitCode.NO_MATCH)
+    fleet = findings.fingerprint_problem()
+    if fleet and code != int(ExitCode.NOT_IN_EFFECT):
+        code = int(ExitCode.NOT_IN_EFFECT)  # nodes or ranks do not run the same code
     if as_json:
         emit_json({"sources": list(findings.sources), "lines": findings.lines, "exit_code": code,
                    "log_versions": log_versions,
                    "first_errors": [{"source": l.source, "line": l.lineno, "process": l.process, "text": l.raw}
                                     for l in findings.first_errors],
-                   "verdicts": [v.to_json() for v in verdicts]})
+                   "verdicts": [v.to_json() for v in verdicts],
+                   "fingerprints": {"problem": fleet, "processes": [
+                       {"source": l.source, "line": l.lineno, "role": role, "fingerprint": fp}
+                       for role, fp, l in findings.fingerprints]}})
         return code
     _print(findings, verdicts, log_versions, show_all)
+    if fleet:
+        _print_fingerprints(findings, fleet)
     return code
+
+
+def _print_fingerprints(findings, problem: str) -> None:
+    say()
+    say(f"hotfix fingerprints differ across nodes / ranks: {problem}")
+    for role, fingerprint, line in findings.fingerprints:
+        say(f"   {fingerprint:<20} {line.where} [{role}]")
+    note("every node and rank must load the same patched files: run `hotfix verify --lock` on each node "
+         "(a node with an old patch not reverted breaks the pair), or bake one image (`hotfix bake`)")
 
 
 def _print(findings, verdicts: list[Verdict], log_versions: dict[str, str], show_all: bool) -> None:

@@ -28,12 +28,15 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
     from vllm_hotfix.core.verdict import IN_EFFECT
     from vllm_hotfix.errors import NotInEffect
 
+    from vllm_hotfix.flow.status import fingerprint
+
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True)
     named = bool(hotfix_ids)
-    code = int(NotInEffect.exit_code) if any(
-        s.state not in IN_EFFECT and (named or s.recorded) for s in statuses) else 0
+    counted = [s for s in statuses if named or s.recorded]  # these decide the exit code, and the fingerprint
+    code = int(NotInEffect.exit_code) if any(s.state not in IN_EFFECT for s in counted) else 0
+    digest = fingerprint(counted)
     if as_json:
-        emit_json([s.to_json() for s in statuses])
+        emit_json([dict(s.to_json(), fingerprint=digest) for s in statuses])
         return code
     if not statuses:
         say("no hotfix recorded, and no catalog hotfix targets a package of this interpreter")
@@ -46,4 +49,6 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
             say(f"     {s.detail}")
         if s.advice and s.state not in IN_EFFECT:
             say(f"     to do: {s.advice}")
+    if counted:
+        say(f"fingerprint: {digest}")
     return code

@@ -28,9 +28,12 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
             "nothing to verify: no hotfix is named and none is recorded for this target",
             hint="name the hotfixes that must be in effect (`hotfix verify ID...`) or use `--lock FILE`",
         )
+    from vllm_hotfix.flow.status import fingerprint
+
     problems = [s for s in statuses if s.state not in IN_EFFECT]
+    digest = fingerprint(statuses)
     if as_json:
-        emit_json([s.to_json() for s in statuses])
+        emit_json([dict(s.to_json(), fingerprint=digest) for s in statuses])
     else:
         for s in statuses:
             if s.state in IN_EFFECT:
@@ -39,6 +42,7 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
                 say(f"NOT IN EFFECT: {s.id} is {s.state}: {s.detail}".rstrip(": "))
                 if s.advice:
                     say(f"  to do: {s.advice}")
+        say(f"fingerprint: {digest}")
     return int(NotInEffect.exit_code) if problems else 0
 
 
@@ -69,6 +73,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     checks = lockfile.check_lock(lock, resolve, ids)
     report = [(check, lockfile.advice(check, mount_line)) for check in checks]
     all_in_effect = all(check.in_effect for check in checks)
+    digest = lockfile.fingerprint(checks)
 
     if as_json:
         emit_json([
@@ -84,6 +89,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
                     for f, locked in zip(c.files, c.hotfix.files)
                 ],
                 "advice": advice,
+                "fingerprint": digest,
             }
             for c, advice in report
         ])
@@ -100,4 +106,6 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
                     say(f"  {line}")
         if not checks:
             say(f"{lock_file}: no hotfixes locked")
+        else:
+            say(f"fingerprint: {digest}")
     return 0 if all_in_effect else int(NotInEffect.exit_code)

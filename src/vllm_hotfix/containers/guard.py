@@ -226,7 +226,11 @@ def process_role() -> str:
 def summary_line(verdicts: tuple[Verdict, ...]) -> str:
     parts = [f"{v.hotfix_id} NOT IN EFFECT: {v.detail}" if not v.in_effect
              else f"{v.hotfix_id} in effect ({v.detail})" if v.detail else f"{v.hotfix_id} in effect" for v in verdicts]
-    return f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: " + "; ".join(parts)
+    from vllm_hotfix.containers.lockfile import lock_fingerprint
+
+    fingerprint = lock_fingerprint(os.environ.get("HOTFIX_LOCK", "").strip(), _installed)
+    return (f"vllm-hotfix guard pid={os.getpid()} role={process_role()} fingerprint={fingerprint}: "
+            + "; ".join(parts))
 
 
 def strict_message(failing: list[Verdict]) -> str:

@@ -31,6 +31,8 @@ VERSION_BANNERS = (  # (needle, pattern, distribution): the release a log was wr
     ("vllm_ascend version", re.compile(r"vllm_ascend version:? v?(\d[\w.+-]*)"), "vllm-ascend"),
 )
 TEXT_LIMIT = 240
+GUARD_NEEDLE = "vllm-hotfix guard pid="  # the guard's one line per process (containers/guard.py summary_line)
+GUARD_LINE = re.compile(r"vllm-hotfix guard pid=(\d+) role=(.*?)(?: fingerprint=(\S+))?: ")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,23 @@ class Findings:
     first_errors: tuple[Line, ...]  # one per process, in file order
     versions: tuple[tuple[str, str, Line], ...]  # (distribution, version, where) as the log says, first seen
     matches: tuple[Match, ...]  # every manifest with a first-error match, best first
+    fingerprints: tuple[tuple[str, str, Line], ...] = ()  # (role, fingerprint or "none", line) per guard line
+
+    def fingerprint_problem(self) -> str | None:
+        """Why the guard lines show a fleet that does not run the same code: different fingerprints,
+        processes reporting none, or logs (nodes) without any guard line while others have one."""
+        if not self.fingerprints:
+            return None
+        seen = {f for _, f, _ in self.fingerprints}
+        silent = [s for s in self.sources if s not in {line.source for _, _, line in self.fingerprints}]
+        problems = []
+        if len(seen - {"none"}) > 1:
+            problems.append(f"{len(seen - {'none'})} different fingerprints")
+        if "none" in seen:
+            problems.append("some processes report no fingerprint")
+        if silent:
+            problems.append(f"no guard line in {', '.join(silent)}")
+        return "; ".join(problems) or None
 
 
 @dataclass(frozen=True)
@@ -97,7 +116,7 @@ def needles_for(manifests: Sequence[Manifest]) -> tuple[bytes, ...]:
     """Few literals such that every line that can matter contains one: an error line, a version banner,
     a line a signature matches. A signature whose literal text already contains a needle adds none
     (each needle costs one ``bytes.find`` pass over the log)."""
-    needles = list(ERROR_NEEDLES) + [needle for needle, _, _ in VERSION_BANNERS]
+    needles = list(ERROR_NEEDLES) + [needle for needle, _, _ in VERSION_BANNERS] + [GUARD_NEEDLE]
     for signature in sorted((s for m in manifests for s in m.signatures), key=lambda s: -len(s.anchor)):
         runs = literal_runs(signature.pattern)
         if not any(n in run for run in runs for n in needles):
@@ -140,6 +159,7 @@ class _Scan:
         self.first_errors: dict[tuple[str, str], Line] = {}
         self.hits: dict[int, Evidence] = {}  # id(rule) -> its first evidence
         self.versions: dict[str, tuple[str, Line]] = {}
+        self.fingerprints: list[tuple[str, str, Line]] = []
         self.lines = 0
 
     def feed(self, source: str, chunks: Iterable[bytes | Prefiltered]) -> None:
@@ -164,6 +184,12 @@ class _Scan:
                 if found:
                     line = line or make()
                     self.versions[distribution] = (found.group(1), line)
+        if GUARD_NEEDLE in raw:
+            guard = GUARD_LINE.search(raw)
+            if guard:
+                line = line or make()
+                fingerprint = guard.group(3) or "none"
+                self.fingerprints.append((guard.group(2), "none" if fingerprint.endswith("-none") else fingerprint, line))
         noise = any(r.signature.anchor in text and r.regex.search(text) for r in self.noise)
         key = (source, process)
         if not noise and key not in self.first_errors and is_error(text):
@@ -190,7 +216,7 @@ class _Scan:
         order = {s: i for i, s in enumerate(sources)}
         firsts = sorted(self.first_errors.values(), key=lambda l: (order.get(l.source, 0), l.lineno))
         versions = tuple((d, v, line) for d, (v, line) in self.versions.items())
-        return Findings(self.lines, tuple(sources), tuple(firsts), versions, tuple(matches))
+        return Findings(self.lines, tuple(sources), tuple(firsts), versions, tuple(matches), tuple(self.fingerprints))
 
 
 def score(manifest: Manifest, evidence: Iterable[Evidence]) -> Match:

@@ -38,6 +38,8 @@ class Status:
     advice: str | None = None
     files: tuple[dict, ...] = ()
     recorded: bool = False
+    distribution: str | None = None  # of the target (for the fingerprint)
+    installed_version: str | None = None
 
     @property
     def in_effect(self) -> bool:
@@ -147,6 +149,9 @@ class Survey:
         self.resolver = Resolver(self.python, self.root)
 
     def _record_status(self, target: Target, state: TargetState, recorded: RecordedHotfix) -> Status:
+        return _of_target(self._record_status_of(target, state, recorded), target)
+
+    def _record_status_of(self, target: Target, state: TargetState, recorded: RecordedHotfix) -> Status:
         if recorded.source == "catalog" and recorded.id in self.catalog.ids():
             return self._catalog_one(self.catalog.get(recorded.id), target, state)
         option = target_option(target)
@@ -162,8 +167,8 @@ class Survey:
             spec = manifest.target_for(target.distribution) if target.distribution else \
                 next((s for s in manifest.targets if s.package == target.package), None)
         state = state if state is not None else TargetState.for_root(target.root)
-        return catalog_status(manifest, target, spec, state.hotfixes.get(manifest.id),
-                              recorded_version=state.target.get("version"), state=state)
+        return _of_target(catalog_status(manifest, target, spec, state.hotfixes.get(manifest.id),
+                                         recorded_version=state.target.get("version"), state=state), target)
 
     def named(self, refs: Iterable[tuple[str, str | None]]) -> list[Status]:
         out = []
@@ -198,7 +203,7 @@ class Survey:
                     continue  # its package is not installed for this interpreter
                 if spec is None:
                     continue
-                out.append(catalog_status(manifest, target, spec, None))
+                out.append(_of_target(catalog_status(manifest, target, spec, None), target))
         return out
 
     def holding(self, hotfix_id: str) -> tuple[Target, TargetState]:
@@ -213,3 +218,33 @@ class Survey:
             raise UsageError(f"{hotfix_id}: recorded for several targets: "
                              + ", ".join(str(t.root) for t, _ in holding), hint="pass --root DIR")
         return holding[0]
+
+
+def _of_target(status: Status, target: Target) -> Status:
+    from dataclasses import replace
+
+    return replace(status, distribution=target.distribution, installed_version=target.version)
+
+
+def fingerprint(statuses: Iterable[Status]) -> str:
+    """core.fingerprint of these statuses: each hotfix's id and version, its target's distribution and
+    installed version, and every file's sha256 as it is on disk now."""
+    from vllm_hotfix.core.fingerprint import Entry, fingerprint as digest
+    from vllm_hotfix.flow.hotfix import sha256
+
+    entries = []
+    for s in statuses:
+        tree = Tree(Path(s.target))
+        files = []
+        for f in s.files:
+            if "sha256" in f:  # read by the check that decided the state
+                sha = f["sha256"]
+            else:  # decided by the patch (not recorded): read it now
+                try:
+                    found = tree.read(f["path"])
+                except HotfixError:
+                    found = None
+                sha = sha256(found.data) if found else None
+            files.append((f["path"], sha))
+        entries.append(Entry(s.id, s.version, s.distribution, s.installed_version, tuple(files)))
+    return digest(entries)

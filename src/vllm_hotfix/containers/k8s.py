@@ -1,0 +1,280 @@
+"""A kustomize overlay that mounts exported hotfix files into a Kubernetes workload, read-only.
+
+Pure: bytes and parsed manifests in, the overlay's files (name -> bytes) out; commands/k8s.py reads
+and writes. The user's manifests are only read (to find the workload and its containers), never
+edited: the overlay lists them as a resource and patches them on the way out of `kubectl kustomize`.
+
+What the overlay holds:
+- ``configMapGenerator`` entries ``<prefix>-0``, ``<prefix>-1``, ... carrying the patched files
+  (keys ``NNN.<basename>``) and ``hotfix.lock``; split so that no ConfigMap's data passes the API
+  server's 1 MiB limit (sum of key and value lengths). kustomize appends a content hash to each
+  name, so a new export rolls the pods (subPath mounts never see in-place ConfigMap updates).
+- for built-in kinds (Deployment, StatefulSet, DaemonSet, Job), a strategic-merge patch adding, to
+  each named container, one ``readOnly`` ``subPath`` volumeMount per file over its site-packages path,
+  the lock at /etc/vllm-hotfix/hotfix.lock, and the guard's ``HOTFIX_LOCK`` / ``HOTFIX_STRICT``.
+- for a LeaderWorkerSet (a CRD: kustomize merges its lists as JSON merge patch would, replacing the
+  containers), the same additions as JSON 6902 operations addressed by index into
+  ``leaderWorkerTemplate.leaderTemplate`` and ``.workerTemplate``, computed from the manifest read,
+  plus a ``configurations`` file teaching kustomize where the ConfigMap names sit in that CRD.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from vllm_hotfix.containers.compose import LOCK_ENV, LOCK_IN_CONTAINER
+from vllm_hotfix.containers.lockfile import Lock
+from vllm_hotfix.errors import InvalidInput, Refused, UsageError
+
+CONFIGMAP_LIMIT = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)
+MAX_CONFIGMAPS = 8  # beyond this, mounting from ConfigMaps is the wrong tool: bake an image
+LOCK_KEY = "hotfix.lock"
+LWS = "LeaderWorkerSet"
+LWS_TEMPLATES = ("leaderTemplate", "workerTemplate")
+BUILTIN_KINDS = {
+    "deployment": ("Deployment", "apps/v1"),
+    "statefulset": ("StatefulSet", "apps/v1"),
+    "daemonset": ("DaemonSet", "apps/v1"),
+    "job": ("Job", "batch/v1"),
+    "leaderworkerset": (LWS, "leaderworkerset.x-k8s.io/v1"),
+}
+BAKE_HINT = "use the image route instead: `hotfix bake ID... --base IMAGE` builds the patched files into a derived image"
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str  # canonical, e.g. Deployment
+    name: str
+    api_version: str
+
+
+@dataclass(frozen=True)
+class Item:
+    key: str  # ConfigMap key
+    source: str  # file in the overlay the generator reads
+    size: int
+    mount_path: Optional[str]  # None: the lock (mounted at LOCK_IN_CONTAINER)
+
+
+@dataclass(frozen=True)
+class ConfigMapPlan:
+    name: str
+    items: tuple[Item, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(len(i.key) + i.size for i in self.items)
+
+
+@dataclass
+class Overlay:
+    files: dict[str, bytes] = field(default_factory=dict)  # path in the overlay directory -> bytes
+    configmaps: tuple[ConfigMapPlan, ...] = ()
+    patched: tuple[str, ...] = ()  # "leaderTemplate/vllm" ... for messages
+
+
+def parse_workload(spec: Optional[str], kind: Optional[str], name: Optional[str]) -> Workload:
+    """``deployment/vllm`` or --kind/--name, checked against the kinds the overlay knows."""
+    if spec:
+        kind, _, name = spec.partition("/")
+    if not kind or not name:
+        raise UsageError("name the workload: --workload KIND/NAME (e.g. deployment/vllm) or --kind and --name")
+    known = BUILTIN_KINDS.get(kind.lower().replace("-", ""))
+    if known is None:
+        raise UsageError(f"unsupported workload kind {kind!r}",
+                         hint=f"one of: {', '.join(k for k, _ in BUILTIN_KINDS.values())}")
+    return Workload(known[0], name, known[1])
+
+
+def config_key(index: int, path: str) -> str:
+    base = re.sub(r"[^-._a-zA-Z0-9]", "_", path.rsplit("/", 1)[-1])
+    return f"{index:03d}.{base}"[:253]
+
+
+def plan_configmaps(items: list[Item], prefix: str, *, limit: int = CONFIGMAP_LIMIT,
+                    max_configmaps: int = MAX_CONFIGMAPS) -> tuple[ConfigMapPlan, ...]:
+    """Items packed in order into as few ConfigMaps as keep each at most ``limit`` bytes of data;
+    Refused (naming `hotfix bake`) when one item alone passes it or more than ``max_configmaps`` are needed."""
+    groups: list[list[Item]] = []
+    used: list[int] = []
+    for item in items:
+        cost = len(item.key) + item.size
+        if cost > limit:
+            raise Refused(f"{item.key} ({item.size} bytes) does not fit in one ConfigMap ({limit} bytes of data at most)",
+                          hint=BAKE_HINT)
+        if groups and used[-1] + cost <= limit:
+            groups[-1].append(item)
+            used[-1] += cost
+        else:
+            groups.append([item])
+            used.append(cost)
+    if len(groups) > max_configmaps:
+        raise Refused(f"the files need {len(groups)} ConfigMaps of {limit} bytes; more than {max_configmaps} is not "
+                      f"a sane way to ship code", hint=BAKE_HINT)
+    return tuple(ConfigMapPlan(f"{prefix}-{i}", tuple(g)) for i, g in enumerate(groups))
+
+
+def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: Workload, containers: tuple[str, ...],
+          *, resources: tuple[str, ...], manifests: Iterable[dict], container_site_packages: Optional[str] = None,
+          strict: bool = True, prefix: str = "vllm-hotfix", limit: int = CONFIGMAP_LIMIT,
+          max_configmaps: int = MAX_CONFIGMAPS) -> Overlay:
+    """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
+    user's parsed objects (searched for the workload); ``resources``: what kustomization lists."""
+    if not containers:
+        raise UsageError("name the container(s) to patch: --container NAME (repeatable)")
+    site = (container_site_packages or lock.site_packages).rstrip("/")
+    if not site.startswith("/"):
+        raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
+    items, files = [], {}
+    for index, locked in enumerate(f for h in lock.hotfixes for f in h.files):
+        data = exported.get(locked.export)
+        if data is None:
+            raise InvalidInput(f"the export has no file {locked.export} (listed in hotfix.lock)",
+                               hint="re-run `hotfix export` into this directory")
+        source = f"files/{locked.path}"
+        files[source] = data
+        items.append(Item(config_key(index, locked.path), source, len(data), f"{site}/{locked.path}"))
+    files[LOCK_KEY] = lock_bytes
+    items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
+    configmaps = plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)
+
+    mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key, "readOnly": True}
+              for cm in configmaps for item in cm.items]
+    volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
+    env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": "HOTFIX_STRICT", "value": "1" if strict else "0"}]
+
+    found = find(manifests, workload)
+    kustomization: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": list(resources),
+        "configMapGenerator": [
+            {"name": cm.name, "files": [f"{i.key}={i.source}" for i in cm.items]} for cm in configmaps
+        ],
+    }
+    target = {"kind": workload.kind, "name": workload.name}
+    if workload.kind == LWS:
+        if found is None:
+            raise UsageError(f"{workload.kind}/{workload.name} not found in the manifests given",
+                             hint="a LeaderWorkerSet is patched by index: pass --base with the file that defines it")
+        ops, patched = lws_operations(found, containers, mounts, volumes, env)
+        files["lws-patch.yaml"] = dump([ops])
+        files["kustomizeconfig.yaml"] = dump([lws_name_references()])
+        kustomization["configurations"] = ["kustomizeconfig.yaml"]
+        kustomization["patches"] = [{"path": "lws-patch.yaml", "target": target}]
+    else:
+        patched = check_containers(found, workload, containers)
+        patch = {"apiVersion": workload.api_version, "kind": workload.kind, "metadata": {"name": workload.name},
+                 "spec": {"template": {"spec": {
+                     "containers": [{"name": c, "env": env, "volumeMounts": mounts} for c in patched],
+                     "volumes": volumes}}}}
+        files["hotfix-patch.yaml"] = dump([patch])
+        kustomization["patches"] = [{"path": "hotfix-patch.yaml", "target": target}]
+    files["kustomization.yaml"] = dump([kustomization])
+    return Overlay(files, configmaps, tuple(patched))
+
+
+def find(manifests: Iterable[dict], workload: Workload) -> Optional[dict]:
+    for doc in manifests:
+        if isinstance(doc, dict) and doc.get("kind") == workload.kind \
+                and (doc.get("metadata") or {}).get("name") == workload.name:
+            return doc
+    return None
+
+
+def _container_names(pod_spec: dict) -> list[str]:
+    return [c.get("name") for c in (pod_spec or {}).get("containers") or ()]
+
+
+def check_containers(found: Optional[dict], workload: Workload, containers: tuple[str, ...]) -> list[str]:
+    """The named containers, checked against the workload's pod template when the manifest was read."""
+    if found is None:
+        return list(containers)
+    names = _container_names(((found.get("spec") or {}).get("template") or {}).get("spec") or {})
+    missing = [c for c in containers if c not in names]
+    if missing:
+        raise UsageError(f"{workload.kind}/{workload.name} has no container {', '.join(missing)}",
+                         hint=f"its containers: {', '.join(map(str, names)) or '(none)'}")
+    return list(containers)
+
+
+def lws_operations(found: dict, containers: tuple[str, ...], mounts: list, volumes: list, env: list) -> tuple[list, list]:
+    """JSON 6902 operations adding mounts, volumes and env to the named containers of both templates."""
+    lwt = (found.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    ops: list[dict] = []
+    patched: list[str] = []
+    for template in LWS_TEMPLATES:
+        if template not in lwt:  # no leaderTemplate: the leader runs the workerTemplate
+            continue
+        base = f"/spec/leaderWorkerTemplate/{template}/spec"
+        pod = (lwt[template] or {}).get("spec") or {}
+        names = _container_names(pod)
+        chosen = [i for i, n in enumerate(names) if n in containers]
+        if not chosen:
+            raise UsageError(f"the LeaderWorkerSet's {template} has none of the containers {', '.join(containers)}",
+                             hint=f"its containers: {', '.join(map(str, names)) or '(none)'}; every node must carry the hotfix")
+        for i in chosen:
+            container = pod["containers"][i]
+            ops += _append(f"{base}/containers/{i}/volumeMounts", container.get("volumeMounts"), mounts)
+            ops += _set_env(f"{base}/containers/{i}/env", container.get("env"), env)
+            patched.append(f"{template}/{names[i]}")
+        ops += _append(f"{base}/volumes", pod.get("volumes"), volumes)
+    if not patched:
+        raise UsageError("the LeaderWorkerSet has no leaderWorkerTemplate.workerTemplate")
+    unused = [c for c in containers if not any(p.endswith(f"/{c}") for p in patched)]
+    if unused:
+        raise UsageError(f"the LeaderWorkerSet has no container {', '.join(unused)}")
+    return ops, patched
+
+
+def _append(path: str, existing: Optional[list], values: list) -> list[dict]:
+    if existing is None:
+        return [{"op": "add", "path": path, "value": values}]
+    return [{"op": "add", "path": f"{path}/-", "value": v} for v in values]
+
+
+def _set_env(path: str, existing: Optional[list], values: list) -> list[dict]:
+    if existing is None:
+        return [{"op": "add", "path": path, "value": values}]
+    index = {e.get("name"): i for i, e in enumerate(existing)}
+    return [{"op": "replace", "path": f"{path}/{index[v['name']]}", "value": v} if v["name"] in index
+            else {"op": "add", "path": f"{path}/-", "value": v} for v in values]
+
+
+def lws_name_references() -> dict:
+    """kustomize configuration: where a LeaderWorkerSet names ConfigMaps (so the hash suffix follows)."""
+    return {"nameReference": [{"kind": "ConfigMap", "version": "v1", "fieldSpecs": [
+        {"kind": LWS, "path": f"spec/leaderWorkerTemplate/{t}/spec/volumes/configMap/name"} for t in LWS_TEMPLATES]}]}
+
+
+def pod_templates(obj: dict) -> list[tuple[str, dict]]:
+    """(where, PodTemplateSpec) of a rendered workload; for a LeaderWorkerSet both templates."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == LWS:
+        lwt = spec.get("leaderWorkerTemplate") or {}
+        return [(t, lwt[t]) for t in LWS_TEMPLATES if t in lwt]
+    return [("template", spec["template"])] if "template" in spec else []
+
+
+def dump(docs: list) -> bytes:
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.sort_base_mapping_type_on_output = False
+    out = io.StringIO()
+    yaml.dump_all(docs, out)
+    return out.getvalue().encode("utf-8")
+
+
+def load_all(text: str, *, source: str) -> list:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        return [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
+    except YAMLError as exc:
+        raise InvalidInput(f"{source}: not YAML: {exc}".splitlines()[0]) from None

@@ -1,0 +1,42 @@
+"""core.fingerprint: what goes in, in which order, and what leaves it unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+
+from vllm_hotfix.core.fingerprint import NONE, Entry, canonical, fingerprint, is_fingerprint
+
+A = Entry("mamba-align-block-size", 2, "vllm", "0.30.0", (("vllm/b.py", "b" * 64), ("vllm/a.py", "a" * 64)))
+B = Entry("scheduler-note", "1", "vllm", "0.30.0", (("vllm/c.py", None),))
+
+
+def test_canonical_text_is_documented_order():
+    assert canonical([B, A]) == (
+        "vllm-hotfix-fingerprint/1\n"
+        f"hotfix mamba-align-block-size 2 vllm 0.30.0\nfile vllm/a.py {'a' * 64}\nfile vllm/b.py {'b' * 64}\n"
+        "hotfix scheduler-note 1 vllm 0.30.0\nfile vllm/c.py -\n")
+
+
+def test_digest_is_prefix_and_16_hex_of_sha256_of_canonical():
+    expected = "hf1-" + hashlib.sha256(canonical([A, B]).encode()).hexdigest()[:16]
+    assert fingerprint([A, B]) == fingerprint([B, A]) == expected
+    assert is_fingerprint(expected) and is_fingerprint(NONE) and not is_fingerprint("hf1-xyz")
+    assert fingerprint([]) == NONE
+
+
+def test_every_input_changes_it():
+    base = fingerprint([A])
+    changed = [
+        Entry("other", A.version, A.distribution, A.installed_version, A.files),
+        Entry(A.id, 3, A.distribution, A.installed_version, A.files),
+        Entry(A.id, A.version, "vllm-ascend", A.installed_version, A.files),
+        Entry(A.id, A.version, A.distribution, "0.30.1", A.files),
+        Entry(A.id, A.version, A.distribution, A.installed_version, (("vllm/b.py", "b" * 63 + "c"), A.files[1])),
+        Entry(A.id, A.version, A.distribution, A.installed_version, A.files[:1]),
+    ]
+    assert len({base, *(fingerprint([e]) for e in changed)}) == len(changed) + 1
+
+
+def test_whitespace_in_a_field_cannot_forge_another_line():
+    forged = Entry("x 1 vllm 0.30.0\nfile", 1, None, None, ())
+    assert "\nfile" not in canonical([forged]).split("\n", 1)[1].rstrip("\n")

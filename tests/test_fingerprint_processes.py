@@ -1,0 +1,88 @@
+"""One fingerprint: equal installs at different paths agree, one byte differs it, and every guarded
+process (spawned, as vLLM starts its engine core and workers) logs the same one."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from vllm_hotfix.containers.lockfile import Lock, LockedFile, LockedHotfix, dump_lock, lock_fingerprint
+from vllm_hotfix.containers.lockfile import Installed
+
+PKG = "fphotfixpkg"
+FILES = {f"{PKG}/__init__.py": b"", f"{PKG}/layer.py": b"x = 1  # patched\n", f"{PKG}/util.py": b"y = 2  # patched\n"}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_install(root: Path) -> Path:
+    site = root / "lib" / "site-packages"
+    for rel, data in FILES.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    (site / f"{PKG}-1.0.dist-info").mkdir()
+    return site
+
+
+def write_lock(path: Path) -> Path:
+    files = tuple(LockedFile(rel, sha(data), None, rel) for rel, data in FILES.items() if data)
+    lock = Lock("/opt/venv/lib/site-packages", (LockedHotfix("fp-fix", 1, PKG, PKG, "1.0", None, files),))
+    path.write_bytes(dump_lock(lock))
+    return path
+
+
+def resolver(site: Path):
+    return lambda package: Installed(site / package, "1.0")
+
+
+def test_identical_installs_at_different_paths_agree_one_byte_differs(tmp_path):
+    lock = write_lock(tmp_path / "hotfix.lock")
+    one, two = make_install(tmp_path / "venv-one"), make_install(tmp_path / "elsewhere" / "venv-two")
+    first = lock_fingerprint(str(lock), resolver(one))
+    assert first.startswith("hf1-") and first != "hf1-none"
+    assert lock_fingerprint(str(lock), resolver(two)) == first
+    layer = two / PKG / "layer.py"
+    layer.write_bytes(layer.read_bytes().replace(b"1", b"2"))
+    assert lock_fingerprint(str(lock), resolver(two)) != first
+    assert lock_fingerprint(str(tmp_path / "absent.lock"), resolver(one)) == "hf1-none"
+
+
+SPAWN = textwrap.dedent('''
+    import logging, multiprocessing, sys
+
+    def child():
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+        from vllm_hotfix.containers import guard
+        guard.register()
+
+    if __name__ == "__main__":
+        context = multiprocessing.get_context("spawn")
+        for name in ("EngineCore_DP0", "VllmWorker-0"):
+            process = context.Process(target=child, name=name)
+            process.start()
+            process.join()
+            assert process.exitcode == 0, process.exitcode
+''')
+
+
+def test_two_spawned_processes_log_the_same_fingerprint(tmp_path):
+    site = make_install(tmp_path / "venv")
+    lock = write_lock(tmp_path / "hotfix.lock")
+    script = tmp_path / "spawn.py"
+    script.write_text(SPAWN)
+    env = dict(os.environ, HOTFIX_LOCK=str(lock), HOTFIX_STRICT="1", HOTFIX_STATE_DIR=str(tmp_path / "state"),
+               PYTHONPATH=os.pathsep.join([str(site), *sys.path[1:]]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("vllm-hotfix guard")]
+    assert len(lines) == 2, done.stderr
+    assert "role=EngineCore_DP0 " in lines[0] and "role=VllmWorker-0 " in lines[1]
+    prints = {line.split("fingerprint=")[1].split(":")[0] for line in lines}
+    assert prints == {lock_fingerprint(str(lock), resolver(site))}
+    assert all(line.endswith("fp-fix in effect") for line in lines)
