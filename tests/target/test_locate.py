@@ -83,3 +83,32 @@ def test_import_that_loads_another_file_than_find_spec_is_a_loud_warning(tmp_pat
     (warning,) = target.warnings
     assert warning.startswith(f"MISMATCH: `import swapped` loads {target.import_file} but find_spec resolves "
                               f"{tmp_path / 'swapped' / '__init__.py'}")
+
+
+def test_the_probe_in_this_process_answers_what_the_probe_process_answers(tmp_path):
+    """When the target is the interpreter running hotfix, the probe runs in-process (no second
+    interpreter at container start); its answer is the probe process's, PYTHONPATH overlays included."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from vllm_hotfix.install import locate, probe
+
+    overlay = tmp_path / "overlay"
+    (overlay / "click").mkdir(parents=True)
+    (overlay / "click" / "__init__.py").write_text("")
+    elsewhere = tmp_path / "bin" / "python"
+    elsewhere.parent.mkdir()
+    os.symlink(sys.executable, elsewhere)  # outside the venv: another interpreter (the base one)
+    assert locate.is_this_interpreter(sys.executable) and not locate.is_this_interpreter(str(elsewhere))
+    here_code = "import json; from vllm_hotfix.install import probe; print(json.dumps(probe.probe_here('click')))"
+    for extra in ({}, {"PYTHONPATH": str(overlay)}):
+        env = {**os.environ, **extra}
+        here = json.loads(subprocess.run([sys.executable, "-c", here_code], env=env, capture_output=True,
+                                         text=True, check=True).stdout)
+        out = subprocess.run([sys.executable, "-c", Path(probe.__file__).read_text(), "click"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        there = json.loads(out.split(probe.MARKER, 1)[1])
+        assert here == there, extra
+        assert (here["spec"]["origin"].startswith(str(overlay))) == bool(extra)

@@ -13,12 +13,16 @@ import json
 from pathlib import Path
 from typing import Iterable
 
+from typing import TYPE_CHECKING
+
 from vllm_hotfix import paths
-from vllm_hotfix.catalog.index import Catalog
-from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.errors import HotfixError, Refused
 from vllm_hotfix.install.locate import Target, locate_package, locate_root
 from vllm_hotfix.txn.state import TargetState
+
+if TYPE_CHECKING:  # types only: `verify --lock` at container start must not pay for `packaging` / TOML
+    from vllm_hotfix.catalog.index import Catalog
+    from vllm_hotfix.catalog.model import Manifest, TargetSpec
 
 
 def target_option(target: Target) -> str:

@@ -63,11 +63,25 @@ class Target:
         }
 
 
+def is_this_interpreter(interpreter: str) -> bool:
+    """``interpreter`` is the one running hotfix (same venv, same executable), so its facts need no process."""
+    here = os.path.abspath(sys.executable)
+    there = os.path.abspath(interpreter)
+    try:
+        return os.path.dirname(there) == os.path.dirname(here) and os.path.samefile(there, here)
+    except OSError:
+        return False
+
+
 def run_probe(package: str, python: str | None = None, do_import: bool = False) -> dict[str, Any]:
-    """Run probe.py in the target interpreter (stdlib only there) and return its facts."""
+    """Run probe.py in the target interpreter (stdlib only there) and return its facts. When the target is
+    the interpreter running hotfix (a baked image, `python -m vllm_hotfix` in the server's venv), the probe
+    runs in this process (same code, same sys.path minus the launcher's entry): no second interpreter."""
     interpreter = python or sys.executable
     if Path(interpreter).is_dir() and (Path(interpreter) / "bin" / "python").exists():
         interpreter = str(Path(interpreter) / "bin" / "python")  # a venv given by its directory
+    if not do_import and is_this_interpreter(interpreter):
+        return probe_module.probe_here(package)
     source = Path(probe_module.__file__).read_text(encoding="utf-8")
     argv = [interpreter, "-c", source, package] + (["--import"] if do_import else [])
     try:

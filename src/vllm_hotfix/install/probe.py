@@ -183,6 +183,28 @@ def probe(package, do_import=False):
     # `python -c` puts the current directory first; a launched server (vllm serve) does not.
     path_entries = [p for i, p in enumerate(sys.path) if not (i == 0 and p == "")]
     sys.path[:] = path_entries
+    return _facts(package, path_entries, do_import)
+
+
+def probe_here(package):
+    """The same facts for *this* running interpreter, without a process: sys.path without the entry the
+    launcher put first (a script's directory, or the current directory for -m), as a fresh
+    `python -c` sees it once the probe dropped its ''. sys.path is put back afterwards."""
+    saved = list(sys.path)
+    skip_first = not getattr(sys.flags, "safe_path", False) and saved and not _is_site_entry(saved[0])
+    path_entries = saved[1:] if skip_first else saved
+    try:
+        sys.path[:] = path_entries
+        return _facts(package, path_entries, False)
+    finally:
+        sys.path[:] = saved
+
+
+def _is_site_entry(entry):
+    return entry.endswith(("site-packages", "dist-packages")) or entry.endswith(".zip")
+
+
+def _facts(package, path_entries, do_import):
     site_dirs = _site_dirs()
     facts = {
         "package": package,
