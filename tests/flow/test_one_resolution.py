@@ -9,7 +9,6 @@ rollback.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,7 @@ import pytest
 
 import realdata
 from fixtures import crash
+from fixtures.manifests import write_patch_catalog
 from fixtures.gitrepo import GITIGNORE, init_repo, pyproject_toml
 
 pytestmark = pytest.mark.slow
@@ -48,26 +48,9 @@ def built(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "--disable-pip-version-check",
                     str(checkout), "-w", str(base / "dist")], check=True)
     (wheel,) = (base / "dist").glob("demo_pkg-*.whl")
-    catalog = base / "catalog"
-    (catalog / "patches" / HOTFIX).mkdir(parents=True)
-    (catalog / "patches" / HOTFIX / "fix.patch").write_bytes(PATCH)
-    (catalog / "manifests").mkdir()
-    (catalog / "manifests" / f"{HOTFIX}.toml").write_text(f"""\
-schema = 1
-id = "{HOTFIX}"
-version = 1
-title = "Demo: divide by the mamba block size"
-fixed_in = "2.0.0"
-
-[[targets]]
-distribution = "demo-pkg"
-versions = ">=1.0,<2.0"
-
-[[patches]]
-file = "{HOTFIX}/fix.patch"
-sha256 = "{hashlib.sha256(PATCH).hexdigest()}"
-stats = {{ files = 1, insertions = 1, deletions = 1 }}
-""")
+    catalog = write_patch_catalog(base / "catalog", HOTFIX, PATCH, distribution="demo-pkg",
+                                  versions=">=1.0,<2.0", fixed_in="2.0.0", file="fix.patch",
+                                  title="Demo: divide by the mamba block size", extra="stats = { files = 1, insertions = 1, deletions = 1 }\n")
     return checkout, wheel, catalog
 
 

@@ -9,10 +9,7 @@ whose files are all back to their baseline.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,6 +17,7 @@ import pytest
 
 import realdata
 from fixtures import crash
+from fixtures.manifests import write_patch_catalog
 from fixtures.twofiles import ENVS, VERSION, make_two_file_patch, snapshot
 
 pytestmark = pytest.mark.slow
@@ -46,26 +44,9 @@ def catalog(tmp_path_factory):
     template = realdata.vllm_template("0.30.0")
     patch = make_two_file_patch(template.site_packages, base / "diff")
     data = patch.read_bytes()
-    root = base / "catalog"
-    (root / "patches" / HOTFIX).mkdir(parents=True)
-    (root / "patches" / HOTFIX / "0.30.patch").write_bytes(data)
-    (root / "manifests").mkdir()
-    (root / "manifests" / f"{HOTFIX}.toml").write_text(f"""\
-schema = 1
-id = "{HOTFIX}"
-version = 1
-title = "Two files of vLLM 0.30.0"
-fixed_in = "0.32.0"
-
-[[targets]]
-distribution = "vllm"
-versions = "==0.30.0"
-
-[[patches]]
-file = "{HOTFIX}/0.30.patch"
-sha256 = "{hashlib.sha256(data).hexdigest()}"
-strip = 1
-""")
+    root = write_patch_catalog(base / "catalog", HOTFIX, data, distribution="vllm",
+                                  versions="==0.30.0", fixed_in="0.32.0", file="0.30.patch",
+                                  title="Two files of vLLM 0.30.0", extra="strip = 1\n")
     return root
 
 

@@ -22,9 +22,9 @@ from vllm_hotfix.errors import HotfixError, Refused
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import note
 from vllm_hotfix.paths import TargetDir
-from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix.txn.atomic import atomic_write, fsync_dir
 from vllm_hotfix.flow.plan import invert
-from vllm_hotfix.txn.fsops import Interrupted, signals_as_exceptions
+from vllm_hotfix.txn.fsops import Interrupted, _parallel, signals_as_exceptions
 from vllm_hotfix.txn.journal import commit, nothing_changed
 from vllm_hotfix.txn.recovery import RecoveryReport, recover
 from vllm_hotfix.txn.lock import DEFAULT_TIMEOUT, target_lock
@@ -144,8 +144,5 @@ def _keep(tdir: TargetDir, root: Path, keep: dict[str, bytes | str]) -> str:
                 raise
             shutil.copyfile(root / what, temp)
         os.replace(temp, dest)
-    from vllm_hotfix.txn.atomic import fsync_dir
-
-    for directory in sorted(directories):
-        fsync_dir(directory)
+    _parallel(fsync_dir, sorted(directories))  # the backups are durable before the journal names them
     return str(tdir.directory)
