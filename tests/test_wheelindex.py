@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tests.fixtures.manifests import write_manifest
-from tests.fixtures.localindex import build_wheel, isolated_pip_env, serve, write_simple_index
+from fixtures.manifests import write_manifest
+from fixtures.localindex import build_wheel, isolated_pip_env, serve, write_simple_index
 from vllm_hotfix.catalog.wheelindex import Index, LineProgress, index_config
 from vllm_hotfix.errors import Unavailable
 
@@ -79,7 +79,7 @@ def test_sha256_mismatch_keeps_nothing(tmp_path):
 
 
 def test_unreachable_index_is_unavailable(tmp_path):
-    from tests.fixtures.localindex import free_port
+    from fixtures.localindex import free_port
 
     client = Index(index_config(isolated_pip_env(tmp_path, f"http://127.0.0.1:{free_port()}/simple/")), timeout=5)
     with pytest.raises(Unavailable, match="cannot read the package index"):
@@ -115,7 +115,7 @@ def test_check_catalog_lists_and_downloads_through_pip_index_url(index, tmp_path
 
 
 def test_check_catalog_download_failure_is_unavailable_not_fails(tmp_path, run_hotfix):
-    from tests.fixtures.localindex import free_port
+    from fixtures.localindex import free_port
 
     catalog = _catalog(tmp_path / "catalog")
     env = isolated_pip_env(tmp_path, f"http://127.0.0.1:{free_port()}/simple/")
