@@ -243,9 +243,15 @@ def _append(svc: _Service, node: Any, key_node: Any, entries: list[str]) -> ye.C
         prefix = " " * node.start_mark.column + "- "
     else:
         prefix = " " * node.value[0][0].start_mark.column
-    at = _after(text, node)
-    lead = nl if at == len(text) and text and not text.endswith("\n") else ""
-    return ye.Change(at, at, lead + "".join(f"{prefix}{e}{nl}" for e in entries))
+    return _at_line(text, _after(text, node), "".join(f"{prefix}{e}{nl}" for e in entries), nl)
+
+
+def _at_line(text: str, at: int, lines: str, nl: str) -> ye.Change:
+    """Insert whole lines at ``at``; at the end of a file without a final newline, it stays without one
+    (the newline goes before our lines, and removal takes it back)."""
+    if at == len(text) and text and not text.endswith("\n"):
+        return ye.Change(at, at, nl + lines[:-len(nl)])
+    return ye.Change(at, at, lines)
 
 
 def _quoted(value: str) -> str:
@@ -268,9 +274,7 @@ def _new_keys(svc: _Service, volumes: list[str], env: Optional[str]) -> ye.Chang
         body += f"{' ' * indent}volumes:{nl}" + "".join(f"{' ' * (indent + offset)}- {v}{nl}" for v in volumes)
     if env is not None:
         body += f"{' ' * indent}environment:{nl}{' ' * (indent + mapping)}{env}{nl}"
-    at = svc.insert_at
-    lead = nl if at == len(text) and text and not text.endswith("\n") else ""
-    return ye.Change(at, at, lead + header + body)
+    return _at_line(text, svc.insert_at, header + body, nl)
 
 
 def _service_key_exists(svc: _Service) -> bool:
@@ -330,6 +334,8 @@ def _removals(text: str, key: Any, node: Any, drop: set[int]) -> list[ye.Change]
     """Changes that take the elements whose ids are in ``drop`` out of ``node`` (and ``key:`` if none is left)."""
     spans = _spans(node)
     kept = [i for i, (element, _, _) in enumerate(spans) if id(element) not in drop]
+    if not kept and node.flow_style:
+        return [ye.Change(spans[0][1], spans[-1][2])]
     if not kept:
         return [ye.Change(ye.line_start(text, key.start_mark.index), _after(text, node))]
     if not node.flow_style:
@@ -378,7 +384,10 @@ def remove_mounts(text: str, service: str, mounts: Mounts, *, source: str = "doc
             ids = {id(key) for key in _spans_elements(local) if key.value == LOCK_ENV}
         changes += _removals(text, ye.get(svc.node, "environment")[0], local, ids)
     gone = tuple(removed.values()) + ((f"{LOCK_ENV}={mounts.env_value}",) if drop_env else ())
-    return Edit(ye.apply(text, changes), (), gone)
+    edited = ye.apply(text, changes)
+    if text and not text.endswith("\n") and edited.endswith("\n"):  # no final newline before: none after
+        edited = edited[:-2] if edited.endswith("\r\n") else edited[:-1]
+    return Edit(edited, (), gone)
 
 
 def _spans_elements(node: Any) -> list[Any]:
