@@ -108,15 +108,20 @@ def test_symlinked_compose_file_is_written_through(project, run_hotfix):
     assert link.is_symlink() and real.read_text() == PLAIN
 
 
-def test_shared_anchor_is_never_edited(project, run_hotfix):
+def _refused_unchanged(run_hotfix, project, text: str, reason: str) -> Path:
+    """A valid compose file the tool must refuse to edit (exit 3, the reason, --override), left as it was."""
     path = project / "docker-compose.yml"
-    path.write_text(ANCHORS)
+    path.write_text(text)
     validate(path)
     done = _compose(run_hotfix, project)
-    assert done.returncode == 3
-    assert "services.vllm.volumes comes from the shared anchor &common (line 3)" in done.stderr
-    assert "--override" in done.stderr
-    assert path.read_text() == ANCHORS
+    assert done.returncode == 3 and reason in done.stderr and "--override" in done.stderr
+    assert path.read_text() == text
+    return path
+
+
+def test_shared_anchor_is_never_edited(project, run_hotfix):
+    path = _refused_unchanged(run_hotfix, project, ANCHORS,
+                              "services.vllm.volumes comes from the shared anchor &common (line 3)")
 
     override = project / "compose.hotfix.yml"
     done = _compose(run_hotfix, project, "--override", override)
@@ -134,13 +139,7 @@ def test_alias_of_a_shared_environment_is_refused(project, run_hotfix):
                         "    command: [\"--model\", \"/models/glm\"]\n    volumes:\n      - ./models:/models:ro\n"
                         "    environment: *env\n")
     text += "  other:\n    image: busybox\n    environment: *env\n"
-    path = project / "docker-compose.yml"
-    path.write_text(text)
-    validate(path)
-    done = _compose(run_hotfix, project)
-    assert done.returncode == 3
-    assert "services.vllm.environment is the anchored node &env (line 7)" in done.stderr
-    assert path.read_text() == text
+    _refused_unchanged(run_hotfix, project, text, "services.vllm.environment is the anchored node &env (line 7)")
 
 
 def test_local_keys_next_to_a_merge_are_edited_and_the_anchor_is_not(project, run_hotfix):
