@@ -204,6 +204,7 @@ EDGE_CASES = [
     "services:\r\n  vllm:\r\n    image: x\r\n    volumes:\r\n      - ./a:/a",           # CRLF, no final newline
     "services:\n  vllm:\n    image: x\n    environment:\n      - A=b\n    volumes:\n      - './a:/a' # c\n\n# end\n",
     "---\nservices:\n  vllm:\n    image: x\n...\n",                                # document end marker
+    "services:\n  vllm:\n    image: x\n    environment:\n      A: b\n",            # new volumes after the env line
 ]
 
 
