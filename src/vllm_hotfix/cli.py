@@ -288,10 +288,10 @@ def export_cmd(hotfix_ids, out_dir, python, catalogs, as_json) -> None:
 @cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
 @click.argument("hotfix_ids", nargs=-1, metavar="ID...")
 @click.option("--service", required=True, help="Compose service to mount the patched files into.")
-@click.option("--file", "compose_file", type=click.Path(dir_okay=False, path_type=Path), default=Path("docker-compose.yml"), show_default=True, help="Compose file to edit in place (comments and order kept).")
+@click.option("--file", "compose_file", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Compose file to edit in place, byte for byte outside our lines (default: as docker compose v2 finds it: COMPOSE_FILE, else compose.yaml, compose.yml, docker-compose.yaml, docker-compose.yml here or above).")
 @click.option("--override", "override_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the mounts to this override file instead of editing --file.")
 @click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
-@click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock).")
+@click.option("--container-site-packages", help="site-packages path inside the container (default: the one the lock recorded; a warning when that looks like a host venv).")
 @click.option("--remove", is_flag=True, help="Take exactly these mounts out again.")
 @dry_run_option
 @json_option

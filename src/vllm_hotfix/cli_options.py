@@ -40,7 +40,8 @@ python_option = click.option(
     "python",
     envvar="HOTFIX_PYTHON",
     metavar="PY",
-    help="Interpreter whose installed package is the target (default: this one; env HOTFIX_PYTHON).",
+    help="Interpreter whose installed package is the target (env HOTFIX_PYTHON; default: this one, "
+    "else the one behind the `vllm` command on PATH).",
 )
 root_option = click.option(
     "--root",

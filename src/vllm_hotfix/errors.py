@@ -18,6 +18,7 @@ class ExitCode(enum.IntEnum):
     BUSY = 7  # another hotfix process holds the target's lock
     INVALID_INPUT = 8  # malformed diff, manifest or lock file
     NO_MATCH = 9  # doctor: no known issue matches the logs (or only ones for other releases)
+    UNAVAILABLE = 10  # the package index or a download failed (network, missing release, sha256 mismatch)
     INTERNAL = 70  # a bug in vllm-hotfix; rerun with HOTFIX_DEBUG=1 for a traceback
 
 
@@ -70,3 +71,9 @@ class Busy(HotfixError):
 
 class InvalidInput(HotfixError):
     exit_code = ExitCode.INVALID_INPUT
+
+
+class Unavailable(HotfixError):
+    """A package index or download could not be reached or gave bad bytes: nothing about the hotfix."""
+
+    exit_code = ExitCode.UNAVAILABLE

@@ -10,18 +10,12 @@ them as on any patch file, and they parse with ``strip = 1``.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import subprocess
-import sys
-import tempfile
-import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Sequence
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.core.apply import FileState
 from vllm_hotfix.core.diff import exclude_paths, normalised_diff_bytes, parse_patch
@@ -139,8 +133,6 @@ def load_pinned_commit(spec: PatchSpec, *, upstream_repo: Path | None = None, ta
 
 # --- published wheels: the pristine bytes of a release -------------------------------------------
 
-PYPI_JSON = "https://pypi.org/pypi/{name}/json"
-
 
 def _wheel_prefix(distribution: str, version: str) -> str:
     return f"{canonicalize_name(distribution).replace('-', '_')}-{version}-"
@@ -149,8 +141,8 @@ def _wheel_prefix(distribution: str, version: str) -> str:
 def published_wheel(distribution: str, version: str, *, download: bool = True) -> Path:
     """The real wheel of ``distribution==version`` from the cache (``paths.cache_dir()/wheels``).
 
-    Not cached: ``pip download --no-deps --only-binary :all:`` into the cache (temp dir beside, then
-    ``os.replace``), unless ``download`` is False.
+    Not cached: downloaded from the index pip is configured with (``catalog.wheelindex``, no pip
+    needed), sha256-checked, with progress on stderr; ``errors.Unavailable`` when that fails.
     """
     wheels = cache_dir() / "wheels"
     prefix = _wheel_prefix(distribution, version)
@@ -160,21 +152,9 @@ def published_wheel(distribution: str, version: str, *, download: bool = True) -
     if not download:
         raise Refused(f"no cached wheel of {distribution} {version} in {wheels}",
                       hint=f"pip download --no-deps --only-binary :all: {distribution}=={version} -d {wheels}")
-    wheels.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".download-", dir=wheels) as tmp:
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "--no-cache-dir",
-             "--disable-pip-version-check", f"{distribution}=={version}", "-d", tmp],
-            capture_output=True, text=True,
-        )
-        got = sorted(Path(tmp).glob("*.whl"))
-        if done.returncode != 0 or not got:
-            last = (done.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-            raise Refused(f"cannot download the {distribution} {version} wheel: {last}",
-                          hint=f"download it yourself into {wheels} (pip download --no-deps --only-binary :all: {distribution}=={version})")
-        final = wheels / got[0].name
-        os.replace(got[0], final)
-    return final
+    from vllm_hotfix.catalog.wheelindex import Index
+
+    return Index().download(distribution, version, wheels)
 
 
 class WheelReader:
@@ -205,23 +185,8 @@ class WheelReader:
         self.close()
 
 
-def published_releases(distribution: str, *, timeout: float = 30.0) -> list[str]:
-    """Final releases of ``distribution`` on PyPI that have a wheel (not yanked), oldest first."""
-    url = PYPI_JSON.format(name=canonicalize_name(distribution))
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            data = json.load(response)
-    except (OSError, ValueError) as exc:
-        raise Refused(f"cannot list the releases of {distribution} from {url}: {exc}",
-                      hint="pass the releases to check with --versions 0.30.0,0.31.0") from None
-    versions = []
-    for text, files in data.get("releases", {}).items():
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue
-        if version.is_prerelease or version.is_devrelease:
-            continue
-        if any(f.get("packagetype") == "bdist_wheel" and not f.get("yanked") for f in files):
-            versions.append(version)
-    return [str(v) for v in sorted(versions)]
+def published_releases(distribution: str) -> list[str]:
+    """Final releases of ``distribution`` with a (non-yanked) wheel on the configured indexes, oldest first."""
+    from vllm_hotfix.catalog.wheelindex import Index
+
+    return Index().releases(distribution)

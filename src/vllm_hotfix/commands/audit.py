@@ -7,11 +7,11 @@ import sys
 from vllm_hotfix.errors import ExitCode, Refused
 from vllm_hotfix.output import emit_json, note, progress, say
 from vllm_hotfix.install import record
-from vllm_hotfix.install.locate import locate_package
+from vllm_hotfix.flow.resolve import Resolver
 
 
 def run(*, package: str, python: str | None = None, as_json: bool = False) -> int:
-    target = locate_package(package, python)
+    target = Resolver(python).package(package)
     hint = "check a source checkout with `git status`; `hotfix where` shows what is loaded and its git state"
     if target.kind == "editable":
         raise Refused(f"{package} is an editable install from {target.root}: pip's RECORD does not cover its files, nothing to audit", hint=hint)

@@ -2,7 +2,8 @@
 
 Each cell of the id x release matrix is planned with the pure engine against the files read straight
 from the release's real wheel (cached under ``paths.cache_dir()/wheels``, downloaded once): no install.
-States: applies, fixed-upstream, fails (first hunk error), not-applicable; git targets are skipped.
+States: applies, fixed-upstream, fails (first hunk error: the hotfix's fault), not-applicable,
+unavailable (the index or the download failed: nobody's verdict, exit 10); git targets are skipped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.core.apply import FileState, Reader, plan_patch
-from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, UsageError
+from vllm_hotfix.errors import DoesNotApply, ExitCode, HotfixError, InvalidInput, Unavailable, UsageError
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core import verdict
 from vllm_hotfix.flow.applicability import applicability
@@ -27,7 +28,7 @@ from vllm_hotfix.output import emit_json, note, say
 
 # Per release: the hotfix's own states (core.verdict) where it does not belong, else what the dry run found.
 FIXED, NOT_APPLICABLE = verdict.FIXED_UPSTREAM, verdict.NOT_APPLICABLE
-APPLIES, FAILS, SKIPPED = "applies", "fails", "skipped"
+APPLIES, FAILS, SKIPPED, UNAVAILABLE = "applies", "fails", "skipped", "unavailable"
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,12 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
             if skip:
                 cells.append(Cell(manifest.ref, target.distribution, None, SKIPPED, skip))
                 continue
-            releases = explicit if explicit is not None else _releases_in_scope(
-                manifest, target, published_releases(target.distribution), wanted_range)
+            try:
+                releases = explicit if explicit is not None else _releases_in_scope(
+                    manifest, target, published_releases(target.distribution), wanted_range)
+            except Unavailable as exc:
+                cells.append(Cell(manifest.ref, target.distribution, None, UNAVAILABLE, exc.message))
+                continue
             if not releases:
                 cells.append(Cell(manifest.ref, target.distribution, None, SKIPPED,
                                   f"no published wheel of {target.distribution} in {target.versions}"))
@@ -78,15 +83,18 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
             wheel = published_wheel(target.distribution, release)
             with WheelReader(wheel) as reader:
                 cells.append(_dry_run(manifest, target, release, reader))
+        except Unavailable as exc:
+            cells.append(Cell(manifest.ref, target.distribution, release, UNAVAILABLE, exc.message))
         except HotfixError as exc:
             cells.append(Cell(manifest.ref, target.distribution, release, FAILS, exc.message))
 
     failed = [c for c in cells if c.state == FAILS]
+    unavailable = [c for c in cells if c.state == UNAVAILABLE]
     if as_json:
-        emit_json({"ok": not failed, "cells": [c.to_json() for c in cells]})
+        emit_json({"ok": not failed and not unavailable, "cells": [c.to_json() for c in cells]})
     else:
         _print_matrix(cells)
-    return 1 if failed else 0
+    return 1 if failed else int(ExitCode.UNAVAILABLE) if unavailable else 0
 
 
 def _parse_versions(text: str | None) -> tuple[list[str] | None, SpecifierSet | None]:
@@ -178,9 +186,9 @@ def _print_matrix(cells: list[Cell]) -> None:
     for line in table if rows else ():
         say("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
     for cell in skipped:
-        say(f"{cell.hotfix} ({cell.distribution}): skipped: {cell.detail}")
+        say(f"{cell.hotfix} ({cell.distribution}): {cell.state}: {cell.detail}")
     for cell in cells:
-        if cell.state == FAILS:
-            say(f"{cell.hotfix} on {cell.distribution} {cell.release}: fails: {cell.detail}")
+        if cell.state in (FAILS, UNAVAILABLE) and cell.release is not None:
+            say(f"{cell.hotfix} on {cell.distribution} {cell.release}: {cell.state}: {cell.detail}")
     if not cells:
         say("nothing to check")

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
-from vllm_hotfix.containers import compose
+from vllm_hotfix.containers import compose, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix.containers.lockfile import load_lock
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.txn.atomic import atomic_write
 
 
-def run(*, hotfix_ids=(), service: str, compose_file: Path, override_file: Path | None = None,
+def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, override_file: Path | None = None,
         export_dir: Path, container_site_packages: str | None = None, remove: bool = False,
         dry_run: bool = False, as_json: bool = False) -> int:
     lock = load_lock(export_dir / "hotfix.lock")
     hotfixes = lock.select(tuple(hotfix_ids))
+    base_files = [compose_file] if compose_file is not None else composefiles.discover(Path.cwd(), dict(os.environ))
+    if compose_file is None and override_file is None:
+        compose_file = _defining(base_files, service)
+    else:
+        compose_file = compose_file or base_files[0]
     mounts = compose.mounts_for(lock, hotfixes, compose.host_source(export_dir, compose_file.parent),
                                 container_site_packages)
     path = override_file or compose_file
@@ -26,6 +32,13 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path, override_file: Path 
         edit = compose.remove_mounts(original, service, mounts, source=source) if original else compose.Edit(original, (), ())
     else:
         edit = compose.add_mounts(original, service, mounts, source=source, create_service=override_file is not None)
+    if container_site_packages is None and edit.added:
+        why = composefiles.foreign_site_packages(lock.site_packages)
+        if why:
+            note(f"WARNING: the mounts go to {lock.site_packages}, the site-packages `hotfix export` recorded, but {why}: "
+                 "inside the container it is usually elsewhere (e.g. /usr/local/lib/python3.12/site-packages); pass "
+                 "--container-site-packages PATH (docker compose exec SERVICE python -c "
+                 "'import sysconfig; print(sysconfig.get_path(\"purelib\"))')")
     delete = bool(override_file and remove and edit.removed
                   and compose.service_is_empty(edit.text, service, source=source))
     new_text = "" if delete else edit.text
@@ -35,14 +48,16 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path, override_file: Path 
         try:
             if delete:
                 path.unlink()
-            else:
-                atomic_write(path, new_text.encode("utf-8"))
+            else:  # through a symlink: the link stays, its target changes
+                atomic_write(Path(os.path.realpath(path)), new_text.encode("utf-8"))
         except OSError as exc:
             raise WriteFailed(f"{path}: cannot write: {exc.strerror}", hint="the file was left unchanged") from None
 
+    load = (composefiles.load_instructions(base_files if compose_file in base_files else [compose_file], override_file,
+                                      dict(os.environ)) if override_file and not remove else None)
     if as_json:
         emit_json({"file": source, "service": service, "changed": changed, "dry_run": dry_run,
-                   "deleted": delete, "added": list(edit.added), "removed": list(edit.removed)})
+                   "deleted": delete, "added": list(edit.added), "removed": list(edit.removed), "load": load})
         return 0
     if dry_run:
         diff = difflib.unified_diff(original.splitlines(True), new_text.splitlines(True), source, source)
@@ -53,15 +68,30 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path, override_file: Path 
     if not changed:
         say(f"{source}: services.{service} already {'clean' if remove else 'up to date'}; nothing changed")
     for line in (*edit.added, *edit.removed):
-        say(f"{verb} services.{service}: {line}")
+        say(f"{verb} services.{service} in {source}: {line}")
     if delete:
         say(f"deleted {source}: nothing left in it")
+    if load:
+        say(load)
     return 0
 
 
+def _defining(files: list[Path], service: str) -> Path:
+    """The first of the loaded compose files that defines ``service`` (else the first)."""
+    for path in files:
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if composefiles.defines_service(text, service):
+            return path
+    return files[0]
+
+
 def _read(path: Path, *, required: bool) -> str:
+    """The file's exact text: no newline translation (CRLF stays CRLF)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         if required:
             raise UsageError(f"{path}: compose file not found", hint="pass --file PATH or --override FILE") from None

@@ -143,11 +143,11 @@ def _from_commit(commit: str, repo: Path | None, exclude: Sequence[str], distrib
 
 def _from_install(package: str, python: str | None, versions: str | None,
                   wheel: Path | None) -> tuple[list[NewPatch], dict[str, Any]]:
-    from vllm_hotfix.install.locate import locate_package
+    from vllm_hotfix.flow.resolve import Resolver
     from vllm_hotfix.install.record import audit, read_record
     from vllm_hotfix.catalog.upstream import WheelReader, published_wheel
 
-    target = locate_package(package, python)
+    target = Resolver(python).package(package)
     if target.kind != "wheel" or not target.has_record or not target.distribution or not target.version:
         raise Refused(f"{package} in {target.package_dir} is a {target.kind} install without a pip RECORD: "
                       "cannot tell which files were edited",

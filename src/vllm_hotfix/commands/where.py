@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from vllm_hotfix.output import emit_json, say
-from vllm_hotfix.install.locate import Target, locate_package
+from vllm_hotfix.flow.resolve import Resolver
+from vllm_hotfix.install.locate import Target
 
 
 def describe(target: Target) -> list[tuple[str, str]]:
@@ -35,7 +36,7 @@ def print_block(rows: list[tuple[str, str]], warnings: tuple[str, ...] = ()) -> 
 
 
 def run(*, package: str, python: str | None = None, do_import: bool = False, as_json: bool = False) -> int:
-    target = locate_package(package, python, do_import)
+    target = Resolver(python).package(package, do_import=do_import)
     if as_json:
         emit_json(target.to_json())
         return 0

@@ -1,21 +1,22 @@
-"""Round-trip edits of docker-compose files: add or remove read-only bind mounts of exported files.
+"""Edits of docker-compose files as people write them: add or remove read-only bind mounts of exports.
 
-Pure text in, text out (no file I/O): the command reads and writes. Comments, key order, quotes and
-every other mount survive because ruamel.yaml round-trips them. A comment that sits after the last
-entry of a collection belongs (to the reader) to what follows it, but ruamel attaches it to that last
-entry; every edit therefore moves such a trailing block to the new last entry, so that appending and
-then removing our entries gives back the original text byte for byte.
+Pure text in, text out (no file I/O): the command reads and writes. Nothing is re-serialised: whole
+lines are inserted and deleted at the positions ruamel.yaml reports (``yamledit``), so comments, quotes,
+a ``---`` marker, CRLF line ends and every other service stay byte for byte, and ``remove_mounts``
+gives back the original text. A node shared through an anchor (``<<: *common``, ``environment: *env``)
+is never edited: that would change every service using it; the refusal says so and points at
+``--override``.
 """
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix.containers import yamledit as ye
 from vllm_hotfix.containers.lockfile import Lock, LockedHotfix
 
 LOCK_IN_CONTAINER = "/etc/vllm-hotfix/hotfix.lock"
@@ -72,18 +73,7 @@ def mounts_for(lock: Lock, hotfixes: tuple[LockedHotfix, ...], export_source: st
     return Mounts(files, Mount(f"{export_source}/hotfix.lock", LOCK_IN_CONTAINER), export_source)
 
 
-# -- YAML round trip -------------------------------------------------------------------------------
-
-
-def _yaml(text: str):
-    from ruamel.yaml import YAML
-
-    yaml = YAML()
-    yaml.preserve_quotes = True
-    yaml.width = 1 << 16
-    mapping, sequence, offset = _detect_indent(text)
-    yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
-    return yaml
+# -- where to write ----------------------------------------------------------------------------
 
 
 def _detect_indent(text: str) -> tuple[int, int, int]:
@@ -108,124 +98,86 @@ def _detect_indent(text: str) -> tuple[int, int, int]:
     return mapping, max(sequence, offset + 2), offset
 
 
-def _load(text: str, source: str) -> Any:
-    from ruamel.yaml.error import YAMLError
 
-    try:
-        return _yaml(text).load(text)
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InvalidInput(f"{source}{where}: not valid YAML: {problem}") from None
-
-
-def _dump(doc: Any, original: str) -> str:
-    out = io.StringIO()
-    _yaml(original).dump(doc, out)
-    return out.getvalue()
+@dataclass
+class _Service:
+    doc: ye.Document
+    node: Any                 # the service's mapping node (None when it does not exist yet)
+    name: str
+    source: str
+    insert_at: int = 0        # where lines for a missing service / empty file go
+    indent: int = 0           # column of the service's keys
 
 
-def _service(doc: Any, service: str, source: str, *, create: bool) -> Any:
-    from ruamel.yaml.comments import CommentedMap
-
-    if doc is None and create:
-        doc = CommentedMap()
-    if not isinstance(doc, dict):
-        raise InvalidInput(f"{source}: top level is not a mapping")
-    services = doc.get("services")
-    if services is None and create:
-        services = doc["services"] = CommentedMap()
-    if not isinstance(services, dict):
-        raise InvalidInput(f"{source}: key 'services' is missing or not a mapping")
-    if service not in services:
+def _find(text: str, service: str, source: str, *, create: bool) -> _Service:
+    doc = ye.compose(text, source)
+    root = doc.root
+    if ye.is_null(root):
         if not create:
-            names = ", ".join(map(str, services)) or "(none)"
+            raise InvalidInput(f"{source}: top level is not a mapping")
+        return _Service(doc, None, service, source, len(text), -1)
+    if not ye.is_mapping(root):
+        raise InvalidInput(f"{source}: top level is not a mapping")
+    found = ye.get(root, "services")
+    if found is None or not (ye.is_mapping(found[1]) or create and ye.is_null(found[1])):
+        raise InvalidInput(f"{source}: key 'services' is missing or not a mapping")
+    key, services = found
+    if ye.is_null(services):
+        return _Service(doc, None, service, source, ye.line_end(text, key.end_mark.index), key.start_mark.column + 2)
+    entry = ye.get(services, service)
+    if entry is None:
+        if not create:
+            names = ", ".join(str(k.value) for k, _ in ye.pairs(services)) or "(none)"
             raise UsageError(f"{source}: no service {service!r}; services: {names}")
-        services[service] = CommentedMap()
-    if services[service] is None:
-        services[service] = CommentedMap()
-    if not isinstance(services[service], dict):
+        first = next(iter(ye.pairs(services)))[0]
+        return _Service(doc, None, service, source, _after(text, services), first.start_mark.column)
+    key, node = entry
+    if doc.shared(node) or (ye.is_mapping(node) and node.anchor and doc.references.get(id(node), 0) > 1):
+        raise Refused(f"{source}: services.{service} is an alias of a mapping other services share: "
+                      "editing it would change them too", hint=_override_hint(service))
+    if ye.is_null(node):
+        return _Service(doc, None, service, source, ye.line_end(text, key.end_mark.index), key.start_mark.column + 2)
+    if not ye.is_mapping(node):
         raise InvalidInput(f"{source}: key 'services.{service}' is not a mapping")
-    return doc, services[service]
+    if node.flow_style:
+        raise Refused(f"{source}: services.{service} is written in flow style ({{...}}): not edited",
+                      hint=_override_hint(service))
+    first = next(iter(ye.pairs(node)), None)
+    indent = first[0].start_mark.column if first else key.start_mark.column + 2
+    return _Service(doc, node, service, source, _after(text, node), indent)
 
 
-# -- trailing comment blocks -----------------------------------------------------------------------
+def _after(text: str, node: Any) -> int:
+    """Where a line appended to ``node`` goes: after the line its content ends on."""
+    return ye.line_end(text, ye.content_end(node))
 
 
-def _is_block(node: Any) -> bool:
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+def _override_hint(service: str) -> str:
+    return (f"write the mounts to an override file instead (--override compose.hotfix.yml: compose merges its "
+            f"volumes and environment into services.{service} alone), or give services.{service} its own key")
 
-    return isinstance(node, (CommentedMap, CommentedSeq)) and len(node) > 0 and not node.fa.flow_style()
 
-
-def _last_slot(node: Any) -> Optional[tuple[Any, Any, int]]:
-    """(collection, key, comment position) of the comment that ends ``node``'s last line."""
-    from ruamel.yaml.comments import CommentedSeq
-
-    if not _is_block(node):
+def _local(svc: _Service, key: str) -> Optional[Any]:
+    """The service's own value node for ``key``; refused when editing it would touch a shared node."""
+    if svc.node is None:
         return None
-    while True:
-        if isinstance(node, CommentedSeq):
-            key, pos = len(node) - 1, 0
-        else:
-            key, pos = list(node.keys())[-1], 2
-        child = node[key]
-        if not _is_block(child):
-            return node, key, pos
-        node = child
-
-
-def _take_trailing(node: Any) -> str:
-    """Detach the comment lines after ``node``'s last line (keeping that line's own comment)."""
-    slot = _last_slot(node)
-    if slot is None:
-        return ""
-    owner, key, pos = slot
-    entry = owner.ca.items.get(key)
-    token = entry[pos] if entry and len(entry) > pos else None
-    if token is None:
-        return ""
-    head, _, rest = token.value.partition("\n")
-    if not rest:
-        return ""
-    if head:
-        token.value = head + "\n"
-    else:
-        entry[pos] = None
-        if not any(entry):
-            del owner.ca.items[key]
-    return rest
-
-
-def _put_trailing(node: Any, rest: str) -> None:
-    slot = _last_slot(node) if rest else None
-    if slot is not None:
-        _append_comment(*slot, rest)
-
-
-def _append_comment(owner: Any, key: Any, pos: int, rest: str) -> None:
-    from ruamel.yaml.error import CommentMark
-    from ruamel.yaml.tokens import CommentToken
-
-    entry = owner.ca.items.setdefault(key, [None, None, None, None])
-    if entry[pos] is None:
-        entry[pos] = CommentToken("\n" + rest, CommentMark(0))
-    else:
-        entry[pos].value += rest
-
-
-def _put_before(mapping: Any, key: Any, rest: str) -> None:
-    """Re-home the trailing block of ``mapping[key]`` (about to be deleted) onto the entry before it."""
-    keys = list(mapping.keys())
-    index = keys.index(key)
-    if not rest or index == 0:
-        return
-    previous = keys[index - 1]
-    if _is_block(mapping[previous]):
-        _put_trailing(mapping[previous], rest)
-    else:
-        _append_comment(mapping, previous, 2, rest)
+    found = ye.get(svc.node, key)
+    doc, where = svc.doc, f"{svc.source}: services.{svc.name}.{key}"
+    if found is not None:
+        value = found[1]
+        if doc.shared(value):
+            anchor = f" &{value.anchor}" if value.anchor else ""
+            raise Refused(f"{where} is the anchored node{anchor} (line {doc.line_of(value)}) that other places "
+                          "also use: editing it would change them too", hint=_override_hint(svc.name))
+        return value
+    inherited = ye.merged(svc.node, key)
+    if inherited is not None:
+        origin, _ = inherited
+        anchor = f" &{origin.anchor}" if origin.anchor else ""
+        raise Refused(f"{where} comes from the shared anchor{anchor} (line {doc.line_of(origin)}) by `<<:`; "
+                      f"editing it would change every service using it, and a key of its own would drop "
+                      "the inherited entries", hint=_override_hint(svc.name))
+    return None
 
 
 # -- volumes and environment -----------------------------------------------------------------------
@@ -257,18 +209,87 @@ def _env_has(env: Any, name: str) -> Optional[str]:
     return None
 
 
+def _effective(svc: _Service, key: str) -> Any:
+    """The value node compose uses for ``key`` (the service's own, else one merged in by ``<<:``)."""
+    if svc.node is None:
+        return None
+    found = ye.get(svc.node, key) or ye.merged(svc.node, key)
+    return None if found is None else found[1]
+
+
+def _spans(node: Any) -> list[tuple[Any, int, int]]:
+    """(element, start, end) of each item of a sequence / pair of a mapping, as positions in the text."""
+    if ye.is_sequence(node):
+        return [(item, item.start_mark.index, ye.content_end(item)) for item in node.value]
+    return [(k, k.start_mark.index, ye.content_end(v)) for k, v in ye.pairs(node)]  # a pair by its key node
+
+
+def _append(svc: _Service, node: Any, key_node: Any, entries: list[str]) -> ye.Change:
+    """Lines (block) or items (flow) appended to an existing collection, or under a ``key:`` left empty."""
+    text, nl = svc.doc.text, svc.doc.newline
+    mapping, _, offset = _detect_indent(text)
+    if ye.is_null(node):
+        col = key_node.start_mark.column
+        lines = "".join(f"{' ' * (col + offset)}- {e}{nl}" for e in entries)
+        return ye.Change(ye.line_end(text, key_node.end_mark.index), ye.line_end(text, key_node.end_mark.index), lines)
+    if node.flow_style:
+        items = [e if not any(c in e for c in ",[]{}") or e.startswith('"') else _quoted(e) for e in entries]
+        at = node.end_mark.index - 1
+        return ye.Change(at, at, (", " if node.value else "") + ", ".join(items))
+    if ye.is_sequence(node):
+        prefix = " " * node.start_mark.column + "- "
+    else:
+        prefix = " " * node.value[0][0].start_mark.column
+    return _at_line(text, _after(text, node), "".join(f"{prefix}{e}{nl}" for e in entries), nl)
+
+
+def _at_line(text: str, at: int, lines: str, nl: str) -> ye.Change:
+    """Insert whole lines at ``at``; at the end of a file without a final newline, it stays without one
+    (the newline goes before our lines, and removal takes it back)."""
+    if at == len(text) and text and not text.endswith("\n"):
+        return ye.Change(at, at, nl + lines[:-len(nl)])
+    return ye.Change(at, at, lines)
+
+
+def _quoted(value: str) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def _new_keys(svc: _Service, volumes: list[str], env: Optional[str]) -> ye.Change:
+    """A block of new keys for the service (and the service itself when it is missing)."""
+    text, nl = svc.doc.text, svc.doc.newline
+    mapping, _, offset = _detect_indent(text)
+    indent, header = svc.indent, ""
+    if indent < 0:  # empty file
+        header, indent = f"services:{nl}{' ' * mapping}{ye.plain(svc.name, key=True)}:{nl}", 2 * mapping
+    elif svc.node is None and not _service_key_exists(svc):
+        header, indent = f"{' ' * indent}{ye.plain(svc.name, key=True)}:{nl}", indent + mapping
+    body = ""
+    if volumes:
+        body += f"{' ' * indent}volumes:{nl}" + "".join(f"{' ' * (indent + offset)}- {v}{nl}" for v in volumes)
+    if env is not None:
+        body += f"{' ' * indent}environment:{nl}{' ' * (indent + mapping)}{env}{nl}"
+    return _at_line(text, svc.insert_at, header + body, nl)
+
+
+def _service_key_exists(svc: _Service) -> bool:
+    services = ye.get(svc.doc.root, "services") if ye.is_mapping(svc.doc.root) else None
+    return bool(services and ye.is_mapping(services[1]) and ye.get(services[1], svc.name))
+
+
 def add_mounts(text: str, service: str, mounts: Mounts, *, source: str = "docker-compose.yml",
                create_service: bool = False) -> Edit:
     """Add the read-only mounts and HOTFIX_LOCK to ``service``; nothing changes when all are there."""
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
-    doc, svc = _service(_load(text, source), service, source, create=create_service)
+    svc = _find(text, service, source, create=create_service)
     wanted = [*mounts.hotfix, mounts.lock]
-    volumes = svc.get("volumes")
-    if volumes is not None and not isinstance(volumes, list):
+    volumes_node = _effective(svc, "volumes")
+    if volumes_node is not None and not ye.is_null(volumes_node) and not ye.is_sequence(volumes_node):
         raise InvalidInput(f"{source}: key 'services.{service}.volumes' is not a list")
-    present = {str(v) for v in volumes or ()}
-    targets = {_volume_target(v): v for v in volumes or ()}
+    volumes = ye.scalar_value(volumes_node) or []
+    present = {str(v) for v in volumes}
+    targets = {_volume_target(v): v for v in volumes}
     for mount in wanted:
         other = targets.get(mount.target)
         if mount.spec not in present and other is not None:
@@ -277,86 +298,106 @@ def add_mounts(text: str, service: str, mounts: Mounts, *, source: str = "docker
                 hint="remove that entry (or `hotfix compose --remove` an older export) first",
             )
     missing = [m.spec for m in wanted if m.spec not in present]
-    env = svc.get("environment")
-    if env is not None and not isinstance(env, (list, dict)):
+    env_node = _effective(svc, "environment")
+    if env_node is not None and not ye.is_null(env_node) and not (ye.is_sequence(env_node) or ye.is_mapping(env_node)):
         raise InvalidInput(f"{source}: key 'services.{service}.environment' is neither a list nor a mapping")
-    need_env = _env_has(env, LOCK_ENV) is None
+    need_env = _env_has(ye.scalar_value(env_node), LOCK_ENV) is None
     if not missing and not need_env:
         return Edit(text, (), ())
 
-    tail = _take_trailing(svc)
+    changes, new_volumes, new_env = [], [], None
     if missing:
-        if volumes is None:
-            volumes = svc["volumes"] = CommentedSeq()
-        inner = _take_trailing(volumes)
-        volumes.extend(missing)
-        _put_trailing(volumes, inner)
-    if need_env:
-        if env is None:
-            env = svc["environment"] = CommentedMap()
-        inner = _take_trailing(env)
-        if isinstance(env, dict):
-            env[LOCK_ENV] = mounts.env_value
+        local = _local(svc, "volumes")
+        if local is None:
+            new_volumes = [ye.plain(m) for m in missing]
         else:
-            env.append(f"{LOCK_ENV}={mounts.env_value}")
-        _put_trailing(env, inner)
-    _put_trailing(svc, tail)
+            changes.append(_append(svc, local, ye.get(svc.node, "volumes")[0], [ye.plain(m) for m in missing]))
+    if need_env:
+        local = _local(svc, "environment")
+        if local is None:
+            new_env = f"{LOCK_ENV}: {ye.plain(mounts.env_value)}"
+        elif ye.is_sequence(local):
+            changes.append(_append(svc, local, None, [ye.plain(f"{LOCK_ENV}={mounts.env_value}")]))
+        else:
+            changes.append(_append(svc, local, ye.get(svc.node, "environment")[0],
+                                   [f"{LOCK_ENV}: {ye.plain(mounts.env_value)}"]))
+    if new_volumes or new_env is not None:
+        changes.append(_new_keys(svc, new_volumes, new_env))
     added = tuple(missing) + ((f"{LOCK_ENV}={mounts.env_value}",) if need_env else ())
-    return Edit(_dump(doc, text), added, ())
+    return Edit(ye.apply(text, changes), added, ())
+
+
+def _removals(text: str, key: Any, node: Any, drop: set[int]) -> list[ye.Change]:
+    """Changes that take the elements whose ids are in ``drop`` out of ``node`` (and ``key:`` if none is left)."""
+    spans = _spans(node)
+    kept = [i for i, (element, _, _) in enumerate(spans) if id(element) not in drop]
+    if not kept and node.flow_style:
+        return [ye.Change(spans[0][1], spans[-1][2])]
+    if not kept:
+        return [ye.Change(ye.line_start(text, key.start_mark.index), _after(text, node))]
+    if not node.flow_style:
+        return [ye.Change(ye.line_start(text, start), ye.line_end(text, end))
+                for element, start, end in spans if id(element) in drop]
+    changes, first = [], kept[0]
+    if first > 0:
+        changes.append(ye.Change(spans[0][1], spans[first][1]))
+    for i in range(first + 1, len(spans)):
+        if id(spans[i][0]) in drop:
+            changes.append(ye.Change(spans[i - 1][2], spans[i][2]))
+    return changes
 
 
 def remove_mounts(text: str, service: str, mounts: Mounts, *, source: str = "docker-compose.yml") -> Edit:
     """Take exactly our mounts out; the lock mount and HOTFIX_LOCK go when no hotfix mount is left."""
-    doc, svc = _service(_load(text, source), service, source, create=False)
-    volumes = svc.get("volumes")
-    if volumes is not None and not isinstance(volumes, list):
+    svc = _find(text, service, source, create=False)
+    volumes_node = _effective(svc, "volumes")
+    if volumes_node is not None and not ye.is_null(volumes_node) and not ye.is_sequence(volumes_node):
         raise InvalidInput(f"{source}: key 'services.{service}.volumes' is not a list")
-    volumes = volumes if volumes is not None else []
+    items = volumes_node.value if ye.is_sequence(volumes_node) else []
     # matched by host source and read-only mode, so a different --container-site-packages still finds them
     ours = {m.source for m in mounts.hotfix}
     prefix = mounts.export_source + "/"
-    sources = {v: _read_only_source(v) for v in volumes if isinstance(v, str)}
-    remaining_hotfix = [v for v, src in sources.items()
+    sources = {id(n): (n.value, _read_only_source(n.value)) for n in items if n.id == "scalar"}
+    remaining_hotfix = [v for v, src in sources.values()
                         if src and src not in ours and src.startswith(prefix) and src != mounts.lock.source]
     drop = set(ours)
-    env = svc.get("environment")
+    env_node = _effective(svc, "environment")
     drop_env = False
     if not remaining_hotfix:
         drop.add(mounts.lock.source)
-        drop_env = _env_has(env, LOCK_ENV) == mounts.env_value
-    removed = [v for v, src in sources.items() if src in drop]
+        drop_env = _env_has(ye.scalar_value(env_node), LOCK_ENV) == mounts.env_value
+    removed = {i: v for i, (v, src) in sources.items() if src in drop}
     if not removed and not drop_env:
         return Edit(text, (), ())
-
-    tail = _take_trailing(svc)
+    changes = []
     if removed:
-        inner = _take_trailing(volumes)
-        for spec in removed:
-            volumes.remove(spec)
-        if volumes:
-            _put_trailing(volumes, inner)
-        else:
-            _put_before(svc, "volumes", inner)
-            del svc["volumes"]
+        local = _local(svc, "volumes")
+        changes += _removals(text, ye.get(svc.node, "volumes")[0], local, set(removed))
     if drop_env:
-        inner = _take_trailing(env)
-        if isinstance(env, dict):
-            del env[LOCK_ENV]
+        local = _local(svc, "environment")
+        if ye.is_sequence(local):
+            ids = {id(n) for n in local.value if n.id == "scalar" and n.value.partition("=")[0] == LOCK_ENV}
         else:
-            env.remove(f"{LOCK_ENV}={mounts.env_value}")
-        if env:
-            _put_trailing(env, inner)
-        else:
-            _put_before(svc, "environment", inner)
-            del svc["environment"]
-    _put_trailing(svc, tail)
-    gone = tuple(removed) + ((f"{LOCK_ENV}={mounts.env_value}",) if drop_env else ())
-    return Edit(_dump(doc, text), (), gone)
+            ids = {id(key) for key in _spans_elements(local) if key.value == LOCK_ENV}
+        changes += _removals(text, ye.get(svc.node, "environment")[0], local, ids)
+    gone = tuple(removed.values()) + ((f"{LOCK_ENV}={mounts.env_value}",) if drop_env else ())
+    edited = ye.apply(text, changes)
+    if text and not text.endswith("\n") and edited.endswith("\n"):  # no final newline before: none after
+        edited = edited[:-2] if edited.endswith("\r\n") else edited[:-1]
+    return Edit(edited, (), gone)
+
+
+def _spans_elements(node: Any) -> list[Any]:
+    return [element for element, _, _ in _spans(node)]
 
 
 def service_is_empty(text: str, service: str, *, source: str) -> bool:
     """True when an override file holds nothing but an empty ``services.<service>`` (we can delete it)."""
-    doc = _load(text, source)
-    if not isinstance(doc, dict) or set(doc) != {"services"} or not isinstance(doc["services"], dict):
+    doc = ye.compose(text, source).root
+    if not ye.is_mapping(doc) or [k.value for k, _ in ye.pairs(doc)] != ["services"]:
         return False
-    return set(doc["services"]) == {service} and not doc["services"][service]
+    services = ye.get(doc, "services")[1]
+    if not ye.is_mapping(services) or [k.value for k, _ in ye.pairs(services)] != [service]:
+        return False
+    value = ye.get(services, service)[1]
+    return ye.is_null(value) or (ye.is_mapping(value) and not value.value)

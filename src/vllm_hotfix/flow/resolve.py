@@ -5,6 +5,10 @@ and which records belong to it. Every command calls this; records are keyed by w
 PYTHONPATH, .pth files, setuptools editable finders and direct_url.json, exactly as `import` does;
 the target's root (site-packages for a wheel, the project for an editable or git checkout) keys its
 record (paths.TargetDir).
+
+With neither ``--python`` nor ``HOTFIX_PYTHON`` (a pipx / `uv tool` install of hotfix has its own venv,
+without vLLM): hotfix's own interpreter if it imports the package, else the interpreter behind the
+`vllm` command on PATH (said in one line on stderr), else a refusal that lists the candidates found.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from typing import TYPE_CHECKING
 
 from vllm_hotfix import paths
 from vllm_hotfix.errors import HotfixError, Refused
-from vllm_hotfix.install.locate import Target, locate_package, locate_root
+from vllm_hotfix.install.locate import (SERVER_COMMAND, Target, candidate_interpreters, locate_package,
+                                        locate_root, server_interpreter)
+from vllm_hotfix.output import note
 from vllm_hotfix.txn.state import TargetState
 
 if TYPE_CHECKING:  # types only: `verify --lock` at container start must not pay for `packaging` / TOML
@@ -46,21 +52,40 @@ class Resolver:
         self.root = Path(root) if root is not None else None
         self._cache: dict[tuple, Target | HotfixError] = {}
 
-    def package(self, package: str | None) -> Target:
+    def package(self, package: str | None, *, do_import: bool = False) -> Target:
         """The target `import PACKAGE` loads (--python), or the checkout (--root). Refused if not importable."""
-        key = (package,)
+        key = (package, do_import)
         if key not in self._cache:
             try:
                 if self.root is not None:
                     self._cache[key] = locate_root(self.root, package)
                 else:
-                    self._cache[key] = locate_package(package, self.python)
+                    self._cache[key] = self._locate(package, do_import)
             except Refused as exc:
                 self._cache[key] = exc
         found = self._cache[key]
         if isinstance(found, HotfixError):
             raise found
         return found
+
+    def _locate(self, package: str | None, do_import: bool) -> Target:
+        assert package is not None
+        if self.python is not None:
+            return locate_package(package, self.python, do_import)
+        try:
+            return locate_package(package, None, do_import)
+        except Refused as own:
+            server = server_interpreter()
+            if server is None:
+                candidates = candidate_interpreters()
+                listed = ("; candidates found here: " + ", ".join(candidates)) if candidates else ""
+                raise Refused(own.message, hint=f"no `{SERVER_COMMAND}` command on PATH either: pass --python PATH "
+                              f"(or set HOTFIX_PYTHON) with the interpreter that runs vLLM{listed}") from None
+            command, python = server
+            note(f"using {python}, the interpreter of {command} on PATH (hotfix's own python has no {package}; "
+                 "--python or HOTFIX_PYTHON picks another)")
+            self.python = python
+            return locate_package(package, python, do_import)
 
     def for_manifest(self, manifest: Manifest) -> tuple[Target, TargetSpec | None]:
         """The target the manifest is about, and the manifest target entry that matches it (None: none)."""

@@ -1,0 +1,172 @@
+"""Byte-exact YAML edits: insert or delete whole lines at the positions ruamel.yaml's composer reports.
+
+Nothing is re-serialised: a `---` marker, CRLF line ends, quotes, comments, indentation and every other
+service stay exactly as written, and deleting what was inserted gives back the original text. The node
+graph also tells which nodes are shared: an anchor (``&common``) reached through an alias (``*common``,
+``<<: *common``) is one node object reached twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+from vllm_hotfix.errors import InvalidInput
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@dataclass
+class Document:
+    text: str
+    root: Any  # ruamel.yaml.nodes.Node or None (empty file)
+    references: dict[int, int] = field(default_factory=dict)  # id(node) -> how many places reach it
+
+    @property
+    def newline(self) -> str:
+        return "\r\n" if "\r\n" in self.text else "\n"
+
+    def shared(self, node: Any) -> bool:
+        return self.references.get(id(node), 0) > 1
+
+    def line_of(self, node: Any) -> int:
+        return node.start_mark.line + 1
+
+
+def compose(text: str, source: str) -> Document:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        root = YAML().compose(text)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InvalidInput(f"{source}{where}: not valid YAML: {problem}") from None
+    doc = Document(text, root)
+    _count(root, doc.references)
+    return doc
+
+
+def _count(node: Any, seen: dict[int, int]) -> None:
+    if node is None:
+        return
+    seen[id(node)] = seen.get(id(node), 0) + 1
+    if seen[id(node)] > 1 or not isinstance(node.value, list):
+        return
+    for item in node.value:
+        for child in item if isinstance(item, tuple) else (item,):
+            _count(child, seen)
+
+
+def is_mapping(node: Any) -> bool:
+    return node is not None and node.id == "mapping"
+
+
+def is_sequence(node: Any) -> bool:
+    return node is not None and node.id == "sequence"
+
+
+def is_null(node: Any) -> bool:
+    return node is None or (node.id == "scalar" and node.tag.endswith(":null"))
+
+
+def pairs(mapping: Any) -> Iterator[tuple[Any, Any]]:
+    """The mapping's own key/value nodes (merge keys left out)."""
+    for key, value in mapping.value:
+        if key.tag != MERGE_TAG:
+            yield key, value
+
+
+def get(mapping: Any, name: str) -> Optional[tuple[Any, Any]]:
+    for key, value in pairs(mapping):
+        if key.id == "scalar" and key.value == name:
+            return key, value
+    return None
+
+
+def merged(mapping: Any, name: str) -> Optional[tuple[Any, Any]]:
+    """(the anchored mapping it comes from, the value) when ``name`` reaches ``mapping`` only by ``<<:``."""
+    for key, value in mapping.value:
+        if key.tag != MERGE_TAG:
+            continue
+        for source in value.value if is_sequence(value) else [value]:
+            if is_mapping(source):
+                found = get(source, name) or merged(source, name)
+                if found is not None:
+                    return source, found[1]
+    return None
+
+
+def scalar_value(node: Any) -> Any:
+    """A plain Python value for reading entries: str for scalars, dict/list one level deep."""
+    if node is None:
+        return None
+    if node.id == "scalar":
+        return None if is_null(node) else node.value
+    if node.id == "sequence":
+        return [scalar_value(n) for n in node.value]
+    return {scalar_value(k): scalar_value(v) for k, v in node.value if k.tag != MERGE_TAG}
+
+
+# --- positions ---------------------------------------------------------------------------------------
+
+
+def content_end(node: Any) -> int:
+    """Index just after the last character that belongs to ``node`` (not the comments after it)."""
+    if node.id == "scalar" or node.flow_style:
+        if node.id == "scalar" and node.style in ("|", ">") and node.end_mark.column == 0:
+            return node.end_mark.index - 1
+        return node.end_mark.index
+    if not node.value:
+        return node.start_mark.index
+    last = node.value[-1]
+    return content_end(last[1] if isinstance(last, tuple) else last)
+
+
+def line_start(text: str, index: int) -> int:
+    return text.rfind("\n", 0, index) + 1
+
+
+def line_end(text: str, index: int) -> int:
+    """Index after the newline that ends the line holding ``index`` (len(text) on the last line)."""
+    found = text.find("\n", index)
+    return len(text) if found < 0 else found + 1
+
+
+def only_thing_on_its_lines(text: str, start: int, end: int) -> bool:
+    """True when [start, end) plus an optional "- " before and a comment after fill whole lines."""
+    before = text[line_start(text, start):start].strip()
+    after = text[end:line_end(text, end)].strip()
+    return before in ("", "-") and (after == "" or after.startswith("#"))
+
+
+@dataclass(frozen=True)
+class Change:
+    start: int
+    end: int  # == start for an insertion
+    text: str = ""
+
+
+def apply(text: str, changes: list[Change]) -> str:
+    """Apply non-overlapping changes (positions in the original text), last first; ties keep list order."""
+    ordered = sorted(enumerate(changes), key=lambda c: (c[1].start, c[0]), reverse=True)
+    for _, change in ordered:
+        text = text[:change.start] + change.text + text[change.end:]
+    return text
+
+
+def plain(value: str, *, key: bool = False) -> str:
+    """``value`` as written in YAML: plain when it reads back as the same string, else double-quoted."""
+    import json
+
+    from ruamel.yaml import YAML
+
+    probe = f"{value}: x" if key else f"- {value}"
+    try:
+        loaded = YAML(typ="safe", pure=True).load(probe)
+    except Exception:
+        loaded = None
+    ok = (list(loaded) == [value]) if key and isinstance(loaded, dict) else (loaded == [value])
+    return value if ok and value.strip() == value and value else json.dumps(value)
