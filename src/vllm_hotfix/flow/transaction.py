@@ -22,7 +22,7 @@ from vllm_hotfix.errors import HotfixError, Refused
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import note
 from vllm_hotfix.paths import TargetDir
-from vllm_hotfix.txn.atomic import atomic_write, fsync_dir
+from vllm_hotfix.txn.atomic import atomic_write, fsync_dir, unlink_if_present
 from vllm_hotfix.flow.plan import invert
 from vllm_hotfix.txn.fsops import Interrupted, _parallel, signals_as_exceptions
 from vllm_hotfix.txn.journal import commit, nothing_changed
@@ -125,24 +125,39 @@ def recover_target(root: Path) -> RecoveryReport | None:
 
 
 def _keep(tdir: TargetDir, root: Path, keep: dict[str, bytes | str]) -> str:
-    """Write backups and patch copies into the state dir (new names; durable before the commit)."""
-    directories = set()
+    """Write backups and patch copies into the state dir (durable before the commit names them).
+
+    A backup is a hard link of the original (the commit's os.replace leaves that inode alone), one
+    link(2) per file on a new name; a name kept from an earlier apply is replaced atomically."""
+    directories: set[str] = set()
     for rel, what in keep.items():
-        dest = tdir.directory / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        directories.add(dest.parent)
+        dest = os.path.join(tdir.directory, rel)
+        parent = os.path.dirname(dest)
+        if parent not in directories:
+            os.makedirs(parent, exist_ok=True)
+            directories.add(parent)
         if isinstance(what, bytes):
-            atomic_write(dest, what)
+            atomic_write(Path(dest), what)
             continue
-        temp = dest.with_name(dest.name + ".hotfix-keep")
-        if os.path.lexists(temp):
-            os.unlink(temp)
         try:
-            os.link(root / what, temp)  # the original inode: os.replace in the commit leaves it alone
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
-                raise
-            shutil.copyfile(root / what, temp)
-        os.replace(temp, dest)
+            _link_or_copy(os.path.join(root, what), dest)
+        except FileExistsError:
+            temp = dest + ".hotfix-keep"
+            unlink_if_present(temp)
+            _link_or_copy(os.path.join(root, what), temp)
+            os.replace(temp, dest)
     _parallel(fsync_dir, sorted(directories))  # the backups are durable before the journal names them
     return str(tdir.directory)
+
+
+def _link_or_copy(source: str, dest: str) -> None:
+    try:
+        os.link(source, dest)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+            raise
+        if os.path.lexists(dest):
+            raise FileExistsError(errno.EEXIST, "exists", dest) from None
+        shutil.copyfile(source, dest)
