@@ -1,0 +1,82 @@
+""""May we write this target?" — answered here, once, before any transaction writes a byte.
+
+Real containers are hostile: site-packages on a ``:ro`` mount or an immutable image layer, a state
+directory on a read-only volume, in another user's HOME, or a file where a directory should be. The
+transaction runner (flow/transaction.py) asks both questions before it takes the lock (state dir) and
+before it keeps a backup or writes a journal (target), so a refusal changes nothing and leaves nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Iterable
+
+from vllm_hotfix.errors import WriteFailed
+from vllm_hotfix.paths import state_dir
+
+WRITE_HINTS = {
+    errno.EROFS: "this file system is read-only (a container image?): `hotfix export ID --to DIR` writes the "
+                 "patched files elsewhere and `hotfix compose` bind-mounts them read-only",
+    errno.ENOSPC: "free some space there: the transaction needs room for one new copy of each changed file",
+    errno.EDQUOT: "the disk quota is exhausted: the transaction needs room for one new copy of each changed file",
+    errno.EACCES: "run as the user who owns the installed files (or as root)",
+    errno.EPERM: "run as the user who owns the installed files (or as root)",
+}
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        name = errno.errorcode.get(exc.errno or 0, "")
+        return f"{exc.strerror} ({name})" if name else exc.strerror
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _os_error(code: int, path: str | os.PathLike) -> OSError:
+    return OSError(code, os.strerror(code), os.fspath(path))
+
+
+def _refusal(directory: str | os.PathLike) -> OSError | None:
+    """Why files cannot be created or replaced in the existing ``directory`` (None: they can)."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return _os_error(errno.EROFS, directory)
+    except OSError as exc:
+        return exc
+    if not os.access(directory, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        return _os_error(errno.EACCES, directory)
+    return None
+
+
+def state_dir_writable(target_state: Path) -> None:
+    """Create ``target_state`` (a target's directory in the state dir) or refuse with exit 6."""
+    try:
+        Path(target_state).mkdir(parents=True, exist_ok=True)
+        problem = _refusal(target_state)
+    except OSError as exc:
+        problem = exc
+    if problem is not None:
+        which = "HOTFIX_STATE_DIR" if os.environ.get("HOTFIX_STATE_DIR") else "the state directory"
+        raise WriteFailed(
+            f"{which} {state_dir()} is not writable ({describe(problem)}); nothing was changed",
+            hint="set HOTFIX_STATE_DIR to a writable directory (records, journals and backups are kept there)",
+        )
+
+
+def target_writable(root: Path, paths: Iterable[str]) -> None:
+    """Refuse (exit 6, nothing written) if a file of ``paths`` (relative to ``root``) cannot be
+    created, replaced or removed: its directory, or the nearest one that exists, is read-only or not ours."""
+    root = Path(root)
+    seen: set[str] = set()
+    for rel in paths:
+        directory = os.path.dirname(os.path.join(root, rel))
+        while not os.path.isdir(directory) and directory != os.path.dirname(directory):
+            directory = os.path.dirname(directory)
+        if directory in seen:
+            continue
+        seen.add(directory)
+        problem = _refusal(directory)
+        if problem is not None:
+            raise WriteFailed(f"{directory}: {describe(problem)}; the target is not writable, nothing was changed",
+                              hint=WRITE_HINTS.get(problem.errno))
