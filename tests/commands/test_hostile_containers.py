@@ -41,6 +41,8 @@ def test_read_only_site_packages(vllm_install, run_hotfix, tmp_path, _isolated_s
         assert "`hotfix export ID --to DIR`" in failed.stderr and "`hotfix compose`" in failed.stderr
         assert not list(_isolated_state.rglob("journal.json")) and not list(_isolated_state.rglob("backups/*"))
         assert not list(_isolated_state.rglob("state.json"))
+        dry = run_hotfix("apply", HOTFIX, "--python", venv.python, "--dry-run")  # predicts the real run
+        assert dry.returncode == 6 and "the target is not writable" in one_error(dry)
         assert run_hotfix("recover", "--python", venv.python).returncode == 0
         status = json.loads(run_hotfix("status", HOTFIX, "--python", venv.python, "--json").stdout)
         assert [s["state"] for s in status] == ["not-applied"]

@@ -64,8 +64,8 @@ def test_read_only_site_packages_refused_before_any_journal(run_hotfix, target, 
         assert again.returncode == 6 and "not writable" in again.stderr  # the same answer, not "recover first"
         recovered = run_hotfix("recover", "--root", target)
         assert recovered.returncode == 0 and recovered.stdout.startswith("nothing to recover"), recovered.stderr
-        dry = run_hotfix("apply", "--patch", patch, "--root", target, "--dry-run")
-        assert dry.returncode == 0, dry.stderr
+        dry = run_hotfix("apply", "--patch", patch, "--root", target, "--dry-run")  # predicts the real run
+        assert dry.returncode == 6 and "the target is not writable" in dry.stderr, dry.stderr
     assert (target / "vllm/a.py").read_bytes() == BEFORE
 
 
@@ -111,6 +111,8 @@ def test_read_only_state_dir(run_hotfix, target, patch, tmp_path):
 def test_state_dir_is_a_file(run_hotfix, target, patch, tmp_path):
     state = tmp_path / "state-file"
     state.write_text("not a directory\n")
+    dry = run_hotfix("apply", "--patch", patch, "--root", target, "--dry-run", env={"HOTFIX_STATE_DIR": str(state)})
+    assert dry.returncode == 6 and "(Not a directory (ENOTDIR))" in dry.stderr, dry.stderr
     failed = run_hotfix("apply", "--patch", patch, "--root", target, env={"HOTFIX_STATE_DIR": str(state)})
     assert failed.returncode == 6, failed.stderr
     error, hint = error_lines(failed)
@@ -162,5 +164,6 @@ def test_state_dir_fills_up_or_turns_read_only_at_any_write(target, patch, tmp_p
         if failed.returncode == 6:
             assert f"({error})" in failed.stderr and now == BEFORE, (syscall, n, failed.stderr)
             assert not list(_isolated_state.rglob("journal.json")), (syscall, n)
+            assert not list(_isolated_state.rglob("backups/*")) and not list(_isolated_state.rglob("patches/*")), (syscall, n)
         else:
             assert now == after, (syscall, n)

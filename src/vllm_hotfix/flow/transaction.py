@@ -63,9 +63,13 @@ def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None
     """Plan with ``prepare`` and, unless ``dry_run``, carry the change out all-or-nothing (see module doc)."""
     root = Path(root)
     tdir = TargetDir.of(root)
-    if dry_run:
+    if dry_run:  # predicts the real run, refusals included; writes nothing
         pending_note(root)
-        return prepare(TargetState.load(tdir.directory), Tree(root))
+        state_dir_writable(tdir.directory, create=False)
+        change = prepare(TargetState.load(tdir.directory), Tree(root))
+        if change.plan.edits:
+            target_writable(root, _written_paths(change.plan))
+        return change
     state_dir_writable(tdir.directory)
     with target_lock(tdir.directory, DEFAULT_TIMEOUT if lock_timeout is None else lock_timeout):
         recover_locked(root)

@@ -49,11 +49,21 @@ def _refusal(directory: str | os.PathLike) -> OSError | None:
     return None
 
 
-def state_dir_writable(target_state: Path) -> None:
-    """Create ``target_state`` (a target's directory in the state dir) or refuse with exit 6."""
+def _nearest_directory(path: str) -> str | OSError:
+    """``path`` or its nearest existing ancestor; ENOTDIR if that ancestor is not a directory."""
+    while not os.path.lexists(path) and path != os.path.dirname(path):
+        path = os.path.dirname(path)
+    return path if os.path.isdir(path) else _os_error(errno.ENOTDIR, path)
+
+
+def state_dir_writable(target_state: Path, *, create: bool = True) -> None:
+    """Create ``target_state`` (a target's directory in the state dir) or refuse with exit 6.
+    ``create=False`` (a dry run): only check that it could be created and written."""
     try:
-        Path(target_state).mkdir(parents=True, exist_ok=True)
-        problem = _refusal(target_state)
+        if create:
+            Path(target_state).mkdir(parents=True, exist_ok=True)
+        nearest = _nearest_directory(os.fspath(target_state))
+        problem = nearest if isinstance(nearest, OSError) else _refusal(nearest)
     except OSError as exc:
         problem = exc
     if problem is not None:
@@ -70,9 +80,9 @@ def target_writable(root: Path, paths: Iterable[str]) -> None:
     root = Path(root)
     seen: set[str] = set()
     for rel in paths:
-        directory = os.path.dirname(os.path.join(root, rel))
-        while not os.path.isdir(directory) and directory != os.path.dirname(directory):
-            directory = os.path.dirname(directory)
+        directory = _nearest_directory(os.path.dirname(os.path.join(root, rel)))
+        if isinstance(directory, OSError):
+            continue  # a file where a directory must be: the plan's own check refuses it (exit 3)
         if directory in seen:
             continue
         seen.add(directory)
