@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import crash
-from fixtures.mounts import read_only
+from fixtures.mounts import bind_read_only, read_only
 
 PATCH = "--- a/vllm/a.py\n+++ b/vllm/a.py\n@@ -1,2 +1,2 @@\n line 1\n-line 2\n+line 2 fixed\n"
 BEFORE = b"line 1\nline 2\n"
@@ -167,3 +167,18 @@ def test_state_dir_fills_up_or_turns_read_only_at_any_write(target, patch, tmp_p
             assert not list(_isolated_state.rglob("backups/*")) and not list(_isolated_state.rglob("patches/*")), (syscall, n)
         else:
             assert now == after, (syscall, n)
+
+
+def test_a_file_bind_mounted_over_the_install(run_hotfix, target, patch, tmp_path, _isolated_state):
+    """Seed 001's setup: one patched file bind-mounted read-only over site-packages, then someone runs
+    `hotfix apply` inside: refused before any journal, with the mount named."""
+    shipped = tmp_path / "shipped.py"
+    shipped.write_bytes(BEFORE)
+    with bind_read_only(shipped, target / "vllm" / "a.py"):
+        failed = run_hotfix("apply", "--patch", patch, "--root", target)
+        assert failed.returncode == 6, failed.stderr
+        error, hint = error_lines(failed)
+        assert "Device or resource busy (EBUSY): it is a mount point; the target is not writable" in error
+        assert "`hotfix compose`" in hint
+        assert state_files(_isolated_state) == []
+

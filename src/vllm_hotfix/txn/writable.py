@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -21,6 +22,8 @@ WRITE_HINTS = {
                  "patched files elsewhere and `hotfix compose` bind-mounts them read-only",
     errno.ENOSPC: "free some space there: the transaction needs room for one new copy of each changed file",
     errno.EDQUOT: "the disk quota is exhausted: the transaction needs room for one new copy of each changed file",
+    errno.EBUSY: "that file is a mount point (a bind mount of a patched file?): change it where it is mounted "
+                 "from (`hotfix export` + `hotfix compose`), or remove the mount first",
     errno.EACCES: "run as the user who owns the installed files (or as root)",
     errno.EPERM: "run as the user who owns the installed files (or as root)",
 }
@@ -56,6 +59,17 @@ def _nearest_directory(path: str) -> str | OSError:
     return path if os.path.isdir(path) else _os_error(errno.ENOTDIR, path)
 
 
+def _mount_points() -> set[str]:
+    """Every mount point of this process (Linux /proc/self/mountinfo; empty elsewhere)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+            fields = [line.split(" ", 5) for line in fh]
+    except OSError:
+        return set()
+    unescape = lambda text: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)  # noqa: E731
+    return {unescape(f[4]) for f in fields if len(f) > 4}
+
+
 def state_dir_writable(target_state: Path, *, create: bool = True) -> None:
     """Create ``target_state`` (a target's directory in the state dir) or refuse with exit 6.
     ``create=False`` (a dry run): only check that it could be created and written."""
@@ -79,6 +93,14 @@ def target_writable(root: Path, paths: Iterable[str]) -> None:
     created, replaced or removed: its directory, or the nearest one that exists, is read-only or not ours."""
     root = Path(root)
     seen: set[str] = set()
+    paths = list(paths)
+    inside = os.path.realpath(root) + os.sep
+    mounted = {point for point in _mount_points() if point.startswith(inside)}
+    for rel in paths if mounted else ():
+        path = os.path.realpath(os.path.join(root, rel))
+        if path in mounted:  # a file bind-mounted over the install: os.replace would give EBUSY
+            raise WriteFailed(f"{path}: {describe(_os_error(errno.EBUSY, path))}: it is a mount point; the target is "
+                              f"not writable, nothing was changed", hint=WRITE_HINTS[errno.EBUSY])
     for rel in paths:
         directory = _nearest_directory(os.path.dirname(os.path.join(root, rel)))
         if isinstance(directory, OSError):
