@@ -71,3 +71,19 @@ def test_try_it_prints_no_escape_codes_off_a_terminal(tmp_path, vllm_wheel):
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert "\x1b" not in done.stdout + done.stderr
         assert "\n$ hotfix apply mamba-align-block-size" in done.stdout
+
+
+def test_new_dry_run_writes_nothing(run_hotfix, tmp_path):
+    from fixtures.ascend import make_upstream_clone
+
+    clone = make_upstream_clone(tmp_path / "vllm-ascend")
+    out = tmp_path / "catalog"
+    done = run_hotfix("new", "glm-null-slot", "--from-commit", "HEAD", "--repo", clone, "--exclude", "release_notes/**",
+                      "--target", "vllm-ascend", "--versions", "==0.30.0rc2", "--out", out, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"would write {out / 'manifests' / 'glm-null-slot.toml'}"
+    assert done.stdout.splitlines()[-1] == "dry run: nothing was written" and not out.exists()
+    as_json = run_hotfix("new", "glm-null-slot", "--from-commit", "HEAD", "--repo", clone, "--exclude",
+                         "release_notes/**", "--target", "vllm-ascend", "--versions", "==0.30.0rc2", "--out", out,
+                         "--dry-run", "--json")
+    assert json.loads(as_json.stdout)["dry_run"] is True and not out.exists()
