@@ -234,8 +234,9 @@ def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
 @click.option("--versions", help="PEP 440 range the hotfix applies to, e.g. '>=0.29,<0.32' (--from-install: default ==installed).")
 @click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="--from-install: the pristine wheel of the installed release (default: cached, else pip download).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Catalog directory to write manifests/ and patches/ into.")
+@dry_run_option
 @json_option
-def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, python, distribution, versions, wheel, out_dir, as_json) -> None:
+def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, python, distribution, versions, wheel, out_dir, dry_run, as_json) -> None:
     """Author a hotfix: write patches/ID/*.patch and manifests/ID.toml with hashes and stats.
 
     \b
@@ -248,7 +249,7 @@ def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, python,
     """
     from vllm_hotfix.commands import new as command
 
-    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, as_json=as_json))
+    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")
@@ -277,12 +278,13 @@ def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the patched files and hotfix.lock.")
 @python_option
 @catalog_option
+@dry_run_option
 @json_option
-def export_cmd(hotfix_ids, out_dir, python, catalogs, as_json) -> None:
+def export_cmd(hotfix_ids, out_dir, python, catalogs, dry_run, as_json) -> None:
     """Write patched files (from a pristine baseline) and a hotfix.lock for bind mounts."""
     from vllm_hotfix.commands import export as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), as_json=as_json))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
@@ -340,17 +342,31 @@ def bake_cmd(hotfix_ids, base, out_dir, wheel, patch_files, python, strict, cata
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), base=base, out_dir=out_dir, wheel=wheel, catalogs=tuple(catalogs), patch_files=tuple(patch_files), python=python, strict=strict, as_json=as_json))
 
 
+@cli.command("gc", short_help="List and remove the state of targets that no longer exist.")
+@dry_run_option
+@json_option
+def gc_cmd(dry_run, as_json) -> None:
+    """Remove recorded state, journals and backups kept for targets (venvs, checkouts) that are gone.
+
+    A target that still exists is never touched; --dry-run only lists what would go.
+    """
+    from vllm_hotfix.commands import gc as command
+
+    _exit(command.run(dry_run=dry_run, as_json=as_json))
+
+
 @cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard.")
 @click.option("--print-env", is_flag=True, required=True, help="Print the environment lines that turn on the in-process guard.")
 @click.option("--lock", "lock_file", help="Lock file path inside the container.", default="/etc/vllm-hotfix/hotfix.lock", show_default=True)
 @click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="Stop a vLLM process whose hotfix is not in effect.")
 @click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose", show_default=True)
-def guard_cmd(print_env, lock_file, require, strict, fmt) -> None:
+@json_option
+def guard_cmd(print_env, lock_file, require, strict, fmt, as_json) -> None:
     """Print env lines for the vllm.general_plugins guard that checks every vLLM process."""
     from vllm_hotfix.commands import guard as command
 
-    _exit(command.run(print_env=print_env, lock_file=lock_file, require=require, strict=strict, fmt=fmt))
+    _exit(command.run(print_env=print_env, lock_file=lock_file, require=require, strict=strict, fmt=fmt, as_json=as_json))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -362,13 +378,15 @@ def main(argv: list[str] | None = None) -> None:
         code = exc.code if isinstance(exc.code, int) else 0
         sys.exit(code)
     except click.exceptions.UsageError as exc:
-        exc.show()
+        where = f"hotfix {exc.ctx.command.name}" if exc.ctx is not None and exc.ctx.parent is not None else "hotfix"
+        _report(exc.format_message(), f"`{where} --help` lists the arguments and options", int(ExitCode.USAGE),
+                "UsageError", wants_json)
         sys.exit(ExitCode.USAGE)
     except click.exceptions.Abort:
         sys.stderr.write("hotfix: aborted\n")
         sys.exit(130)
     except click.exceptions.ClickException as exc:
-        exc.show()
+        _report(exc.format_message(), None, exc.exit_code, "UsageError", wants_json)
         sys.exit(exc.exit_code)
     except HotfixError as exc:
         _report(exc.message, exc.hint, int(exc.exit_code), type(exc).__name__, wants_json)

@@ -16,7 +16,8 @@ from vllm_hotfix.output import emit_json, say
 LOCK_NAME = "hotfix.lock"
 
 
-def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), as_json: bool = False) -> int:
+def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dry_run: bool = False,
+        as_json: bool = False) -> int:
     from vllm_hotfix.catalog.index import Catalog, parse_ref
 
     catalog = Catalog.load(catalogs)
@@ -44,15 +45,23 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), as
     lock_path = out_dir / LOCK_NAME
     lock = lockfile.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, locked),
                          generator=f"vllm-hotfix {__version__}")
-    _write(out_dir, outputs, lockfile.dump_lock(lock))
+    if not dry_run:
+        _write(out_dir, outputs, lockfile.dump_lock(lock))
 
     if as_json:
         emit_json({
-            "to": str(out_dir), "lock": str(lock_path), "site_packages": site_packages,
+            "to": str(out_dir), "dry_run": dry_run, "lock": str(lock_path), "site_packages": site_packages,
             "hotfixes": [{"id": h.id, "version": h.version, "baseline_version": h.baseline_version,
                           "files": [{"path": f.path, "export": f.export, "sha256": f.sha256} for f in h.files]}
                          for h in locked],
         })
+        return 0
+    if dry_run:
+        for hotfix in locked:
+            say(f"would export {hotfix.id}@{hotfix.version} (from pristine {hotfix.distribution} {hotfix.baseline_version}):")
+            for f in hotfix.files:
+                say(f"  {out_dir / f.export}")
+        say(f"dry run: would write {lock_path}; nothing was written")
         return 0
     for hotfix in locked:
         say(f"exported {hotfix.id}@{hotfix.version} (from pristine {hotfix.distribution} {hotfix.baseline_version}):")

@@ -7,13 +7,16 @@ import shlex
 
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
-from vllm_hotfix.output import note, say
+from vllm_hotfix.output import emit_json, note, say
 
 PLUGIN_NAME = "vllm_hotfix_guard"
 
 
-def run(*, print_env: bool, lock_file: str, require: str | None, strict: bool, fmt: str) -> int:
+def run(*, print_env: bool, lock_file: str, require: str | None, strict: bool, fmt: str, as_json: bool = False) -> int:
     env = guard_env(lock_file=lock_file, require=require, strict=strict)
+    if as_json:
+        emit_json({"env": env, "format": fmt, "lines": render(env, fmt), "plugin": PLUGIN_NAME})
+        return 0
     for line in render(env, fmt):
         say(line)
     note(f"if the service sets VLLM_PLUGINS, add {PLUGIN_NAME} to it; vllm-hotfix must be installed in the image")

@@ -35,7 +35,7 @@ class NewPatch:
 def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, exclude: Sequence[str] = (),
         add_patches: Sequence[Path] = (), from_install: str | None = None, python: str | None = None,
         distribution: str | None = None, versions: str | None = None, out_dir: Path = Path("."),
-        wheel: Path | None = None, as_json: bool = False) -> int:
+        wheel: Path | None = None, dry_run: bool = False, as_json: bool = False) -> int:
     if not ID_PATTERN.fullmatch(hotfix_id):
         raise UsageError(f"hotfix id {hotfix_id!r}: use lowercase letters, digits and '-' (e.g. mamba-align-block-size)")
     if (commit is None) == (from_install is None):
@@ -59,22 +59,27 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
     manifest_from_dict(parse_toml(text.encode(), str(manifest_path)), str(manifest_path))
 
     patch_dir = Path(out_dir) / "patches" / hotfix_id
-    patch_dir.mkdir(parents=True, exist_ok=True)
-    manifest_path.parent.mkdir(parents=True, exist_ok=True)
-    for p in patches:
-        atomic_write(patch_dir / p.name, p.data)
-    atomic_write(manifest_path, text.encode())  # last: the manifest only appears with its patches
+    if not dry_run:
+        patch_dir.mkdir(parents=True, exist_ok=True)
+        manifest_path.parent.mkdir(parents=True, exist_ok=True)
+        for p in patches:
+            atomic_write(patch_dir / p.name, p.data)
+        atomic_write(manifest_path, text.encode())  # last: the manifest only appears with its patches
 
     if as_json:
-        emit_json({"id": hotfix_id, "manifest": str(manifest_path),
+        emit_json({"id": hotfix_id, "manifest": str(manifest_path), "dry_run": dry_run,
                    "patches": [{"file": str(patch_dir / p.name), **{k: e[k] for k in ("md5", "sha256", "stats")}}
                                for p, e in zip(patches, entries)]})
         return 0
-    say(f"wrote {manifest_path}")
+    wrote = "would write" if dry_run else "wrote"
+    say(f"{wrote} {manifest_path}")
     for p, e in zip(patches, entries):
         s = e["stats"]
         files = f"{s['files']} file" + ("s" if s["files"] != 1 else "")
-        say(f"wrote {patch_dir / p.name} ({files} +{s['insertions']}/-{s['deletions']})")
+        say(f"{wrote} {patch_dir / p.name} ({files} +{s['insertions']}/-{s['deletions']})")
+    if dry_run:
+        say("dry run: nothing was written")
+        return 0
     note(f"check it: hotfix show {hotfix_id} --catalog {out_dir}; then fill in [[signatures]] and description")
     return 0
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
+from vllm_hotfix.errors import Refused
 from vllm_hotfix.output import emit_json, say
 
 
@@ -15,7 +16,11 @@ def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool,
     from vllm_hotfix.flow.status import Survey
 
     hotfix_id, _ = parse_ref(hotfix_id)
-    target, _state = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs)).holding(hotfix_id)
+    survey = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs))
+    try:
+        target, _state = survey.holding(hotfix_id)
+    except Refused as not_recorded:
+        return _nothing_to_roll_back(survey, hotfix_id, not_recorded, dry_run, as_json)
     target_root = Path(target.root)
     outcome = rollback(hotfix_id, target_root, dry_run=dry_run)
     recorded = outcome.recorded
@@ -34,4 +39,22 @@ def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool,
         say(f"dry run: would roll back {hotfix_id}@{recorded.version} in {target_root} {how}; nothing was written")
     else:
         say(f"rolled back {hotfix_id}@{recorded.version} in {target_root} {how}; record removed")
+    return 0
+
+
+def _nothing_to_roll_back(survey, hotfix_id: str, not_recorded: Refused, dry_run: bool, as_json: bool) -> int:
+    """Not recorded: exit 0 when its files are at their baseline (rollback is idempotent), else refuse
+    with the status's own words (applied by hand, drifted, ...)."""
+    if hotfix_id not in survey.catalog.ids():
+        raise not_recorded
+    (found,) = survey.named([(hotfix_id, None)])
+    if found.state != "not-applied":
+        raise Refused(f"{hotfix_id}: not recorded as applied to {found.target}, and its files are {found.state}"
+                      + (f" ({found.detail})" if found.detail else ""),
+                      hint=found.advice or "`hotfix status` shows what is applied where")
+    if as_json:
+        emit_json({"id": hotfix_id, "version": None, "target": found.target, "dry_run": dry_run, "method": "none",
+                   "files": [], "nothing_to_do": True})
+        return 0
+    say(f"nothing to roll back: {hotfix_id} is not applied to {found.target} (its files are at their baseline)")
     return 0

@@ -29,6 +29,7 @@ from vllm_hotfix.txn.journal import commit, nothing_changed
 from vllm_hotfix.txn.recovery import RecoveryReport, recover
 from vllm_hotfix.txn.lock import DEFAULT_TIMEOUT, target_lock
 from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix.txn.writable import state_dir_writable, target_writable
 
 
 @dataclass
@@ -62,9 +63,14 @@ def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None
     """Plan with ``prepare`` and, unless ``dry_run``, carry the change out all-or-nothing (see module doc)."""
     root = Path(root)
     tdir = TargetDir.of(root)
-    if dry_run:
+    if dry_run:  # predicts the real run, refusals included; writes nothing
         pending_note(root)
-        return prepare(TargetState.load(tdir.directory), Tree(root))
+        state_dir_writable(tdir.directory, create=False)
+        change = prepare(TargetState.load(tdir.directory), Tree(root))
+        if change.plan.edits:
+            target_writable(root, _written_paths(change.plan))
+        return change
+    state_dir_writable(tdir.directory)
     with target_lock(tdir.directory, DEFAULT_TIMEOUT if lock_timeout is None else lock_timeout):
         recover_locked(root)
         before = TargetState.load(tdir.directory)
@@ -72,6 +78,7 @@ def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None
         change = prepare(before, tree)
         if not change.plan.edits and not change.record_changed:
             return change
+        target_writable(root, _written_paths(change.plan))  # before any backup or journal is written
         current = str(tdir.directory)
         with signals_as_exceptions():  # SIGINT/SIGTERM anywhere below: undo, then one line
             try:
@@ -120,8 +127,15 @@ def recover_target(root: Path) -> RecoveryReport | None:
     tdir = TargetDir.of(root)
     if not tdir.directory.is_dir():
         return None
+    state_dir_writable(tdir.directory)
     with target_lock(tdir.directory, DEFAULT_TIMEOUT):
         return recover_locked(root)
+
+
+def _written_paths(plan: Plan) -> list[str]:
+    """Every target-relative path the plan creates, replaces or removes."""
+    paths = [edit.path for edit in plan.edits]
+    return paths + [edit.old_path for edit in plan.edits if edit.action == "rename" and edit.old_path]
 
 
 def _keep(tdir: TargetDir, root: Path, keep: dict[str, bytes | str]) -> str:

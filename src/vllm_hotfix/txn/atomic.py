@@ -24,10 +24,15 @@ def temp_path_for(path: str | os.PathLike, tag: str) -> str:
 
 
 def unlink_if_present(path: str | os.PathLike) -> None:
+    """Remove ``path`` if it exists. A missing file is never an error, whatever errno the file system
+    gives for it: on a read-only mount unlink reports EROFS before it looks the name up."""
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
+    except OSError:
+        if os.path.lexists(path):
+            raise
 
 
 def write_new_file(path: str | os.PathLike, data: bytes, mode: int, *, fsync: bool = True) -> None:

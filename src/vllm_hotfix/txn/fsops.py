@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from vllm_hotfix.txn.atomic import unlink_if_present
+from vllm_hotfix.txn.writable import describe
 
 JOURNAL = "journal.json"
 BACKUPS = "backups"
@@ -101,10 +102,7 @@ def _drop_bytecode(paths: Iterable[str]) -> None:
             continue
         for name in names:
             if name.endswith(".pyc") and name[: name.index(".") + 1] in prefixes:
-                try:
-                    os.unlink(os.path.join(cache_dir, name))
-                except FileNotFoundError:
-                    pass
+                unlink_if_present(os.path.join(cache_dir, name))
 
 
 
@@ -184,11 +182,7 @@ def _remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
 
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        name = errno.errorcode.get(exc.errno or 0, "")
-        return f"{exc.strerror} ({name})" if name else exc.strerror
-    return f"{type(exc).__name__}: {exc}"
+_describe = describe
 
 
 

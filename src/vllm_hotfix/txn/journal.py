@@ -22,7 +22,6 @@ fsynced before their rename and their directories after it, all before the journ
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
@@ -40,6 +39,7 @@ from vllm_hotfix.txn.fsops import (
     _file_sha256, _parallel, _remove_emptied_dirs, _sha256, signals_as_exceptions,
 )
 from vllm_hotfix.txn.recovery import SCHEMA, RecoveryReport, _restore
+from vllm_hotfix.txn.writable import WRITE_HINTS
 
 
 @dataclass(frozen=True)
@@ -276,16 +276,4 @@ def nothing_changed(exc: BaseException, where: str) -> HotfixError:
         return HotfixError(f"interrupted by {name}; every file was restored, nothing was changed",
                            exit_code=128 + exc.signum)
     return WriteFailed(f"{where}: {_describe(exc)}; every file was restored, nothing was changed",
-                       hint=_WRITE_HINTS.get(getattr(exc, "errno", None)))
-
-
-_WRITE_HINTS = {
-    errno.EROFS: "this file system is read-only (a container image?): `hotfix export ID --to DIR` writes the "
-                 "patched files elsewhere and `hotfix compose` bind-mounts them read-only",
-    errno.ENOSPC: "free some space there: the transaction needs room for one new copy of each changed file",
-    errno.EDQUOT: "the disk quota is exhausted: the transaction needs room for one new copy of each changed file",
-    errno.EACCES: "run as the user who owns the installed files (or as root)",
-    errno.EPERM: "run as the user who owns the installed files (or as root)",
-}
-
-
+                       hint=WRITE_HINTS.get(getattr(exc, "errno", None)))

@@ -38,6 +38,16 @@ def _try_lock(fd: int) -> bool:
         raise
 
 
+def _note_holder(fd: int, pid: bytes) -> None:
+    """Write the holder's pid into the lock file: information only, so a full or read-only disk is no error."""
+    try:
+        os.ftruncate(fd, 0)
+        if pid:
+            os.pwrite(fd, pid, 0)
+    except OSError:
+        pass
+
+
 @contextmanager
 def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
                 on_wait: Callable[[str], None] = note) -> Iterator[None]:
@@ -58,12 +68,11 @@ def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
                         hint="another hotfix command is working on this target; wait for it or check that pid",
                     )
                 time.sleep(POLL_INTERVAL)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _note_holder(fd, f"{os.getpid()}\n".encode())
         try:
             yield
         finally:
-            os.ftruncate(fd, 0)
+            _note_holder(fd, b"")
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

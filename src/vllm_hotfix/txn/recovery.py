@@ -3,6 +3,7 @@ their state before the interrupted transaction. Idempotent, so itself crash-safe
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -106,7 +107,11 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
         except OSError as exc:
             problems.append(f"{record['record']['path']} ({_describe(exc)})")
     try:
-        _drop_bytecode(touched)
+        try:
+            _drop_bytecode(touched)
+        except OSError as exc:  # a read-only target this pass did not change: its bytecode is its own
+            if exc.errno != errno.EROFS or restored or removed:
+                raise
         for directory in {p.parent for p in touched if p.parent.is_dir()}:
             fsync_dir(directory)
         if not problems:
