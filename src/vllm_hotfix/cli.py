@@ -347,17 +347,19 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard.")
-@click.option("--print-env", is_flag=True, required=True, help="Print the environment lines that turn on the in-process guard.")
+@cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard, or check this environment.")
+@click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard.")
+@click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS, the installed entry point) keeps vLLM from loading the guard.")
 @click.option("--lock", "lock_file", help="Lock file path inside the container.", default="/etc/vllm-hotfix/hotfix.lock", show_default=True)
 @click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="Stop a vLLM process whose hotfix is not in effect.")
 @click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose", show_default=True)
-def guard_cmd(print_env, lock_file, require, strict, fmt) -> None:
-    """Print env lines for the vllm.general_plugins guard that checks every vLLM process."""
+def guard_cmd(print_env, check_env, lock_file, require, strict, fmt) -> None:
+    """Print env lines for the vllm.general_plugins guard that checks every vLLM process (--print-env),
+    or check that vLLM started with this environment would load it (--check-env)."""
     from vllm_hotfix.commands import guard as command
 
-    _exit(command.run(print_env=print_env, lock_file=lock_file, require=require, strict=strict, fmt=fmt))
+    _exit(command.run(print_env=print_env, check_env=check_env, lock_file=lock_file, require=require, strict=strict, fmt=fmt))
 
 
 def main(argv: list[str] | None = None) -> None:
