@@ -146,3 +146,70 @@ def test_verify_lock_reports_a_vllm_plugins_that_turns_the_guard_off(run_hotfix,
     assert result.returncode == 1
     assert result.stdout.splitlines()[0].startswith("in effect: a@1")
     assert "NOT IN EFFECT: guard: VLLM_PLUGINS='lora' leaves out vllm_hotfix_guard" in result.stdout
+
+
+@pytest.fixture
+def watched_package(tmp_path, monkeypatch):
+    """pkg/m.py patched on disk, with a stale pyc of the original beside it (same size and mtime)."""
+    import compileall
+    import hashlib
+
+    from vllm_hotfix.containers import guard_imports
+
+    package = tmp_path / "hotfixpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "m.py"
+    module.write_text("VALUE = 'original'\n")
+    stat = module.stat()
+    compileall.compile_file(str(module), quiet=1)
+    module.write_text("VALUE = 'patched!'\n")  # same size
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same mtime: Python would run the stale pyc
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(guard_imports, "_finder", None)
+    saved_meta_path = list(sys.meta_path)
+    yield module, hashlib.sha256(module.read_bytes()).hexdigest()
+    sys.meta_path[:] = saved_meta_path
+    for name in ("hotfixpkg", "hotfixpkg.m"):
+        sys.modules.pop(name, None)
+        guard_imports._verified.pop(name, None)
+
+
+def test_import_watch_runs_the_checked_source_not_a_stale_pyc(watched_package, caplog):
+    import importlib
+
+    from vllm_hotfix.containers import guard_imports
+
+    caplog.set_level("INFO", logger=guard.logger.name)
+    module, sha = watched_package
+    assert guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), sha)]) == ()
+    assert importlib.import_module("hotfixpkg.m").VALUE == "patched!"
+    (line,) = [r.getMessage() for r in caplog.records if "module hotfixpkg.m" in r.getMessage()]
+    assert f"module hotfixpkg.m from {module}: the patched source of h (sha256 {sha[:12]}), compiled from source" in line
+    import json as unwatched  # any other import: not ours
+    assert unwatched.__spec__.loader.__class__.__name__ != "_CheckedLoader"
+
+
+def test_import_watch_names_a_mismatch_and_strict_stops(watched_package, caplog, monkeypatch):
+    import importlib
+
+    from vllm_hotfix.containers import guard_imports
+
+    module, _ = watched_package
+    guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), "f" * 64)])
+    monkeypatch.setenv("HOTFIX_STRICT", "1")
+    with pytest.raises(guard.HotfixNotInEffect, match=r"module hotfixpkg.m from .*m.py: sha256 \w+, expected the patched ffff"):
+        importlib.import_module("hotfixpkg.m")
+    assert any("module hotfixpkg.m from" in r.getMessage() and "h NOT IN EFFECT: sha256" in r.getMessage()
+               for r in caplog.records if r.levelname == "ERROR")
+
+
+def test_a_module_imported_before_the_guard_ran_is_not_taken_on_trust(watched_package):
+    import importlib
+
+    from vllm_hotfix.containers import guard_imports
+
+    module, sha = watched_package
+    assert importlib.import_module("hotfixpkg.m").VALUE == "original"  # the stale pyc: what the watch prevents
+    (verdict,) = guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), sha)])
+    assert not verdict.in_effect and verdict.detail.startswith("unknown: module hotfixpkg.m was imported before the guard ran")

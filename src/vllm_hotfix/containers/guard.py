@@ -44,14 +44,14 @@ class Verdict:
     source: str = ""  # where the requirement comes from: "lock", "require", "lock+require"
 
 
-@dataclass(frozen=True)
 class Watched:
-    """A module a hotfix patched: its import must compile ``sha256`` read from ``path``."""
+    """A module a hotfix patched: its import must compile ``sha256`` read from ``path``. (A plain class:
+    a dataclass costs ~1 ms to define, in every vLLM process.)"""
 
-    module: str
-    hotfix_id: str
-    path: str
-    sha256: str
+    __slots__ = ("module", "hotfix_id", "path", "sha256")
+
+    def __init__(self, module: str, hotfix_id: str, path: str, sha256: str) -> None:
+        self.module, self.hotfix_id, self.path, self.sha256 = module, hotfix_id, path, sha256
 
 
 _last_check: tuple[tuple, tuple[Verdict, ...]] | None = None
@@ -69,7 +69,8 @@ def register() -> None:
     if failing and strict():
         if serving_process():
             raise HotfixNotInEffect(strict_message(failing))
-        _emit(logging.WARNING, f"vllm-hotfix guard: not stopping `{_command()}` (HOTFIX_STRICT=1): it serves nothing")
+        _emit(logging.WARNING, f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
+                               f"not stopping `{_command()}` (HOTFIX_STRICT=1): it serves nothing")
 
 
 def _settings() -> tuple[str, str]:
@@ -423,7 +424,8 @@ def _emit(level: int, message: str) -> None:
         return
     if not logger.isEnabledFor(level) and logger.hasHandlers():
         return
-    record = logger.makeRecord(logger.name, level, __file__, 0, "%s", (message,), None)
+    caller = sys._getframe(1)
+    record = logger.makeRecord(logger.name, level, caller.f_code.co_filename, caller.f_lineno, "%s", (message,), None)
     formatter = next((h.formatter for h in _handlers() if h.formatter is not None), None)
     try:
         text = formatter.format(record) if formatter is not None else None

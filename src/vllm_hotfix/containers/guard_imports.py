@@ -65,8 +65,8 @@ class _WatchFinder:
         if spec.origin and spec.origin.endswith(".py") and spec.has_location:
             spec.loader = _CheckedLoader(fullname, spec.origin, w)
         else:
-            _mismatch(w, f"module {fullname} would load from {spec.origin} ({type(spec.loader).__name__}), "
-                         f"not from the patched source {w.path}")
+            _mismatch(w, spec.origin, f"not loaded from source ({type(spec.loader).__name__}), "
+                                      f"not the patched {w.path}")
         return spec
 
 
@@ -94,7 +94,7 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
                 problems.append(f"not the checked file {w.path}")
             if sha != w.sha256:
                 problems.append(f"sha256 {sha[:12]}, expected the patched {w.sha256[:12]}")
-            _mismatch(w, f"module {fullname} loaded from {self.path}: " + ", ".join(problems))
+            _mismatch(w, self.path, ", ".join(problems))
         return self.source_to_code(data, self.path)
 
     def set_data(self, path, data, *, _mode=0o666):  # never write a .pyc of what we compiled
@@ -108,10 +108,10 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _mismatch(w, text: str) -> None:
+def _mismatch(w, path: str | None, text: str) -> None:
     from vllm_hotfix.containers.guard import HotfixNotInEffect, _emit, module_line, serving_process, strict
 
-    _emit(logging.ERROR, module_line(w.module, None, f"{w.hotfix_id} NOT IN EFFECT: {text}"))
+    _emit(logging.ERROR, module_line(w.module, path, f"{w.hotfix_id} NOT IN EFFECT: {text}"))
     if strict() and serving_process():
         raise HotfixNotInEffect(f"vllm-hotfix: {w.hotfix_id} not in effect in this process (pid {os.getpid()}): "
-                                f"{text}; refusing to serve (HOTFIX_STRICT=1; unset it to only log)")
+                                f"module {w.module} from {path}: {text}; refusing to serve (HOTFIX_STRICT=1; unset it to only log)")
