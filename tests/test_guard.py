@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from vllm_hotfix.containers import guard
+from vllm_hotfix.containers import guard, guard_env
 from vllm_hotfix.paths import TargetDir
 
 
@@ -39,7 +39,7 @@ def test_only_serving_processes_are_stopped(monkeypatch, argv, serving):
                            "'vllm_hotfix_guard')"),
 ])
 def test_vllm_plugins_that_leave_the_guard_out_are_named(value, problem):
-    problems = guard.environment_problems({"VLLM_PLUGINS": value})
+    problems = guard_env.environment_problems({"VLLM_PLUGINS": value})
     if problem is None:
         assert problems == []
     else:
@@ -51,16 +51,16 @@ def test_a_guard_that_fails_to_import_is_named(monkeypatch):
     from importlib import metadata
 
     class Broken:
-        name, value = guard.PLUGIN_NAME, "vllm_hotfix.containers.guard:register"
+        name, value = guard_env.PLUGIN_NAME, "vllm_hotfix.containers.guard:register"
 
         def load(self):
             raise ImportError("cannot import name 'register'")
 
     monkeypatch.setattr(metadata, "entry_points", lambda group: [Broken()])
-    (problem,) = guard.environment_problems({})
+    (problem,) = guard_env.environment_problems({})
     assert problem.startswith("the guard fails to import (vllm_hotfix.containers.guard:register): ImportError: cannot import")
     monkeypatch.setattr(metadata, "entry_points", lambda group: [])
-    (problem,) = guard.environment_problems({})
+    (problem,) = guard_env.environment_problems({})
     assert problem.startswith(f"no vllm.general_plugins entry point vllm_hotfix_guard in {sys.executable}")
 
 

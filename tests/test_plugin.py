@@ -208,7 +208,8 @@ def test_does_nothing_and_imports_nothing_heavy_unless_asked(guarded):
     assert proc.returncode == 0, proc.stderr
     assert guard_lines(proc) == []
     hotfix_modules = {m for m in report["new_modules"] if m.startswith("vllm_hotfix")}
-    assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix.containers", "vllm_hotfix.containers.guard"}
+    assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix.containers", "vllm_hotfix.containers.guard",
+                              "vllm_hotfix.containers.guard_process"}
     assert not {m for m in report["new_modules"] if m.split(".")[0] in ("vllm", "torch", "click")}
 
 

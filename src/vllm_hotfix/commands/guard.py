@@ -58,7 +58,8 @@ def render(env: dict[str, str], fmt: str) -> list[str]:
 def check_environment() -> int:
     """The guard cannot say that it never ran (a VLLM_PLUGINS that leaves it out, an entry point that is
     missing or fails to import): say it here, in the environment vLLM is started with."""
-    from vllm_hotfix.containers.guard import environment_problems, strict
+    from vllm_hotfix.containers.guard import strict
+    from vllm_hotfix.containers.guard_env import environment_problems
 
     problems = environment_problems()
     turned_on = [name for name in ("HOTFIX_LOCK", "HOTFIX_REQUIRE") if os.environ.get(name, "").strip()]

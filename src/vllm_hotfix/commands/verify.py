@@ -109,7 +109,7 @@ def _guard_environment(python: str | None, as_json: bool) -> bool:
     check when this environment turns the guard on (HOTFIX_LOCK / HOTFIX_REQUIRE), else it is a note."""
     import os
 
-    from vllm_hotfix.containers.guard import environment_problems
+    from vllm_hotfix.containers.guard_env import environment_problems
     from vllm_hotfix.output import note, say
 
     other_interpreter = python is not None or bool(os.environ.get("HOTFIX_PYTHON"))

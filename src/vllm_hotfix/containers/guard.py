@@ -21,14 +21,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-logger = logging.getLogger("vllm.vllm_hotfix")  # under "vllm": vLLM's own handler and format
+from vllm_hotfix.containers.guard_process import (  # noqa: F401
+    _command, _emit, _flush, _forked_process_name, logger, serving_process)
 
-PLUGIN_NAME = "vllm_hotfix_guard"
-PLUGIN_GROUP = "vllm.general_plugins"
 STRICT_VALUES = ("1", "true", "yes", "on")
-# `vllm SUBCOMMAND`s that serve nothing: strict mode warns there instead of stopping them
-NON_SERVING_SUBCOMMANDS = frozenset({"collect-env", "chat", "complete"})
-NON_SERVING_FLAGS = frozenset({"-h", "--help", "-v", "--version"})
 
 
 class HotfixNotInEffect(RuntimeError):
@@ -122,47 +118,6 @@ def _after_fork_in_child() -> None:
         _emit(logging.ERROR, strict_message(failing))
         _flush()
         os._exit(1)
-
-
-def _forked_process_name() -> str | None:
-    """The name of the multiprocessing.Process being forked (the hook runs before it takes its name)."""
-    frame = sys._getframe(1)
-    for _ in range(12):
-        if frame is None:
-            return None
-        process = frame.f_locals.get("process_obj") if frame.f_code.co_name == "_launch" else None
-        if process is not None:
-            return getattr(process, "name", None)
-        frame = frame.f_back
-    return None
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def serving_process() -> bool:
-    """False for a `vllm` command that serves nothing (``--version``, ``--help``, ``collect-env``, ...):
-    strict mode stops only processes that can serve or run a model. Anything not recognised serves."""
-    multiprocessing = sys.modules.get("multiprocessing")
-    if multiprocessing is not None and multiprocessing.current_process().name != "MainProcess":
-        return True
-    argv = sys.argv or []
-    if not argv or Path(argv[0]).name != "vllm":
-        return True
-    args = argv[1:]
-    if NON_SERVING_FLAGS.intersection(args):
-        return False
-    subcommand = next((a for a in args if not a.startswith("-")), None)
-    return subcommand is not None and subcommand not in NON_SERVING_SUBCOMMANDS
-
-
-def _command() -> str:
-    return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
 
 
 def check(*, lock: str | None, require: tuple[str, ...]) -> tuple[Verdict, ...]:
@@ -410,67 +365,6 @@ def _log(verdicts: tuple[Verdict, ...]) -> None:
         _emit(logging.INFO if ok else logging.ERROR, summary_line(verdicts))
     elif not ok:  # `vllm --version` & co.: no INFO noise before their output, problems as a warning
         _emit(logging.WARNING, summary_line(verdicts))
-
-
-_FALLBACK_FORMAT = "%(levelname)s %(asctime)s [vllm-hotfix guard] %(message)s"
-
-
-def _emit(level: int, message: str) -> None:
-    """Log through vLLM's logger, so the line looks like every other vLLM line (vLLM's handler writes
-    to stdout). Where that would say nothing (``VLLM_CONFIGURE_LOGGING=0``: no handler at all) or would
-    mix into a command's output (``vllm --version``), write the line to stderr ourselves."""
-    if logger.hasHandlers() and serving_process():
-        logger.log(level, "%s", message, stacklevel=2)
-        return
-    if not logger.isEnabledFor(level) and logger.hasHandlers():
-        return
-    caller = sys._getframe(1)
-    record = logger.makeRecord(logger.name, level, caller.f_code.co_filename, caller.f_lineno, "%s", (message,), None)
-    formatter = next((h.formatter for h in _handlers() if h.formatter is not None), None)
-    try:
-        text = formatter.format(record) if formatter is not None else None
-    except Exception:  # noqa: BLE001 - a formatter expecting vLLM's extra fields
-        text = None
-    if text is None:
-        text = logging.Formatter(_FALLBACK_FORMAT, "%m-%d %H:%M:%S").format(record)
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
-def _handlers() -> list[logging.Handler]:
-    found, current = [], logger
-    while current is not None:
-        found.extend(current.handlers)
-        current = current.parent if current.propagate else None
-    return found
-
-
-def environment_problems(environ=None) -> list[str]:
-    """Why the guard would not run in a vLLM process started with this environment and interpreter:
-    a ``VLLM_PLUGINS`` that leaves it out, or an entry point that is missing or fails to import. The
-    guard cannot report these itself (it never runs), so `hotfix guard --check-env` and `hotfix verify
-    --lock` do."""
-    from importlib.metadata import entry_points
-
-    environ = os.environ if environ is None else environ
-    problems = []
-    plugins = environ.get("VLLM_PLUGINS")
-    if plugins is not None and PLUGIN_NAME not in plugins.split(","):  # vLLM's own test, spaces and all
-        near = [p for p in plugins.split(",") if p.strip() == PLUGIN_NAME]
-        why = f" (vLLM does not strip spaces: {near[0]!r} is not {PLUGIN_NAME!r})" if near else ""
-        problems.append(f"VLLM_PLUGINS={plugins!r} leaves out {PLUGIN_NAME}{why}: vLLM will not load the guard; "
-                        f"add {PLUGIN_NAME} to it (comma-separated, no spaces) or unset it")
-    found = [ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name == PLUGIN_NAME]
-    if not found:
-        problems.append(f"no {PLUGIN_GROUP} entry point {PLUGIN_NAME} in {sys.executable}: "
-                        f"install vllm-hotfix into the interpreter that runs vLLM")
-    else:
-        try:
-            found[0].load()
-        except Exception as exc:  # noqa: BLE001 - exactly what vLLM's loader would hit
-            problems.append(f"the guard fails to import ({found[0].value}): {type(exc).__name__}: {exc}; "
-                            f"vLLM logs that and runs without it: reinstall vllm-hotfix")
-    return problems
 
 
 def _split_ids(value: str) -> tuple[str, ...]:
