@@ -176,17 +176,19 @@ def test_strict_stops_forked_and_spawned_children_when_the_file_is_reverted_afte
     assert "HotfixNotInEffect" in proc.stderr  # the spawned child: raised through vLLM's loader
 
 
-def test_vllm_version_with_strict_and_a_missing_hotfix_warns_and_exits_0(full):
-    proc = run(full, [str(full["venv"].root / "bin" / "vllm"), "--version"], HOTFIX_REQUIRE="never-applied", HOTFIX_STRICT="1")
+@pytest.mark.parametrize("args", [["--version"], ["serve", "--help"]], ids=["version", "serve-help"])
+def test_vllm_commands_that_serve_nothing_warn_and_exit_0_under_strict(full, args):
+    proc = run(full, [str(full["venv"].root / "bin" / "vllm"), *args], HOTFIX_REQUIRE="never-applied", HOTFIX_STRICT="1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[-1] == "0.30.0"
+    if args == ["--version"]:
+        assert proc.stdout.splitlines()[-1] == "0.30.0"
     assert guard_lines(proc.stdout) == []  # nothing of ours mixed into the command's output
     lines = guard_lines(proc.stderr)
     print("\n".join(lines))
     assert all(VLLM_LINE.match(line) and line.startswith("WARNING ") for line in lines), lines
     assert "never-applied [require] NOT IN EFFECT: not-applied: no record of applying it in " in lines[0]
     assert "-> apply it (`hotfix apply never-applied`)" in lines[0]
-    assert "not stopping `vllm --version` (HOTFIX_STRICT=1): it serves nothing" in lines[1]
+    assert f"not stopping `vllm {' '.join(args)}` (HOTFIX_STRICT=1): it serves nothing" in lines[1]
 
 
 def test_without_vllm_logging_the_guard_still_says_it(full):
