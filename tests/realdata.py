@@ -101,6 +101,37 @@ def vllm_template(version: str) -> Venv:
         return venv
 
 
+# PyPI's torch build. `===`: exactly "2.13.0", never a local "+cpu" build that a --find-links folder
+# may offer (a CPU-only torch from another index breaks torchvision, and with it vLLM's CLI).
+FULL_REQUIREMENTS = ("vllm=={version}", "torch===2.13.0")
+
+
+def vllm_full_venv(version: str = "0.30.0") -> Venv:
+    """A cached venv with the real ``vllm==VERSION`` *and all its dependencies* (torch included) from
+    PyPI, so vLLM's own code runs: ``load_general_plugins()``, ``vllm --version``, its multiprocessing.
+
+    ~1.4 GB download (+2.7 GB torch), ~9 GB on disk, minutes the first time; then reused. Never modify
+    it: tests put vllm-hotfix and patched files in front of it with ``PYTHONPATH`` overlays.
+    """
+    pyver = "%d.%d" % sys.version_info[:2]
+    root = VENVS / f"vllm-full-{version}-py{pyver}"
+    requirements = [r.format(version=version) for r in FULL_REQUIREMENTS]
+    marker = " ".join(requirements) + "\n"
+    with _file_lock(VENVS / f".full-{version}-py{pyver}.lock"):
+        venv = Venv(root, root / "bin" / "python", _site_packages(root, pyver))
+        done = root / ".complete"
+        if done.exists() and done.read_text() == marker:
+            return venv
+        if not venv.python.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+        done.unlink(missing_ok=True)
+        subprocess.run([str(venv.python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                        "--no-compile", *requirements], check=True)
+        done.write_text(marker)
+        return venv
+
+
 # Compiled extensions are ~90 % of an install's 770 MB and no test or hotfix ever writes one, so a
 # copy shares them as hard links: each private copy then costs ~90 MB of disk instead of 770 MB.
 # (hotfix itself never writes in place: it writes a temp file and renames it over the original.)

@@ -80,9 +80,9 @@ def test_two_spawned_processes_log_the_same_fingerprint(tmp_path):
                PYTHONPATH=os.pathsep.join([str(site), *sys.path[1:]]))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.startswith("vllm-hotfix guard")]
+    lines = [line for line in done.stderr.splitlines() if "vllm-hotfix guard pid=" in line]
     assert len(lines) == 2, done.stderr
     assert "role=EngineCore_DP0 " in lines[0] and "role=VllmWorker-0 " in lines[1]
     prints = {line.split("fingerprint=")[1].split(":")[0] for line in lines}
     assert prints == {lock_fingerprint(str(lock), resolver(site))}
-    assert all(line.endswith("fp-fix in effect") for line in lines)
+    assert all(line.endswith("fp-fix [lock] in effect") for line in lines)

@@ -34,8 +34,8 @@ LOST = "cache-config-note"  # recorded as applied, but the file is the pristine 
 LOST_FILE = "vllm/config/cache.py"
 APPLIED = ",".join(HOTFIXES)
 
-# What vllm/plugins/__init__.py (0.30.0) does for the group vllm.general_plugins, minus `import vllm`
-# (no torch here); plus vLLM's logging set-up (a handler on the "vllm" logger, INFO, no propagation).
+# What vllm/plugins/__init__.py (0.30.0) does for the group vllm.general_plugins (its plugins_loaded flag
+# included), minus `import vllm` (no torch here; tests/test_guard_vllm.py runs the real one); plus vLLM's logging set-up (a handler on the "vllm" logger, INFO, no propagation).
 HARNESS = r'''
 import json, logging, os, sys, time
 before = set(sys.modules)
@@ -68,17 +68,24 @@ def load_plugins_by_group(group):
     return plugins
 
 
-def load_general_plugins():
+plugins_loaded = False  # vLLM's per-process flag: a forked child inherits it and never calls the plugins
+
+
+def load_general_plugins(times=1):
+    global plugins_loaded
+    if plugins_loaded:
+        return
+    plugins_loaded = True
     plugins = load_plugins_by_group(group=DEFAULT_PLUGINS_GROUP)
-    for func in plugins.values():
-        start = time.perf_counter()
-        func()
-        call_seconds.append(time.perf_counter() - start)
+    for _ in range(times):  # a plugin must tolerate being called again in one process
+        for func in plugins.values():
+            start = time.perf_counter()
+            func()
+            call_seconds.append(time.perf_counter() - start)
 
 
 def serve():
-    for _ in range(int(os.environ.get("HARNESS_TIMES", "1"))):
-        load_general_plugins()
+    load_general_plugins(int(os.environ.get("HARNESS_TIMES", "1")))
     new = sorted(set(sys.modules) - before)
     print(json.dumps({"pid": os.getpid(), "call_seconds": call_seconds, "new_modules": new}), flush=True)
 
@@ -201,7 +208,8 @@ def test_does_nothing_and_imports_nothing_heavy_unless_asked(guarded):
     assert proc.returncode == 0, proc.stderr
     assert guard_lines(proc) == []
     hotfix_modules = {m for m in report["new_modules"] if m.startswith("vllm_hotfix")}
-    assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix.containers", "vllm_hotfix.containers.guard"}
+    assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix.containers", "vllm_hotfix.containers.guard",
+                              "vllm_hotfix.containers.guard_process"}
     assert not {m for m in report["new_modules"] if m.split(".")[0] in ("vllm", "torch", "click")}
 
 
@@ -210,7 +218,7 @@ def test_three_applied_hotfixes_in_effect_one_info_line_per_process(recorded):
     assert proc.returncode == 0, proc.stderr
     (line,) = guard_lines(proc)
     assert line.startswith(f"INFO vllm.vllm_hotfix: vllm-hotfix guard pid={report['pid']} role=main (harness.py) fingerprint=hf1-none: ")
-    assert line.endswith("; ".join(f"{hid} in effect" for hid in HOTFIXES))
+    assert line.endswith("; ".join(f"{hid} [require] in effect" for hid in HOTFIXES))
     assert len(report["call_seconds"]) == 5
     assert not {m for m in report["new_modules"] if m.split(".")[0] in ("vllm", "torch")}
     print(f"one guard call, 3 hotfixes: {report['call_seconds'][0] * 1e3:.2f} ms; cached: {report['call_seconds'][1] * 1e6:.1f} us")
@@ -222,9 +230,10 @@ def test_lost_hotfix_logged_as_error_and_strict_stops_the_process(recorded):
     (line,) = guard_lines(proc)
     lost_path = recorded["venv"].site_packages / LOST_FILE
     assert line.startswith("ERROR vllm.vllm_hotfix: vllm-hotfix guard pid=")
-    assert "mamba-align-block-size in effect" in line
-    assert f"{LOST} NOT IN EFFECT: lost: {lost_path} has sha256 " in line and "(the unpatched original)" in line
-    assert "never-applied NOT IN EFFECT: no record of applying it in " in line
+    assert "mamba-align-block-size [require] in effect" in line
+    assert f"{LOST} [require] NOT IN EFFECT: lost: {lost_path} has sha256 " in line and "(the unpatched original)" in line
+    assert "never-applied [require] NOT IN EFFECT: not-applied: no record of applying it in " in line
+    assert f"-> the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {LOST}`" in line and "-> apply it (`hotfix apply never-applied`)" in line
 
     proc, report = vllm_process(recorded, HOTFIX_REQUIRE=LOST, HOTFIX_STRICT="1")
     assert proc.returncode == 1 and report is None
@@ -238,7 +247,7 @@ def test_lost_hotfix_logged_as_error_and_strict_stops_the_process(recorded):
 def test_every_process_checks_itself_spawned_and_forked(recorded):
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE=APPLIED, HARNESS_SPAWN="EngineCore_DP0")
     assert proc.returncode == 0, proc.stderr
-    assert "role=EngineCore_DP0 fingerprint=hf1-none: mamba-align-block-size in effect" in guard_lines(proc)[0]
+    assert "role=EngineCore_DP0 fingerprint=hf1-none: mamba-align-block-size [require] in effect" in guard_lines(proc)[0]
 
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE=APPLIED, HARNESS_FORK="VllmWorker-0")
     pids = [json.loads(line)["pid"] for line in proc.stdout.splitlines()]
@@ -252,7 +261,7 @@ def test_pythonpath_shadowing_the_patched_install_is_caught(recorded, overlay):
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE="mamba-align-block-size", PYTHONPATH=str(overlay))
     (line,) = guard_lines(proc)
     assert line.startswith("ERROR ")
-    assert (f"mamba-align-block-size NOT IN EFFECT: this process imports vllm from {overlay / 'vllm'}, "
+    assert (f"mamba-align-block-size [require] NOT IN EFFECT: lost: this process imports vllm from {overlay / 'vllm'}, "
             f"which has no record of it (recorded for {recorded['venv'].site_packages})") in line
 
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE="mamba-align-block-size", PYTHONPATH=str(overlay), HOTFIX_STRICT="1")
@@ -265,7 +274,7 @@ def test_lock_file_in_effect_and_shadowed(guarded, overlay, tmp_path):
                       {hid: guarded["files"][hid] for hid in HOTFIXES})
     proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(lock), HOTFIX_STRICT="1")
     assert proc.returncode == 0, proc.stderr
-    assert guard_lines(proc)[0].endswith("; ".join(f"{hid} in effect" for hid in HOTFIXES))
+    assert guard_lines(proc)[0].endswith("; ".join(f"{hid} [lock] in effect" for hid in HOTFIXES))
 
     proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(lock), HOTFIX_STRICT="1", PYTHONPATH=str(overlay))
     assert proc.returncode == 1
@@ -278,7 +287,7 @@ def test_unusable_lock_file_is_named(guarded, tmp_path):
     lock.write_text(json.dumps({"schema": 1, "site_packages": "/x", "hotfixes": [{"id": "x", "files": {}}]}))
     proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(lock))
     assert proc.returncode == 0
-    assert (f"(lock) NOT IN EFFECT: cannot use HOTFIX_LOCK: {lock}: key 'hotfixes[0].files': expected list, got dict"
+    assert (f"(lock) [lock] NOT IN EFFECT: cannot use HOTFIX_LOCK: {lock}: key 'hotfixes[0].files': expected list, got dict"
             in guard_lines(proc)[0])
 
     absent = tmp_path / "absent.lock"
@@ -298,7 +307,7 @@ def test_print_env_shell_lines_turn_the_guard_on(recorded, run_hotfix):
     proc = subprocess.run(["bash", "-c", f'{result.stdout}\nexec "$0" "$1"', str(recorded["venv"].python),
                            str(recorded["harness"])], capture_output=True, text=True, env=env, cwd=recorded["work"])
     assert proc.returncode == 0, proc.stderr
-    assert guard_lines(proc)[0].endswith("mamba-align-block-size in effect; scheduler-note in effect")
+    assert guard_lines(proc)[0].endswith("mamba-align-block-size [require] in effect; scheduler-note [require] in effect")
 
 
 def test_print_env_compose_and_k8s_are_valid_yaml(run_hotfix, tmp_path):

@@ -355,18 +355,21 @@ def gc_cmd(dry_run, as_json) -> None:
     _exit(command.run(dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard.")
-@click.option("--print-env", is_flag=True, required=True, help="Print the environment lines that turn on the in-process guard.")
+@cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard, or check this environment.")
+@click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard.")
+@click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS, the installed entry point) keeps vLLM from loading the guard.")
 @click.option("--lock", "lock_file", help="Lock file path inside the container.", default="/etc/vllm-hotfix/hotfix.lock", show_default=True)
 @click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="Stop a vLLM process whose hotfix is not in effect.")
 @click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose", show_default=True)
 @json_option
-def guard_cmd(print_env, lock_file, require, strict, fmt, as_json) -> None:
-    """Print env lines for the vllm.general_plugins guard that checks every vLLM process."""
+def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, as_json) -> None:
+    """Print env lines for the vllm.general_plugins guard that checks every vLLM process (--print-env),
+    or check that vLLM started with this environment would load it (--check-env)."""
     from vllm_hotfix.commands import guard as command
 
-    _exit(command.run(print_env=print_env, lock_file=lock_file, require=require, strict=strict, fmt=fmt, as_json=as_json))
+    _exit(command.run(print_env=print_env, check_env=check_env, lock_file=lock_file, require=require, strict=strict,
+                      fmt=fmt, as_json=as_json))
 
 
 def main(argv: list[str] | None = None) -> None:

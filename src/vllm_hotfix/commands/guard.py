@@ -1,18 +1,26 @@
-"""`hotfix guard --print-env`: the environment that turns on the in-process guard (plugin.py)."""
+"""`hotfix guard --print-env`: the environment that turns on the in-process guard (containers/guard.py);
+`hotfix guard --check-env`: whether this environment would keep the guard from loading at all."""
 
 from __future__ import annotations
 
 import json
 import shlex
 
-from vllm_hotfix.errors import UsageError
+import os
+
+from vllm_hotfix.errors import NotInEffect, UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
 from vllm_hotfix.output import emit_json, note, say
 
 PLUGIN_NAME = "vllm_hotfix_guard"
 
 
-def run(*, print_env: bool, lock_file: str, require: str | None, strict: bool, fmt: str, as_json: bool = False) -> int:
+def run(*, print_env: bool, check_env: bool, lock_file: str, require: str | None, strict: bool, fmt: str,
+        as_json: bool) -> int:
+    if check_env:
+        return check_environment()
+    if not print_env:
+        raise UsageError("give --print-env or --check-env", hint="`hotfix guard --help` shows both")
     env = guard_env(lock_file=lock_file, require=require, strict=strict)
     if as_json:
         emit_json({"env": env, "format": fmt, "lines": render(env, fmt), "plugin": PLUGIN_NAME})
@@ -49,3 +57,22 @@ def render(env: dict[str, str], fmt: str) -> list[str]:
             lines += [f"  - name: {name}", f"    value: {json.dumps(value)}"]
         return lines
     return ["environment:", *(f"  {name}: {json.dumps(value)}" for name, value in env.items())]
+
+
+def check_environment() -> int:
+    """The guard cannot say that it never ran (a VLLM_PLUGINS that leaves it out, an entry point that is
+    missing or fails to import): say it here, in the environment vLLM is started with."""
+    from vllm_hotfix.containers.guard import strict
+    from vllm_hotfix.containers.guard_env import environment_problems
+
+    problems = environment_problems()
+    turned_on = [name for name in ("HOTFIX_LOCK", "HOTFIX_REQUIRE") if os.environ.get(name, "").strip()]
+    for problem in problems:
+        say(f"NOT IN EFFECT: guard: {problem}")
+    if not problems:
+        say(f"ok: vLLM will load {PLUGIN_NAME} in every process started with this environment")
+    if turned_on:
+        say(f"guard: checks {' and '.join(turned_on)}{', strict (HOTFIX_STRICT)' if strict() else ', logs only (HOTFIX_STRICT unset)'}")
+    else:
+        say("guard: turned off here (set HOTFIX_LOCK or HOTFIX_REQUIRE; `hotfix guard --print-env` prints the lines)")
+    return int(NotInEffect.exit_code) if problems else 0

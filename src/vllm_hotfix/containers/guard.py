@@ -4,8 +4,13 @@ vLLM calls ``register()`` in every process it starts (API server, engine core, e
 of which imports vLLM on its own, possibly from another copy (PYTHONPATH, another node). When
 ``HOTFIX_LOCK`` and/or ``HOTFIX_REQUIRE`` is set, the guard checks that the files the required
 hotfixes touch, as *this* process resolves them, have the expected sha256, and logs one line.
-With ``HOTFIX_STRICT=1`` a hotfix not in effect raises ``HotfixNotInEffect``, which stops the
-process before it serves. Stdlib only; never imports vLLM submodules or torch.
+With ``HOTFIX_STRICT=1`` a hotfix not in effect raises ``HotfixNotInEffect``, which stops a serving
+process before it serves (commands that serve nothing, ``vllm --version``, only warn).
+
+vLLM calls the plugins once per process and a *forked* child inherits that, so the guard also checks
+in every forked child (``os.register_at_fork``). And it watches the imports of exactly the modules
+the hotfixes patch (guard_imports.py): the code a process runs must be compiled from the patched bytes
+at the checked path. Stdlib only; never imports vLLM submodules or torch.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-logger = logging.getLogger("vllm.vllm_hotfix")
+from vllm_hotfix.containers.guard_process import (  # noqa: F401
+    _command, _emit, _flush, _forked_process_name, logger, serving_process)
 
 STRICT_VALUES = ("1", "true", "yes", "on")
 
@@ -29,100 +35,195 @@ class HotfixNotInEffect(RuntimeError):
 class Verdict:
     hotfix_id: str
     in_effect: bool
-    detail: str = ""  # what is wrong, naming the file (or why it needs nothing: fixed upstream)
+    detail: str = ""  # the state and what is wrong, naming the file (or why it needs nothing: fixed upstream)
     remedy: str = ""  # what to do
+    source: str = ""  # where the requirement comes from: "lock", "require", "lock+require"
+
+
+class Watched:
+    """A module a hotfix patched: its import must compile ``sha256`` read from ``path``. (A plain class:
+    a dataclass costs ~1 ms to define, in every vLLM process.)"""
+
+    __slots__ = ("module", "hotfix_id", "path", "sha256")
+
+    def __init__(self, module: str, hotfix_id: str, path: str, sha256: str) -> None:
+        self.module, self.hotfix_id, self.path, self.sha256 = module, hotfix_id, path, sha256
 
 
 _last_check: tuple[tuple, tuple[Verdict, ...]] | None = None
+_fork_hook_installed = False
+_fork_role: str | None = None  # set in a forked child: the multiprocessing.Process it is about to become
 
 
 def register() -> None:
     """Entry point called by vLLM's plugin loader; cheap and idempotent within one process."""
-    global _last_check
-    lock = os.environ.get("HOTFIX_LOCK", "").strip()
-    require = os.environ.get("HOTFIX_REQUIRE", "").strip()
+    lock, require = _settings()
     if not lock and not require:
         return
+    _install_fork_hook()
+    failing = _check_here(lock, require)
+    if failing and strict():
+        if serving_process():
+            raise HotfixNotInEffect(strict_message(failing))
+        _emit(logging.WARNING, f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
+                               f"not stopping `{_command()}` (HOTFIX_STRICT=1): it serves nothing")
+
+
+def _settings() -> tuple[str, str]:
+    return os.environ.get("HOTFIX_LOCK", "").strip(), os.environ.get("HOTFIX_REQUIRE", "").strip()
+
+
+def strict() -> bool:
+    return os.environ.get("HOTFIX_STRICT", "").strip().lower() in STRICT_VALUES
+
+
+def _check_here(lock: str, require: str) -> list[Verdict]:
+    """Check once per process (and settings); log one line; watch the patched modules' imports."""
+    global _last_check
     key = (os.getpid(), lock, require, os.environ.get("HOTFIX_STATE_DIR"))
     if _last_check is not None and _last_check[0] == key:
         verdicts = _last_check[1]
     else:
         try:
-            verdicts = check(lock=lock or None, require=_split_ids(require))
+            verdicts, watched = check_with_modules(lock=lock or None, require=_split_ids(require))
+            from vllm_hotfix.containers import guard_imports
+
+            verdicts += guard_imports.watch(watched)
         except Exception as exc:  # noqa: BLE001 - a bug here must not take vLLM down unless strict
             verdicts = (Verdict("(guard)", False, f"internal error: {type(exc).__name__}: {exc}",
                                 "report it to vllm-hotfix; unset HOTFIX_LOCK / HOTFIX_REQUIRE to turn the guard off"),)
         _last_check = (key, verdicts)
         _log(verdicts)
-    failing = [v for v in verdicts if not v.in_effect]
-    if failing and os.environ.get("HOTFIX_STRICT", "").strip().lower() in STRICT_VALUES:
-        raise HotfixNotInEffect(strict_message(failing))
+    return [v for v in verdicts if not v.in_effect]
+
+
+def _install_fork_hook() -> None:
+    """vLLM loads plugins once per process (its ``plugins_loaded`` flag), and a forked child inherits
+    the flag: forked EngineCores and workers never call ``register()``, so check them here."""
+    global _fork_hook_installed
+    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_hook_installed = True
+
+
+def _after_fork_in_child() -> None:
+    global _fork_role
+    lock, require = _settings()
+    if not lock and not require:
+        return
+    _fork_role = _forked_process_name()
+    failing = _check_here(lock, require)
+    if failing and strict() and serving_process():
+        # An exception raised in a fork hook is printed and ignored: stop the child ourselves.
+        _emit(logging.ERROR, strict_message(failing))
+        _flush()
+        os._exit(1)
 
 
 def check(*, lock: str | None, require: tuple[str, ...]) -> tuple[Verdict, ...]:
     """Verdicts for every hotfix the lock file and/or the required ids name, in this process."""
-    verdicts: list[Verdict] = []
+    return check_with_modules(lock=lock, require=require)[0]
+
+
+def check_with_modules(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Verdict, ...], tuple[Watched, ...]]:
+    """Verdicts (one per hotfix id, naming where each requirement came from) and the patched modules."""
+    results: list[tuple[Verdict, object]] = []  # (verdict, lockfile.HotfixCheck or None)
     if lock:
-        verdicts.extend(_check_lock(Path(lock)))
+        results.extend(_check_lock(Path(lock)))
     if require:
-        verdicts.extend(_check_required_ids(require))
-    return tuple(verdicts)
+        results.extend(_check_required_ids(require))
+    verdicts: dict[str, Verdict] = {}
+    for v, _ in results:
+        seen = verdicts.get(v.hotfix_id)
+        if seen is None:
+            verdicts[v.hotfix_id] = v
+        else:  # in both HOTFIX_LOCK and HOTFIX_REQUIRE: one line, the failing verdict if any, both sources
+            kept = seen if (not seen.in_effect or v.in_effect) else v
+            verdicts[v.hotfix_id] = Verdict(kept.hotfix_id, kept.in_effect, kept.detail, kept.remedy,
+                                            f"{seen.source}+{v.source}")
+    return tuple(verdicts.values()), _watched([c for _, c in results if c is not None])
 
 
-def _check_lock(path: Path) -> list[Verdict]:
+def _watched(checks) -> tuple[Watched, ...]:
+    """The Python modules among the files the hotfixes patched, at the path this process resolves."""
+    found: dict[str, Watched] = {}
+    for result in checks:
+        for file in result.files:
+            if file.where and file.expected and file.path.endswith(".py"):
+                module = file.path[:-3].replace("/", ".")
+                module = module[:-len(".__init__")] if module.endswith(".__init__") else module
+                found.setdefault(module, Watched(module, result.hotfix.id, file.where, file.expected))
+    return tuple(found.values())
+
+
+def _check_lock(path: Path) -> list[tuple[Verdict, object]]:
     from vllm_hotfix.errors import InvalidInput
     from vllm_hotfix.containers.lockfile import check_lock, load_lock
 
     try:
         lock = load_lock(path)
     except InvalidInput as exc:
-        return [Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {exc.message}",
-                        exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK")]
-    return [_verdict(c, "lock") for c in check_lock(lock, _installed)]
+        return [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {exc.message}",
+                         exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK", "lock"), None)]
+    return [(_verdict(c, "lock"), c) for c in check_lock(lock, _installed)]
 
 
-def _check_required_ids(ids: tuple[str, ...]) -> list[Verdict]:
+def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, object]]:
     from vllm_hotfix.containers.lockfile import check_hotfix
     from vllm_hotfix.paths import TargetDir, state_dir
 
-    records = _recorded_states(state_dir())
-    verdicts = []
+    records, unreadable = _recorded_states(state_dir())
+    results: list[tuple[Verdict, object]] = []
     for hotfix_id in ids:
         recorded = [(target, hotfixes[hotfix_id]) for target, hotfixes in records if hotfix_id in hotfixes]
         package = recorded[0][0].get("package") if recorded else None
-        installed = _installed(package or "vllm")
+        try:
+            installed = _installed(package or "vllm")
+        except OSError as exc:  # e.g. the state folder's journal cannot be read
+            results.append((_unreadable(hotfix_id, [f"{exc.filename}: {exc.strerror}"]), None))
+            continue
         if installed is not None and installed.pending:  # the record may be mid-transaction: no verdict but this
-            verdicts.append(Verdict(hotfix_id, False, f"interrupted: an apply on {installed.package_dir.parent} was "
-                                                      f"interrupted and is not recovered", "run `hotfix recover`"))
+            results.append((Verdict(hotfix_id, False, f"interrupted: an apply on {installed.package_dir.parent} was "
+                                                      f"interrupted and is not recovered", "run `hotfix recover`", "require"), None))
             continue
         if not recorded:
-            verdicts.append(Verdict(hotfix_id, False, f"no record of applying it in {state_dir()}",
-                                    f"apply it (`hotfix apply {hotfix_id}`) or point HOTFIX_STATE_DIR at the state of the install"))
+            if unreadable:  # the record may be in the state we cannot read: say that, not "apply it"
+                results.append((_unreadable(hotfix_id, unreadable), None))
+                continue
+            results.append((Verdict(hotfix_id, False, f"not-applied: no record of applying it in {state_dir()}",
+                                    f"apply it (`hotfix apply {hotfix_id}`) or point HOTFIX_STATE_DIR at the state of the install",
+                                    "require"), None))
             continue
         package = package or "vllm"
         if installed is None:
-            verdicts.append(_not_importable(hotfix_id, package))
+            results.append((_not_importable(hotfix_id, package, "require"), None))
             continue
         root = installed.package_dir.parent
         here = next(((t, e) for t, e in recorded if Path(t["state_dir"]) == TargetDir.of(root).directory), None)
         if here is None:
             elsewhere = ", ".join(sorted({str(t.get("root")) for t, _ in recorded}))
-            verdicts.append(Verdict(
+            results.append((Verdict(
                 hotfix_id, False,
-                f"this process imports {package} from {installed.package_dir}, which has no record of it (recorded for {elsewhere})",
+                f"lost: this process imports {package} from {installed.package_dir}, which has no record of it (recorded for {elsewhere})",
                 f"remove the PYTHONPATH entry that shadows the patched install, or apply it to this copy "
-                f"(`hotfix apply {hotfix_id} --root {root}`)"))
+                f"(`hotfix apply {hotfix_id} --root {root}`)", "require"), None))
             continue
         target, entry = here
         deleted = [f["path"] for f in entry.get("files", ()) if f.get("after_sha256") is None]
         still_there = next((root / p for p in deleted if (root / p).exists()), None)
         if still_there:
-            verdicts.append(Verdict(hotfix_id, False, f"{still_there} should have been deleted by the hotfix but exists",
-                                    f"run `hotfix status {hotfix_id}`"))
+            results.append((Verdict(hotfix_id, False, f"drifted: {still_there} should have been deleted by the hotfix but exists",
+                                    f"run `hotfix status {hotfix_id}`", "require"), None))
             continue
-        verdicts.append(_verdict(check_hotfix(_as_locked(hotfix_id, package, entry, target.get("version")), installed),
-                                 "state"))
-    return verdicts
+        result = check_hotfix(_as_locked(hotfix_id, package, entry, target.get("version")), installed)
+        results.append((_verdict(result, "require"), result))
+    return results
+
+
+def _unreadable(hotfix_id: str, problems: list[str]) -> Verdict:
+    return Verdict(hotfix_id, False, f"unknown: cannot read the recorded state: {'; '.join(problems)}",
+                   "fix the permissions of these files (the user running vLLM must read them) or restore them "
+                   "from a backup; `hotfix status` then says more", "require")
 
 
 def _as_locked(hotfix_id: str, package: str, entry: dict, version: str | None):
@@ -134,19 +235,36 @@ def _as_locked(hotfix_id: str, package: str, entry: dict, version: str | None):
     return LockedHotfix(hotfix_id, entry.get("version"), package, package, version or "", None, files)
 
 
-def _recorded_states(root: Path) -> list[tuple[dict, dict]]:
-    """(target info + its state dir, hotfixes) of every readable state.json under ``root``."""
+def _recorded_states(root: Path) -> tuple[list[tuple[dict, dict]], list[str]]:
+    """(target info + its state dir, hotfixes) of every state.json under ``root``, and what could not
+    be read (each naming the file or folder and why)."""
     import json
 
-    found = []
-    for state_file in sorted((root / "targets").glob("*/state.json")):
+    found: list[tuple[dict, dict]] = []
+    problems: list[str] = []
+    targets = root / "targets"
+    try:
+        names = sorted(os.listdir(targets))
+    except FileNotFoundError:
+        return found, problems
+    except OSError as exc:
+        return found, [f"state folder {targets}: {exc.strerror}"]
+    for name in names:
+        state_file = targets / name / "state.json"
         try:
-            data = json.loads(state_file.read_text(encoding="utf-8"))
+            raw = state_file.read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(f"{state_file}: {exc.strerror}")
+            continue
+        try:
+            data = json.loads(raw.decode("utf-8"))
             target = dict(data.get("target") or {}, state_dir=str(state_file.parent))
             found.append((target, dict(data.get("hotfixes") or {})))
-        except (OSError, ValueError, AttributeError, TypeError):
-            logger.debug("vllm-hotfix guard: skipping unreadable %s", state_file)
-    return found
+        except (ValueError, AttributeError, TypeError) as exc:
+            problems.append(f"{state_file} is corrupt ({type(exc).__name__}: {exc})")
+    return found, problems
 
 
 def _verdict(result, origin: str) -> Verdict:
@@ -156,14 +274,14 @@ def _verdict(result, origin: str) -> Verdict:
 
     hotfix_id = result.hotfix.id
     if result.state == verdict.FIXED_UPSTREAM:
-        return Verdict(hotfix_id, True, f"fixed-upstream: {result.detail}")
+        return Verdict(hotfix_id, True, f"fixed-upstream: {result.detail}", source=origin)
     if result.in_effect:
-        return Verdict(hotfix_id, True)
+        return Verdict(hotfix_id, True, source=origin)
     if result.installed_version is None and all(f.where is None for f in result.files):
-        return _not_importable(hotfix_id, result.hotfix.package)
+        return _not_importable(hotfix_id, result.hotfix.package, origin)
     file = next((f for f in result.files if f.state != verdict.PATCHED), None)
     if file is None:
-        return Verdict(hotfix_id, False, f"{result.state}: {result.detail}", f"run `hotfix status {hotfix_id}`")
+        return Verdict(hotfix_id, False, f"{result.state}: {result.detail}", f"run `hotfix status {hotfix_id}`", origin)
     if file.sha256 is None:
         problem = f"{result.state}: {file.where} is missing"
     else:
@@ -176,12 +294,12 @@ def _verdict(result, origin: str) -> Verdict:
         remedy = f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {hotfix_id}`"
     else:
         remedy = f"the file changed after the hotfix was applied: run `hotfix status {hotfix_id}`"
-    return Verdict(hotfix_id, False, problem, remedy)
+    return Verdict(hotfix_id, False, problem, remedy, origin)
 
 
-def _not_importable(hotfix_id: str, package: str) -> Verdict:
-    return Verdict(hotfix_id, False, f"package {package} is not importable in this process ({sys.executable})",
-                   "run vLLM with the interpreter the hotfix was applied to")
+def _not_importable(hotfix_id: str, package: str, origin: str) -> Verdict:
+    return Verdict(hotfix_id, False, f"unknown: package {package} is not importable in this process ({sys.executable})",
+                   "run vLLM with the interpreter the hotfix was applied to", origin)
 
 
 def _installed(package: str):
@@ -217,6 +335,8 @@ def process_role() -> str:
         name = multiprocessing.current_process().name
         if name != "MainProcess":
             return name
+    if _fork_role:
+        return _fork_role
     if os.environ.get("RANK"):
         return f"rank {os.environ['RANK']}"
     command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]]) if sys.argv and sys.argv[0] else "python"
@@ -224,13 +344,18 @@ def process_role() -> str:
 
 
 def summary_line(verdicts: tuple[Verdict, ...]) -> str:
-    parts = [f"{v.hotfix_id} NOT IN EFFECT: {v.detail}" if not v.in_effect
-             else f"{v.hotfix_id} in effect ({v.detail})" if v.detail else f"{v.hotfix_id} in effect" for v in verdicts]
+    """The guard's one line per process (the only place it is built), with the fingerprint of what is
+    in effect (core/fingerprint.py, of HOTFIX_LOCK; hf1-none without one)."""
     from vllm_hotfix.containers.lockfile import lock_fingerprint
 
+    def part(v: Verdict) -> str:
+        name = f"{v.hotfix_id} [{v.source}]" if v.source else v.hotfix_id
+        if not v.in_effect:
+            return f"{name} NOT IN EFFECT: {v.detail}" + (f" -> {v.remedy}" if v.remedy else "")
+        return f"{name} in effect ({v.detail})" if v.detail else f"{name} in effect"
     fingerprint = lock_fingerprint(os.environ.get("HOTFIX_LOCK", "").strip(), _installed)
     return (f"vllm-hotfix guard pid={os.getpid()} role={process_role()} fingerprint={fingerprint}: "
-            + "; ".join(parts))
+            + "; ".join(part(v) for v in verdicts))
 
 
 def strict_message(failing: list[Verdict]) -> str:
@@ -241,8 +366,17 @@ def strict_message(failing: list[Verdict]) -> str:
 
 def _log(verdicts: tuple[Verdict, ...]) -> None:
     ok = all(v.in_effect for v in verdicts)
-    logger.log(logging.INFO if ok else logging.ERROR, "%s", summary_line(verdicts))
+    if serving_process():
+        _emit(logging.INFO if ok else logging.ERROR, summary_line(verdicts))
+    elif not ok:  # `vllm --version` & co.: no INFO noise before their output, problems as a warning
+        _emit(logging.WARNING, summary_line(verdicts))
 
 
 def _split_ids(value: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+
+
+def module_line(module: str, path: str | None, text: str) -> str:
+    """One line per watched module import (guard_imports.py)."""
+    where = f" from {path}" if path else ""
+    return f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: module {module}{where}: {text}"

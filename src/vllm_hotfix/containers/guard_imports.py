@@ -1,0 +1,117 @@
+"""The guard's import watch: the modules a hotfix patched must run the patched code.
+
+Right files on disk do not prove the process runs them: a stale ``.pyc`` beside a read-only bind
+mount (same size and mtime), another copy earlier on ``sys.path``, a module imported before the
+mount appeared. For exactly the module names a locked or required hotfix patched, a ``sys.meta_path``
+finder lets the normal finders locate the module, then loads it with a loader that reads the source,
+checks its sha256 and path, and compiles *those* bytes (never a ``.pyc``). Any other import costs one
+dict lookup. One log line per watched module; strict mode stops a serving process on a mismatch.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import logging
+import os
+import sys
+
+_verified: dict[str, str] = {}  # module -> path it was loaded from, checked (inherited by forked children)
+_finder: "_WatchFinder | None" = None
+
+
+def watch(watched) -> tuple:
+    """Watch these guard.Watched modules from now on; return guard.Verdicts for those this process
+    already imported without the check (their code cannot be proven any more)."""
+    from vllm_hotfix.containers.guard import Verdict
+
+    global _finder
+    modules = {w.module: w for w in watched}
+    if _finder is None:
+        _finder = _WatchFinder(modules)
+        sys.meta_path.insert(0, _finder)
+    else:
+        _finder.modules = modules
+    early = []
+    for name, w in modules.items():
+        if name in sys.modules and name not in _verified:
+            where = getattr(sys.modules[name], "__file__", None)
+            early.append(Verdict(w.hotfix_id, False,
+                                 f"unknown: module {name} was imported before the guard ran (from {where}): "
+                                 f"the code it runs was not checked",
+                                 "find what imports it before vLLM loads its plugins", "import"))
+    return tuple(early)
+
+
+class _WatchFinder:
+    def __init__(self, modules: dict) -> None:
+        self.modules = modules
+
+    def find_spec(self, fullname, path=None, target=None):
+        w = self.modules.get(fullname)
+        if w is None:
+            return None
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None:
+            return None
+        if spec.origin and spec.origin.endswith(".py") and spec.has_location:
+            spec.loader = _CheckedLoader(fullname, spec.origin, w)
+        else:
+            _mismatch(w, spec.origin, f"not loaded from source ({type(spec.loader).__name__}), "
+                                      f"not the patched {w.path}")
+        return spec
+
+
+class _CheckedLoader(importlib.machinery.SourceFileLoader):
+    """Reads the source, checks it, and compiles exactly those bytes (no .pyc read or written)."""
+
+    def __init__(self, fullname: str, path: str, w) -> None:
+        super().__init__(fullname, path)
+        self.watched = w
+
+    def get_code(self, fullname):
+        data = self.get_data(self.path)
+        sha = hashlib.sha256(data).hexdigest()
+        w = self.watched
+        same_place = os.path.normpath(self.path) == os.path.normpath(w.path) or _same_file(self.path, w.path)
+        if sha == w.sha256 and same_place:
+            from vllm_hotfix.containers.guard import _emit, module_line
+
+            _verified[fullname] = self.path
+            _emit(logging.INFO, module_line(fullname, self.path, f"the patched source of {w.hotfix_id} "
+                                                                 f"(sha256 {sha[:12]}), compiled from source"))
+        else:
+            problems = []
+            if not same_place:
+                problems.append(f"not the checked file {w.path}")
+            if sha != w.sha256:
+                problems.append(f"sha256 {sha[:12]}, expected the patched {w.sha256[:12]}")
+            _mismatch(w, self.path, ", ".join(problems))
+        return self.source_to_code(data, self.path)
+
+    def set_data(self, path, data, *, _mode=0o666):  # never write a .pyc of what we compiled
+        return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _mismatch(w, path: str | None, text: str) -> None:
+    from vllm_hotfix.containers.guard import HotfixNotInEffect, _emit, module_line, serving_process, strict
+
+    _emit(logging.ERROR, module_line(w.module, path, f"{w.hotfix_id} NOT IN EFFECT: {text}"))
+    if strict() and serving_process():
+        raise HotfixNotInEffect(f"vllm-hotfix: {w.hotfix_id} not in effect in this process (pid {os.getpid()}): "
+                                f"module {w.module} from {path}: {text}; refusing to serve (HOTFIX_STRICT=1; unset it to only log)")

@@ -1,0 +1,89 @@
+"""The guard's view of the process it runs in: does it serve, what is it about to become after a fork,
+and where does a line go so that someone sees it. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+logger = logging.getLogger("vllm.vllm_hotfix")  # under "vllm": vLLM's own handler and format
+
+# `vllm SUBCOMMAND`s that serve nothing: strict mode warns there instead of stopping them
+NON_SERVING_SUBCOMMANDS = frozenset({"collect-env", "chat", "complete"})
+NON_SERVING_FLAGS = frozenset({"-h", "--help", "-v", "--version"})
+
+
+def _forked_process_name() -> str | None:
+    """The name of the multiprocessing.Process being forked (the hook runs before it takes its name)."""
+    frame = sys._getframe(1)
+    for _ in range(12):
+        if frame is None:
+            return None
+        process = frame.f_locals.get("process_obj") if frame.f_code.co_name == "_launch" else None
+        if process is not None:
+            return getattr(process, "name", None)
+        frame = frame.f_back
+    return None
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def serving_process() -> bool:
+    """False for a `vllm` command that serves nothing (``--version``, ``--help``, ``collect-env``, ...):
+    strict mode stops only processes that can serve or run a model. Anything not recognised serves."""
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.current_process().name != "MainProcess":
+        return True
+    argv = sys.argv or []
+    if not argv or Path(argv[0]).name != "vllm":
+        return True
+    args = argv[1:]
+    if NON_SERVING_FLAGS.intersection(args):
+        return False
+    subcommand = next((a for a in args if not a.startswith("-")), None)
+    return subcommand is not None and subcommand not in NON_SERVING_SUBCOMMANDS
+
+
+def _command() -> str:
+    return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+
+
+_FALLBACK_FORMAT = "%(levelname)s %(asctime)s [vllm-hotfix guard] %(message)s"
+
+
+def _emit(level: int, message: str) -> None:
+    """Log through vLLM's logger, so the line looks like every other vLLM line (vLLM's handler writes
+    to stdout). Where that would say nothing (``VLLM_CONFIGURE_LOGGING=0``: no handler at all) or would
+    mix into a command's output (``vllm --version``), write the line to stderr ourselves."""
+    if logger.hasHandlers() and serving_process():
+        logger.log(level, "%s", message, stacklevel=2)
+        return
+    if not logger.isEnabledFor(level) and logger.hasHandlers():
+        return
+    caller = sys._getframe(1)
+    record = logger.makeRecord(logger.name, level, caller.f_code.co_filename, caller.f_lineno, "%s", (message,), None)
+    formatter = next((h.formatter for h in _handlers() if h.formatter is not None), None)
+    try:
+        text = formatter.format(record) if formatter is not None else None
+    except Exception:  # noqa: BLE001 - a formatter expecting vLLM's extra fields
+        text = None
+    if text is None:
+        text = logging.Formatter(_FALLBACK_FORMAT, "%m-%d %H:%M:%S").format(record)
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _handlers() -> list[logging.Handler]:
+    found, current = [], logger
+    while current is not None:
+        found.extend(current.handlers)
+        current = current.parent if current.propagate else None
+    return found

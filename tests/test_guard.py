@@ -1,0 +1,215 @@
+"""The guard's decisions without vLLM (fast): which processes strict mode stops, what it says about
+broken state, one line per id, and the environments that would keep vLLM from loading it at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from vllm_hotfix.containers import guard, guard_env
+from vllm_hotfix.paths import TargetDir
+
+
+@pytest.mark.parametrize("argv, serving", [
+    (["/usr/bin/vllm", "--version"], False),
+    (["/usr/bin/vllm", "--help"], False),
+    (["/usr/bin/vllm", "serve", "--help"], False),
+    (["/usr/bin/vllm", "collect-env"], False),
+    (["/usr/bin/vllm"], False),
+    (["/usr/bin/vllm", "serve", "/models/glm", "--port", "8000"], True),
+    (["/usr/bin/vllm", "bench", "throughput"], True),
+    (["/usr/bin/vllm", "some-new-subcommand"], True),  # unknown: it may serve, so strict stops it
+    (["/app/run_llm.py", "--help"], True),  # a script using LLM(...): its flags are its own
+    (["-c"], True),
+])
+def test_only_serving_processes_are_stopped(monkeypatch, argv, serving):
+    monkeypatch.setattr(sys, "argv", argv)
+    assert guard.serving_process() is serving
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("vllm_hotfix_guard", None),
+    ("lora,vllm_hotfix_guard", None),
+    ("", "VLLM_PLUGINS='' leaves out vllm_hotfix_guard: vLLM will not load the guard"),
+    ("lora", "VLLM_PLUGINS='lora' leaves out vllm_hotfix_guard"),
+    (" vllm_hotfix_guard", "leaves out vllm_hotfix_guard (vLLM does not strip spaces: ' vllm_hotfix_guard' is not "
+                           "'vllm_hotfix_guard')"),
+])
+def test_vllm_plugins_that_leave_the_guard_out_are_named(value, problem):
+    problems = guard_env.environment_problems({"VLLM_PLUGINS": value})
+    if problem is None:
+        assert problems == []
+    else:
+        (found,) = problems
+        assert problem in found
+
+
+def test_a_guard_that_fails_to_import_is_named(monkeypatch):
+    from importlib import metadata
+
+    class Broken:
+        name, value = guard_env.PLUGIN_NAME, "vllm_hotfix.containers.guard:register"
+
+        def load(self):
+            raise ImportError("cannot import name 'register'")
+
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [Broken()])
+    (problem,) = guard_env.environment_problems({})
+    assert problem.startswith("the guard fails to import (vllm_hotfix.containers.guard:register): ImportError: cannot import")
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [])
+    (problem,) = guard_env.environment_problems({})
+    assert problem.startswith(f"no vllm.general_plugins entry point vllm_hotfix_guard in {sys.executable}")
+
+
+@pytest.mark.parametrize("value, code", [(None, 0), ("vllm_hotfix_guard", 0), ("", 1), (" vllm_hotfix_guard", 1)])
+def test_check_env_command(run_hotfix, value, code):
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_PLUGINS"}
+    if value is not None:
+        env["VLLM_PLUGINS"] = value
+    env["HOTFIX_LOCK"] = "/etc/vllm-hotfix/hotfix.lock"
+    result = run_hotfix("guard", "--check-env", env=env)
+    assert result.returncode == code, result.stdout + result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("ok: vLLM will load vllm_hotfix_guard" if code == 0 else "NOT IN EFFECT: guard: VLLM_PLUGINS=")
+    assert "guard: checks HOTFIX_LOCK" in result.stdout
+
+
+def test_guard_needs_print_env_or_check_env(run_hotfix):
+    result = run_hotfix("guard")
+    assert result.returncode == 2 and "give --print-env or --check-env" in result.stderr
+
+
+def _state(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOTFIX_STATE_DIR", str(tmp_path / "state"))
+    directory = TargetDir.of(tmp_path / "site").directory
+    directory.mkdir(parents=True)
+    return directory / "state.json"
+
+
+def test_corrupt_state_is_named_not_reported_as_never_applied(tmp_path, monkeypatch):
+    state = _state(tmp_path, monkeypatch)
+    state.write_text('{"schema": 1, "hotfixes": ')
+    (verdict,) = guard.check(lock=None, require=("mamba-align-block-size",))
+    assert not verdict.in_effect
+    assert verdict.detail.startswith(f"unknown: cannot read the recorded state: {state} is corrupt (JSONDecodeError: ")
+    assert "apply it" not in verdict.remedy and "permissions" in verdict.remedy
+
+
+def test_unreadable_state_file_and_folder_are_named(tmp_path, monkeypatch):
+    state = _state(tmp_path, monkeypatch)
+    state.mkdir()  # read_bytes() fails with an OSError, as a mode-000 file does for a non-root user
+    (verdict,) = guard.check(lock=None, require=("x",))
+    assert verdict.detail == f"unknown: cannot read the recorded state: {state}: Is a directory"
+
+    real_listdir = os.listdir
+
+    def denied(path):
+        if str(path).endswith("targets"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", denied)
+    (verdict,) = guard.check(lock=None, require=("x",))
+    assert verdict.detail == f"unknown: cannot read the recorded state: state folder {tmp_path / 'state' / 'targets'}: Permission denied"
+
+
+def test_each_id_once_with_its_sources(monkeypatch):
+    lock = [(guard.Verdict("a", True, source="lock"), None), (guard.Verdict("b", True, source="lock"), None)]
+    required = [(guard.Verdict("a", False, "lost: /x has sha256 1", "re-apply", "require"), None)]
+    monkeypatch.setattr(guard, "_check_lock", lambda path: lock)
+    monkeypatch.setattr(guard, "_check_required_ids", lambda ids: required)
+    verdicts = guard.check(lock="/l", require=("a",))
+    assert [(v.hotfix_id, v.in_effect, v.source) for v in verdicts] == [("a", False, "lock+require"), ("b", True, "lock")]
+    line = guard.summary_line(verdicts)
+    assert line.endswith(": a [lock+require] NOT IN EFFECT: lost: /x has sha256 1 -> re-apply; b [lock] in effect")
+    assert line.count(" a [") == 1
+
+
+def test_verify_lock_reports_a_vllm_plugins_that_turns_the_guard_off(run_hotfix, tmp_path):
+    import hashlib
+
+    import click
+
+    core = os.path.join(os.path.dirname(click.__file__), "core.py")
+    sha = hashlib.sha256(open(core, "rb").read()).hexdigest()
+    lock = tmp_path / "hotfix.lock"
+    lock.write_text(json.dumps({"schema": 1, "site_packages": "/x", "hotfixes": [
+        {"id": "a", "version": 1, "distribution": "click", "package": "click", "baseline_version": "1",
+         "fixed_in": None, "files": [{"path": "click/core.py", "sha256": sha, "baseline_sha256": None,
+                                      "export": "a/click/core.py"}]}]}))
+    result = run_hotfix("verify", env={"HOTFIX_LOCK": str(lock)})
+    assert result.returncode == 0, result.stdout + result.stderr  # the files are in effect, the guard loads
+    result = run_hotfix("verify", env={"HOTFIX_LOCK": str(lock), "VLLM_PLUGINS": "lora"})
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[0].startswith("in effect: a@1")
+    assert "NOT IN EFFECT: guard: VLLM_PLUGINS='lora' leaves out vllm_hotfix_guard" in result.stdout
+
+
+@pytest.fixture
+def watched_package(tmp_path, monkeypatch):
+    """pkg/m.py patched on disk, with a stale pyc of the original beside it (same size and mtime)."""
+    import compileall
+    import hashlib
+
+    from vllm_hotfix.containers import guard_imports
+
+    package = tmp_path / "hotfixpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "m.py"
+    module.write_text("VALUE = 'original'\n")
+    stat = module.stat()
+    compileall.compile_file(str(module), quiet=1)
+    module.write_text("VALUE = 'patched!'\n")  # same size
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same mtime: Python would run the stale pyc
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(guard_imports, "_finder", None)
+    saved_meta_path = list(sys.meta_path)
+    yield module, hashlib.sha256(module.read_bytes()).hexdigest()
+    sys.meta_path[:] = saved_meta_path
+    for name in ("hotfixpkg", "hotfixpkg.m"):
+        sys.modules.pop(name, None)
+        guard_imports._verified.pop(name, None)
+
+
+def test_import_watch_runs_the_checked_source_not_a_stale_pyc(watched_package, caplog):
+    import importlib
+
+    from vllm_hotfix.containers import guard_imports
+
+    caplog.set_level("INFO", logger=guard.logger.name)
+    module, sha = watched_package
+    assert guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), sha)]) == ()
+    assert importlib.import_module("hotfixpkg.m").VALUE == "patched!"
+    (line,) = [r.getMessage() for r in caplog.records if "module hotfixpkg.m" in r.getMessage()]
+    assert f"module hotfixpkg.m from {module}: the patched source of h (sha256 {sha[:12]}), compiled from source" in line
+    import json as unwatched  # any other import: not ours
+    assert unwatched.__spec__.loader.__class__.__name__ != "_CheckedLoader"
+
+
+def test_import_watch_names_a_mismatch_and_strict_stops(watched_package, caplog, monkeypatch):
+    import importlib
+
+    from vllm_hotfix.containers import guard_imports
+
+    module, _ = watched_package
+    guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), "f" * 64)])
+    monkeypatch.setenv("HOTFIX_STRICT", "1")
+    with pytest.raises(guard.HotfixNotInEffect, match=r"module hotfixpkg.m from .*m.py: sha256 \w+, expected the patched ffff"):
+        importlib.import_module("hotfixpkg.m")
+    assert any("module hotfixpkg.m from" in r.getMessage() and "h NOT IN EFFECT: sha256" in r.getMessage()
+               for r in caplog.records if r.levelname == "ERROR")
+
+
+def test_a_module_imported_before_the_guard_ran_is_not_taken_on_trust(watched_package):
+    import importlib
+
+    from vllm_hotfix.containers import guard_imports
+
+    module, sha = watched_package
+    assert importlib.import_module("hotfixpkg.m").VALUE == "original"  # the stale pyc: what the watch prevents
+    (verdict,) = guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), sha)])
+    assert not verdict.in_effect and verdict.detail.startswith("unknown: module hotfixpkg.m was imported before the guard ran")
