@@ -121,7 +121,10 @@ def test_write_errors_exit_6_and_change_nothing(case, tmp_path, _isolated_state,
         now = files(venv.site_packages, paths)
         assert leftovers(venv) == []
         state, recorded = state_of(run_hotfix, hotfix_id, venv.python)
-        if done.returncode != 0:
+        if done.returncode == 2 and n == 1:
+            # strace counts per task: the probe process's only write (its answer on a pipe) fails too
+            assert now == before and not recorded and "Traceback" not in done.stderr, done.stderr
+        elif done.returncode != 0:
             assert done.returncode == 6, (syscall, n, done.stderr)
             assert "nothing was changed" in done.stderr and "internal error" not in done.stderr, done.stderr
             assert now == before and not recorded, f"{syscall} #{n} failed but files or record changed"

@@ -412,10 +412,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _report(message: str, hint: str | None, code: int, kind: str, wants_json: bool) -> None:
-    if wants_json:
-        from vllm_hotfix.output import emit_json
+    """The one-line error (and hint); if even stderr cannot be written (a full disk under a redirect),
+    the exit code alone has to speak, never a traceback."""
+    try:
+        if wants_json:
+            from vllm_hotfix.output import emit_json
 
-        emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
-    sys.stderr.write(f"hotfix: error: {message}\n")
-    if hint:
-        sys.stderr.write(f"hotfix: hint: {hint}\n")
+            emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
+        sys.stderr.write(f"hotfix: error: {message}\n")
+        if hint:
+            sys.stderr.write(f"hotfix: hint: {hint}\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
