@@ -170,7 +170,7 @@ def test_strict_stops_forked_and_spawned_children_when_the_file_is_reverted_afte
     assert [(r["child"], r["exitcode"]) for r in reports if "child" in r] == [("fork", 1), ("spawn", 1)]
     out = proc.stdout + proc.stderr
     for role in ("EngineCore_fork", "EngineCore_spawn"):
-        assert re.search(rf"role={role}: {HOTFIX} \[lock\] NOT IN EFFECT: lost: \S+mamba_hybrid.py has sha256 \w+ "
+        assert re.search(rf"role={role} fingerprint=hf1-\w+: {HOTFIX} \[lock\] NOT IN EFFECT: lost: \S+mamba_hybrid.py has sha256 \w+ "
                          rf"\(the unpatched original\)", out), out
     assert "refusing to serve (HOTFIX_STRICT=1" in out
     assert "HotfixNotInEffect" in proc.stderr  # the spawned child: raised through vLLM's loader
@@ -197,7 +197,7 @@ def test_without_vllm_logging_the_guard_still_says_it(full):
     (line,) = guard_lines(proc.stderr)
     print(line)
     assert re.match(rf"^INFO \d\d-\d\d \d\d:\d\d:\d\d \[vllm-hotfix guard\] vllm-hotfix guard pid=\d+ role=main "
-                    rf"\(loader.py\): {HOTFIX} \[lock\] in effect$", line)
+                    rf"\(loader.py\) fingerprint=hf1-\w+: {HOTFIX} \[lock\] in effect$", line)
 
 
 def test_a_pristine_copy_first_on_sys_path_is_named_with_the_module_and_strict_stops(full):

@@ -135,18 +135,11 @@ def test_every_command_finds_the_same_target_and_record(kind, built, tmp_path, r
 
     # kill -9 in the middle of an apply: the file switch is done, the journal is not yet retired
     argv = crash.hotfix_argv("apply", HOTFIX, *options, *catalog)
-    full_env = {**crash.env(), **env}  # no bytecode writes: both runs make the same renames
-    log = tmp_path / "trace.log"
-    subprocess.run([crash.STRACE, "-f", "-qq", "-y", "-o", str(log), "-e", "trace=rename", *argv],
-                   check=True, env=full_env, capture_output=True)
-    renames = [line for line in log.read_text().splitlines() if "rename(" in line]
-    into_target = f'"{target_file.resolve()}")'
-    at = next(i for i, line in enumerate(renames, 1) if line.split(", ")[-1].startswith(into_target))
+    at = crash.after_switching(argv, target_file, tmp_path / "trace.log", extra_env=env)
     hotfix("rollback", HOTFIX)
-    killed = subprocess.run([crash.STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"inject=rename:signal=SIGKILL:when={at + 1}",
-                             *argv], env=full_env, capture_output=True, text=True)
+    killed = crash.run_with(argv, "rename", at, "signal=SIGKILL", extra_env=env)
     assert killed.returncode != 0
-    assert status()["state"] == "interrupted", (at, renames, killed.stderr, target_file.read_text())
+    assert status()["state"] == "interrupted", (at, killed.stderr, target_file.read_text())
     assert hotfix("verify", HOTFIX).returncode == 1
     recovered = hotfix("recover", "--json")
     assert recovered.returncode == 0 and json.loads(recovered.stdout)["recovered"], recovered.stdout

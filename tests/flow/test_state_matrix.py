@@ -60,15 +60,6 @@ def lock(catalog, tmp_path_factory):
     return out / "hotfix.lock"
 
 
-def kill_mid_apply(argv: list[str], target: Path, log: Path) -> None:
-    """SIGKILL just after the first target file was switched: the journal is still pending."""
-    subprocess.run([crash.STRACE, "-f", "-qq", "-y", "-o", str(log), "-e", "trace=rename", *argv],
-                   check=True, env=crash.env(), capture_output=True)
-    renames = [line for line in log.read_text().splitlines() if "rename(" in line]
-    at = next(i for i, line in enumerate(renames, 1) if line.split(", ")[-1].startswith(f'"{target.resolve()}")'))
-    return at
-
-
 def guard(python: Path, *, lock: Path | None, require: str | None) -> dict:
     code = (f"import sys, json; sys.path.append({str(SRC)!r}); from vllm_hotfix.containers.guard import check; "
             f"print(json.dumps([v.__dict__ for v in check(lock={str(lock) if lock else None!r}, "
@@ -98,10 +89,10 @@ def test_one_word_per_row(row, catalog, lock, vllm_install, run_hotfix, tmp_path
         (sp / VERSION).write_bytes(pristine[VERSION])
     if row == "interrupted":
         argv = crash.hotfix_argv("apply", HOTFIX, *options)
-        at = kill_mid_apply(argv, sp / ENVS, tmp_path / "trace.log")
+        at = crash.after_switching(argv, sp / ENVS, tmp_path / "trace.log")
         assert run_hotfix("apply", HOTFIX, *options).returncode == 0
         assert run_hotfix("rollback", HOTFIX, *options).returncode == 0
-        killed = crash.run_with(argv, "rename", at + 1, "signal=SIGKILL")
+        killed = crash.run_with(argv, "rename", at, "signal=SIGKILL")
         assert killed.returncode != 0
 
     word, verify_code, lock_word, lock_code, guard_lock, guard_require, apply_code = MATRIX[row]
