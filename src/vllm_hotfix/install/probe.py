@@ -8,7 +8,6 @@ PYTHONPATH and .pth files are deliberately honoured: they are what decides which
 
 import ast
 import contextlib
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -121,6 +120,8 @@ def _copies(package, path_entries):
 
 
 def _distributions(package):
+    import importlib.metadata  # here: hotfix imports this module for its source, and pays only when probing
+
     names = []
     try:
         names = list(importlib.metadata.packages_distributions().get(package, []))
