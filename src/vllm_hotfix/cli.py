@@ -193,8 +193,6 @@ def show_cmd(hotfix_id, catalogs, as_json) -> None:
     _exit(command.run(hotfix_id=hotfix_id, catalogs=tuple(catalogs), as_json=as_json))
 
 
-
-
 @cli.command("doctor", short_help="Find the known issue (and its fix) behind a crash log.", epilog=DOCTOR_EXIT_HELP)
 @click.argument("logs", nargs=-1, metavar="[LOG]...")
 @python_option

@@ -25,7 +25,6 @@ Exit codes:
 """
 
 
-
 DOCTOR_EXIT_HELP = """\b
 Exit codes of doctor:
   0  a known issue matches, and its fix is already in effect (applied / fixed upstream)

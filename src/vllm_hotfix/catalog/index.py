@@ -34,7 +34,6 @@ def builtin_dir() -> Path:
                        "and patches/", hint="reinstall vllm-hotfix (pip install --force-reinstall vllm-hotfix)")
 
 
-
 ENV_VAR = "HOTFIX_CATALOG"
 
 

@@ -18,20 +18,13 @@ from vllm_hotfix.errors import InvalidInput, Refused
 SCHEMA = 1
 
 
-
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]*")
-
-
-
-
 
 
 REFERENCE_KINDS = ("pr", "commit", "issue", "repo", "doc", "advisory")
 
 
-
 KINDS = ("hotfix", "advisory")  # advisory: a known issue with signatures and a workaround, no patch
-
 
 
 @dataclass(frozen=True)
@@ -40,7 +33,6 @@ class Reference:
     url: str
     title: str | None = None
     note: str | None = None
-
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,6 @@ class FixedIn:
         if self.version:
             return self.version
         return f"{self.repo or 'commit'}@{self.commit}"
-
 
 
 @dataclass(frozen=True)
@@ -74,7 +65,6 @@ class GitBaseline:
         parts = [f"tag {self.tag}" if self.tag else "", f"branch {self.branch}" if self.branch else "",
                  f"commit {self.commit}" if self.commit else "", "clean" if self.clean else ""]
         return ", ".join(p for p in parts if p)
-
 
 
 @dataclass(frozen=True)
@@ -101,7 +91,6 @@ class TargetSpec:
         return text
 
 
-
 @dataclass(frozen=True)
 class PatchStats:
     files: int
@@ -110,7 +99,6 @@ class PatchStats:
 
     def describe(self) -> str:
         return f"{self.files} files +{self.insertions}/-{self.deletions}"
-
 
 
 @dataclass(frozen=True)
@@ -148,7 +136,6 @@ class PatchSpec:
         return in_range(self.versions, version)
 
 
-
 @dataclass(frozen=True)
 class Requirement:
     """A precondition on another target, e.g. the vLLM checkout clean at a commit."""
@@ -159,7 +146,6 @@ class Requirement:
     root_hint: str | None = None
 
 
-
 @dataclass(frozen=True)
 class PostCheck:
     """After applying: ``file`` (relative to the target root) contains / does not contain a text."""
@@ -168,7 +154,6 @@ class PostCheck:
     contains: str | None = None
     not_contains: str | None = None
     description: str | None = None
-
 
 
 @dataclass(frozen=True)
@@ -246,7 +231,6 @@ class Manifest:
         return data
 
 
-
 def parse_version(version: str | Version) -> Version:
     if isinstance(version, Version):
         return version
@@ -256,13 +240,11 @@ def parse_version(version: str | Version) -> Version:
         raise InvalidInput(f"not a PEP 440 version: {version!r}") from None
 
 
-
 def in_range(versions: str | None, version: str | Version) -> bool:
     """PEP 440 range check in which pre-releases (0.30.0rc2) match; no range matches everything."""
     if versions is None:
         return True
     return SpecifierSet(versions).contains(parse_version(version), prereleases=True)
-
 
 
 def verify_patch_bytes(spec: PatchSpec, data: bytes, label: str | None = None) -> None:
@@ -277,7 +259,6 @@ def verify_patch_bytes(spec: PatchSpec, data: bytes, label: str | None = None) -
     if spec.sha256 is not None and actual != spec.sha256:
         raise Refused(f"{name}: sha256 mismatch: expected {spec.sha256}, got {actual}",
                       hint="this is not the patch the manifest pins; nothing was changed")
-
 
 
 def check_stats(spec: PatchSpec, stats: Any, label: str | None = None) -> None:

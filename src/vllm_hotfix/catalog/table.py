@@ -15,7 +15,6 @@ COMMIT_PATTERN = re.compile(r"[0-9a-f]{7,40}")
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "an array", dict: "a table"}
 
 
-
 def _type_name(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
@@ -23,7 +22,6 @@ def _type_name(value: Any) -> str:
         if isinstance(value, kind):
             return name
     return type(value).__name__
-
 
 
 class _Table:

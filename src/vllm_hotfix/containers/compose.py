@@ -98,7 +98,6 @@ def _detect_indent(text: str) -> tuple[int, int, int]:
     return mapping, max(sequence, offset + 2), offset
 
 
-
 @dataclass
 class _Service:
     doc: ye.Document

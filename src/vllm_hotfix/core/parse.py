@@ -26,7 +26,6 @@ def _is_epoch(line: bytes) -> bool:
     return int(hour) * 60 + int(minute) - epoch_hour * 60 == (-zone if sign == b"-" else zone)
 
 
-
 @dataclass
 class _Parser(_Names, _Hunks):
     lines: list[bytes]
@@ -232,7 +231,6 @@ class _Parser(_Names, _Hunks):
         self.files.append(FilePatch(old_path=old_path, new_path=new_path, hunks=hunks, lineno=start + 1,
                                     maybe_new=maybe_new))
         return end
-
 
 
 def parse_patch(data: bytes, *, strip: int | None = 1, source: str = "<patch>") -> Patch:

@@ -34,8 +34,6 @@ _C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11,
               ord("r"): 13, ord('"'): 34, ord("\\"): 92}
 
 
-
-
 @dataclass(frozen=True)
 class HunkLine:
     op: str  # ' ', '-', '+'

@@ -24,13 +24,10 @@ def _sha256(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-
 PARALLEL_MIN = 8
 
 
-
 WORKERS = 4  # measured best for creating + fsyncing ~1,000 files on 2 cores
-
 
 
 def _parallel(function, items: list) -> list:
@@ -71,7 +68,6 @@ def _parallel(function, items: list) -> list:
     return results
 
 
-
 def _discard_backups(journal_dir: Path) -> None:
     """Remove the backups directory; its files are unlinked on threads (freeing the replaced
     originals' blocks is the slow part, ~60 µs a file)."""
@@ -85,7 +81,6 @@ def _discard_backups(journal_dir: Path) -> None:
     except OSError:
         pass
     shutil.rmtree(backups, ignore_errors=True)
-
 
 
 def _drop_bytecode(paths: Iterable[str]) -> None:
@@ -105,12 +100,10 @@ def _drop_bytecode(paths: Iterable[str]) -> None:
                 unlink_if_present(os.path.join(cache_dir, name))
 
 
-
 class Interrupted(BaseException):
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
-
 
 
 class _SignalGuard:
@@ -124,7 +117,6 @@ class _SignalGuard:
         if self.armed:
             raise Interrupted(signum)
         self.pending = self.pending or signum
-
 
 
 @contextmanager
@@ -142,7 +134,6 @@ def signals_as_exceptions() -> Iterator[_SignalGuard]:
             signal.signal(sig, old)
 
 
-
 @contextmanager
 def _signals_blocked() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
@@ -155,7 +146,6 @@ def _signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-
 def _backup(original: Path, backup: Path) -> None:
     try:
         os.link(original, backup)
@@ -163,7 +153,6 @@ def _backup(original: Path, backup: Path) -> None:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
             raise
         shutil.copyfile(original, backup)
-
 
 
 def _remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
@@ -181,9 +170,7 @@ def _remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
     return removed
 
 
-
 _describe = describe
-
 
 
 def _file_sha256(path: Path) -> str | None:

@@ -229,8 +229,6 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
     _discard_backups(journal_dir)
 
 
-
-
 def _back_up_record(record: tuple[Path, bytes], backups: Path) -> dict:
     """Keep the record's current bytes (a hard link: atomic_write replaces, never edits) for a restore."""
     path, data = record

@@ -27,7 +27,6 @@ class RecoveryReport:
     problems: tuple[str, ...]  # paths that could not be restored (journal kept)
 
 
-
 def _restore_record(entry: dict, journal_dir: Path, tag: str) -> None:
     """Put the record back as it was before the transaction (idempotent)."""
     path = Path(entry["path"])
@@ -41,7 +40,6 @@ def _restore_record(entry: dict, journal_dir: Path, tag: str) -> None:
     shutil.copyfile(journal_dir / entry["backup"], temp)
     os.replace(temp, path)
     fsync_dir(path.parent)
-
 
 
 def _put_back(path: Path, backup: Path, entry: dict, tag: str, current_sha256: str | None) -> None:
@@ -63,7 +61,6 @@ def _put_back(path: Path, backup: Path, entry: dict, tag: str, current_sha256: s
         shutil.copyfile(backup, temp)
     os.chmod(temp, entry["before_mode"])
     os.replace(temp, path)
-
 
 
 def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
@@ -123,12 +120,10 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
     return RecoveryReport(journal_dir / JOURNAL, root, tuple(restored), tuple(removed), tuple(problems))
 
 
-
 def _remove_stray_temps(journal_dir: Path) -> None:
     for name in os.listdir(journal_dir):
         if name.endswith(TEMP_SUFFIX):
             (journal_dir / name).unlink(missing_ok=True)
-
 
 
 def recover(journal_dir: Path) -> RecoveryReport | None:
@@ -158,7 +153,6 @@ def recover(journal_dir: Path) -> RecoveryReport | None:
         raise WriteFailed(f"{journal}: could not restore {', '.join(report.problems)}",
                           hint="fix the cause (read-only or full file system?) and run `hotfix recover` again")
     return report
-
 
 
 def recover_target(root: Path) -> None:
