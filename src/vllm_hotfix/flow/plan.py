@@ -74,12 +74,17 @@ def check_record(recorded: RecordedHotfix, tree: Tree) -> list[FileCheck]:
     return checks
 
 
+def release_changed(was: str | None, target: Target) -> bool:
+    """The package is another release than the one the record was made on (pip install, image rebuild)."""
+    return bool(target.version and was and not same_release(was, target.version))
+
+
 def judge_record(state: TargetState, recorded: RecordedHotfix, target: Target, tree: Tree) -> tuple[str, str]:
     """The one verdict on a recorded hotfix (apply and status both ask this): LOST when the package was
     changed to another release under the record (pip install, image rebuild), else core.verdict's rule
     on the recorded files."""
     was = state.target.get("version")
-    if target.version and was and not same_release(was, target.version):
+    if release_changed(was, target):
         return LOST, (f"{target.distribution or target.package} was changed from {was} to {target.version} under "
                       f"the record (pip install / image rebuild): the hotfix applied to {was} is not in effect")
     return files_verdict(check_record(recorded, tree))

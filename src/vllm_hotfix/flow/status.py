@@ -15,12 +15,12 @@ from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.apply import detect
 from vllm_hotfix.core.verdict import (
     APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN,
-    files_verdict, same_release,
+    files_verdict,
 )
 from vllm_hotfix.errors import HotfixError, Refused, UsageError
 from vllm_hotfix.flow.applicability import applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix
-from vllm_hotfix.flow.plan import _flatten, check_record, judge_record
+from vllm_hotfix.flow.plan import _flatten, check_record, judge_record, release_changed
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
@@ -109,8 +109,7 @@ def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, 
     option = target_option(target)
     if TargetDir.of(target.root).pending():
         return interrupted(manifest.id, manifest.version, target.root, option)
-    upgraded = recorded is not None and target.version is not None and recorded_version is not None \
-        and not same_release(recorded_version, target.version)
+    upgraded = recorded is not None and release_changed(recorded_version, target)
     why_not = applicability(manifest, spec, target)
     if why_not is not None:
         detail = why_not.message
