@@ -1,10 +1,16 @@
 """What a container pays at start: `hotfix verify --lock` (with and without --python) against
 `python -c 'import click'`, on a real vLLM 0.30.0 install with the mamba hotfix mounted (patched).
 
-    python benchmarks/startup.py [--rounds 9]
+    python benchmarks/startup.py [--rounds 11]
 
-Every command runs as a subprocess of the same interpreter; the order rotates each round; medians of
-wall and CPU (user + system) time are printed with the ratios.
+vllm-hotfix is installed as users install it: its freshly built wheel (compiled on install, a console
+script `hotfix`), once into a tool venv of its own (pipx / uv tool: the `--python` case, a probe
+process runs in the vLLM interpreter) and once into the vLLM venv itself (a baked image: the probe
+runs in-process). Both get click & co. from this interpreter's site-packages through a .pth. The
+baseline `import click` runs in the tool venv. `python -m vllm_hotfix` is shown too (runpy costs a
+few ms more than the console script).
+
+The order rotates each round; medians of wall and CPU (user + system) time are printed with the ratios.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import realdata  # noqa: E402
 
 HOTFIX = "mamba-align-block-size"
+
+
+def install_hotfix(venv: realdata.Venv, wheel: Path) -> Path:
+    """vllm-hotfix's wheel into VENV (no deps: they come from this interpreter's site-packages)."""
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv.python), "install", "-q", "--no-deps",
+                    "--disable-pip-version-check", str(wheel)], check=True)
+    (venv.site_packages / "zz_hotfix_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv.root / "bin" / "hotfix"
 
 
 def timed(argv: list[str], env: dict) -> tuple[float, float]:
@@ -39,32 +54,35 @@ def timed(argv: list[str], env: dict) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="startup-") as scratch:
         scratch = Path(scratch)
-        venv = realdata.copy_venv(realdata.vllm_template("0.30.0"), scratch / "venv")
+        wheel = realdata.build_project_wheel(scratch / "build")
+        image = realdata.copy_venv(realdata.vllm_template("0.30.0"), scratch / "image")
+        tool = realdata.make_venv(scratch / "tool")
+        image_hotfix, tool_hotfix = install_hotfix(image, wheel), install_hotfix(tool, wheel)
         env = dict(os.environ, HOTFIX_STATE_DIR=str(scratch / "state"))
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        hotfix = [sys.executable, "-m", "vllm_hotfix"]
-        subprocess.run([*hotfix, "export", HOTFIX, "--to", str(scratch / "export"), "--python", str(venv.python)],
+        for name in ("HOTFIX_PYTHON", "HOTFIX_LOCK", "HOTFIX_REQUIRE", "PYTHONPATH"):
+            env.pop(name, None)
+        subprocess.run([str(tool_hotfix), "export", HOTFIX, "--to", str(scratch / "export"), "--python", str(image.python)],
                        env=env, check=True, capture_output=True)
         lock = scratch / "export" / "hotfix.lock"
         exported = scratch / "export" / HOTFIX
         for path in exported.rglob("*.py"):  # "mount" the patched file, as the bind mount would
-            shutil.copyfile(path, venv.site_packages / path.relative_to(exported))
-        # hotfix installed in the target interpreter itself (as a baked image has it): no probe process
-        site = subprocess.run([str(venv.python), "-c", "import site; print(site.getsitepackages()[0])"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        Path(site, "vllm_hotfix_src.pth").write_text(str(Path(__file__).resolve().parent.parent / "src") + "\n")
-        deps = subprocess.run([sys.executable, "-c", "import click, os; print(os.path.dirname(os.path.dirname(click.__file__)))"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        Path(site, "vllm_hotfix_deps.pth").write_text(deps + "\n")
+            shutil.copyfile(path, image.site_packages / path.relative_to(exported))
         commands = {
-            "import click": [sys.executable, "-c", "import click"],
-            "verify --lock --python": [*hotfix, "verify", "--lock", str(lock), "--python", str(venv.python)],
-            "verify --lock (in image)": [str(venv.python), "-m", "vllm_hotfix", "verify", "--lock", str(lock)],
+            "import click": [str(tool.python), "-c", "import click"],
+            "verify --lock --python": [str(tool_hotfix), "verify", "--lock", str(lock), "--python", str(image.python)],
+            "verify --lock (in image)": [str(image_hotfix), "verify", "--lock", str(lock)],
+            "  same, python -m": [str(image.python), "-m", "vllm_hotfix", "verify", "--lock", str(lock)],
         }
+        full = realdata.VENVS / f"vllm-full-0.30.0-py{sys.version_info[0]}.{sys.version_info[1]}" / "bin" / "python"
+        if full.exists():  # the real image's site-packages (~200 distributions): what the probe costs there
+            probe = (Path(__file__).resolve().parent.parent / "src" / "vllm_hotfix" / "install" / "probe.py").read_text()
+            commands["full vLLM venv: python"] = [str(full), "-c", "pass"]
+            commands["full vLLM venv: probe"] = [str(full), "-c", probe, "vllm"]
         for argv in commands.values():  # warm caches and bytecode
             timed(argv, env)
         wall: dict[str, list[float]] = {}

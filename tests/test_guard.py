@@ -48,20 +48,30 @@ def test_vllm_plugins_that_leave_the_guard_out_are_named(value, problem):
 
 
 def test_a_guard_that_fails_to_import_is_named(monkeypatch):
-    from importlib import metadata
-
-    class Broken:
-        name, value = guard_env.PLUGIN_NAME, "vllm_hotfix.containers.guard:register"
-
-        def load(self):
-            raise ImportError("cannot import name 'register'")
-
-    monkeypatch.setattr(metadata, "entry_points", lambda group: [Broken()])
+    monkeypatch.setattr(guard_env, "guard_entry_points", lambda: ["vllm_hotfix.containers.guard:no_such_name"])
     (problem,) = guard_env.environment_problems({})
-    assert problem.startswith("the guard fails to import (vllm_hotfix.containers.guard:register): ImportError: cannot import")
-    monkeypatch.setattr(metadata, "entry_points", lambda group: [])
+    assert problem.startswith("the guard fails to import (vllm_hotfix.containers.guard:no_such_name): AttributeError:")
+    monkeypatch.setattr(guard_env, "guard_entry_points", lambda: [])
     (problem,) = guard_env.environment_problems({})
     assert problem.startswith(f"no vllm.general_plugins entry point vllm_hotfix_guard in {sys.executable}")
+
+
+def test_guard_entry_points_are_what_importlib_metadata_gives_vllms_loader(tmp_path):
+    """The fast reader against the stdlib's entry_points(group=...) (what vLLM's loader calls), on this
+    interpreter's sys.path plus a directory with a second, differently spelled declaration."""
+    from importlib.metadata import distributions
+
+    extra = tmp_path / "other_dist-1.0.dist-info"
+    extra.mkdir()
+    (extra / "METADATA").write_text("Metadata-Version: 2.1\nName: other-dist\nVersion: 1.0\n")
+    (extra / "entry_points.txt").write_text(f"[console_scripts]\n{guard_env.PLUGIN_NAME} = no:thing\n\n"
+                                            f"[vllm.general_plugins]\n  {guard_env.PLUGIN_NAME}=other.mod:fn  \n"
+                                            f"[ vllm.general_plugins ]\n{guard_env.PLUGIN_NAME} = spaced:out\n")
+    path = [*sys.path, str(tmp_path)]
+    stdlib = [ep.value for ep in distributions(path=path) for ep in ep.entry_points
+              if ep.group == guard_env.PLUGIN_GROUP and ep.name == guard_env.PLUGIN_NAME]
+    assert guard_env.guard_entry_points(path) == stdlib
+    assert stdlib[-1] == "other.mod:fn" and stdlib[0] == "vllm_hotfix.containers.guard:register"
 
 
 @pytest.mark.parametrize("value, code", [(None, 0), ("vllm_hotfix_guard", 0), ("", 1), (" vllm_hotfix_guard", 1)])

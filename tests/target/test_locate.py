@@ -109,6 +109,6 @@ def test_the_probe_in_this_process_answers_what_the_probe_process_answers(tmp_pa
                                          text=True, check=True).stdout)
         out = subprocess.run([sys.executable, "-c", Path(probe.__file__).read_text(), "click"], env=env,
                              capture_output=True, text=True, check=True).stdout
-        there = json.loads(out.split(probe.MARKER, 1)[1])
+        there = probe.read_facts(out)
         assert here == there, extra
         assert (here["spec"]["origin"].startswith(str(overlay))) == bool(extra)

@@ -1,4 +1,3 @@
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +15,8 @@ def test_probe_is_stdlib_only_runs_on_every_supported_python_and_ignores_cwd(oth
     (tmp_path / "overlay" / "json" / "__init__.py").write_text("print('side effect on stdout')\n")
     done = subprocess.run([python, "-c", source, "json", "--import"], capture_output=True, text=True,
                           check=True, cwd=tmp_path)
-    (line,) = [x for x in done.stdout.splitlines() if x.startswith(probe.MARKER)]
-    facts = json.loads(line[len(probe.MARKER):])
+    assert len([x for x in done.stdout.splitlines() if x.startswith(probe.MARKER)]) == 1
+    facts = probe.read_facts(done.stdout)
     assert facts["python_version"].startswith(version)
     assert facts["spec"]["origin"].endswith("json/__init__.py")
     assert facts["import"] == {"file": facts["spec"]["origin"], "error": None}
@@ -31,9 +30,74 @@ def test_failed_import_is_one_line_and_stdout_of_the_package_is_kept_out(tmp_pat
     source = Path(probe.__file__).read_text()
     done = subprocess.run([sys.executable, "-c", source, "noisy", "--import"], capture_output=True, text=True,
                           check=True, env={"PYTHONPATH": str(tmp_path)})
-    facts = json.loads(done.stdout.strip().split(probe.MARKER)[-1])
+    facts = probe.read_facts(done.stdout)
     assert facts["import"] == {"file": None,
                                "error": "ModuleNotFoundError: No module named 'not_installed_module_xyz'"}
     assert facts["pythonpath"] == [str(tmp_path)]
     assert facts["copies"] == [{"entry": str(tmp_path), "path": str(pkg)}]
     assert "hello from import" in done.stderr
+
+
+DIFFERENTIAL = r'''
+import importlib.metadata, inspect, sys
+sys.path.insert(0, sys.argv[1])
+import probe
+path = sys.path[1:]
+del sys.path[0]
+stdlib = importlib.metadata.packages_distributions()
+norm = probe._normalized
+checked, differ = 0, []
+for key, names in sorted(stdlib.items()):
+    ours = [d["name"] for d in probe._distributions(key, path)]
+    checked += 1
+    if {norm(n) for n in names} != {norm(n) for n in ours}:
+        differ.append((key, sorted(names), ours))
+print(repr((checked, differ)))
+'''
+
+
+def _differential(python: str) -> tuple[int, list]:
+    """For every top-level name importlib.metadata.packages_distributions() knows in PYTHON's
+    environment: does the probe's fast reader name the same distributions?"""
+    import ast
+
+    done = subprocess.run([python, "-c", DIFFERENTIAL, str(Path(probe.__file__).parent)],
+                          capture_output=True, text=True, check=True)
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_fast_distribution_reader_answers_what_importlib_metadata_answers_here():
+    """This interpreter: the test venv, with vllm-hotfix itself installed editable (no RECORD entry
+    for its package, a name-only match) and ~50 wheels with and without top_level.txt."""
+    checked, differ = _differential(sys.executable)
+    assert checked > 20 and differ == []
+
+
+def test_the_fast_distribution_reader_on_a_real_vllm_install(vllm_template):
+    """The real vLLM 0.30.0 wheel (installed alone): the facts a wheel target is built from."""
+    checked, differ = _differential(str(vllm_template("0.30.0").python))
+    assert checked >= 1 and differ == []
+    facts = probe.read_facts(subprocess.run([str(vllm_template("0.30.0").python), "-c",
+                                             Path(probe.__file__).read_text(), "vllm"],
+                                            capture_output=True, text=True, check=True).stdout)
+    (dist,) = facts["distributions"]
+    assert (dist["name"], dist["version"], dist["has_record"], dist["record_lists_init"]) == ("vllm", "0.30.0", True, True)
+
+
+def test_read_facts_takes_the_last_marker_line_and_refuses_anything_but_a_literal():
+    assert probe.read_facts(f"{probe.MARKER}{{'a': 1}}\nnoise\n{probe.MARKER}{{'b': [None, True]}}\n") == {"b": [None, True]}
+    assert probe.read_facts(f"{probe.MARKER}__import__('os').system('x')\n") is None
+    assert probe.read_facts(f"{probe.MARKER}[1]\n") is None
+    assert probe.read_facts("nothing\n") is None
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.vllm_full
+def test_the_fast_distribution_reader_in_the_full_vllm_venv():
+    """The real vLLM 0.30.0 with all its dependencies (torch, ~200 distributions, RECORDs of 100,000
+    lines, wheels with and without top_level.txt): every one of its ~180 top-level names."""
+    import realdata
+
+    checked, differ = _differential(str(realdata.vllm_full_venv("0.30.0").python))
+    assert checked > 150 and differ == []

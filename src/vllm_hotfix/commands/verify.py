@@ -121,8 +121,7 @@ def _guard_environment(python: str | None, as_json: bool) -> bool:
     from vllm_hotfix.output import note, say
 
     other_interpreter = python is not None or bool(os.environ.get("HOTFIX_PYTHON"))
-    problems = [p for p in environment_problems()
-                if not (other_interpreter and not p.startswith("VLLM_PLUGINS"))]  # entry points: this interpreter only
+    problems = environment_problems(entry_points=not other_interpreter)  # entry points: this interpreter only
     wanted = any(os.environ.get(name, "").strip() for name in ("HOTFIX_LOCK", "HOTFIX_REQUIRE"))
     for problem in problems:
         line = f"NOT IN EFFECT: guard: {problem}" if wanted else f"the in-process guard would not load: {problem}"

@@ -5,20 +5,56 @@ Stdlib only; used by `hotfix guard --check-env` and `hotfix verify --lock`.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+
+from vllm_hotfix.install.probe import metadata_dirs
 
 PLUGIN_NAME = "vllm_hotfix_guard"
 PLUGIN_GROUP = "vllm.general_plugins"
 
 
-def environment_problems(environ=None) -> list[str]:
+def guard_entry_points(path_entries=None) -> list[str]:
+    """The values of the ``vllm.general_plugins`` entry points named vllm_hotfix_guard on sys.path, first
+    first (what ``importlib.metadata.entry_points(group=...)`` gives vLLM's loader), read straight from
+    each entry_points.txt that mentions the name: importing importlib.metadata and scanning every
+    distribution costs ~30 ms in a vLLM venv, paid at every container start."""
+    found = []
+    for info_dir in metadata_dirs(sys.path if path_entries is None else path_entries):
+        try:
+            with open(os.path.join(info_dir, "entry_points.txt"), encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        if PLUGIN_NAME not in text:
+            continue
+        section = None
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("[") and line.endswith("]"):
+                section = line.strip("[]")  # importlib.metadata's reading: spaces inside are kept
+            elif section == PLUGIN_GROUP and "=" in line:
+                name, _, value = line.partition("=")
+                if name.strip() == PLUGIN_NAME:
+                    found.append(value.strip())
+    return found
+
+
+def _load(value: str):
+    module, _, attr = value.partition(":")
+    obj = importlib.import_module(module.strip())
+    for part in filter(None, attr.strip().split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def environment_problems(environ=None, entry_points=True) -> list[str]:
     """Why the guard would not run in a vLLM process started with this environment and interpreter:
     a ``VLLM_PLUGINS`` that leaves it out, or an entry point that is missing or fails to import. The
     guard cannot report these itself (it never runs), so `hotfix guard --check-env` and `hotfix verify
-    --lock` do."""
-    from importlib.metadata import entry_points
-
+    --lock` do. ENTRY_POINTS=False checks VLLM_PLUGINS only (the entry points of *this* interpreter say
+    nothing about another one's)."""
     environ = os.environ if environ is None else environ
     problems = []
     plugins = environ.get("VLLM_PLUGINS")
@@ -27,14 +63,16 @@ def environment_problems(environ=None) -> list[str]:
         why = f" (vLLM does not strip spaces: {near[0]!r} is not {PLUGIN_NAME!r})" if near else ""
         problems.append(f"VLLM_PLUGINS={plugins!r} leaves out {PLUGIN_NAME}{why}: vLLM will not load the guard; "
                         f"add {PLUGIN_NAME} to it (comma-separated, no spaces) or unset it")
-    found = [ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name == PLUGIN_NAME]
+    if not entry_points:
+        return problems
+    found = guard_entry_points()
     if not found:
         problems.append(f"no {PLUGIN_GROUP} entry point {PLUGIN_NAME} in {sys.executable}: "
                         f"install vllm-hotfix into the interpreter that runs vLLM")
     else:
         try:
-            found[0].load()
+            _load(found[0])
         except Exception as exc:  # noqa: BLE001 - exactly what vLLM's loader would hit
-            problems.append(f"the guard fails to import ({found[0].value}): {type(exc).__name__}: {exc}; "
+            problems.append(f"the guard fails to import ({found[0]}): {type(exc).__name__}: {exc}; "
                             f"vLLM logs that and runs without it: reinstall vllm-hotfix")
     return problems

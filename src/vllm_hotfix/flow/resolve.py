@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from vllm_hotfix import paths
 from vllm_hotfix.errors import HotfixError, Refused
 from vllm_hotfix.install.locate import (SERVER_COMMAND, Target, candidate_interpreters, locate_package,
                                         locate_root, server_interpreter)
 from vllm_hotfix.output import note
-from vllm_hotfix.txn.state import TargetState
 
 if TYPE_CHECKING:  # types only: `verify --lock` at container start must not pay for `packaging` / TOML
     from vllm_hotfix.catalog.index import Catalog
     from vllm_hotfix.catalog.model import Manifest, TargetSpec
+    from vllm_hotfix.txn.state import TargetState
 
 
 def target_option(target: Target) -> str:
@@ -124,6 +122,8 @@ class Resolver:
     def records(self, catalog: Catalog | None) -> list[tuple[Target, TargetState]]:
         """(target, its record) for every target of this `--python` / `--root` that has a record or an
         interrupted transaction."""
+        from vllm_hotfix.txn.state import TargetState
+
         out = []
         for target in self.targets(catalog):
             tdir = paths.TargetDir.of(target.root)
@@ -154,6 +154,8 @@ def recorded_packages() -> list[str]:
 
 
 def _recorded_package(root: Path) -> str | None:
+    from vllm_hotfix.txn.state import TargetState
+
     state = TargetState.load(paths.TargetDir.of(root).directory)
     package = state.target.get("package")
     return package if isinstance(package, str) and (Path(root) / package).is_dir() else None

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from urllib.parse import unquote, urlparse
+from typing import TYPE_CHECKING, Any
 
 from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.install import git as gitmod
 from vllm_hotfix.install import probe as probe_module
-from vllm_hotfix.install.git import GitInfo
+
+if TYPE_CHECKING:
+    from vllm_hotfix.install.git import GitInfo
 
 PROBE_TIMEOUT = 120.0
 
@@ -85,6 +83,8 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
         return probe_module.probe_here(package)
     source = Path(probe_module.__file__).read_text(encoding="utf-8")
     argv = [interpreter, "-c", source, package] + (["--import"] if do_import else [])
+    import subprocess  # here: in-process probing (the common case at container start) needs none
+
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT)
     except FileNotFoundError:
@@ -95,9 +95,9 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
     except subprocess.TimeoutExpired:
         raise Refused(f"probing {package} with {interpreter} took over {PROBE_TIMEOUT:.0f}s"
                       + (" (the real import hangs?)" if do_import else "")) from None
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(probe_module.MARKER):
-            return json.loads(line[len(probe_module.MARKER):])
+    facts = probe_module.read_facts(done.stdout)
+    if facts is not None:
+        return facts
     last = (done.stderr.strip().splitlines() or ["no output"])[-1]
     raise UsageError(f"--python {interpreter} could not run the probe (exit {done.returncode}): {last}",
                      hint="it must be a Python 3.10-3.13 interpreter")
@@ -114,6 +114,8 @@ def _under(path: Path, parent: Path) -> bool:
 def _file_url_path(url: str | None) -> Path | None:
     if not url:
         return None
+    from urllib.parse import unquote, urlparse
+
     parsed = urlparse(url)
     return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
 
@@ -141,20 +143,32 @@ def _choose_distribution(facts: dict[str, Any], package_dir: Path) -> dict[str, 
 
 
 def _editable_project(dist: dict[str, Any] | None) -> Path | None:
+    """The project directory of an editable install (PEP 610 direct_url.json, as the probe read it)."""
     if not dist or not dist.get("direct_url"):
         return None
-    url = dist["direct_url"]
-    if not url.get("dir_info", {}).get("editable"):
+    try:
+        url = json.loads(dist["direct_url"])
+    except ValueError:
         return None
-    return _file_url_path(url.get("url"))
+    if not isinstance(url, dict) or not isinstance(url.get("dir_info"), dict) or not url["dir_info"].get("editable"):
+        return None
+    return _file_url_path(url.get("url")) if isinstance(url.get("url"), str) else None
 
 
 def _git_info(root: Path, warnings: list[str]) -> GitInfo | None:
+    from vllm_hotfix.install import git as gitmod
+
     try:
         return gitmod.info(root)
     except Refused as exc:
         warnings.append(exc.message)
         return None
+
+
+def _work_tree(path: Path) -> Path | None:
+    from vllm_hotfix.install import git as gitmod  # here: a wheel install (the common case) needs none
+
+    return gitmod.find_work_tree(path)
 
 
 def target_from_facts(facts: dict[str, Any]) -> Target:
@@ -192,11 +206,11 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
         if not dist["record_lists_init"] and origin is not None:
             warnings.append(f"{dist_info}/RECORD does not list {package}/{origin.name}: the loaded files are not the ones pip installed")
     else:
-        top = gitmod.find_work_tree(package_dir)
+        top = _work_tree(package_dir)
         kind, root = ("git", top) if top is not None else ("directory", package_dir.parent)
 
     git_info = None
-    if kind in ("editable", "git") and gitmod.find_work_tree(root) is not None:
+    if kind in ("editable", "git") and _work_tree(root) is not None:
         git_info = _git_info(root, warnings)
 
     copies = [c for c in facts["copies"]]
@@ -249,6 +263,8 @@ def locate_package(package: str, python: str | None = None, do_import: bool = Fa
 
 def locate_root(root: Path, package: str | None = None) -> Target:
     """A source checkout given by --root: kind 'git' in a git work tree, else 'directory'."""
+    from vllm_hotfix.install import git as gitmod
+
     root = Path(root)
     if not root.is_dir():
         raise UsageError(f"--root {root}: no such directory")
@@ -306,6 +322,8 @@ CANDIDATE_GLOBS = ("/opt/*/bin/python", "/opt/venv*/bin/python", "/venv/bin/pyth
 def script_interpreter(script: Path) -> str | None:
     """The Python a console script (pip / uv / pipx entry point) runs: its shebang, including pip's
     ``#!/bin/sh`` + ``'''exec' /long/path/python "$0"`` form for long paths. None if not a Python script."""
+    import shutil
+
     try:
         with open(script, "rb") as handle:
             head = handle.read(1024).decode("utf-8", errors="replace").splitlines()
@@ -327,6 +345,8 @@ def script_interpreter(script: Path) -> str | None:
 
 def server_interpreter(path: str | None = None) -> tuple[Path, str] | None:
     """(the `vllm` command on PATH, the interpreter it runs), or None."""
+    import shutil
+
     command = shutil.which(SERVER_COMMAND, path=path)
     if command is None:
         return None
@@ -336,6 +356,8 @@ def server_interpreter(path: str | None = None) -> tuple[Path, str] | None:
 
 def candidate_interpreters(path: str | None = None) -> list[str]:
     """Interpreters found on this machine that might run vLLM, for a hint (none probed)."""
+    import shutil
+
     import glob
 
     found: list[str] = []
