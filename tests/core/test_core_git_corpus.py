@@ -39,6 +39,9 @@ CASES = {
     "dot-dot escape": Case({"x": ABC}, b"--- a/../x\n+++ b/../x\n" + H1),
     "inconsistent new filename": Case({"setup.py": b"a\n"}, _git("setup.py", b"@@ -1 +1 @@\n-a\n+A\n").replace(
         b"+++ b/setup.py", b"+++ b/evil.py"), category="names"),
+    "second +++ line: /dev/null after the name (found by hypothesis)": Case(
+        {"x": ABC}, b"diff --git a/x b/x\nnew file mode 100644\n--- /dev/null\n+++ b/x\n+++ /dev/null\n@@ -1,1 +1,0 @@\n-a\n"),
+    "second +++ line repeating the name": Case({"x": ABC}, _git("x", H1).replace(b"+++ b/x\n", b"+++ b/x\n+++ b/x\n")),
     "new file whose +++ name disagrees": Case({}, b"diff --git a/f b/f\nnew file mode 100644\n--- /dev/null\n+++ b/f-blah\n"
                                               b"@@ -0,0 +1 @@\n+1\n"),
     "deleted file whose --- name disagrees": Case({"f": b"1\n", "f-blah": b"1\n"}, b"diff --git a/f b/f\ndeleted file mode 100644\n"

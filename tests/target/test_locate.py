@@ -112,3 +112,44 @@ def test_the_probe_in_this_process_answers_what_the_probe_process_answers(tmp_pa
         there = probe.read_facts(out)
         assert here == there, extra
         assert (here["spec"]["origin"].startswith(str(overlay))) == bool(extra)
+
+
+def test_a_probe_started_ahead_answers_what_a_probe_started_on_demand_answers(vllm_template, monkeypatch):
+    """`verify --lock --python` starts the probe's interpreter before it knows the package (the start-up
+    overlaps loading the command) and hands it the name later: same facts as a probe started on demand."""
+    from vllm_hotfix.install import locate
+
+    python = str(vllm_template("0.30.0").python)
+    on_demand = locate.run_probe("vllm", python)
+    locate.start_probe(python)
+    assert (python, False) in locate._started
+    ahead = locate.run_probe("vllm", python)
+    assert locate._started == {}
+    assert ahead == on_demand and ahead["distributions"][0]["version"] == "0.30.0"
+
+
+def test_a_probe_started_ahead_of_a_missing_interpreter_is_reported_when_used(tmp_path):
+    from vllm_hotfix.install import locate
+
+    locate.start_probe(str(tmp_path / "nope"))
+    assert locate._started == {}
+    with pytest.raises(UsageError, match="no such interpreter"):
+        locate.run_probe("json", str(tmp_path / "nope"))
+
+
+def test_a_probe_started_ahead_and_never_used_exits_at_once(tmp_path):
+    """A command that fails after the head start (a malformed lock) leaves no probe behind: the
+    process gets end-of-file on stdin and exits, printing nothing."""
+    import sys
+
+    from vllm_hotfix.install import locate
+
+    elsewhere = tmp_path / "bin" / "python"
+    elsewhere.parent.mkdir()
+    import os
+
+    os.symlink(sys.executable, elsewhere)  # another interpreter: the base one behind this venv
+    locate.start_probe(str(elsewhere))
+    process = locate._started.pop((str(elsewhere), False))
+    out, err = process.communicate("", timeout=30)
+    assert (process.returncode, out, err) == (0, "", "")

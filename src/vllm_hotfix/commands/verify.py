@@ -52,17 +52,21 @@ DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` defau
 
 
 def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, as_json: bool) -> int:
+    from vllm_hotfix.flow.resolve import Resolver
+
+    resolver = Resolver(python)
+    resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
+
     from vllm_hotfix.containers import lockfile
     from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
     from vllm_hotfix.output import emit_json, say
-    from vllm_hotfix.flow.resolve import Resolver
 
     lock = lockfile.load_lock(lock_file)
 
     def resolve(package: str) -> lockfile.Installed:
         from vllm_hotfix.paths import TargetDir
 
-        target = Resolver(python).package(package)  # the one resolution every command uses
+        target = resolver.package(package)  # the one resolution every command uses
         return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending())
 
     def mount_line(locked: lockfile.LockedFile, check: lockfile.FileCheck) -> str:

@@ -7,7 +7,6 @@ are core.verdict's, the same as `hotfix status`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -208,6 +207,8 @@ def dump_lock(lock: Lock) -> bytes:
 
 def sha256_file(path: Path) -> Optional[str]:
     """Hex sha256 of a file's bytes, None when it does not exist."""
+    import hashlib  # here: `verify --lock` starts its probe process before paying for OpenSSL
+
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):

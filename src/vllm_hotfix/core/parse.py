@@ -77,14 +77,19 @@ class _Parser(_Names, _Hunks):
         rename_from = rename_to = None
         minus = plus = _ABSENT
         minus_at = plus_at = start
+        repeated: list[tuple[str, object, int]] = []  # every earlier ---/+++ line: git checks each one
         i = start + 1
         while i < count:
             line = lines[i]
             if line.startswith(b"--- "):
+                if minus is not _ABSENT:
+                    repeated.append(("old", minus, minus_at))
                 minus, minus_at = self._header_name(line, i, False), i
                 i += 1
                 continue
             if line.startswith(b"+++ "):
+                if plus is not _ABSENT:
+                    repeated.append(("new", plus, plus_at))
                 plus, plus_at = self._header_name(line, i, False), i
                 i += 1
                 continue
@@ -134,6 +139,11 @@ class _Parser(_Names, _Hunks):
                                    "'+++' line, or the reverse")
         old_path = self._side(minus, minus_at, known_old, "old", is_new)
         new_path = self._side(plus, plus_at, known_new, "new", is_delete)
+        for side, name, at in repeated:
+            final, final_at = (old_path, minus_at) if side == "old" else (new_path, plus_at)
+            if self._side(name, at, known_old if side == "old" else known_new, side,
+                          is_new if side == "old" else is_delete) != final:
+                raise self.fail(final_at, f"inconsistent {side} filename: line {at + 1} and line {final_at + 1} differ")
         if (old_path is None and not is_new and minus is _ABSENT) or (new_path is None and not is_delete and plus is _ABSENT):
             raise self.fail(start, "cannot tell the file names from this 'diff --git' line")
         if is_new:

@@ -17,10 +17,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from vllm_hotfix import paths
 from vllm_hotfix.errors import HotfixError, Refused
 from vllm_hotfix.install.locate import (SERVER_COMMAND, Target, candidate_interpreters, locate_package,
-                                        locate_root, server_interpreter)
+                                        locate_root, server_interpreter, start_probe)
 from vllm_hotfix.output import note
 
 if TYPE_CHECKING:  # types only: `verify --lock` at container start must not pay for `packaging` / TOML
@@ -65,6 +64,14 @@ class Resolver:
         if isinstance(found, HotfixError):
             raise found
         return found
+
+    def prefetch(self) -> None:
+        """A head start for a command that will resolve a package with --python: the probe's interpreter
+        starts now, while the command loads the rest of itself, and ``package()`` hands it the name
+        (the answer is the same; only the wait shrinks). Nothing to do for --root or hotfix's own
+        interpreter."""
+        if self.root is None and self.python is not None:
+            start_probe(self.python)
 
     def _locate(self, package: str | None, do_import: bool) -> Target:
         assert package is not None
@@ -122,11 +129,12 @@ class Resolver:
     def records(self, catalog: Catalog | None) -> list[tuple[Target, TargetState]]:
         """(target, its record) for every target of this `--python` / `--root` that has a record or an
         interrupted transaction."""
+        from vllm_hotfix.paths import TargetDir
         from vllm_hotfix.txn.state import TargetState
 
         out = []
         for target in self.targets(catalog):
-            tdir = paths.TargetDir.of(target.root)
+            tdir = TargetDir.of(target.root)
             state = TargetState.load(tdir.directory)
             if state.hotfixes or tdir.pending():
                 out.append((target, state))
@@ -142,7 +150,9 @@ def _catalog_packages(catalog: Catalog | None) -> Iterable[str]:
 def recorded_packages() -> list[str]:
     """Import names that records in this state directory are about (state.json's target.package)."""
     names = set()
-    for tdir in paths.all_target_dirs():
+    from vllm_hotfix.paths import all_target_dirs  # here: `verify --lock` pays for hashlib after its probe started
+
+    for tdir in all_target_dirs():
         try:
             doc = json.loads(tdir.state_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -154,8 +164,9 @@ def recorded_packages() -> list[str]:
 
 
 def _recorded_package(root: Path) -> str | None:
+    from vllm_hotfix.paths import TargetDir
     from vllm_hotfix.txn.state import TargetState
 
-    state = TargetState.load(paths.TargetDir.of(root).directory)
+    state = TargetState.load(TargetDir.of(root).directory)
     package = state.target.get("package")
     return package if isinstance(package, str) and (Path(root) / package).is_dir() else None

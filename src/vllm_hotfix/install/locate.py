@@ -72,34 +72,69 @@ def is_this_interpreter(interpreter: str) -> bool:
         return False
 
 
+_started: dict[tuple[str, bool], Any] = {}  # probe processes started ahead of need: (interpreter, import)
+
+
+def _interpreter(python: str | None) -> str:
+    interpreter = python or sys.executable
+    if Path(interpreter).is_dir() and (Path(interpreter) / "bin" / "python").exists():
+        interpreter = str(Path(interpreter) / "bin" / "python")  # a venv given by its directory
+    return interpreter
+
+
+def _spawn_probe(interpreter: str, do_import: bool):
+    """The probe process, waiting for the package name on stdin."""
+    import subprocess  # here: in-process probing (the common case at container start) needs none
+
+    source = Path(probe_module.__file__).read_text(encoding="utf-8")
+    argv = [interpreter, "-c", source, "-"] + (["--import"] if do_import else [])
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_probe(python: str | None = None, do_import: bool = False) -> None:
+    """Start the probe's interpreter now, before the package is known: its start-up (most of a
+    probe's cost) runs while the command loads the rest of itself and reads its input, and
+    ``run_probe`` hands it the package name (`verify --lock --python` at container start). Only the
+    timing changes -- same argv, environment and working directory, same handling of the output; a
+    process that cannot start here is left to ``run_probe`` to start and report."""
+    interpreter = _interpreter(python)
+    key = (interpreter, do_import)
+    if key in _started or (not do_import and is_this_interpreter(interpreter)):
+        return
+    try:
+        _started[key] = _spawn_probe(interpreter, do_import)
+    except OSError:
+        return
+
+
 def run_probe(package: str, python: str | None = None, do_import: bool = False) -> dict[str, Any]:
     """Run probe.py in the target interpreter (stdlib only there) and return its facts. When the target is
     the interpreter running hotfix (a baked image, `python -m vllm_hotfix` in the server's venv), the probe
     runs in this process (same code, same sys.path minus the launcher's entry): no second interpreter."""
-    interpreter = python or sys.executable
-    if Path(interpreter).is_dir() and (Path(interpreter) / "bin" / "python").exists():
-        interpreter = str(Path(interpreter) / "bin" / "python")  # a venv given by its directory
+    interpreter = _interpreter(python)
     if not do_import and is_this_interpreter(interpreter):
         return probe_module.probe_here(package)
-    source = Path(probe_module.__file__).read_text(encoding="utf-8")
-    argv = [interpreter, "-c", source, package] + (["--import"] if do_import else [])
-    import subprocess  # here: in-process probing (the common case at container start) needs none
+    import subprocess
 
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+        process = _started.pop((interpreter, do_import), None) or _spawn_probe(interpreter, do_import)
+        with process:
+            try:
+                stdout, stderr = process.communicate(package + "\n", timeout=PROBE_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise Refused(f"probing {package} with {interpreter} took over {PROBE_TIMEOUT:.0f}s"
+                              + (" (the real import hangs?)" if do_import else "")) from None
     except FileNotFoundError:
         raise UsageError(f"--python {interpreter}: no such interpreter",
                          hint="give the path of the python that runs vLLM, e.g. /opt/venv/bin/python") from None
     except PermissionError:
         raise UsageError(f"--python {interpreter}: not executable") from None
-    except subprocess.TimeoutExpired:
-        raise Refused(f"probing {package} with {interpreter} took over {PROBE_TIMEOUT:.0f}s"
-                      + (" (the real import hangs?)" if do_import else "")) from None
-    facts = probe_module.read_facts(done.stdout)
+    facts = probe_module.read_facts(stdout)
     if facts is not None:
         return facts
-    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    raise UsageError(f"--python {interpreter} could not run the probe (exit {done.returncode}): {last}",
+    last = (stderr.strip().splitlines() or ["no output"])[-1]
+    raise UsageError(f"--python {interpreter} could not run the probe (exit {process.returncode}): {last}",
                      hint="it must be a Python 3.10-3.13 interpreter")
 
 

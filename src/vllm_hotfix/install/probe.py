@@ -1,7 +1,7 @@
 """Facts about how PACKAGE resolves in *this* interpreter, printed as one JSON line.
 
 Self-contained and stdlib-only: vllm-hotfix runs this file's source in the target interpreter
-(``PY -c SOURCE PACKAGE [--import]``, Python 3.10-3.13), which usually has no vllm-hotfix installed.
+(``PY -c SOURCE PACKAGE [--import]``, or ``-`` and the name on stdin; Python 3.10-3.13), which usually has no vllm-hotfix installed.
 It reports facts only; install/locate.py turns them into a Target and warnings. It runs at every
 container start (`hotfix verify --lock --python`), so it imports nothing it does not need on the
 common path: the facts go out as a Python literal (``repr``), read back with ``read_facts`` -- no
@@ -354,6 +354,10 @@ def _facts(package, path_entries, do_import):
 
 def main(argv):
     package = argv[0]
+    if package == "-":  # started ahead of need: the package name follows on stdin (see locate.start_probe)
+        package = sys.stdin.readline().strip()
+        if not package:
+            return
     facts = probe(package, do_import="--import" in argv[1:])
     sys.stdout.write(MARKER + repr(facts) + "\n")  # str, int, bool, None, list, dict: a literal
     sys.stdout.flush()
