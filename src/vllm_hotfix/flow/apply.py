@@ -9,9 +9,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from vllm_hotfix.catalog.model import TargetSpec
 from vllm_hotfix.core.apply import Plan, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, Refused
@@ -22,7 +21,11 @@ from vllm_hotfix.flow.plan import Proposal, _flatten, check_after, propose, prov
 from vllm_hotfix.flow.resolve import target_summary
 from vllm_hotfix.install.locate import Target, locate_root
 from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.txn.fsops import _parallel
 from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState, now
+
+if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
+    from vllm_hotfix.catalog.model import TargetSpec
 
 
 @dataclass(frozen=True)
@@ -146,12 +149,13 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
             if already and recorded is not None:
                 return transaction.Change(Plan((), False), state, record_changed=False, result=summary)
             flat = _flatten(plan)
+            digests = _parallel(sha256, [data for _, before, after in flat for data in (before, after)])
             if already:  # the reverse plan: its "before" is what is on disk (patched), its "after" the baseline
-                files = tuple(RecordedFile(p, sha256(after), sha256(before)) for p, before, after in flat)
+                files = tuple(RecordedFile(p, digests[2 * i + 1], digests[2 * i]) for i, (p, _, _) in enumerate(flat))
                 baseline = {p: after for p, _, after in flat}
                 current = {p: before for p, before, _ in flat}
             else:
-                files = tuple(RecordedFile(p, sha256(before), sha256(after)) for p, before, after in flat)
+                files = tuple(RecordedFile(p, digests[2 * i], digests[2 * i + 1]) for i, (p, _, _) in enumerate(flat))
                 baseline = current = {p: before for p, before, _ in flat}
             new_state, keep = _record(state, tree, hotfix_id=hotfix_id, version=version, source="adhoc",
                                       patches=[(data, as_recorded, ())], files=files, baseline=baseline, current=current,

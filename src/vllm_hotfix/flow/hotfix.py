@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from vllm_hotfix.catalog.model import Manifest, PatchSpec, check_stats, verify_patch_bytes
 from vllm_hotfix.core.diff import Patch, exclude_paths, parse_patch
 from vllm_hotfix.errors import InvalidInput, Refused
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
+
+if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
+    from vllm_hotfix.catalog.model import Manifest, PatchSpec
 
 
 def sha256(data: bytes | None) -> str | None:
@@ -106,6 +108,8 @@ def catalog_hotfix(manifest: Manifest, target: Target, *, patch_files: Sequence[
 
 def checked_patch(spec: PatchSpec, data: bytes, label: str) -> LoadedPatch:
     """A manifest patch's bytes checked against its pins and declared stats, parsed, excludes applied."""
+    from vllm_hotfix.catalog.model import check_stats, verify_patch_bytes
+
     verify_patch_bytes(spec, data, label)
     whole = parse_patch(data, strip=spec.strip, source=label)
     check_stats(spec, whole.stats, label)  # declared stats describe the pinned file, before excludes

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from vllm_hotfix.catalog.index import same_version
-from vllm_hotfix.catalog.model import TargetSpec
 from vllm_hotfix.core.apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, reverse_patch
 from vllm_hotfix.core.verdict import DRIFTED, LOST, FileCheck, check_file, files_verdict, same_release
@@ -19,6 +17,9 @@ from vllm_hotfix.install.locate import Target, locate_package
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import note
 from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState
+
+if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
+    from vllm_hotfix.catalog.model import TargetSpec
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,14 @@ def _flatten(plan: Plan) -> list[tuple[str, bytes | None, bytes | None]]:
     return out
 
 
+def _same_version(a: int | str, b: int | str) -> bool:
+    from vllm_hotfix.catalog.index import same_version  # here: only a record needs it
+
+    return same_version(a, b)
+
+
 def _supersedes(hotfix: Hotfix, recorded: RecordedHotfix) -> bool:
-    return hotfix.manifest is not None and any(same_version(recorded.version, v) for v in hotfix.manifest.supersedes)
+    return hotfix.manifest is not None and any(_same_version(recorded.version, v) for v in hotfix.manifest.supersedes)
 
 
 def check_record(recorded: RecordedHotfix, tree: Tree) -> list[FileCheck]:
@@ -110,7 +117,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
             raise refuse_drifted(hotfix.id, detail, target)
         if word == LOST:
             recorded = None  # every file is at its baseline: plan as a first apply, the new record replaces it
-    if recorded is not None and not same_version(recorded.version, hotfix.version):
+    if recorded is not None and not _same_version(recorded.version, hotfix.version):
         if not _supersedes(hotfix, recorded):
             raise Refused(f"{hotfix.id}: version {recorded.version} is applied to {target.root}; "
                           f"{hotfix.ref} does not declare that it supersedes it",

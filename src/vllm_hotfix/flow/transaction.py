@@ -142,26 +142,42 @@ def _keep(tdir: TargetDir, root: Path, keep: dict[str, bytes | str]) -> str:
     """Write backups and patch copies into the state dir (durable before the commit names them).
 
     A backup is a hard link of the original (the commit's os.replace leaves that inode alone), one
-    link(2) per file on a new name; a name kept from an earlier apply is replaced atomically."""
-    directories: set[str] = set()
-    for rel, what in keep.items():
-        dest = os.path.join(tdir.directory, rel)
-        parent = os.path.dirname(dest)
-        if parent not in directories:
-            os.makedirs(parent, exist_ok=True)
-            directories.add(parent)
-        if isinstance(what, bytes):
-            atomic_write(Path(dest), what)
-            continue
-        try:
-            _link_or_copy(os.path.join(root, what), dest)
-        except FileExistsError:
-            temp = dest + ".hotfix-keep"
-            unlink_if_present(temp)
-            _link_or_copy(os.path.join(root, what), temp)
-            os.replace(temp, dest)
-    _parallel(fsync_dir, sorted(directories))  # the backups are durable before the journal names them
+    link(2) per file on a new name; a name kept from an earlier apply is replaced atomically. The
+    directories are made level by level and the files kept on threads: creating an inode is the
+    slow part (~0.25 ms a directory here, 300 of them for the real 0.29 -> 0.30 diff)."""
+    items = [(os.path.join(tdir.directory, rel), what) for rel, what in keep.items()]
+    parents = {os.path.dirname(dest) for dest, _ in items}
+    missing: set[str] = set()
+    for directory in parents:
+        while directory not in missing and not os.path.isdir(directory):
+            missing.add(directory)
+            directory = os.path.dirname(directory)
+    by_depth: dict[int, list[str]] = {}
+    for directory in missing:
+        by_depth.setdefault(directory.count(os.sep), []).append(directory)
+    for depth in sorted(by_depth):
+        _parallel(_make_dir, sorted(by_depth[depth]))
+    _parallel(lambda item: _keep_one(root, *item), items)
+    # the backups and the new directories' entries are durable before the journal names them
+    _parallel(fsync_dir, sorted(parents | {os.path.dirname(d) for d in missing}))
     return str(tdir.directory)
+
+
+def _make_dir(directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+
+
+def _keep_one(root: Path, dest: str, what: bytes | str) -> None:
+    if isinstance(what, bytes):
+        atomic_write(Path(dest), what)
+        return
+    try:
+        _link_or_copy(os.path.join(root, what), dest)
+    except FileExistsError:
+        temp = dest + ".hotfix-keep"
+        unlink_if_present(temp)
+        _link_or_copy(os.path.join(root, what), temp)
+        os.replace(temp, dest)
 
 
 def _link_or_copy(source: str, dest: str) -> None:

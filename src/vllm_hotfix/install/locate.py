@@ -332,8 +332,6 @@ def locate_root(root: Path, package: str | None = None) -> Target:
 
 def _checkout_metadata(root: Path, package: str) -> tuple[Path | None, str | None, str | None]:
     """Name and version from a *.dist-info / *.egg-info left in the checkout by an editable install."""
-    import email.parser
-
     for pattern in ("*.egg-info", "*.dist-info", "src/*.egg-info"):
         for meta_dir in sorted(root.glob(pattern)):
             meta = meta_dir / ("PKG-INFO" if meta_dir.suffix == ".egg-info" else "METADATA")
@@ -341,7 +339,7 @@ def _checkout_metadata(root: Path, package: str) -> tuple[Path | None, str | Non
             if top_level.is_file() and package not in top_level.read_text(encoding="utf-8").split():
                 continue
             if meta.is_file():
-                headers = email.parser.Parser().parsestr(meta.read_text(encoding="utf-8", errors="replace"), headersonly=True)
+                headers = probe_module.metadata_headers(meta.read_text(encoding="utf-8", errors="replace"))
                 return meta_dir, headers.get("Name"), headers.get("Version")
     return None, None, None
 

@@ -140,7 +140,7 @@ def _read(path):
         return None
 
 
-def _headers(text):
+def metadata_headers(text):
     """Name and Version from a METADATA / PKG-INFO header block (they are never folded)."""
     found = {}
     for line in (text or "").splitlines():
@@ -239,7 +239,7 @@ def _distributions(package, path_entries):
         is_dir = os.path.isdir(info_dir)
         meta = _read(os.path.join(info_dir, "METADATA" if info_dir.endswith(".dist-info") else "PKG-INFO")
                      if is_dir else info_dir)
-        headers = _headers(meta)
+        headers = metadata_headers(meta)
         if meta is None or "Name" not in headers:
             continue
         key = os.path.realpath(info_dir)

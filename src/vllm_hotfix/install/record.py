@@ -107,6 +107,7 @@ def _encode(digest: bytes) -> str:
 
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def _digest_fd(fd: int, size: int, algorithm: str, buffer: bytearray | None) -> str:
@@ -144,10 +145,18 @@ def data_digest(data: bytes, algorithm: str = "sha256") -> str:
 def check_entry(root: Path | str, entry: RecordEntry, buffer: bytearray | None = None) -> Difference | None:
     """Compare one file under ``root`` (site-packages) with its RECORD entry: size first, then digest."""
     try:
-        fd = os.open(os.path.join(root, entry.path), os.O_RDONLY)
+        fd = os.open(os.path.join(root, entry.path), os.O_RDONLY | _CLOEXEC)
     except FileNotFoundError:
         return Difference(entry.path, "missing", entry.hash_text, None)
     try:
+        if entry.algorithm is not None and entry.size is not None and entry.size <= CHUNK:
+            # the common small file: one read of size + 1 bytes tells the size and gives the bytes
+            data = os.read(fd, entry.size + 1)
+            if len(data) == entry.size:
+                actual = data_digest(data, entry.algorithm)
+                if actual != entry.digest:
+                    return Difference(entry.path, "digest", entry.hash_text, f"{entry.algorithm}={actual}")
+                return None
         size = os.fstat(fd).st_size
         if entry.size is not None and size != entry.size:
             return Difference(entry.path, "size", str(entry.size), str(size))
@@ -182,39 +191,46 @@ def verify(root: Path, entries: dict[str, RecordEntry], paths: Iterable[str]) ->
 
 
 def _top_level_dirs(root: Path, entries: dict[str, RecordEntry]) -> list[str]:
-    tops = set()
+    firsts = set()
     for path in entries:
         first, sep, _ = path.partition("/")
-        if sep and first != ".." and not first.endswith((".dist-info", ".data")) and (Path(root) / first).is_dir():
-            tops.add(first)
-    return sorted(tops)
+        if sep and first != ".." and not first.endswith((".dist-info", ".data")):
+            firsts.add(first)
+    return sorted(first for first in firsts if os.path.isdir(os.path.join(root, first)))
 
 
 def unrecorded_files(root: Path, entries: dict[str, RecordEntry], top_dirs: Iterable[str]) -> list[str]:
     """Files inside the package directories that RECORD does not list.
 
     ``__pycache__/*.pyc`` is not reported: Python writes those on import and checks them against the
-    source's size and mtime; anything else unlisted (a stray .py, .so, .pth) is.
+    source's size and mtime; anything else unlisted (a stray .py, .so, .pth) is. Compared per
+    directory as sets (it runs beside the hashing threads: every bytecode it runs holds the GIL).
     """
+    recorded: dict[str, set[str]] = {}
+    for path in entries:
+        head, _, name = path.rpartition("/")
+        recorded.setdefault(head, set()).add(name)
     found = []
     prefix = len(os.fspath(root)) + 1
+    nothing: set[str] = set()
     for top in top_dirs:
         for dirpath, _, filenames in os.walk(os.path.join(root, top)):
             rel_dir = dirpath[prefix:].replace(os.sep, "/")
-            in_pycache = dirpath.endswith("__pycache__")
-            for name in filenames:
-                rel = rel_dir + "/" + name
-                if rel not in entries and not (in_pycache and name.endswith(".pyc")):
-                    found.append(rel)
+            extra = set(filenames).difference(recorded.get(rel_dir, nothing))
+            if extra and dirpath.endswith("__pycache__"):
+                extra = {name for name in extra if not name.endswith(".pyc")}
+            found.extend(rel_dir + "/" + name for name in extra)
     return sorted(found)
 
 
 def _default_workers() -> int:
+    """Two threads per core (at most 16): a thread that runs Python for a small file holds the GIL while
+    the others hash large files without it; measured 1.49x the sha256 limit against 1.53x with one per core."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    return max(1, cores)
+    return max(1, min(2 * cores, 16))
 
 
 def audit(
