@@ -133,7 +133,7 @@ def test_each_id_once_with_its_sources(monkeypatch):
     monkeypatch.setattr(guard, "_check_required_ids", lambda ids: required)
     verdicts = guard.check(lock="/l", require=("a",))
     assert [(v.hotfix_id, v.in_effect, v.source) for v in verdicts] == [("a", False, "lock+require"), ("b", True, "lock")]
-    line = guard.summary_line(verdicts)
+    line = guard.summary_line(verdicts, "hf1-none")
     assert line.endswith(": a [lock+require] NOT IN EFFECT: lost: /x has sha256 1 -> re-apply; b [lock] in effect")
     assert line.count(" a [") == 1
 

@@ -50,7 +50,7 @@ class Watched:
         self.module, self.hotfix_id, self.path, self.sha256 = module, hotfix_id, path, sha256
 
 
-_last_check: tuple[tuple, tuple[Verdict, ...]] | None = None
+_last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
 _fork_hook_installed = False
 _fork_role: str | None = None  # set in a forked child: the multiprocessing.Process it is about to become
 
@@ -84,16 +84,19 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
     if _last_check is not None and _last_check[0] == key:
         verdicts = _last_check[1]
     else:
+        from vllm_hotfix.core.fingerprint import NONE
+
+        fingerprint = NONE
         try:
-            verdicts, watched = check_with_modules(lock=lock or None, require=_split_ids(require))
+            verdicts, watched, fingerprint = _check_all(lock=lock or None, require=_split_ids(require))
             from vllm_hotfix.containers import guard_imports
 
             verdicts += guard_imports.watch(watched)
         except Exception as exc:  # noqa: BLE001 - a bug here must not take vLLM down unless strict
             verdicts = (Verdict("(guard)", False, f"internal error: {type(exc).__name__}: {exc}",
                                 "report it to vllm-hotfix; unset HOTFIX_LOCK / HOTFIX_REQUIRE to turn the guard off"),)
-        _last_check = (key, verdicts)
-        _log(verdicts)
+        _last_check = (key, verdicts, fingerprint)
+        _log(verdicts, fingerprint)
     return [v for v in verdicts if not v.in_effect]
 
 
@@ -127,9 +130,23 @@ def check(*, lock: str | None, require: tuple[str, ...]) -> tuple[Verdict, ...]:
 
 def check_with_modules(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Verdict, ...], tuple[Watched, ...]]:
     """Verdicts (one per hotfix id, naming where each requirement came from) and the patched modules."""
+    return _check_all(lock=lock, require=require)[:2]
+
+
+def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Verdict, ...], tuple[Watched, ...], str]:
+    """check_with_modules, plus the fingerprint of HOTFIX_LOCK (core/fingerprint.py) computed from the
+    same checks: each locked file is found and hashed once per process."""
+    from vllm_hotfix.core.fingerprint import NONE
+
     results: list[tuple[Verdict, object]] = []  # (verdict, lockfile.HotfixCheck or None)
+    fingerprint = NONE
     if lock:
-        results.extend(_check_lock(Path(lock)))
+        locked = _check_lock(Path(lock))
+        results.extend(locked)
+        if not any(check is None for _, check in locked):  # a lock that loaded (an empty one too)
+            from vllm_hotfix.containers.lockfile import fingerprint as lock_fingerprint
+
+            fingerprint = lock_fingerprint([check for _, check in locked])
     if require:
         results.extend(_check_required_ids(require))
     verdicts: dict[str, Verdict] = {}
@@ -141,7 +158,7 @@ def check_with_modules(*, lock: str | None, require: tuple[str, ...]) -> tuple[t
             kept = seen if (not seen.in_effect or v.in_effect) else v
             verdicts[v.hotfix_id] = Verdict(kept.hotfix_id, kept.in_effect, kept.detail, kept.remedy,
                                             f"{seen.source}+{v.source}")
-    return tuple(verdicts.values()), _watched([c for _, c in results if c is not None])
+    return tuple(verdicts.values()), _watched([c for _, c in results if c is not None]), fingerprint
 
 
 def _watched(checks) -> tuple[Watched, ...]:
@@ -323,8 +340,13 @@ def _installed(package: str):
 def _version_beside(package_dir: Path) -> str | None:
     """Version from the dist-info next to this copy (an overlay on PYTHONPATH has none)."""
     prefix = package_dir.name + "-"
-    for dist_info in package_dir.parent.glob(f"{prefix}*.dist-info"):
-        return dist_info.name[len(prefix):-len(".dist-info")]
+    try:
+        names = os.listdir(package_dir.parent)  # no glob: its fnmatch compiles a regex in every process
+    except OSError:
+        return None
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".dist-info"):
+            return name[len(prefix):-len(".dist-info")]
     return None
 
 
@@ -343,17 +365,15 @@ def process_role() -> str:
     return f"main ({command})"
 
 
-def summary_line(verdicts: tuple[Verdict, ...]) -> str:
+def summary_line(verdicts: tuple[Verdict, ...], fingerprint: str) -> str:
     """The guard's one line per process (the only place it is built), with the fingerprint of what is
     in effect (core/fingerprint.py, of HOTFIX_LOCK; hf1-none without one)."""
-    from vllm_hotfix.containers.lockfile import lock_fingerprint
 
     def part(v: Verdict) -> str:
         name = f"{v.hotfix_id} [{v.source}]" if v.source else v.hotfix_id
         if not v.in_effect:
             return f"{name} NOT IN EFFECT: {v.detail}" + (f" -> {v.remedy}" if v.remedy else "")
         return f"{name} in effect ({v.detail})" if v.detail else f"{name} in effect"
-    fingerprint = lock_fingerprint(os.environ.get("HOTFIX_LOCK", "").strip(), _installed)
     return (f"vllm-hotfix guard pid={os.getpid()} role={process_role()} fingerprint={fingerprint}: "
             + "; ".join(part(v) for v in verdicts))
 
@@ -364,12 +384,12 @@ def strict_message(failing: list[Verdict]) -> str:
             f"(pid {os.getpid()}, {process_role()}), refusing to serve (HOTFIX_STRICT=1; unset it to only log): {details}")
 
 
-def _log(verdicts: tuple[Verdict, ...]) -> None:
+def _log(verdicts: tuple[Verdict, ...], fingerprint: str) -> None:
     ok = all(v.in_effect for v in verdicts)
     if serving_process():
-        _emit(logging.INFO if ok else logging.ERROR, summary_line(verdicts))
+        _emit(logging.INFO if ok else logging.ERROR, summary_line(verdicts, fingerprint))
     elif not ok:  # `vllm --version` & co.: no INFO noise before their output, problems as a warning
-        _emit(logging.WARNING, summary_line(verdicts))
+        _emit(logging.WARNING, summary_line(verdicts, fingerprint))
 
 
 def _split_ids(value: str) -> tuple[str, ...]:

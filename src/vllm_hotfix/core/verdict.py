@@ -86,20 +86,37 @@ def files_verdict(files: Sequence[FileCheck]) -> tuple[str, str]:
 
 # -- PEP 440 ordering without `packaging` (the guard runs on the stdlib only) -----------------------
 
-_VERSION = re.compile(
+_VERSION_PATTERN = (
     r"v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
-    r"(?:[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+.*)?",
-    re.IGNORECASE,
+    r"(?:[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+.*)?"
 )
 _PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+_compiled: dict[str, re.Pattern] = {}
 
 
-def version_key(text: str) -> tuple:
-    m = _VERSION.fullmatch(text.strip())
+def _pattern(name: str, pattern: str, flags: int = 0) -> re.Pattern:
+    """Compiled on first use: the guard imports this module in every vLLM process, and a plain
+    release ("0.30.0", what installs carry) never needs the full grammar."""
+    found = _compiled.get(name)
+    if found is None:
+        found = _compiled[name] = re.compile(pattern, flags)
+    return found
+
+
+def _parse(text: str) -> tuple:
+    """(epoch, release numbers as written, pre, pre number, post, dev) of a PEP 440 version."""
+    text = text.strip()
+    if text.replace(".", "").isdecimal() and ".." not in text and text[0] != "." and text[-1] != ".":
+        return None, [int(x) for x in text.split(".")], None, None, None, None  # a plain release, no grammar
+    m = _pattern("version", _VERSION_PATTERN, re.IGNORECASE).fullmatch(text)
     if not m:
         raise ValueError(f"not a PEP 440 version: {text!r}")
     epoch, release, pre, pre_n, post, dev = m.groups()
-    numbers = [int(x) for x in release.split(".")]
+    return epoch, [int(x) for x in release.split(".")], pre, pre_n, post, dev
+
+
+def version_key(text: str) -> tuple:
+    epoch, numbers, pre, pre_n, post, dev = _parse(text)
     while len(numbers) > 1 and numbers[-1] == 0:
         numbers.pop()
     if pre:
@@ -111,6 +128,18 @@ def version_key(text: str) -> tuple:
     post_key = int(post or 0) if post is not None else -1
     dev_key = int(dev or 0) if dev is not None else float("inf")
     return (int(epoch or 0), tuple(numbers), pre_key, post_key, dev_key)
+
+
+def _is_pre(key: tuple) -> bool:
+    return key[2] != (3, 0) or key[4] != float("inf")  # a pre- or dev-release
+
+
+def _prefix_match(version: str, prefix_text: str) -> bool:
+    """``version == prefix.*``: release segments compared with zero padding, as PEP 440 says."""
+    epoch, have, *_ = _parse(version)
+    wanted_epoch, prefix, *_ = _parse(prefix_text)
+    have = have + [0] * (len(prefix) - len(have))
+    return int(epoch or 0) == int(wanted_epoch or 0) and have[:len(prefix)] == prefix
 
 
 def version_at_least(version: str, minimum: str) -> bool:
@@ -131,30 +160,34 @@ def same_release(a: Optional[str], b: Optional[str]) -> bool:
         return a == b
 
 
-_CLAUSE = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)\s*([^\s,]+)\s*")
+_CLAUSE_PATTERN = r"\s*(===|==|!=|~=|<=|>=|<|>)\s*([^\s,]+)\s*"
 
 
 def version_in(version: str, specifier: str) -> bool:
     """PEP 440 ``version in specifier`` for the clauses manifests use (pre-releases match, as in
-    manifests); an unparsable clause does not exclude (the catalog validated it with `packaging`)."""
+    manifests); an unparsable clause does not exclude (the catalog validated it with `packaging`).
+    Checked against `packaging` by tests/core/test_core_verdict.py."""
     for clause in filter(None, (c.strip() for c in specifier.split(","))):
-        m = _CLAUSE.fullmatch(clause)
+        m = _pattern("clause", _CLAUSE_PATTERN).fullmatch(clause)
         if not m:
             continue
         op, wanted = m.groups()
         try:
             if wanted.endswith(".*"):
-                prefix = version_key(wanted[:-2])[1]
-                ok = version_key(version)[1][: len(prefix)] == prefix
+                ok = _prefix_match(version, wanted[:-2])
                 ok = ok if op == "==" else not ok
             else:
                 have, want = version_key(version), version_key(wanted)
+                same_base = have[:2] == want[:2]
                 if op == "~=":
-                    upper = version_key(".".join(wanted.split(".")[:-1]))[1]
-                    ok = have >= want and have[1][: len(upper)] == upper
+                    ok = have >= want and _prefix_match(version, ".".join(wanted.split(".")[:-1]))
+                elif op == "<":  # not a pre-release of the version named, unless it is one itself
+                    ok = have < want and not (same_base and _is_pre(have) and not _is_pre(want))
+                elif op == ">":  # not a post-release of the version named, unless it is one itself
+                    ok = have > want and not (same_base and have[3] >= 0 and want[3] < 0)
                 else:
                     ok = {"==": have == want, "===": have == want, "!=": have != want, "<=": have <= want,
-                          ">=": have >= want, "<": have < want, ">": have > want}[op]
+                          ">=": have >= want}[op]
         except ValueError:
             continue
         if not ok:

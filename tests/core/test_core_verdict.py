@@ -1,0 +1,73 @@
+"""core/verdict.py's stdlib PEP 440 (the guard has no `packaging`) against `packaging` itself."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from vllm_hotfix.core import verdict
+
+releases = st.lists(st.integers(0, 12), min_size=1, max_size=4).map(lambda xs: ".".join(map(str, xs)))
+versions = st.builds(
+    lambda epoch, release, pre, post, dev, local: f"{epoch}{release}{pre}{post}{dev}{local}",
+    st.sampled_from(["", "1!"]),
+    releases,
+    st.sampled_from(["", "a1", "b2", "rc1", "rc0", ".alpha3", "-beta", "c4", "pre1", "preview2"]),
+    st.sampled_from(["", ".post1", "post2", "-r3", ".rev0"]),
+    st.sampled_from(["", ".dev0", "dev3"]),
+    st.sampled_from(["", "+local.1", "+cu128"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(versions, versions)
+def test_ordering_agrees_with_packaging(a, b):
+    """Local labels aside (the guard ignores them, as `>=` on a fixed-in release does)."""
+    pa, pb = Version(a), Version(b)
+    pa, pb = Version(pa.public), Version(pb.public)
+    assert (verdict.version_key(a) < verdict.version_key(b)) == (pa < pb)
+    assert (verdict.version_key(a) == verdict.version_key(b)) == (pa == pb)
+    assert verdict.version_at_least(a, b) == (pa >= pb)
+
+
+@settings(max_examples=600, deadline=None)
+@given(versions, st.sampled_from([">=", "<", "==", "!=", "<=", ">", "~="]), releases)
+def test_specifiers_agree_with_packaging(version, op, wanted):
+    if op == "~=" and "." not in wanted:
+        wanted += ".0"
+    clause = f"{op}{wanted}"
+    public = Version(version).public
+    assert verdict.version_in(public, clause) == SpecifierSet(clause, prereleases=True).contains(public), clause
+
+
+def test_plain_releases_take_the_fast_path_and_give_the_grammars_answer():
+    for text in ["0.30.0", "1", "0.9.10", "2024.1", " 0.32.0 ", "1.0.0.0"]:
+        verdict._compiled.clear()
+        key = verdict.version_key(text)
+        assert "version" not in verdict._compiled  # no regex compiled for a plain release
+        grammar = verdict._pattern("version", verdict._VERSION_PATTERN, 2).fullmatch(text.strip())
+        assert grammar is not None and key[1] == tuple(int(x) for x in grammar.group(2).split(".")) or key[1][-1] != 0
+    for bad in ["1..2", ".1", "1.", "", "²"]:
+        try:
+            verdict.version_key(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
+
+
+def test_versions_sort_like_packaging_on_vllm_release_history():
+    history = ["0.25.0", "0.26.0", "0.29.0", "0.30.0", "0.30.0rc1", "0.31.0.dev0", "0.31.0", "0.32.0", "0.32.0.post1"]
+    for a, b in itertools.product(history, repeat=2):
+        assert verdict.version_at_least(a, b) == (Version(a) >= Version(b))
+
+
+@settings(max_examples=300, deadline=None)
+@given(versions, st.sampled_from(["==", "!="]), releases)
+def test_prefix_clauses_agree_with_packaging(version, op, wanted):
+    clause = f"{op}{wanted}.*"
+    public = Version(version).public
+    assert verdict.version_in(public, clause) == SpecifierSet(clause, prereleases=True).contains(public), clause
