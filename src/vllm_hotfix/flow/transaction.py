@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from vllm_hotfix.core.apply import Plan
-from vllm_hotfix.errors import HotfixError, Refused
+from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import note
 from vllm_hotfix.paths import TargetDir
@@ -104,6 +104,9 @@ def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None
                     before.prune()
                     if isinstance(failed, Interrupted):
                         raise nothing_changed(failed, str(root)) from None
+                    if isinstance(failed, WriteFailed):  # the check could not run (disk full, read-only)
+                        raise WriteFailed(f"post-apply check could not run, every file and the record were restored: "
+                                          f"{failed.message}", hint=failed.hint) from None
                     raise Refused(f"post-apply check failed, every file and the record were restored: {failed.message}",
                                   hint=failed.hint) from None
         change.state.prune()

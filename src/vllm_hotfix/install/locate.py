@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_hotfix.errors import Refused, UsageError
+from vllm_hotfix.errors import Refused, UsageError, WriteFailed
 from vllm_hotfix.install import probe as probe_module
 
 if TYPE_CHECKING:
@@ -130,6 +130,8 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
                          hint="give the path of the python that runs vLLM, e.g. /opt/venv/bin/python") from None
     except PermissionError:
         raise UsageError(f"--python {interpreter}: not executable") from None
+    except OSError as exc:  # handing the name to the probe, reading its answer: a pipe write or read
+        raise WriteFailed(f"--python {interpreter}: cannot talk to the probe process ({exc.strerror or exc}); nothing was changed") from None
     facts = probe_module.read_facts(stdout)
     if facts is not None:
         return facts
