@@ -223,3 +223,38 @@ def test_recover_target_restores_a_killed_apply_and_says_so(tree, tmp_path, caps
         f"hotfix: recovered an interrupted apply on {tree}: 2 file(s) restored, 0 created file(s) removed\n")
     recovery.recover_target(tree)
     assert capsys.readouterr().err == ""
+
+
+KEPT_CRASHER = CRASHER.replace(
+    "journal.commit(sys.argv[3], sample_plan(), journal_dir=sys.argv[4])",
+    "kept = {{}}\n"
+    "for rel in ('pkg/mod.py', 'pkg/old_name.py', 'pkg/gone.py'):\n"
+    "    dest = os.path.join(sys.argv[4] + '-kept', rel.replace('/', '%2F'))\n"
+    "    os.makedirs(os.path.dirname(dest), exist_ok=True)\n"
+    "    os.link(os.path.join(sys.argv[3], rel), dest)\n"
+    "    kept[rel] = dest\n"
+    "kept['pkg/run.sh'] = sys.argv[4] + '-kept/not-a-link-of-it'\n"
+    "journal.commit(sys.argv[3], sample_plan(), journal_dir=sys.argv[4], kept=kept)")
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_a_journal_that_names_the_records_kept_backups_recovers_after_kill_9(tree, tmp_path, n):
+    """The record's backups (hard links made by the transaction before the journal) serve as the
+    journal's own: no second link per file, and recovery after kill -9 restores from them."""
+    before = snapshot(tree)
+    jdir = tmp_path / "journal"
+    script = KEPT_CRASHER.format(tests=str(Path(__file__).parent))
+    assert "kept=kept" in script
+    proc = subprocess.run([sys.executable, "-c", script, str(n), "kill", str(tree), str(jdir)])
+    assert proc.returncode == -signal.SIGKILL
+    import json
+
+    entries = {e["path"]: e["backup"] for e in json.loads((jdir / "journal.json").read_bytes())["files"]}
+    assert entries["pkg/mod.py"] == str(tmp_path / "journal-kept" / "pkg%2Fmod.py")  # shared
+    assert entries["pkg/run.sh"].startswith("backups/")  # the kept path is not its inode: linked here
+    assert sorted(os.listdir(jdir / "backups")) == [entries["pkg/run.sh"].split("/")[1]]
+    report = recover(jdir)
+    assert report is not None and not report.problems
+    assert snapshot(tree) == before
+    assert os.listdir(jdir) == []
+    assert (tmp_path / "journal-kept" / "pkg%2Fmod.py").read_bytes() == BEFORE["pkg/mod.py"]  # left for the record

@@ -143,7 +143,6 @@ def _recorded_baseline(hotfix_id: str, target):
     """On a host where the hotfix is applied and recorded: a reader of the baseline from its backups
     (each checked against the recorded before-hash), so export needs no reinstall. None otherwise."""
     from vllm_hotfix.core.verdict import APPLIED, files_verdict
-    from vllm_hotfix.flow.hotfix import sha256
     from vllm_hotfix.flow.plan import check_record
     from vllm_hotfix.install.tree import Tree
     from vllm_hotfix.txn.state import TargetState
@@ -157,9 +156,8 @@ def _recorded_baseline(hotfix_id: str, target):
     for f in recorded.files:
         data = None
         if f.before_sha256 is not None:
-            path = state.directory / (recorded.backups or f"backups/{hotfix_id}") / f.path
-            data = path.read_bytes() if path.is_file() else None
-            if sha256(data) != f.before_sha256:
+            data = state.read_backup(recorded, f)
+            if data is None:
                 return None
         backups[f.path] = data
     return _BaselineReader(tree, backups)

@@ -55,7 +55,7 @@ def _backups(state: TargetState, tree: Tree, hotfix_id: str, baseline: dict[str,
     for path, data in baseline.items():
         if data is None:
             continue
-        rel = f"backups/{hotfix_id}/{path}"
+        rel = TargetState.backup_rel(hotfix_id, path)
         existing = state.directory / rel
         if existing.is_file() and sha256(existing.read_bytes()) == sha256(data):
             continue
@@ -77,7 +77,7 @@ def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: 
     entry = RecordedHotfix(
         id=hotfix_id, version=version, applied_at=now(), source=source, patches=tuple(rels), files=files,
         strip=tuple(p[1] for p in patches), exclude=tuple(p[2] for p in patches), backups=f"backups/{hotfix_id}",
-        package=package,
+        package=package, backup_names="flat",
     )
     return _next_state(state, target_doc, entry), keep
 

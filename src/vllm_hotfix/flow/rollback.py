@@ -42,9 +42,8 @@ def _rollback_plan(state: TargetState, recorded: RecordedHotfix, root: Path, tre
         if f.before_sha256 is None:
             desired[f.path] = None
             continue
-        backup = state.directory / (recorded.backups or f"backups/{recorded.id}") / f.path
-        data = backup.read_bytes() if backup.is_file() else None
-        if sha256(data) != f.before_sha256:
+        data = state.read_backup(recorded, f)
+        if data is None:
             method = "reverse"
             break
         desired[f.path] = data

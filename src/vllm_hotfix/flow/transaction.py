@@ -88,7 +88,9 @@ def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None
                     atomic_write(tdir.state_file, change.state.to_bytes())
                 else:
                     record = (tdir.state_file, change.state.to_bytes()) if change.record_changed else None
-                    commit(root, change.plan, journal_dir=tdir.journal, tree=tree, state_record=record)
+                    kept = {what: os.path.join(tdir.directory, rel) for rel, what in change.keep.items()
+                            if isinstance(what, str)}  # hard links of the originals: the journal's backups too
+                    commit(root, change.plan, journal_dir=tdir.journal, tree=tree, state_record=record, kept=kept)
             except (OSError, Interrupted) as exc:
                 before.prune()  # what _keep wrote for a transaction that did not happen
                 raise nothing_changed(exc, current) from None

@@ -130,12 +130,15 @@ def _missing_dirs(root: Path, paths: Iterable[str]) -> list[str]:
 
 
 def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tree: Tree | None = None,
-           state_record: tuple[Path, bytes] | None = None) -> None:
+           state_record: tuple[Path, bytes] | None = None, kept: dict[str, str] | None = None) -> None:
     """Write ``plan`` under ``root`` all-or-nothing (see the module docstring). WriteFailed on OSError.
 
     ``tree``: the Tree the plan was read through, if at hand; files it read and that provably did not
     change since (same inode, size, mtime, ctime) are not read again.
     ``state_record``: (path, bytes) of the target's record, replaced inside the same transaction.
+    ``kept``: target-relative path -> absolute path of a durable hard link of its original that the
+    caller already made (the record's backups): the journal names it instead of linking its own, when
+    it still is the very inode at the path (recovery runs before anything prunes those).
     """
     root = Path(root)
     journal_dir = Path(journal_dir)
@@ -172,8 +175,10 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
                 current = op.path
                 backup = None
                 if op.before is not None:
-                    backup = f"{BACKUPS}/{index}"
-                    _backup(paths[op.path], journal_dir / backup)
+                    backup = kept.get(op.path) if kept else None
+                    if backup is None or not _same_inode(backup, paths[op.path]):
+                        backup = f"{BACKUPS}/{index}"
+                        _backup(paths[op.path], journal_dir / backup)
                 record["files"].append({
                     "path": op.path, "backup": backup,
                     "before_sha256": hashes[index], "before_mode": op.before_mode,
@@ -245,6 +250,14 @@ def _journal_bytes(record: dict) -> bytes:
     head = json.dumps({k: v for k, v in record.items() if k != "files"})
     entries = ",\n".join(map(json.dumps, record["files"]))
     return f'{head[:-1]}, "files": [\n{entries}\n]}}\n'.encode()
+
+
+def _same_inode(a: str, b: str) -> bool:
+    try:
+        first, second = os.lstat(a), os.lstat(b)
+    except OSError:
+        return False
+    return (first.st_ino, first.st_dev) == (second.st_ino, second.st_dev) and stat.S_ISREG(first.st_mode)
 
 
 def _write_temp(path: str, tag: str, op: FileOp, fsync: bool) -> None:
