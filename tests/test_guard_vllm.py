@@ -9,136 +9,21 @@ Nothing here modifies the cached venv (realdata.vllm_full_venv): vllm-hotfix is 
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-import realdata
+from fixtures.vllmfull import HOTFIX, MAMBA, MODULE, guard_setup, loader, run
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
 
-MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
-MODULE = "vllm.v1.worker.gpu.model_states.mamba_hybrid"
-HOTFIX = "mamba-align-block-size"
-OLD, NEW = b"- 1) // self.cache_config.block_size", b"- 1) // self.cache_config.mamba_block_size"
 # vLLM's log format: "INFO 11-30 22:49:06 [guard.py:227] text"
 VLLM_LINE = re.compile(r"^(INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[guard(_imports)?\.py:\d+\] vllm-hotfix guard ")
-
-# Run with the real vLLM: the real loader in the main process, then in a forked and/or a spawned child
-# (as vLLM starts EngineCore / workers); REVERT: put the pristine file back after the parent checked.
-LOADER = r'''
-import json, os, sys, time
-import multiprocessing as mp
-import vllm.plugins
-from vllm.plugins import load_general_plugins
-
-guard_seconds = []
-real_group_loader = vllm.plugins.load_plugins_by_group
-
-
-def timed_group(group):  # vLLM's own loader; only the guard's call is timed
-    plugins = real_group_loader(group)
-    if "vllm_hotfix_guard" in plugins:
-        func = plugins["vllm_hotfix_guard"]
-
-        def timed():
-            start = time.perf_counter()
-            try:
-                func()
-            finally:
-                guard_seconds.append(time.perf_counter() - start)
-        plugins["vllm_hotfix_guard"] = timed
-    return plugins
-
-
-vllm.plugins.load_plugins_by_group = timed_group
-
-
-def work():
-    load_general_plugins()
-    if os.environ.get("IMPORT_PATCHED"):
-        import vllm.v1.worker.gpu.model_states.mamba_hybrid as module
-        print(json.dumps({"pid": os.getpid(), "module_file": module.__file__}), flush=True)
-    print(json.dumps({"pid": os.getpid(), "guard_seconds": guard_seconds}), flush=True)
-    guard_seconds.clear()  # a forked child would inherit the parent's figure
-
-
-def revert(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
-if __name__ == "__main__":
-    work()
-    target = os.environ.get("REVERT")
-    if target:
-        patched = open(target, "rb").read()
-        revert(target, open(os.environ["PRISTINE"], "rb").read())
-    try:
-        for method in filter(None, os.environ.get("CHILDREN", "").split(",")):
-            child = mp.get_context(method).Process(name=f"EngineCore_{method}", target=work)
-            child.start()
-            child.join()
-            print(json.dumps({"child": method, "exitcode": child.exitcode}), flush=True)
-    finally:
-        if target:
-            revert(target, patched)
-'''
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):
-    venv = realdata.vllm_full_venv("0.30.0")
-    work = tmp_path_factory.mktemp("vllm-full")
-    wheel = realdata.build_project_wheel(work)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",  # with .pyc, as in an image
-                    "-q", "--target", str(work / "hotfix"), str(wheel)], check=True)
-    patched = work / "patched"
-    patched.mkdir()
-    subprocess.run(["cp", "-as", str(venv.site_packages / "vllm"), str(patched / "vllm")], check=True)
-    shutil.copytree(venv.site_packages / "vllm-0.30.0.dist-info", patched / "vllm-0.30.0.dist-info")
-    pristine = (venv.site_packages / MAMBA).read_bytes()
-    assert pristine.count(OLD) == 1
-    target = patched / MAMBA
-    target.unlink()  # a symlink into the cache: replace it, never write through it
-    target.write_bytes(pristine.replace(OLD, NEW))
-    lock = work / "hotfix.lock"
-    lock.write_text(json.dumps({
-        "schema": 1, "generator": "test", "site_packages": str(patched),
-        "hotfixes": [{"id": HOTFIX, "version": 1, "distribution": "vllm", "package": "vllm", "baseline_version": "0.30.0",
-                      "fixed_in": None, "files": [{"path": MAMBA, "sha256": sha256(target.read_bytes()),
-                                                   "baseline_sha256": sha256(pristine), "export": f"{HOTFIX}/{MAMBA}"}]}],
-    }))
-    (work / "loader.py").write_text(LOADER)
-    return {"venv": venv, "work": work, "hotfix": work / "hotfix", "patched": patched, "lock": lock,
-            "pristine": venv.site_packages / MAMBA}
-
-
-def run(full, argv, *, pythonpath=None, **env) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("HOTFIX_", "VLLM_")) and k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    base.update(VLLM_TARGET_DEVICE="cpu", HOTFIX_STATE_DIR=str(full["work"] / "state"),
-                PYTHONPATH=os.pathsep.join(map(str, pythonpath or [full["hotfix"], full["patched"]])))
-    base.update(env)
-    return subprocess.run(argv, capture_output=True, text=True, env=base, cwd=full["work"], timeout=900)
-
-
-def loader(full, **kw) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    proc = run(full, [str(full["venv"].python), str(full["work"] / "loader.py")], **kw)
-    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return proc, reports
+    return guard_setup(tmp_path_factory.mktemp("vllm-full"))
 
 
 def guard_lines(text: str) -> list[str]:

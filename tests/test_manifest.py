@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from vllm_hotfix.errors import InvalidInput, Refused
-from fixtures.manifests import BASE, MD5, PATCH_BYTES, SHA, manifest_data, toml_value, write_manifest  # noqa: F401
+from fixtures.manifests import MD5, PATCH_BYTES, SHA, manifest_data, write_manifest  # noqa: F401
 from vllm_hotfix.catalog.model import PatchSpec, PatchStats, check_stats, verify_patch_bytes
 from vllm_hotfix.catalog.manifest import load_manifest
 

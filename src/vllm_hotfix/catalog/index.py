@@ -39,6 +39,8 @@ ENV_VAR = "HOTFIX_CATALOG"
 
 @dataclass(frozen=True)
 class CatalogDir:
+    """One catalog directory (its manifests/ and patches/) and where it comes from."""
+
     path: Path
     origin: str  # 'built-in' | '--catalog' | 'HOTFIX_CATALOG'
 

@@ -29,6 +29,8 @@ KINDS = ("hotfix", "advisory")  # advisory: a known issue with signatures and a 
 
 @dataclass(frozen=True)
 class Reference:
+    """An upstream reference of a manifest: a commit, a pull request or an issue."""
+
     kind: str
     url: str
     title: str | None = None
@@ -51,6 +53,8 @@ class FixedIn:
 
 @dataclass(frozen=True)
 class GitBaseline:
+    """A git checkout a target applies to: its commit, and checkouts it requires."""
+
     commit: str | None = None
     tag: str | None = None
     branch: str | None = None
@@ -69,6 +73,8 @@ class GitBaseline:
 
 @dataclass(frozen=True)
 class TargetSpec:
+    """One distribution a manifest targets: its version range, commit, patches and checks."""
+
     distribution: str
     package: str
     versions: str | None = None  # PEP 440 specifier set; prereleases match
@@ -93,6 +99,8 @@ class TargetSpec:
 
 @dataclass(frozen=True)
 class PatchStats:
+    """The diffstat a manifest pins for a patch file (files, insertions, deletions)."""
+
     files: int
     insertions: int
     deletions: int
@@ -158,6 +166,8 @@ class PostCheck:
 
 @dataclass(frozen=True)
 class Manifest:
+    """One version of one hotfix, as its TOML file declares it (validated on load)."""
+
     id: str
     version: int | str
     title: str

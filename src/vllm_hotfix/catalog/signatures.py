@@ -37,6 +37,8 @@ except ImportError:  # pragma: no cover - python 3.10
 
 @dataclass(frozen=True)
 class Signature:
+    """A crash-log pattern of a manifest that points `hotfix doctor` at it."""
+
     pattern: str  # a Python regular expression, searched in the normalised line
     role: str  # one of ROLES
     weight: float  # in [-1, 1)

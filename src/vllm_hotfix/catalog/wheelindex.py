@@ -34,6 +34,8 @@ CHUNK = 1 << 16
 
 @dataclass(frozen=True)
 class IndexConfig:
+    """The package index pip is configured with (pip.conf, PIP_INDEX_URL)."""
+
     urls: tuple[str, ...]           # index-url first, then the extra-index-urls; empty with no-index
     cert: str | None = None         # CA bundle (pip's `cert`)
     sources: tuple[str, ...] = ()   # the config files and variables that said so, for messages
@@ -108,6 +110,8 @@ def index_config(environ: Optional[dict[str, str]] = None) -> IndexConfig:
 
 @dataclass(frozen=True)
 class WheelFile:
+    """A wheel an index lists for a release: its file name, URL and sha256."""
+
     filename: str
     url: str
     sha256: str | None

@@ -33,6 +33,8 @@ APPLIES, FAILS, SKIPPED, UNAVAILABLE = "applies", "fails", "skipped", "unavailab
 
 @dataclass(frozen=True)
 class Cell:
+    """One (hotfix, release) cell of the catalog check matrix and its outcome."""
+
     hotfix: str  # id@version
     distribution: str
     release: str | None  # None for a skipped manifest

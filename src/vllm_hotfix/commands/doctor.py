@@ -33,6 +33,8 @@ HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorde
 
 @dataclass(frozen=True)
 class Verdict:
+    """What doctor concludes for one matching hotfix on this target."""
+
     id: str
     version: int | str
     kind: str

@@ -26,6 +26,8 @@ from vllm_hotfix.txn.atomic import atomic_write
 
 @dataclass(frozen=True)
 class NewPatch:
+    """A patch `hotfix new` made from hand edits, with the files it touches."""
+
     name: str  # file name under patches/ID/
     data: bytes
     description: str

@@ -22,6 +22,8 @@ STATE_DIR = "/var/lib/vllm-hotfix"
 
 @dataclass(frozen=True)
 class Bake:
+    """The Containerfile and bake script that `hotfix bake` writes."""
+
     base: str  # the image to derive from
     hotfix_ids: tuple[str, ...]
     install: str  # what pip installs: "wheels/<file>.whl" (relative to the script) or "vllm-hotfix==X"

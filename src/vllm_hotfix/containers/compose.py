@@ -25,6 +25,8 @@ LOCK_ENV = "HOTFIX_LOCK"
 
 @dataclass(frozen=True)
 class Mount:
+    """One read-only bind mount of an exported file over the install."""
+
     source: str  # host path as written in the compose file
     target: str  # absolute path inside the container
 
@@ -35,6 +37,8 @@ class Mount:
 
 @dataclass(frozen=True)
 class Mounts:
+    """Every mount a lock asks for in one service, and the lock's own mount."""
+
     hotfix: tuple[Mount, ...]  # one per exported file
     lock: Mount
     export_source: str  # host path of the export directory as written (prefix of every source)
@@ -46,6 +50,8 @@ class Mounts:
 
 @dataclass(frozen=True)
 class Edit:
+    """A change to a compose file, kept as the bytes before and after."""
+
     text: str
     added: tuple[str, ...]
     removed: tuple[str, ...]
@@ -100,6 +106,8 @@ def _detect_indent(text: str) -> tuple[int, int, int]:
 
 @dataclass
 class _Service:
+    """A service of a compose file and where its volumes list sits."""
+
     doc: ye.Document
     node: Any                 # the service's mapping node (None when it does not exist yet)
     name: str

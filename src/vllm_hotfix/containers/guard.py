@@ -33,6 +33,8 @@ class HotfixNotInEffect(RuntimeError):
 
 @dataclass(frozen=True)
 class Verdict:
+    """The guard's answer for one hotfix id in this process (one part of its one line)."""
+
     hotfix_id: str
     in_effect: bool
     detail: str = ""  # the state and what is wrong, naming the file (or why it needs nothing: fixed upstream)

@@ -46,6 +46,8 @@ BAKE_HINT = "use the image route instead: `hotfix bake ID... --base IMAGE` build
 
 @dataclass(frozen=True)
 class Workload:
+    """A Deployment, StatefulSet or LeaderWorkerSet the overlay patches."""
+
     kind: str  # canonical, e.g. Deployment
     name: str
     api_version: str
@@ -53,6 +55,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Item:
+    """One exported file as a ConfigMap key and its mount path."""
+
     key: str  # ConfigMap key
     source: str  # file in the overlay the generator reads
     size: int
@@ -61,6 +65,8 @@ class Item:
 
 @dataclass(frozen=True)
 class ConfigMapPlan:
+    """The ConfigMaps the exported files are split into (each under 1 MiB)."""
+
     name: str
     items: tuple[Item, ...]
 
@@ -71,6 +77,8 @@ class ConfigMapPlan:
 
 @dataclass
 class Overlay:
+    """The kustomize overlay `hotfix k8s` writes: its files by name."""
+
     files: dict[str, bytes] = field(default_factory=dict)  # path in the overlay directory -> bytes
     configmaps: tuple[ConfigMapPlan, ...] = ()
     patched: tuple[str, ...] = ()  # "leaderTemplate/vllm" ... for messages

@@ -22,6 +22,8 @@ SCHEMA = 1
 
 @dataclass(frozen=True)
 class LockedFile:
+    """One file a locked hotfix writes, as `hotfix export` found it."""
+
     path: str  # relative to site-packages, posix
     sha256: str  # of the patched content
     baseline_sha256: Optional[str]  # of the pristine file the patch was computed from (None: created)
@@ -30,6 +32,8 @@ class LockedFile:
 
 @dataclass(frozen=True)
 class LockedHotfix:
+    """One hotfix of the lock: what it is for and the files that must hold its bytes."""
+
     id: str
     version: Any
     distribution: str
@@ -42,6 +46,11 @@ class LockedHotfix:
 
 @dataclass(frozen=True)
 class Lock:
+    """hotfix.lock: the hotfixes an image must have in effect (written by `hotfix export`).
+
+    Every dataclass here has a docstring: without one, @dataclass builds it with inspect.signature,
+    which the guard would pay for in every vLLM process."""
+
     site_packages: str
     hotfixes: tuple[LockedHotfix, ...]
     generator: str = ""
@@ -72,6 +81,8 @@ class Installed:
 
 @dataclass(frozen=True)
 class HotfixCheck:
+    """One locked hotfix checked against what this interpreter resolves: core.verdict's state."""
+
     hotfix: LockedHotfix
     state: str  # a core.verdict state
     installed_version: Optional[str]

@@ -18,6 +18,8 @@ MERGE_TAG = "tag:yaml.org,2002:merge"
 
 @dataclass
 class Document:
+    """A YAML file read for editing in place: its bytes, line ends and parsed tree."""
+
     text: str
     root: Any  # ruamel.yaml.nodes.Node or None (empty file)
     references: dict[int, int] = field(default_factory=dict)  # id(node) -> how many places reach it
@@ -144,6 +146,8 @@ def only_thing_on_its_lines(text: str, start: int, end: int) -> bool:
 
 @dataclass(frozen=True)
 class Change:
+    """One edit of a YAML document at a node's position."""
+
     start: int
     end: int  # == start for an insertion
     text: str = ""

@@ -20,6 +20,8 @@ _HINT = "the target differs from what the patch expects; nothing was written"
 
 @dataclass(frozen=True)
 class FileState:
+    """A file as a reader sees it: its bytes and mode."""
+
     data: bytes
     mode: int  # as the reader reports it; only the permission bits are compared / changed
 
@@ -29,6 +31,8 @@ Reader = Callable[[str], Optional[FileState]]  # None: the file does not exist
 
 @dataclass(frozen=True)
 class Placement:
+    """Where a hunk was found compared with where its header said."""
+
     header: str
     expected: int  # 1-based old line from the hunk header
     actual: int  # where it was found; offset = actual - expected
@@ -40,6 +44,8 @@ class Placement:
 
 @dataclass(frozen=True)
 class FileEdit:
+    """What a plan does to one path: its bytes before and after, and the mode."""
+
     path: str  # relative posix path under the target root (destination)
     action: str  # 'modify' | 'create' | 'delete' | 'rename' (old_path removed) | 'mode'
     old_path: str | None  # for rename
@@ -52,6 +58,8 @@ class FileEdit:
 
 @dataclass(frozen=True)
 class Plan:
+    """Every edit of a patch, planned before anything is written (a dry run stops here)."""
+
     edits: tuple[FileEdit, ...]  # at most one edit per path, in patch order
     reverse: bool
 
@@ -62,6 +70,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class Detection:
+    """Whether a patch applies, is applied already, or conflicts, with the plan that worked."""
+
     state: str  # 'applicable' | 'applied' | 'conflict'
     error: DoesNotApply | None = None  # why the forward plan failed ('conflict')
     plan: Plan | None = None  # the plan that worked: forward ('applicable') or reverse ('applied')

@@ -28,6 +28,8 @@ def _is_epoch(line: bytes) -> bool:
 
 @dataclass
 class _Parser(_Names, _Hunks):
+    """The state of one parse: the lines, the -p in force and the files so far."""
+
     lines: list[bytes]
     count: int  # number of real lines (the split leaves a b'' after a final newline)
     strip: int

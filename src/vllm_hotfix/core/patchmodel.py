@@ -36,6 +36,8 @@ _C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11,
 
 @dataclass(frozen=True)
 class HunkLine:
+    """One line of a hunk: its op and its bytes."""
+
     op: str  # ' ', '-', '+'
     text: bytes  # with its terminator, or without one when '\ No newline at end of file' follows
 
@@ -112,6 +114,8 @@ def _terminated(side: tuple[bytes, ...], eof: bool) -> tuple[bytes, ...]:
 
 @dataclass(frozen=True)
 class FilePatch:
+    """Everything a patch does to one file: names, modes, hunks, rename or copy."""
+
     old_path: str | None  # None for a created file (/dev/null); stripped, posix, relative
     new_path: str | None  # None for a deleted file
     hunks: tuple[Hunk, ...]
@@ -152,6 +156,8 @@ class FilePatch:
 
 @dataclass(frozen=True)
 class DiffStat:
+    """Files, insertions and deletions of a patch (as `git apply --stat` counts them)."""
+
     files: int
     insertions: int
     deletions: int
@@ -159,6 +165,8 @@ class DiffStat:
 
 @dataclass(frozen=True)
 class Patch:
+    """A parsed diff: its files in order, and what was skipped on the way."""
+
     files: tuple[FilePatch, ...]
     source: str = "<patch>"
     warnings: tuple[str, ...] = ()  # harmless things skipped, e.g. 'Binary files ... differ' of diff -ruN

@@ -42,6 +42,8 @@ def exit_code(states: Iterable[str]) -> int:
 
 @dataclass(frozen=True)
 class FileCheck:
+    """One file of a hotfix against its recorded or locked hashes (the input of the verdict)."""
+
     path: str                 # as recorded / locked (relative to the target root or site-packages)
     state: str                # PATCHED | BASELINE | CHANGED | MISSING
     sha256: Optional[str]     # what is there now (None: absent)

@@ -37,6 +37,8 @@ GUARD_LINE = re.compile(r"vllm-hotfix guard pid=(\d+) role=(.*?)(?: fingerprint=
 
 @dataclass(frozen=True)
 class Line:
+    """A log line after normalising, with where it came from."""
+
     source: str
     lineno: int  # 1-based
     process: str
@@ -50,12 +52,16 @@ class Line:
 
 @dataclass(frozen=True)
 class Evidence:
+    """A log line that matched a signature, and the signature's role."""
+
     signature: Signature
     line: Line
 
 
 @dataclass(frozen=True)
 class Match:
+    """A hotfix or advisory the log points at, and the evidence for it."""
+
     manifest: Manifest
     score: float
     evidence: tuple[Evidence, ...]  # first-error first, then by file and line
@@ -73,6 +79,8 @@ class Match:
 
 @dataclass(frozen=True)
 class Findings:
+    """Everything doctor read in a log: matches, first errors, guard lines."""
+
     lines: int  # lines read, all sources
     sources: tuple[str, ...]
     first_errors: tuple[Line, ...]  # one per process, in file order
@@ -99,6 +107,8 @@ class Findings:
 
 @dataclass(frozen=True)
 class _Rule:
+    """A compiled signature with the manifest it belongs to."""
+
     index: int  # into the manifest list
     signature: Signature
     regex: re.Pattern

@@ -14,6 +14,8 @@ from vllm_hotfix.install.locate import Target
 
 @dataclass(frozen=True)
 class Inapplicable:
+    """Why a hotfix does not apply to a target (fixed upstream or outside its range)."""
+
     state: str  # verdict.FIXED_UPSTREAM | verdict.NOT_APPLICABLE
     message: str
     advice: str | None = None

@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (pa
 
 @dataclass(frozen=True)
 class ApplyOutcome:
+    """What `apply` of a catalog hotfix did (or would do, in a dry run)."""
+
     proposal: Proposal
     dry_run: bool
 
@@ -112,6 +114,8 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
 
 @dataclass(frozen=True)
 class RawOutcome:
+    """What a raw `apply --patch` did (or would do), recorded under its id."""
+
     hotfix_id: str
     plan: Plan
     stats: DiffStat

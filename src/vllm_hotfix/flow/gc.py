@@ -23,6 +23,8 @@ from vllm_hotfix.txn.writable import describe
 
 @dataclass(frozen=True)
 class Stale:
+    """A state directory whose target is gone, with what it still records."""
+
     directory: Path
     root: str | None  # the target it was for (None: it names none)
     hotfixes: tuple[str, ...]

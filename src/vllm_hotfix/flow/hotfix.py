@@ -22,6 +22,8 @@ def sha256(data: bytes | None) -> str | None:
 
 @dataclass(frozen=True)
 class LoadedPatch:
+    """A patch file's bytes, checked against the manifest's pins, and parsed."""
+
     label: str
     data: bytes  # the exact bytes, as pinned
     strip: int

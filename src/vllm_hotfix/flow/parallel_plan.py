@@ -25,6 +25,8 @@ MIN_SPLIT_BYTES = 1 << 20  # below, a fork and the plan's trip through a pipe co
 
 @dataclass(frozen=True)
 class _HalfPlan:
+    """The plan of the second half of a diff, as the forked child sends it back."""
+
     edits: tuple[FileEdit, ...]
     paths_read: frozenset[str]
     file_paths: frozenset[str]  # FilePatch.path of its files, for the diffstat

@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (pa
 
 @dataclass(frozen=True)
 class Proposal:
+    """A hotfix, the target it is for, and the plan that applies it there."""
+
     hotfix: Hotfix
     target: Target
     plan: Plan

@@ -18,6 +18,8 @@ from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
 @dataclass(frozen=True)
 class RollbackOutcome:
+    """What a rollback restored, and from what (backups or the reversed patch)."""
+
     recorded: RecordedHotfix
     plan: Plan
     method: str  # 'backups' | 'reverse' | 'none'

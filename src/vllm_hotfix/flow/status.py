@@ -30,6 +30,8 @@ from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
 @dataclass(frozen=True)
 class Status:
+    """One hotfix on one target: its state word, why, and what to do."""
+
     id: str
     version: int | str | None
     state: str

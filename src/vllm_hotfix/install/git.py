@@ -14,6 +14,8 @@ from vllm_hotfix.errors import Refused
 
 @dataclass(frozen=True)
 class GitInfo:
+    """The git state of a checkout: HEAD, branch, nearest tag, dirty or not."""
+
     root: Path
     commit: str | None            # full sha of HEAD, None in a repository without commits
     branch: str | None            # None when HEAD is detached

@@ -20,6 +20,8 @@ PROBE_TIMEOUT = 120.0
 
 @dataclass(frozen=True)
 class Target:
+    """What `import PACKAGE` loads and from what install: the answer every command acts on."""
+
     package: str                    # import name, e.g. 'vllm'
     distribution: str | None        # 'vllm', 'vllm-ascend'
     version: str | None

@@ -21,6 +21,8 @@ CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class RecordEntry:
+    """One line of pip's RECORD: path, hash and size."""
+
     path: str                  # as in RECORD, normalised; relative to site-packages (may start with '../')
     algorithm: str | None      # 'sha256'; None for entries without a hash (RECORD itself, some .pyc)
     digest: str | None         # urlsafe base64 without padding, as pip writes it
@@ -33,6 +35,8 @@ class RecordEntry:
 
 @dataclass(frozen=True)
 class Difference:
+    """One file that differs from pip's RECORD, and how."""
+
     path: str
     kind: str                  # 'missing' | 'size' | 'digest' | 'unrecorded' ('unreadable' in audits)
     expected: str | None
@@ -53,6 +57,8 @@ class Difference:
 
 @dataclass(frozen=True)
 class AuditReport:
+    """The result of checking an install against its RECORD."""
+
     files_checked: int
     bytes: int
     differences: tuple[Difference, ...]

@@ -20,6 +20,8 @@ SCHEMA = 1
 
 @dataclass(frozen=True)
 class RecoveryReport:
+    """What recovering an interrupted transaction restored and removed."""
+
     journal: Path
     root: Path
     restored: tuple[str, ...]  # put back to their "before" bytes

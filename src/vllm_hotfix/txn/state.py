@@ -23,6 +23,8 @@ SCHEMA = 1
 
 @dataclass(frozen=True)
 class RecordedFile:
+    """One file a recorded hotfix changed: its sha256 before and after."""
+
     path: str
     before_sha256: str | None
     after_sha256: str | None
@@ -30,6 +32,8 @@ class RecordedFile:
 
 @dataclass(frozen=True)
 class RecordedHotfix:
+    """One applied hotfix as state.json records it."""
+
     id: str
     version: int | str
     applied_at: str

@@ -1,0 +1,104 @@
+"""What the guard adds to a vLLM process start, under the real vLLM 0.30.0 loader (torch and all, the
+cached ~9 GB venv of tests/realdata.py: built on first use, minutes).
+
+    python benchmarks/guard.py [--rounds 9]
+
+Each round starts a fresh process that imports vLLM's plugin module and calls vLLM's own
+``load_general_plugins()`` with ``HOTFIX_LOCK`` set (tests/fixtures/vllmfull.py: a patched copy of the
+mamba file on PYTHONPATH, vllm-hotfix installed from its wheel with bytecode). Timed inside the process:
+the loading of the guard's entry point (vLLM's ``EntryPoint.load()``: importing the guard) and its
+``register()`` call (the check: read the lock, find vllm, hash the locked file, log one line), wall
+and CPU. Their sum is what the guard adds to the process start (goal <= 5 ms); vLLM's own plugins
+(loaded in the same call) are shown for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from fixtures.vllmfull import guard_setup, run  # noqa: E402
+
+TIMER = r'''
+import importlib.metadata, json, time
+import vllm.plugins
+from vllm.plugins import load_general_plugins
+
+spent = {}  # entry point name -> [wall, cpu] of its load() and, for the guard, its call
+real_load = importlib.metadata.EntryPoint.load
+
+
+def timed_load(self):
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+        return real_load(self)
+    finally:
+        spent.setdefault(self.name, [0.0, 0.0])
+        spent[self.name][0] += time.perf_counter() - wall
+        spent[self.name][1] += time.process_time() - cpu
+
+
+importlib.metadata.EntryPoint.load = timed_load
+real_group = vllm.plugins.load_plugins_by_group
+
+
+def timed_group(group):
+    plugins = real_group(group)
+    if "vllm_hotfix_guard" in plugins:
+        func = plugins["vllm_hotfix_guard"]
+
+        def timed():
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                func()
+            finally:
+                spent["register"] = [time.perf_counter() - wall, time.process_time() - cpu]
+        plugins["vllm_hotfix_guard"] = timed
+    return plugins
+
+
+vllm.plugins.load_plugins_by_group = timed_group
+start = time.perf_counter()
+load_general_plugins()
+spent["load_general_plugins"] = [time.perf_counter() - start, 0.0]
+print(json.dumps(spent))
+'''
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="guard-bench-") as scratch:
+        full = guard_setup(Path(scratch) / "work")
+        script = full["work"] / "timer.py"
+        script.write_text(TIMER)
+        rows: list[dict] = []
+        for round_no in range(args.rounds + 1):
+            done = run(full, [str(full["venv"].python), str(script)], HOTFIX_LOCK=str(full["lock"]))
+            report = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+            if done.returncode != 0 or not report or "register" not in report[-1]:
+                sys.exit(f"exit {done.returncode}: {done.stdout[-600:]} {done.stderr[-600:]}")
+            if round_no:  # the first process warms caches and bytecode
+                rows.append(report[-1])
+
+    def median(key: str, index: int) -> float:
+        return statistics.median(row[key][index] for row in rows) * 1e3
+
+    total = statistics.median((row["vllm_hotfix_guard"][0] + row["register"][0]) for row in rows) * 1e3
+    total_cpu = statistics.median((row["vllm_hotfix_guard"][1] + row["register"][1]) for row in rows) * 1e3
+    print(f"importing the guard (vLLM's EntryPoint.load): median {median('vllm_hotfix_guard', 0):5.2f} ms   "
+          f"cpu {median('vllm_hotfix_guard', 1):5.2f} ms")
+    print(f"register() (the check and its line):         median {median('register', 0):5.2f} ms   cpu {median('register', 1):5.2f} ms")
+    print(f"the guard adds {total:.2f} ms (cpu {total_cpu:.2f} ms) to a vLLM process start; goal <= 5 ms")
+    print(f"for scale: load_general_plugins() as a whole (vLLM's own plugins too): {median('load_general_plugins', 0):.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
