@@ -44,13 +44,20 @@ def test_specifiers_agree_with_packaging(version, op, wanted):
     assert verdict.version_in(public, clause) == SpecifierSet(clause, prereleases=True).contains(public), clause
 
 
-def test_plain_releases_take_the_fast_path_and_give_the_grammars_answer():
-    for text in ["0.30.0", "1", "0.9.10", "2024.1", " 0.32.0 ", "1.0.0.0"]:
-        verdict._compiled.clear()
-        key = verdict.version_key(text)
-        assert "version" not in verdict._compiled  # no regex compiled for a plain release
-        grammar = verdict._pattern("version", verdict._VERSION_PATTERN, 2).fullmatch(text.strip())
-        assert grammar is not None and key[1] == tuple(int(x) for x in grammar.group(2).split(".")) or key[1][-1] != 0
+def test_plain_releases_take_the_fast_path_and_give_the_grammars_answer(monkeypatch):
+    import re
+
+    for text in ["0.30.0", "1", "0.9.10", "2024.1", " 0.32.0 ", "1.0.0.0", "0.31.0rc1", "1!2.0", "v1.2"]:
+        grammar = re.fullmatch(verdict._VERSION_PATTERN, text.strip(), re.IGNORECASE)
+        with_grammar = verdict.version_key(text)
+        with monkeypatch.context() as m:  # a plain release never reaches the regex
+            m.setattr(verdict.re, "fullmatch", lambda *a: (_ for _ in ()).throw(AssertionError("regex used")))
+            try:
+                fast = verdict.version_key(text)
+            except AssertionError:
+                assert not text.strip().replace(".", "").isdecimal()
+                continue
+        assert fast == with_grammar and grammar is not None, text
     for bad in ["1..2", ".1", "1.", "", "²"]:
         try:
             verdict.version_key(bad)

@@ -93,24 +93,12 @@ _VERSION_PATTERN = (
     r"(?:[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+.*)?"
 )
 _PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-_compiled: dict[str, re.Pattern] = {}
-
-
-def _pattern(name: str, pattern: str, flags: int = 0) -> re.Pattern:
-    """Compiled on first use: the guard imports this module in every vLLM process, and a plain
-    release ("0.30.0", what installs carry) never needs the full grammar."""
-    found = _compiled.get(name)
-    if found is None:
-        found = _compiled[name] = re.compile(pattern, flags)
-    return found
-
-
 def _parse(text: str) -> tuple:
     """(epoch, release numbers as written, pre, pre number, post, dev) of a PEP 440 version."""
     text = text.strip()
     if text.replace(".", "").isdecimal() and ".." not in text and text[0] != "." and text[-1] != ".":
         return None, [int(x) for x in text.split(".")], None, None, None, None  # a plain release, no grammar
-    m = _pattern("version", _VERSION_PATTERN, re.IGNORECASE).fullmatch(text)
+    m = re.fullmatch(_VERSION_PATTERN, text, re.IGNORECASE)  # compiled on first use (re's cache), not at import
     if not m:
         raise ValueError(f"not a PEP 440 version: {text!r}")
     epoch, release, pre, pre_n, post, dev = m.groups()
@@ -170,7 +158,7 @@ def version_in(version: str, specifier: str) -> bool:
     manifests); an unparsable clause does not exclude (the catalog validated it with `packaging`).
     Checked against `packaging` by tests/core/test_core_verdict.py."""
     for clause in filter(None, (c.strip() for c in specifier.split(","))):
-        m = _pattern("clause", _CLAUSE_PATTERN).fullmatch(clause)
+        m = re.fullmatch(_CLAUSE_PATTERN, clause)
         if not m:
             continue
         op, wanted = m.groups()
