@@ -10,8 +10,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from vllm_hotfix.containers.lockfile import Lock, LockedFile, LockedHotfix, dump_lock, lock_fingerprint
-from vllm_hotfix.containers.lockfile import Installed
+from vllm_hotfix.containers.lockfile import (
+    Installed, Lock, LockedFile, LockedHotfix, check_lock, dump_lock, fingerprint, load_lock,
+)
+from vllm_hotfix.core.fingerprint import NONE
+from vllm_hotfix.errors import InvalidInput
 
 PKG = "fphotfixpkg"
 FILES = {f"{PKG}/__init__.py": b"", f"{PKG}/layer.py": b"x = 1  # patched\n", f"{PKG}/util.py": b"y = 2  # patched\n"}
@@ -35,6 +38,15 @@ def write_lock(path: Path) -> Path:
     lock = Lock("/opt/venv/lib/site-packages", (LockedHotfix("fp-fix", 1, PKG, PKG, "1.0", None, files),))
     path.write_bytes(dump_lock(lock))
     return path
+
+
+def lock_fingerprint(path: str, resolve) -> str:
+    """The fingerprint of the lock at ``path`` as ``resolve`` finds its packages (hf1-none without a
+    readable lock), from lockfile's public pieces: what verify --lock and the guard compute."""
+    try:
+        return fingerprint(check_lock(load_lock(Path(path)), resolve))
+    except InvalidInput:
+        return NONE
 
 
 def resolver(site: Path):

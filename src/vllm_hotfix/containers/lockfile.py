@@ -288,19 +288,6 @@ def fingerprint(checks) -> str:
                         tuple((f.path, f.sha256) for f in c.files)) for c in checks)
 
 
-def lock_fingerprint(path: str, resolve: Callable[[str], Optional[Installed]]) -> str:
-    """The fingerprint of the lock at ``path`` as ``resolve`` finds its packages; ``hf1-none`` without a
-    readable lock."""
-    from vllm_hotfix.core.fingerprint import NONE
-
-    if not path:
-        return NONE
-    try:
-        return fingerprint(check_lock(load_lock(Path(path)), resolve))
-    except InvalidInput:
-        return NONE
-
-
 def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str]) -> Optional[str]:
     """What to do about one hotfix check; ``mount_line`` renders the compose volume to restore."""
     h = check.hotfix
