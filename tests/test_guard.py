@@ -223,3 +223,13 @@ def test_a_module_imported_before_the_guard_ran_is_not_taken_on_trust(watched_pa
     assert importlib.import_module("hotfixpkg.m").VALUE == "original"  # the stale pyc: what the watch prevents
     (verdict,) = guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), sha)])
     assert not verdict.in_effect and verdict.detail.startswith("unknown: module hotfixpkg.m was imported before the guard ran")
+
+
+def test_an_entry_points_file_that_is_not_utf8_is_read_not_fatal(tmp_path):
+    """A distribution elsewhere on sys.path with latin-1 bytes in its entry_points.txt must not make
+    `verify --lock` or `guard --check-env` fail: its lines are still read."""
+    info = tmp_path / "odd-1.0.dist-info"
+    info.mkdir()
+    (info / "entry_points.txt").write_bytes(b"[vllm.general_plugins]\n# caf\xe9\n"
+                                            + guard_env.PLUGIN_NAME.encode() + b" = odd.mod:fn\n")
+    assert guard_env.guard_entry_points([str(tmp_path)]) == ["odd.mod:fn"]

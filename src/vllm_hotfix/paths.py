@@ -29,8 +29,9 @@ def targets_dir() -> Path:
 class TargetDir:
     """The state of one target (the directory patches are applied to), keyed by its real path.
 
-    ``state.json`` (the record), ``journal/`` (an in-flight transaction), ``lock``,
-    ``backups/<id>/<path>`` (originals) and ``patches/<id>/`` (the exact patch bytes applied)."""
+    ``state.json`` (the record), ``journal/`` (an in-flight transaction), ``lock``, ``backups/<id>/``
+    (originals) and ``patches/<id>/`` (the exact patch bytes applied); what lies inside those two is
+    txn.state.TargetState's (``backup_rel`` / ``backup_path``, ``patch_rel``)."""
 
     directory: Path
 
@@ -51,12 +52,6 @@ class TargetDir:
     @property
     def lock_file(self) -> Path:
         return self.directory / "lock"
-
-    def backups(self, hotfix_id: str) -> Path:
-        return self.directory / "backups" / hotfix_id
-
-    def patches(self, hotfix_id: str) -> Path:
-        return self.directory / "patches" / hotfix_id
 
     def pending(self) -> bool:
         """An interrupted transaction waits for recovery."""

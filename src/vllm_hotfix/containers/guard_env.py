@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 
-from vllm_hotfix.install.probe import metadata_dirs
+from vllm_hotfix.install.probe import metadata_dirs, read_bytes
 
 PLUGIN_NAME = "vllm_hotfix_guard"
 PLUGIN_GROUP = "vllm.general_plugins"
@@ -22,15 +22,11 @@ def guard_entry_points(path_entries=None) -> list[str]:
     distribution costs ~30 ms in a vLLM venv, paid at every container start."""
     found = []
     for info_dir in metadata_dirs(sys.path if path_entries is None else path_entries):
-        try:
-            with open(os.path.join(info_dir, "entry_points.txt"), encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError:
-            continue
-        if PLUGIN_NAME not in text:
+        data = read_bytes(os.path.join(info_dir, "entry_points.txt"))
+        if data is None or PLUGIN_NAME.encode() not in data:
             continue
         section = None
-        for line in text.splitlines():
+        for line in data.decode("utf-8", "replace").splitlines():
             line = line.strip()
             if line.startswith("[") and line.endswith("]"):
                 section = line.strip("[]")  # importlib.metadata's reading: spaces inside are kept

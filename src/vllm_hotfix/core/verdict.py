@@ -93,6 +93,8 @@ _VERSION_PATTERN = (
     r"(?:[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+.*)?"
 )
 _PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+
+
 def _parse(text: str) -> tuple:
     """(epoch, release numbers as written, pre, pre number, post, dev) of a PEP 440 version."""
     text = text.strip()

@@ -78,7 +78,7 @@ def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: 
     keep.update(_backups(state, tree, hotfix_id, baseline, current))
     entry = RecordedHotfix(
         id=hotfix_id, version=version, applied_at=now(), source=source, patches=tuple(rels), files=files,
-        strip=tuple(p[1] for p in patches), exclude=tuple(p[2] for p in patches), backups=f"backups/{hotfix_id}",
+        strip=tuple(p[1] for p in patches), exclude=tuple(p[2] for p in patches), backups=TargetState.backups_rel(hotfix_id),
         package=package, backup_names="flat",
     )
     return _next_state(state, target_doc, entry), keep

@@ -1,4 +1,4 @@
-"""Facts about how PACKAGE resolves in *this* interpreter, printed as one JSON line.
+"""Facts about how PACKAGE resolves in *this* interpreter, printed as one line (a Python literal).
 
 Self-contained and stdlib-only: vllm-hotfix runs this file's source in the target interpreter
 (``PY -c SOURCE PACKAGE [--import]``, or ``-`` and the name on stdin; Python 3.10-3.13), which usually has no vllm-hotfix installed.
@@ -133,7 +133,7 @@ def _normalized(name):
 
 
 def _read(path):
-    data = _read_bytes(path)
+    data = read_bytes(path)
     return None if data is None else data.decode("utf-8", "replace")
 
 
@@ -168,14 +168,14 @@ def _provides(info_dir, package, records):
     """Does the distribution at INFO_DIR ship the top-level PACKAGE? The rule of importlib.metadata's
     packages_distributions(): top_level.txt when it names anything, else the installed file list --
     read as bytes and searched, not decoded or parsed (a vLLM image's RECORDs hold 2 MB)."""
-    declared = _read_bytes(os.path.join(info_dir, "top_level.txt"))
+    declared = read_bytes(os.path.join(info_dir, "top_level.txt"))
     if declared and declared.split():
         return package.encode() in declared.split()
     files, prefix = _record(info_dir, records), b""
     if files is None:
-        files, prefix = _read_bytes(os.path.join(info_dir, "installed-files.txt")), b"../"
+        files, prefix = read_bytes(os.path.join(info_dir, "installed-files.txt")), b"../"
     if files is None:
-        files, prefix = _read_bytes(os.path.join(info_dir, "SOURCES.txt")), b""
+        files, prefix = read_bytes(os.path.join(info_dir, "SOURCES.txt")), b""
     if not files:
         return False
     head = prefix + package.encode()
@@ -201,10 +201,10 @@ def _next_line_at(files, head, start):
 
 
 def _has_line_starting(text, start):
-    return text.startswith(start) or (b"\n" + start) in text
+    return text.startswith(start) or _next_line_at(text, start, 0) >= 0
 
 
-def _read_bytes(path):
+def read_bytes(path):
     try:
         with open(path, "rb") as fh:
             return fh.read()
@@ -214,7 +214,7 @@ def _read_bytes(path):
 
 def _record(info_dir, records):
     if info_dir not in records:
-        records[info_dir] = _read_bytes(os.path.join(info_dir, "RECORD")) if info_dir.endswith(".dist-info") else None
+        records[info_dir] = read_bytes(os.path.join(info_dir, "RECORD")) if info_dir.endswith(".dist-info") else None
     return records[info_dir]
 
 

@@ -163,6 +163,7 @@ def check_entry(root: Path | str, entry: RecordEntry, buffer: bytearray | None =
                 if actual != entry.digest:
                     return Difference(entry.path, "digest", entry.hash_text, f"{entry.algorithm}={actual}")
                 return None
+            os.lseek(fd, 0, os.SEEK_SET)  # the size differs: the checks below read from the start
         size = os.fstat(fd).st_size
         if entry.size is not None and size != entry.size:
             return Difference(entry.path, "size", str(entry.size), str(size))

@@ -122,15 +122,22 @@ class TargetState:
         return f"patches/{hotfix_id}/{version}-{index:02d}.patch" if version != "" else f"patches/{hotfix_id}/{index:02d}.patch"
 
     @staticmethod
+    def backups_rel(hotfix_id: str) -> str:
+        """The folder of a hotfix's kept originals, relative to the state dir (RecordedHotfix.backups)."""
+        return f"backups/{hotfix_id}"
+
+    @staticmethod
     def backup_rel(hotfix_id: str, path: str) -> str:
         """Where a new record keeps the original of ``path``, relative to the state dir: one flat folder
         per hotfix (a folder per directory of the target cost 300 mkdirs for the real 0.29 -> 0.30 diff)."""
-        return f"backups/{hotfix_id}/{flat_name(path)}"
+        return f"{TargetState.backups_rel(hotfix_id)}/{flat_name(path)}"
+
+    def _backup_folder(self, recorded: RecordedHotfix) -> Path:
+        return self.directory / (recorded.backups or self.backups_rel(recorded.id))
 
     def backup_path(self, recorded: RecordedHotfix, path: str) -> Path:
         """The kept original of ``path`` for ``recorded``, whichever layout its record was written with."""
-        folder = self.directory / (recorded.backups or f"backups/{recorded.id}")
-        return folder / (flat_name(path) if recorded.backup_names == "flat" else path)
+        return self._backup_folder(recorded) / (flat_name(path) if recorded.backup_names == "flat" else path)
 
     def read_backup(self, recorded: RecordedHotfix, file: RecordedFile) -> bytes | None:
         """The kept original of ``file`` when it is there and holds the recorded baseline, else None."""
@@ -169,7 +176,7 @@ class TargetState:
         for recorded in self.hotfixes.values():  # a flat folder holds exactly the recorded files' originals
             if recorded.backup_names != "flat":
                 continue
-            folder = self.directory / (recorded.backups or f"backups/{recorded.id}")
+            folder = self._backup_folder(recorded)
             wanted_names = {flat_name(f.path) for f in recorded.files}
             for entry in os.scandir(folder) if folder.is_dir() else ():
                 if entry.name not in wanted_names:
