@@ -136,3 +136,18 @@ def test_glm_series_touches_the_conv1d_file_once(tmp_path):
     assert paths.count(CAUSAL_CONV1D) == 1 and "release_notes/fragments/18878.yaml" not in paths
     edit = next(e for e in proposal.plan.edits if e.path == CAUSAL_CONV1D)
     assert b"null_block_id = requests" in edit.after and b"kernel_state[-1].zero_()" in edit.after
+
+
+def test_runs_here_is_decided_by_the_interpreter_that_resolves(tmp_path):
+    """verify --lock checks the guard's entry points only where they say something: in the interpreter
+    running hotfix (given or not, by path or by its venv directory), not in another one."""
+    import os
+    import sys
+
+    assert Resolver().runs_here() and Resolver(sys.executable).runs_here()
+    assert Resolver(sys.prefix).runs_here()  # this venv, named by its directory
+    other = tmp_path / "bin" / "python"
+    other.parent.mkdir()
+    os.symlink(os.path.realpath(sys.executable), other)  # outside the venv: another interpreter
+    assert not Resolver(str(other)).runs_here()
+    assert not Resolver(root=tmp_path).runs_here()

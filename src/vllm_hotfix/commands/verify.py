@@ -112,11 +112,11 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
             say(f"{lock_file}: no hotfixes locked")
         else:
             say(f"fingerprint: {digest}")
-    guard_ok = _guard_environment(python, as_json)
+    guard_ok = _guard_environment(resolver, as_json)
     return 0 if all_in_effect and guard_ok else int(NotInEffect.exit_code)
 
 
-def _guard_environment(python: str | None, as_json: bool) -> bool:
+def _guard_environment(resolver, as_json: bool) -> bool:
     """The in-process guard cannot report that vLLM never loads it: say so here. A problem fails the
     check when this environment turns the guard on (HOTFIX_LOCK / HOTFIX_REQUIRE), else it is a note."""
     import os
@@ -124,8 +124,7 @@ def _guard_environment(python: str | None, as_json: bool) -> bool:
     from vllm_hotfix.containers.guard_env import environment_problems
     from vllm_hotfix.output import note, say
 
-    other_interpreter = python is not None or bool(os.environ.get("HOTFIX_PYTHON"))
-    problems = environment_problems(entry_points=not other_interpreter)  # entry points: this interpreter only
+    problems = environment_problems(entry_points=resolver.runs_here())  # entry points: this interpreter's only
     wanted = any(os.environ.get(name, "").strip() for name in ("HOTFIX_LOCK", "HOTFIX_REQUIRE"))
     for problem in problems:
         line = f"NOT IN EFFECT: guard: {problem}" if wanted else f"the in-process guard would not load: {problem}"

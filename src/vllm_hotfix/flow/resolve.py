@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from vllm_hotfix.errors import HotfixError, Refused
 from vllm_hotfix.install.locate import (SERVER_COMMAND, Target, candidate_interpreters, locate_package,
-                                        locate_root, server_interpreter, start_probe)
+                                        interpreter_path, is_this_interpreter, locate_root,
+                                        server_interpreter, start_probe)
 from vllm_hotfix.output import note
 
 if TYPE_CHECKING:  # types only: `verify --lock` at container start must not pay for `packaging` / TOML
@@ -64,6 +65,11 @@ class Resolver:
         if isinstance(found, HotfixError):
             raise found
         return found
+
+    def runs_here(self) -> bool:
+        """Whether the packages are resolved in the interpreter running hotfix (after a resolution:
+        the one it settled on, e.g. the `vllm` command's when hotfix's own has no vLLM)."""
+        return self.root is None and (self.python is None or is_this_interpreter(interpreter_path(self.python)))
 
     def prefetch(self) -> None:
         """A head start for a command that will resolve a package with --python: the probe's interpreter

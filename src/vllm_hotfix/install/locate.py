@@ -77,7 +77,8 @@ def is_this_interpreter(interpreter: str) -> bool:
 _started: dict[tuple[str, bool], Any] = {}  # probe processes started ahead of need: (interpreter, import)
 
 
-def _interpreter(python: str | None) -> str:
+def interpreter_path(python: str | None) -> str:
+    """The interpreter a --python value names (a venv directory names its bin/python); None: this one."""
     interpreter = python or sys.executable
     if Path(interpreter).is_dir() and (Path(interpreter) / "bin" / "python").exists():
         interpreter = str(Path(interpreter) / "bin" / "python")  # a venv given by its directory
@@ -99,7 +100,7 @@ def start_probe(python: str | None = None, do_import: bool = False) -> None:
     ``run_probe`` hands it the package name (`verify --lock --python` at container start). Only the
     timing changes -- same argv, environment and working directory, same handling of the output; a
     process that cannot start here is left to ``run_probe`` to start and report."""
-    interpreter = _interpreter(python)
+    interpreter = interpreter_path(python)
     key = (interpreter, do_import)
     if key in _started or (not do_import and is_this_interpreter(interpreter)):
         return
@@ -113,7 +114,7 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
     """Run probe.py in the target interpreter (stdlib only there) and return its facts. When the target is
     the interpreter running hotfix (a baked image, `python -m vllm_hotfix` in the server's venv), the probe
     runs in this process (same code, same sys.path minus the launcher's entry): no second interpreter."""
-    interpreter = _interpreter(python)
+    interpreter = interpreter_path(python)
     if not do_import and is_this_interpreter(interpreter):
         return probe_module.probe_here(package)
     import subprocess
