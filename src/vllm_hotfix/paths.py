@@ -5,15 +5,32 @@ Tests point HOTFIX_STATE_DIR at a temp dir. Stdlib only (the in-process guard re
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+# -- names defined once: the files and environment variables other programs and people see ------------
+STATE_DIR_ENV = "HOTFIX_STATE_DIR"
+LOCK_ENV = "HOTFIX_LOCK"            # the guard and `hotfix verify`: the lock file to check
+REQUIRE_ENV = "HOTFIX_REQUIRE"      # the guard: ids that must be recorded as applied for the copy loaded
+STRICT_ENV = "HOTFIX_STRICT"        # the guard: stop a serving process whose hotfix is not in effect
+LOCK_NAME = "hotfix.lock"           # what `hotfix export` writes beside the exported files
+CONTAINER_LOCK = "/etc/vllm-hotfix/hotfix.lock"  # where compose, k8s and bake put it in the container
+STATE_NAME = "state.json"
+JOURNAL_NAME = "journal.json"
+
+# Size caps for the files we read back: far above what we write, far below what hurts a process.
+STATE_LIMIT = 16 << 20
+JOURNAL_LIMIT = 64 << 20   # a journal of the real 0.29 -> 0.30 diff (1,106 files) is ~0.5 MB
+LOCK_LIMIT = 4 << 20
 
 
 def state_dir() -> Path:
     """Root of recorded state, journals and backups (never inside the patched package)."""
-    explicit = os.environ.get("HOTFIX_STATE_DIR")
+    explicit = os.environ.get(STATE_DIR_ENV)
     if explicit:
         return Path(explicit)
     xdg = os.environ.get("XDG_STATE_HOME")
@@ -38,12 +55,12 @@ class TargetDir:
     @classmethod
     def of(cls, target_root: Path | str) -> "TargetDir":
         real = os.path.realpath(target_root)
-        key = hashlib.sha256(real.encode()).hexdigest()[:16]
+        key = hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
         return cls(targets_dir() / f"{Path(real).name}-{key}")
 
     @property
     def state_file(self) -> Path:
-        return self.directory / "state.json"
+        return self.directory / STATE_NAME
 
     @property
     def journal(self) -> Path:
@@ -55,7 +72,7 @@ class TargetDir:
 
     def pending(self) -> bool:
         """An interrupted transaction waits for recovery."""
-        return (self.journal / "journal.json").exists()
+        return os.path.lexists(self.journal / JOURNAL_NAME)
 
 
 def all_target_dirs() -> list[TargetDir]:
@@ -73,3 +90,41 @@ def cache_dir() -> Path:
         return Path(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "vllm-hotfix"
+
+
+def read_own_file(path: Path | str, *, limit: int) -> bytes | None:
+    """The bytes of one of our own files (a record, a journal, a lock), read as input: a regular file,
+    not through a symlink (O_NOFOLLOW), never blocking on a FIFO or device (O_NONBLOCK, checked with
+    fstat before reading), at most ``limit`` bytes. None when it does not exist. OSError for a file that
+    cannot be read; ``InvalidInput`` for one that is not a regular file or is larger than ``limit``."""
+    from vllm_hotfix.errors import InvalidInput
+
+    flags = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise InvalidInput(f"{path}: is a symbolic link; vllm-hotfix reads its own files only as regular files",
+                               hint="remove the link (someone else may have planted it)") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidInput(f"{path}: not a regular file", hint="remove it; vllm-hotfix writes regular files there")
+        if info.st_size > limit:
+            raise InvalidInput(f"{path}: {info.st_size} bytes, more than the {limit >> 20} MiB such a file may have",
+                               hint="this is not a file vllm-hotfix wrote; move it aside")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise InvalidInput(f"{path}: grew past {limit >> 20} MiB while being read", hint="move it aside")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

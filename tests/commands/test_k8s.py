@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.kube import DEPLOYMENT, HELM_RENDERED, LWS, SITE, STATEFULSET, make_export, render, validate
-from vllm_hotfix.containers.lockfile import load_lock
+from vllm_hotfix.txn.lockfile import load_lock
 
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 

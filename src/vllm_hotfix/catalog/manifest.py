@@ -208,7 +208,21 @@ def _reference(path: str, raw: Any, source: str) -> Reference:
 
 
 _TOP_KEYS = ("schema", "id", "version", "title", "description", "symptoms", "fixed_in", "supersedes",
-             "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by")
+             "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by",
+             "conflicts", "after")
+
+
+def _ids(top: "_Table", key: str, own: str) -> tuple[str, ...]:
+    """``conflicts`` / ``after``: other hotfix ids, each following the id rule."""
+    raw = top.value(key, (list,), default=[])
+    ids = []
+    for index, value in enumerate(raw):
+        if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+            raise top.error(f"{key}[{index}]", f"expected a hotfix id (lowercase letters, digits, '-'), got {value!r}")
+        if value == own:
+            raise top.error(f"{key}[{index}]", f"a hotfix cannot name itself ({value!r})")
+        ids.append(value)
+    return tuple(dict.fromkeys(ids))
 
 
 def _kind_fields(top: _Table) -> tuple[str, str | None, str | None]:
@@ -251,7 +265,15 @@ def manifest_from_dict(data: Mapping[str, Any], source: str, *, source_path: Pat
     if any(str(v) == str(version) for v in supersedes):
         raise top.error("supersedes", f"version {version} cannot supersede itself")
     kind, workaround, fixed_by = _kind_fields(top)
+    conflicts, after = _ids(top, "conflicts", hotfix_id), _ids(top, "after", hotfix_id)
+    both = sorted(set(conflicts) & set(after))
+    if both:
+        raise top.error("after", f"{both[0]!r} is also in conflicts: a hotfix cannot go on top of one it conflicts with")
+    if kind == "advisory" and (conflicts or after):
+        raise top.error("conflicts" if conflicts else "after", "an advisory has no patches to order")
     return Manifest(
+        conflicts=conflicts,
+        after=after,
         schema=schema,
         id=hotfix_id,
         version=version,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vllm_hotfix.containers import compose, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
-from vllm_hotfix.containers.lockfile import load_lock
+from vllm_hotfix.txn.lockfile import load_lock
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.txn.atomic import atomic_write
 

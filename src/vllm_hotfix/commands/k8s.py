@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers import k8s
-from vllm_hotfix.containers.lockfile import load_lock
+from vllm_hotfix.txn.lockfile import load_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
 from vllm_hotfix.output import emit_json, say
 

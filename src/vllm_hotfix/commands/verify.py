@@ -57,7 +57,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     resolver = Resolver(python)
     resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
 
-    from vllm_hotfix.containers import lockfile
+    from vllm_hotfix.txn import lockfile
     from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
     from vllm_hotfix.output import emit_json, say
 
@@ -67,7 +67,8 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
         from vllm_hotfix.paths import TargetDir
 
         target = resolver.package(package)  # the one resolution every command uses
-        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending())
+        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+                                  target.distribution)
 
     def mount_line(locked: lockfile.LockedFile, check: lockfile.FileCheck) -> str:
         beside_lock = lock_file.absolute().parent / locked.export

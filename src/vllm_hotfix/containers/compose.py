@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.containers import yamledit as ye
-from vllm_hotfix.containers.lockfile import Lock, LockedHotfix
+from vllm_hotfix.txn.lockfile import Lock, LockedHotfix
 
 LOCK_IN_CONTAINER = "/etc/vllm-hotfix/hotfix.lock"
 LOCK_ENV = "HOTFIX_LOCK"

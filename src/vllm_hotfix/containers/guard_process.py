@@ -5,17 +5,54 @@ and where does a line go so that someone sees it. Stdlib only.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
+
+from vllm_hotfix.paths import STRICT_ENV
 
 logger = logging.getLogger("vllm.vllm_hotfix")  # under "vllm": vLLM's own handler and format
 
 # `vllm SUBCOMMAND`s that serve nothing: strict mode warns there instead of stopping them
 NON_SERVING_SUBCOMMANDS = frozenset({"collect-env", "chat", "complete"})
 NON_SERVING_FLAGS = frozenset({"-h", "--help", "-v", "--version"})
+STRICT_VALUES = ("1", "true", "yes", "on")
+
+_fork_role: str | None = None  # set in a forked child: the multiprocessing.Process it is about to become
 
 
-def _forked_process_name() -> str | None:
+def strict() -> bool:
+    return os.environ.get(STRICT_ENV, "").strip().lower() in STRICT_VALUES
+
+
+def set_fork_role(name: str | None) -> None:
+    """In a forked child: the name of the process it is about to become (process_role says it)."""
+    global _fork_role
+    _fork_role = name
+
+
+def process_role() -> str:
+    """Best guess of what this vLLM process is: EngineCore_DP0, VllmWorker-1, ApiServer_0, main."""
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None:
+        name = multiprocessing.current_process().name
+        if name != "MainProcess":
+            return name
+    if _fork_role:
+        return _fork_role
+    if os.environ.get("RANK"):
+        return f"rank {os.environ['RANK']}"
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]]) if sys.argv and sys.argv[0] else "python"
+    return f"main ({command})"
+
+
+def module_line(module: str, path: str | None, text: str) -> str:
+    """One line per watched module import (guard_imports.py)."""
+    where = f" from {path}" if path else ""
+    return f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: module {module}{where}: {text}"
+
+
+def forked_process_name() -> str | None:
     """The name of the multiprocessing.Process being forked (the hook runs before it takes its name)."""
     frame = sys._getframe(1)
     for _ in range(12):
@@ -28,7 +65,7 @@ def _forked_process_name() -> str | None:
     return None
 
 
-def _flush() -> None:
+def flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -52,14 +89,14 @@ def serving_process() -> bool:
     return subcommand is not None and subcommand not in NON_SERVING_SUBCOMMANDS
 
 
-def _command() -> str:
+def command_line() -> str:
     return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
 
 
 _FALLBACK_FORMAT = "%(levelname)s %(asctime)s [vllm-hotfix guard] %(message)s"
 
 
-def _emit(level: int, message: str) -> None:
+def emit(level: int, message: str) -> None:
     """Log through vLLM's logger, so the line looks like every other vLLM line (vLLM's handler writes
     to stdout). Where that would say nothing (``VLLM_CONFIGURE_LOGGING=0``: no handler at all) or would
     mix into a command's output (``vllm --version``), write the line to stderr ourselves."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from vllm_hotfix.containers.compose import LOCK_ENV, LOCK_IN_CONTAINER
-from vllm_hotfix.containers.lockfile import Lock
+from vllm_hotfix.txn.lockfile import Lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from vllm_hotfix.core.apply import Plan, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
-from vllm_hotfix.errors import DoesNotApply, HotfixError, Refused
+from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
@@ -22,7 +22,8 @@ from vllm_hotfix.flow.resolve import target_summary
 from vllm_hotfix.install.locate import Target, locate_root
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.fsops import _parallel
-from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState, now
+from vllm_hotfix.paths import read_own_file
+from vllm_hotfix.txn.state import BACKUP_LIMIT, RecordedFile, RecordedHotfix, TargetState, now
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
     from vllm_hotfix.catalog.model import TargetSpec
@@ -58,8 +59,11 @@ def _backups(state: TargetState, tree: Tree, hotfix_id: str, baseline: dict[str,
         if data is None:
             continue
         rel = TargetState.backup_rel(hotfix_id, path)
-        existing = state.directory / rel
-        if existing.is_file() and sha256(existing.read_bytes()) == sha256(data):
+        try:  # read as input: a regular file, no symlink followed
+            kept = read_own_file(state.directory / rel, limit=BACKUP_LIMIT)
+        except (OSError, InvalidInput):
+            kept = None
+        if kept is not None and sha256(kept) == sha256(data):
             continue
         keep[rel] = path if current.get(path) == data else data
     return keep
@@ -85,20 +89,23 @@ def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: 
 
 
 def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: bool,
-                 lock_timeout: float | None = None) -> ApplyOutcome:
-    """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing, recorded in the same transaction."""
+                 lock_timeout: float | None = None, manifest_of=None) -> ApplyOutcome:
+    """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing on top of the target's series,
+    recorded in the same transaction. ``manifest_of(id)``: the catalog manifest of a recorded id
+    (its ``conflicts`` / ``after``)."""
 
     def prepare(state: TargetState, tree: Tree) -> transaction.Change:
-        proposal = propose(hotfix, target, state, tree)
-        if proposal.already and hotfix.id in state.hotfixes:
+        proposal = propose(hotfix, target, state, tree, manifest_of=manifest_of or (lambda _id: None))
+        if proposal.already and (hotfix.id in state.hotfixes or proposal.contained_in):
             return transaction.Change(Plan((), False), state, record_changed=False, result=proposal)
         if not proposal.already:
-            prove_baseline(proposal, spec)
+            prove_baseline(proposal, spec, state)
         current = {p: before for p, before, _ in _flatten(proposal.plan)}
         if proposal.already:  # applied by hand (or by another tool): adopt it, change no file
             current = {p: after for p, _, after in _flatten(proposal.plan)}
+        base = TargetState(state.directory, dict(state.target), {}) if proposal.reset else state
         new_state, keep = _record(
-            state, tree, hotfix_id=hotfix.id, version=hotfix.version, source=hotfix.source,
+            base, tree, hotfix_id=hotfix.id, version=hotfix.version, source=hotfix.source,
             patches=[(p.data, p.strip, p.exclude) for p in hotfix.patches], files=proposal.recorded_files(),
             baseline=proposal.baseline, current=current, package=hotfix.package, target_doc=target_summary(target))
         plan = Plan((), False) if proposal.already else proposal.plan

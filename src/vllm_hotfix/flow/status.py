@@ -13,14 +13,12 @@ from typing import Iterable, Sequence
 from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.apply import detect
-from vllm_hotfix.core.verdict import (
-    APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN,
-    files_verdict,
-)
+from vllm_hotfix.core.verdict import APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN
 from vllm_hotfix.errors import HotfixError, Refused, UsageError
-from vllm_hotfix.flow.applicability import applicability
+from vllm_hotfix.flow.applicability import Inapplicable, applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix
-from vllm_hotfix.flow.plan import _flatten, check_record, judge_record, release_changed
+from vllm_hotfix.flow.plan import _flatten, release_changed
+from vllm_hotfix.flow.series import file_checks, judge_recorded, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
@@ -60,42 +58,83 @@ def _apply_command(recorded: RecordedHotfix, option: str) -> str:
     return f"hotfix apply --patch PATCH --id {recorded.id} {option} --package {recorded.package or 'PACKAGE'}"
 
 
-def status_from_record(recorded: RecordedHotfix, root: Path, option: str, *, state: TargetState | None = None,
-                       target: Target | None = None) -> Status:
-    """A recorded hotfix judged by plan.judge_record (the same verdict `apply` acts on)."""
-    tree = Tree(root)
-    checks = check_record(recorded, tree)
-    if state is not None and target is not None:
-        word, detail = judge_record(state, recorded, target, tree)
-    else:
-        word, detail = files_verdict(checks)
+@dataclass(frozen=True)
+class SeriesView:
+    """One target's record and what its files say about every recorded hotfix (one read of each file)."""
+
+    target: Target
+    state: TargetState
+    checks: dict
+    broken: str | None
+
+    @classmethod
+    def of(cls, target: Target, state: TargetState | None = None) -> "SeriesView":
+        state = state if state is not None else TargetState.for_root(target.root)
+        checks, broken = file_checks(state, Tree(target.root))
+        return cls(target, state, checks, broken)
+
+
+def status_from_record(view: SeriesView, recorded: RecordedHotfix, *,
+                       inapplicable: Inapplicable | None = None) -> Status:
+    """A recorded hotfix in its series, judged by core.verdict.judge (the verdict `apply` acts on)."""
+    target, option = view.target, target_option(view.target)
+    word, detail = judge_recorded(view.state, recorded.id, target, view.checks, view.broken,
+                                  inapplicable=(inapplicable.state, inapplicable.message) if inapplicable else None)
+    checks = view.checks.get(recorded.id, ())
     files = tuple(c.to_json() for c in checks)
-    common = dict(id=recorded.id, version=recorded.version, target=str(root), files=files, recorded=True)
+    common = dict(id=recorded.id, version=recorded.version, target=str(target.root), files=files, recorded=True)
     redo = _apply_command(recorded, option)
     if word == APPLIED:
         return Status(state=APPLIED, detail=detail, **common)
+    if word == INTERRUPTED:
+        return replace(interrupted(recorded.id, recorded.version, target.root, option), files=files)
+    if inapplicable is not None and word == inapplicable.state:
+        return Status(state=word, detail=detail, advice=inapplicable.advice, **common)
     if word == LOST:
+        if release_changed(view.state.target.get("version"), target):
+            return Status(state=LOST, detail=detail, advice=f"re-run `{redo}` (it picks the patch for {target.version})",
+                          **common)
         return Status(state=LOST, detail=f"recorded as applied, but {detail}", advice=f"re-run `{redo}`", **common)
-    first = next(c.path for c in checks if c.state != "patched")
+    if word == UNKNOWN:
+        return Status(state=UNKNOWN, detail=detail, advice="see `hotfix where` and the record; restore the files, "
+                                                           "then apply again", **common)
+    first = next((c.path for c in checks if c.state != "patched"), "the files")
     return Status(state=DRIFTED, detail=detail,
                   advice=f"restore {first} (reinstall the package / git checkout, or `hotfix rollback {recorded.id} "
                          f"{option}` if only baseline files differ), then `{redo}`", **common)
 
 
-def status_from_files(hotfix: Hotfix, target: Target) -> Status:
-    """An unrecorded hotfix: does its series plan forward (not applied) or in reverse (applied)?"""
+def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = None) -> Status:
+    """An unrecorded hotfix: does its series plan forward (not applied) or in reverse (applied) on the
+    files as they are -- on top of what the target's recorded series put there?"""
     common = dict(id=hotfix.id, version=hotfix.version, target=str(target.root))
     option = target_option(target)
+    chains = steps_by_path(view.state) if view is not None else {}
     detection = detect(hotfix.series, Tree(target.root).read)
+    touched = [p for p, _, _ in _flatten(detection.plan)] if detection.plan is not None else []
+    owners = tuple(dict.fromkeys(s[0] for p in touched for s in chains.get(p, ())))
     if detection.state == "applicable":
         return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",
-                      files=tuple({"path": p, "state": "baseline"} for p, _, _ in _flatten(detection.plan)), **common)
+                      detail=f"applies on top of {', '.join(owners)}" if owners else "",
+                      files=tuple({"path": p, "state": "baseline"} for p in touched), **common)
     if detection.state == "conflict":
+        hit = next((p for p in chains if detection.error.message.startswith(p + ":")), None)
+        if hit is not None:
+            names = ", ".join(s[0] for s in chains[hit])
+            return Status(state=NOT_APPLIED, detail=f"does not apply on top of {names} (recorded): "
+                                                    f"{detection.error.message}",
+                          advice=f"it conflicts with {names}: roll back {names} first, or make one hotfix of both",
+                          **common)
         return Status(state=DRIFTED, detail=detection.error.message,
                       advice="the file is neither baseline nor patched: restore it, then apply", **common)
+    files = tuple({"path": p, "state": "patched"} for p in touched)
+    if owners:
+        return Status(state=APPLIED, detail=f"its change is in effect as part of {', '.join(owners)} (recorded); "
+                                            f"it is not recorded itself: roll back {owners[0]} to take it out",
+                      files=files, **common)
     return Status(state=APPLIED, detail="the files hold the patch, but it is not recorded here (applied by hand?); "
                                         f"`hotfix apply {hotfix.id} {option}` records it without changing a file",
-                  files=tuple({"path": p, "state": "patched"} for p, _, _ in _flatten(detection.plan)), **common)
+                  files=files, **common)
 
 
 def interrupted(hotfix_id: str, version, root: Path, option: str) -> Status:
@@ -104,37 +143,26 @@ def interrupted(hotfix_id: str, version, root: Path, option: str) -> Status:
                   f"run `hotfix recover {option}` (it puts every file and the record back as before)", recorded=True)
 
 
-def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, recorded: RecordedHotfix | None,
-                   *, recorded_version: str | None = None, patch_files: Sequence[Path] = (),
-                   state: TargetState | None = None) -> Status:
-    """The state of a catalog hotfix on a target, with its record (if any) and the release the record was made on."""
-    option = target_option(target)
-    if TargetDir.of(target.root).pending():
-        return interrupted(manifest.id, manifest.version, target.root, option)
-    upgraded = recorded is not None and release_changed(recorded_version, target)
+def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, view: SeriesView,
+                   *, patch_files: Sequence[Path] = ()) -> Status:
+    """The state of a catalog hotfix on a target: its record (if any) judged in the series, else its files."""
+    recorded = view.state.hotfixes.get(manifest.id)
     why_not = applicability(manifest, spec, target)
-    if why_not is not None:
-        detail = why_not.message
-        if upgraded:
-            detail = (f"{target.distribution} was changed from {recorded_version} to {target.version} under the "
-                      f"record; " + detail)
-        return Status(manifest.id, manifest.version, why_not.state, str(target.root), detail,
-                      why_not.advice, recorded=recorded is not None)
     if recorded is not None:
-        state = state if state is not None else TargetState.for_root(target.root)
-        found = status_from_record(recorded, target.root, option, state=state, target=target)
-        if upgraded:
-            return replace(found, advice=f"re-run `hotfix apply {manifest.id} {option}` (it picks the patch for "
-                                         f"{target.version})")
+        found = status_from_record(view, recorded, inapplicable=why_not)
         if not same_version(recorded.version, manifest.version) and found.state == APPLIED:
             return replace(found, detail=f"version {recorded.version} is applied; the catalog has {manifest.version}",
-                           advice=f"upgrade: `hotfix apply {manifest.id} {option}`")
+                           advice=f"upgrade: `hotfix apply {manifest.id} {target_option(target)}`")
         return found
+    if TargetDir.of(target.root).pending():
+        return interrupted(manifest.id, manifest.version, target.root, target_option(target))
+    if why_not is not None:
+        return Status(manifest.id, manifest.version, why_not.state, str(target.root), why_not.message, why_not.advice)
     try:
         hotfix = catalog_hotfix(manifest, target, patch_files=patch_files)
     except HotfixError as exc:
         return Status(manifest.id, manifest.version, UNKNOWN, str(target.root), exc.message, exc.hint)
-    return status_from_files(hotfix, target)
+    return status_from_files(hotfix, target, view)
 
 
 @dataclass
@@ -148,28 +176,25 @@ class Survey:
 
     def __post_init__(self) -> None:
         self.resolver = Resolver(self.python, self.root)
+        self._views: dict[str, SeriesView] = {}
+
+    def view(self, target: Target, state: TargetState | None = None) -> SeriesView:
+        """The series of one target, read once per survey (every status of it shares the file reads)."""
+        key = str(target.root)
+        if key not in self._views:
+            self._views[key] = SeriesView.of(target, state)
+        return self._views[key]
 
     def _record_status(self, target: Target, state: TargetState, recorded: RecordedHotfix) -> Status:
-        return _of_target(self._record_status_of(target, state, recorded), target)
-
-    def _record_status_of(self, target: Target, state: TargetState, recorded: RecordedHotfix) -> Status:
+        view = self.view(target, state)
         if recorded.source == "catalog" and recorded.id in self.catalog.ids():
-            return self._catalog_one(self.catalog.get(recorded.id), target, state)
-        option = target_option(target)
-        if TargetDir.of(target.root).pending():
-            return interrupted(recorded.id, recorded.version, target.root, option)
-        return status_from_record(recorded, Path(target.root), option, state=state, target=target)
+            manifest = self.catalog.get(recorded.id)
+            return _of_target(catalog_status(manifest, target, manifest.spec_for(target), view), target)
+        return _of_target(status_from_record(view, recorded), target)
 
-    def _catalog_one(self, manifest: Manifest, target: Target | None = None, state: TargetState | None = None) -> Status:
-        spec = None
-        if target is None:
-            target, spec = self.resolver.for_manifest(manifest)
-        else:
-            spec = manifest.target_for(target.distribution) if target.distribution else \
-                next((s for s in manifest.targets if s.package == target.package), None)
-        state = state if state is not None else TargetState.for_root(target.root)
-        return _of_target(catalog_status(manifest, target, spec, state.hotfixes.get(manifest.id),
-                                         recorded_version=state.target.get("version"), state=state), target)
+    def _catalog_one(self, manifest: Manifest) -> Status:
+        target, spec = self.resolver.for_manifest(manifest)
+        return _of_target(catalog_status(manifest, target, spec, self.view(target)), target)
 
     def named(self, refs: Iterable[tuple[str, str | None]]) -> list[Status]:
         out = []
@@ -191,7 +216,7 @@ class Survey:
         for target, state in self.resolver.records(self.catalog):
             if not state.hotfixes:  # only an interrupted first apply
                 out.append(interrupted("(unrecorded apply)", None, target.root, target_option(target)))
-            for hotfix_id, recorded in sorted(state.hotfixes.items()):
+            for hotfix_id, recorded in state.hotfixes.items():  # the series, in applied order
                 seen.add(hotfix_id)
                 out.append(self._record_status(target, state, recorded))
         if with_catalog:
@@ -204,7 +229,7 @@ class Survey:
                     continue  # its package is not installed for this interpreter
                 if spec is None:
                     continue
-                out.append(_of_target(catalog_status(manifest, target, spec, None), target))
+                out.append(_of_target(catalog_status(manifest, target, spec, self.view(target)), target))
         return out
 
     def holding(self, hotfix_id: str) -> tuple[Target, TargetState]:

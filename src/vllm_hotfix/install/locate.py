@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_hotfix.errors import Refused, UsageError, WriteFailed
+from vllm_hotfix.install import facts as install_facts
 from vllm_hotfix.install import probe as probe_module
 
 if TYPE_CHECKING:
@@ -143,21 +143,7 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
                      hint="it must be a Python 3.10-3.13 interpreter")
 
 
-def _under(path: Path, parent: Path) -> bool:
-    try:
-        path.resolve().relative_to(parent.resolve())
-        return True
-    except ValueError:
-        return False
-
-
-def _file_url_path(url: str | None) -> Path | None:
-    if not url:
-        return None
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(url)
-    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+_under = install_facts.under
 
 
 def _path_source(entry: str, facts: dict[str, Any]) -> str:
@@ -174,27 +160,6 @@ def _path_source(entry: str, facts: dict[str, Any]) -> str:
     return f"sys.path entry {entry}"
 
 
-def _choose_distribution(facts: dict[str, Any], package_dir: Path) -> dict[str, Any] | None:
-    dists = facts["distributions"]
-    for dist in dists:
-        if dist["dist_info"] and _under(package_dir, Path(dist["dist_info"]).parent):
-            return dist
-    return dists[0] if dists else None
-
-
-def _editable_project(dist: dict[str, Any] | None) -> Path | None:
-    """The project directory of an editable install (PEP 610 direct_url.json, as the probe read it)."""
-    if not dist or not dist.get("direct_url"):
-        return None
-    try:
-        url = json.loads(dist["direct_url"])
-    except ValueError:
-        return None
-    if not isinstance(url, dict) or not isinstance(url.get("dir_info"), dict) or not url["dir_info"].get("editable"):
-        return None
-    return _file_url_path(url.get("url")) if isinstance(url.get("url"), str) else None
-
-
 def _git_info(root: Path, warnings: list[str]) -> GitInfo | None:
     from vllm_hotfix.install import git as gitmod
 
@@ -205,52 +170,28 @@ def _git_info(root: Path, warnings: list[str]) -> GitInfo | None:
         return None
 
 
-def _work_tree(path: Path) -> Path | None:
-    from vllm_hotfix.install import git as gitmod  # here: a wheel install (the common case) needs none
-
-    return gitmod.find_work_tree(path)
-
-
 def target_from_facts(facts: dict[str, Any]) -> Target:
     """Turn probe facts into a Target; pure apart from git and file-existence checks."""
     package = facts["package"]
-    spec = facts.get("spec")
-    if spec is None or (not spec.get("origin") and not spec.get("locations")):
-        why = f" ({facts['spec_error']})" if facts.get("spec_error") else ""
+    try:
+        decided = install_facts.decide(facts)  # the one rule for kind, root, distribution (the guard's too)
+    except install_facts.NotImportable as exc:
         raise Refused(
-            f"package {package} is not importable by {facts['python']}{why}",
+            str(exc),
             hint="pass --python with the interpreter that runs vLLM (e.g. /opt/venv/bin/python) or set HOTFIX_PYTHON; "
             "for a source checkout pass --root DIR (e.g. /vllm-workspace/vllm-ascend)",
-        )
-    origin = Path(spec["origin"]) if spec.get("origin") and spec["origin"] not in ("namespace", "built-in", "frozen") else None
-    if spec.get("locations"):
-        package_dir = Path(spec["locations"][0])
-    elif origin is not None:
-        package_dir = origin.parent
-    else:
-        raise Refused(f"package {package} has no files on disk ({spec.get('origin')}): nothing to patch")
+        ) from None
+    package_dir, origin, dist, dist_info = decided.package_dir, decided.origin, decided.dist, decided.dist_info
+    kind, root = decided.kind, decided.root
     warnings: list[str] = []
     if origin is None:
         warnings.append(f"{package} resolves to a namespace package (no __init__.py) at {package_dir}: "
                         "a directory of that name on sys.path may be shadowing the real package")
-
-    dist = _choose_distribution(facts, package_dir)
-    dist_info = Path(dist["dist_info"]) if dist and dist.get("dist_info") else None
-    editable = _editable_project(dist)
-    finder_paths = [Path(f["path"]) for f in facts["editable_finders"]]
-
-    if editable is not None and (_under(package_dir, editable) or any(_under(package_dir, p) for p in finder_paths)):
-        kind, root = "editable", editable
-    elif dist is not None and dist["has_record"] and dist_info is not None and _under(package_dir, dist_info.parent):
-        kind, root = "wheel", dist_info.parent
-        if not dist["record_lists_init"] and origin is not None:
-            warnings.append(f"{dist_info}/RECORD does not list {package}/{origin.name}: the loaded files are not the ones pip installed")
-    else:
-        top = _work_tree(package_dir)
-        kind, root = ("git", top) if top is not None else ("directory", package_dir.parent)
+    if kind == install_facts.WHEEL and not dist["record_lists_init"] and origin is not None:
+        warnings.append(f"{dist_info}/RECORD does not list {package}/{origin.name}: the loaded files are not the ones pip installed")
 
     git_info = None
-    if kind in ("editable", "git") and _work_tree(root) is not None:
+    if kind in ("editable", "git") and install_facts.find_work_tree(root) is not None:
         git_info = _git_info(root, warnings)
 
     copies = [c for c in facts["copies"]]
