@@ -16,6 +16,7 @@ from vllm_hotfix.cli_options import (
     DOCTOR_EXIT_HELP, EXIT_CODES_HELP, catalog_option, dry_run_option, json_option, python_option, root_option,
 )
 from vllm_hotfix.errors import ExitCode, HotfixError
+from vllm_hotfix.settings import CONTAINER_LOCK, LOCK_ENV
 
 def _exit(code: int) -> None:
     raise SystemExit(code)
@@ -90,7 +91,7 @@ def status_cmd(hotfix_ids, python, root, catalogs, as_json) -> None:
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
 @python_option
 @root_option
-@click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path), envvar="HOTFIX_LOCK", help="Verify against a lock file written by `hotfix export` (env HOTFIX_LOCK).")
+@click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path), envvar=LOCK_ENV, help="Verify against a lock file written by `hotfix export` (env HOTFIX_LOCK).")
 @catalog_option
 @json_option
 def verify_cmd(hotfix_ids, python, root, lock_file, catalogs, as_json) -> None:
@@ -356,7 +357,7 @@ def gc_cmd(dry_run, as_json) -> None:
 @cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard, or check this environment.")
 @click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard.")
 @click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS, the installed entry point) keeps vLLM from loading the guard.")
-@click.option("--lock", "lock_file", help="Lock file path inside the container.", default="/etc/vllm-hotfix/hotfix.lock", show_default=True)
+@click.option("--lock", "lock_file", help="Lock file path inside the container.", default=CONTAINER_LOCK, show_default=True)
 @click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="Stop a vLLM process whose hotfix is not in effect.")
 @click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose", show_default=True)

@@ -12,15 +12,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-# -- names defined once: the files and environment variables other programs and people see ------------
-STATE_DIR_ENV = "HOTFIX_STATE_DIR"
-LOCK_ENV = "HOTFIX_LOCK"            # the guard and `hotfix verify`: the lock file to check
-REQUIRE_ENV = "HOTFIX_REQUIRE"      # the guard: ids that must be recorded as applied for the copy loaded
-STRICT_ENV = "HOTFIX_STRICT"        # the guard: stop a serving process whose hotfix is not in effect
-LOCK_NAME = "hotfix.lock"           # what `hotfix export` writes beside the exported files
-CONTAINER_LOCK = "/etc/vllm-hotfix/hotfix.lock"  # where compose, k8s and bake put it in the container
-STATE_NAME = "state.json"
-JOURNAL_NAME = "journal.json"
+from vllm_hotfix.settings import (  # noqa: F401 - the names, defined once there
+    CONTAINER_LOCK, JOURNAL_NAME, LOCK_ENV, LOCK_NAME, REQUIRE_ENV, STATE_DIR_ENV, STATE_NAME, STRICT_ENV)
 
 # Size caps for the files we read back: far above what we write, far below what hurts a process.
 STATE_LIMIT = 16 << 20

@@ -46,7 +46,8 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         if not hotfix_id:
             raise UsageError("name a hotfix (`hotfix list` shows them) or give --patch FILE")
         ref_id, version = parse_ref(hotfix_id)
-        manifest = Catalog.load(catalogs).get(ref_id, version)
+        catalog = Catalog.load(catalogs)
+        manifest = catalog.get(ref_id, version)
         if manifest.kind == "advisory":
             manifest.patches_for(None)  # refuses (exit 3, "is an advisory"), before any target is resolved
         target, spec = resolver.for_manifest(manifest)
@@ -55,7 +56,10 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         hotfix = catalog_hotfix(manifest, target, patch_files=patch_files, upstream_repo=upstream_repo)
     for warning in target.warnings:
         note(warning)
-    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run)
+    manifest_of = None
+    if patch_file is None:
+        manifest_of = lambda other: catalog.get(other) if other in catalog.ids() else None  # noqa: E731
+    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run, manifest_of=manifest_of)
     _report_hotfix(outcome, as_json=as_json)
     return 0
 
@@ -73,13 +77,21 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
             "applied": not outcome.dry_run and not proposal.already,
             "dry_run": outcome.dry_run, "already_applied": proposal.already,
             "superseded": proposal.superseded.version if proposal.superseded else None,
+            "contained_in": list(proposal.contained_in), "dropped": list(proposal.dropped),
             "files": [_edit_json(e) for e in edits],
         })
         return
     where = f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
+    if proposal.contained_in:
+        say(f"already in effect as part of {', '.join(proposal.contained_in)} (recorded on {where}): "
+            f"{hotfix.ref} makes the same change; nothing to do, and it is not recorded itself")
+        return
     if proposal.already:
         say(f"already applied: {hotfix.ref} on {where}; nothing to do")
         return
+    if proposal.dropped:
+        note(f"the record was made on another release: {', '.join(proposal.dropped)} are not in effect on "
+             f"{target.version} and are dropped from it; apply them again for this release")
     if proposal.superseded is not None:
         say(f"upgrade: {hotfix.id}@{proposal.superseded.version} is reversed and {hotfix.ref} applied, in one transaction")
     for edit in edits:

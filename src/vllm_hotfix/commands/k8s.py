@@ -27,7 +27,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Path, workload: Optional[str] 
     lock_path = export_dir / "hotfix.lock"
     lock = load_lock(lock_path)
     exported = {}
-    for locked in (f for h in lock.hotfixes for f in h.files):
+    for locked in lock.mounted_files():
         try:
             exported[locked.export] = (export_dir / locked.export).read_bytes()
         except OSError:

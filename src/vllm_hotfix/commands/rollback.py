@@ -27,7 +27,7 @@ def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool,
     if as_json:
         emit_json({
             "id": hotfix_id, "version": recorded.version, "target": str(target_root),
-            "dry_run": outcome.dry_run, "method": outcome.method,
+            "dry_run": outcome.dry_run, "method": outcome.method, "rebased": list(outcome.rebased),
             "files": [{"path": e.path, "action": e.action} for e in outcome.plan.edits],
         })
         return 0
@@ -35,6 +35,9 @@ def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool,
         say(f"{'restore' if edit.action != 'delete' else 'remove '} {edit.path}")
     how = {"backups": "from the recorded backups", "reverse": "by reverse-applying the recorded patch",
            "none": "(every file was already at its baseline)"}[outcome.method]
+    if outcome.rebased:
+        say(f"{', '.join(outcome.rebased)} stay{'s' if len(outcome.rebased) == 1 else ''} applied: "
+            f"{'its record was' if len(outcome.rebased) == 1 else 'their records were'} re-derived without {hotfix_id}")
     if outcome.dry_run:
         say(f"dry run: would roll back {hotfix_id}@{recorded.version} in {target_root} {how}; nothing was written")
     else:

@@ -126,7 +126,9 @@ def _guard_environment(resolver, as_json: bool) -> bool:
     from vllm_hotfix.output import note, say
 
     problems = environment_problems(entry_points=resolver.runs_here())  # entry points: this interpreter's only
-    wanted = any(os.environ.get(name, "").strip() for name in ("HOTFIX_LOCK", "HOTFIX_REQUIRE"))
+    from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV
+
+    wanted = any(os.environ.get(name, "").strip() for name in (LOCK_ENV, REQUIRE_ENV))
     for problem in problems:
         line = f"NOT IN EFFECT: guard: {problem}" if wanted else f"the in-process guard would not load: {problem}"
         (note if as_json or not wanted else say)(line)

@@ -19,8 +19,7 @@ from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.containers import yamledit as ye
 from vllm_hotfix.txn.lockfile import Lock, LockedHotfix
 
-LOCK_IN_CONTAINER = "/etc/vllm-hotfix/hotfix.lock"
-LOCK_ENV = "HOTFIX_LOCK"
+from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_ENV, LOCK_NAME  # noqa: F401 - named once
 
 
 @dataclass(frozen=True)
@@ -73,10 +72,10 @@ def mounts_for(lock: Lock, hotfixes: tuple[LockedHotfix, ...], export_source: st
     site = (container_site_packages or lock.site_packages).rstrip("/")
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
-    files = tuple(
-        Mount(f"{export_source}/{f.export}", f"{site}/{f.path}") for h in hotfixes for f in h.files
+    files = tuple(  # one mount per path: the top of its series (one file cannot be mounted twice)
+        Mount(f"{export_source}/{f.export}", f"{site}/{f.path}") for f in lock.mounted_files(hotfixes)
     )
-    return Mounts(files, Mount(f"{export_source}/hotfix.lock", LOCK_IN_CONTAINER), export_source)
+    return Mounts(files, Mount(f"{export_source}/{LOCK_NAME}", LOCK_IN_CONTAINER), export_source)
 
 
 # -- where to write ----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pathlib import Path
 from vllm_hotfix.containers.guard_model import HotfixNotInEffect, Verdict, Watched  # noqa: F401 - the API
 from vllm_hotfix.containers.guard_process import (  # noqa: F401
     command_line, emit, flush, forked_process_name, logger, process_role, serving_process, set_fork_role, strict)
-from vllm_hotfix.paths import LOCK_ENV, REQUIRE_ENV, STATE_DIR_ENV
+from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STATE_DIR_ENV
 
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
 _fork_hook_installed = False
@@ -180,6 +180,16 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
     results: list[tuple[Verdict, tuple]] = []
     for hotfix_id in ids:
         holding = [s for s in states if hotfix_id in s.hotfixes]
+        if holding:
+            recorded = holding[0].hotfixes[hotfix_id]
+            package = recorded.package or holding[0].target.get("package") or "vllm"
+        else:
+            package = "vllm"
+        installed = _installed(package)
+        if installed is not None and installed.pending:  # the record may be mid-transaction: no verdict but this
+            results.append((Verdict(hotfix_id, False, f"interrupted: an apply on {installed.root} was interrupted "
+                                                      f"and is not recovered", "run `hotfix recover`", "require"), None))
+            continue
         if not holding:
             if unreadable:  # the record may be in the state we cannot read: say that, not "apply it"
                 results.append((_unreadable(hotfix_id, unreadable), None))
@@ -188,17 +198,10 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
                                         f"apply it (`hotfix apply {hotfix_id}`) or point HOTFIX_STATE_DIR at the state "
                                         "of the install", "require"), None))
             continue
-        recorded = holding[0].hotfixes[hotfix_id]
-        package = recorded.package or holding[0].target.get("package") or "vllm"
-        installed = _installed(package)
         if installed is None:
             results.append((_not_importable(hotfix_id, package, "require"), None))
             continue
         here = next((s for s in holding if s.directory == TargetDir.of(installed.root).directory), None)
-        if installed.pending:  # the record may be mid-transaction: no verdict but this
-            results.append((Verdict(hotfix_id, False, f"interrupted: an apply on {installed.root} was interrupted "
-                                                      f"and is not recovered", "run `hotfix recover`", "require"), None))
-            continue
         if here is None:
             elsewhere = ", ".join(sorted({str(s.target.get("root")) for s in holding}))
             results.append((Verdict(

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from vllm_hotfix.paths import STRICT_ENV
+from vllm_hotfix.settings import STRICT_ENV
 
 logger = logging.getLogger("vllm.vllm_hotfix")  # under "vllm": vLLM's own handler and format
 

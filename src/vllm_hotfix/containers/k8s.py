@@ -25,13 +25,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from vllm_hotfix.containers.compose import LOCK_ENV, LOCK_IN_CONTAINER
+from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_ENV, LOCK_NAME, STRICT_ENV
 from vllm_hotfix.txn.lockfile import Lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)
 MAX_CONFIGMAPS = 8  # beyond this, mounting from ConfigMaps is the wrong tool: bake an image
-LOCK_KEY = "hotfix.lock"
+LOCK_KEY = LOCK_NAME
 LWS = "LeaderWorkerSet"
 LWS_TEMPLATES = ("leaderTemplate", "workerTemplate")
 BUILTIN_KINDS = {
@@ -137,7 +137,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
     items, files = [], {}
-    for index, locked in enumerate(f for h in lock.hotfixes for f in h.files):
+    for index, locked in enumerate(lock.mounted_files()):  # one per path: the top of its series
         data = exported.get(locked.export)
         if data is None:
             raise InvalidInput(f"the export has no file {locked.export} (listed in hotfix.lock)",
@@ -152,7 +152,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key, "readOnly": True}
               for cm in configmaps for item in cm.items]
     volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
-    env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": "HOTFIX_STRICT", "value": "1" if strict else "0"}]
+    env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": STRICT_ENV, "value": "1" if strict else "0"}]
 
     found = find(manifests, workload)
     kustomization: dict[str, Any] = {

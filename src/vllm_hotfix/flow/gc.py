@@ -8,7 +8,6 @@ target at all (only a lock file left by a transaction that wrote nothing) is sta
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 from vllm_hotfix.errors import HotfixError, WriteFailed
 from vllm_hotfix.paths import TargetDir, all_target_dirs
 from vllm_hotfix.txn.lock import target_lock
+from vllm_hotfix.txn.recovery import journal_root
 from vllm_hotfix.txn.state import TargetState
 from vllm_hotfix.txn.writable import describe
 
@@ -39,10 +39,7 @@ def _target_root(tdir: TargetDir) -> tuple[str | None, tuple[str, ...]]:
     root = state.target.get("root") if state is not None else None
     hotfixes = tuple(sorted(state.hotfixes)) if state is not None else ()
     if root is None and tdir.pending():
-        try:
-            root = json.loads((tdir.journal / "journal.json").read_bytes()).get("root")
-        except (OSError, ValueError, AttributeError):
-            root = None
+        root = journal_root(tdir.journal)
     return root, hotfixes
 
 

@@ -119,7 +119,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
         dropped = tuple(h for h in state.hotfixes if h != hotfix.id)
         state = TargetState(state.directory, dict(state.target), {})
         checks, recorded = {}, None
-    chains = steps_by_path(state)
+    below = state  # the series this hotfix goes on top of (without its own record when it is planned again)
     if recorded is not None:
         word, detail = judge_recorded(state, hotfix.id, target, checks, None)
         if word == DRIFTED:
@@ -132,16 +132,17 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
                           f"{target.root}; {hotfix.ref} cannot replace it there",
                           hint=f"roll back {', '.join(reversed(uppers))} first, upgrade {hotfix.id}, then apply them again")
         if word == LOST:
-            _refuse_lost_below(hotfix.id, chains, tree)
-            if not uppers:
-                recorded = None  # every file at its baseline: plan as a first apply, the new record replaces it
+            _refuse_lost_below(hotfix.id, steps_by_path(state), tree)
+            if not uppers:  # every file at its baseline: plan as a first apply, the new record replaces it
+                recorded, below = None, _without(state, hotfix.id)
             else:  # under others: again at its place, which needs exactly the bytes it recorded
                 detection = detect(series, tree.read)
                 if detection.state != "applicable":
                     raise detection.error or Refused(f"{hotfix.id}: does not apply again at its place in the series")
                 before = {p: b for p, b, _ in _flatten(detection.plan)}
+                others = steps_by_path(_without(state, hotfix.id))
                 proposal = Proposal(hotfix, target, detection.plan, False, before,
-                                    in_series=frozenset(p for p in before if len(chains.get(p, ())) > 1))
+                                    in_series=frozenset(p for p in before if p in others))
                 if {(f.path, f.before_sha256, f.after_sha256) for f in proposal.recorded_files()} != set(recorded.steps()):
                     raise Refused(f"{hotfix.id}: applying it again does not give the bytes it recorded under "
                                   f"{', '.join(uppers)}", hint=f"roll back {', '.join(reversed(uppers))} first")
@@ -162,12 +163,11 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
         plan = plan_patch(combined, tree.read)
         for p, before, _ in _flatten(plan):
             baseline.setdefault(p, before)
-        others = steps_by_path(TargetState(state.directory, state.target,
-                                           {k: v for k, v in state.hotfixes.items() if k != hotfix.id}))
+        others = steps_by_path(_without(state, hotfix.id))
         return Proposal(hotfix, target, plan, False, baseline, recorded,
                         in_series=frozenset(p for p in baseline if p in others))
-    if recorded is None:
-        _refuse_conflicts(hotfix, state, manifest_of)
+    _refuse_conflicts(hotfix, below, manifest_of)
+    chains = steps_by_path(below)
     detection = detect(series, tree.read)
     touched = {p for p, _, _ in _flatten(detection.plan)} if detection.plan is not None else set()
     shared = sorted(p for p in touched if p in chains)
@@ -181,9 +181,10 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
         error = detection.error
         hit = next((p for p in chains if error.message.startswith(p + ":")), None)
         if hit is not None:
-            raise DoesNotApply(f"{error.message} (on top of {', '.join(s[0] for s in chains[hit])}, recorded in "
-                               f"the series of {target.root})", hint=f"it conflicts with {', '.join(s[0] for s in chains[hit])}; "
-                               "roll those back, or make one hotfix of both") from None
+            names = ", ".join(s[0] for s in chains[hit])
+            raise DoesNotApply(f"{hotfix.ref} does not apply on top of {names} (recorded on {target.root}): "
+                               f"{error.message}", hint=f"it conflicts with {names}: roll back {names} first, or make "
+                                                        "one hotfix of both") from None
         raise error
     if detection.state == "applied":
         if shared:  # its change is what the recorded series already wrote: nothing of its own to record
@@ -191,9 +192,13 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
             return Proposal(hotfix, target, detection.plan, True, {}, contained_in=owners)
         return Proposal(hotfix, target, detection.plan, True, {p: after for p, _, after in _flatten(detection.plan)},
                         dropped=dropped, reset=reset)
-    _refuse_overlaps(hotfix, state, tree, detection.plan, shared, target)
+    _refuse_overlaps(hotfix, below, tree, detection.plan, shared, target)
     return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in _flatten(detection.plan)},
                     in_series=frozenset(shared), dropped=dropped, reset=reset)
+
+
+def _without(state: TargetState, hotfix_id: str) -> TargetState:
+    return TargetState(state.directory, state.target, {k: v for k, v in state.hotfixes.items() if k != hotfix_id})
 
 
 def _refuse_lost_below(hotfix_id: str, chains: dict, tree: Tree) -> None:
@@ -218,6 +223,8 @@ def _refuse_conflicts(hotfix: Hotfix, state: TargetState, manifest_of) -> None:
     """``conflicts`` (either side declares the other) and ``after`` (a recorded one must stay above)."""
     mine = hotfix.manifest
     for other_id in state.hotfixes:
+        if other_id == hotfix.id:
+            continue
         theirs = manifest_of(other_id)
         if other_id in _declared(mine, "conflicts") or hotfix.id in _declared(theirs, "conflicts"):
             who = mine if other_id in _declared(mine, "conflicts") else theirs

@@ -105,11 +105,12 @@ class Series:
         self.reversed_any = False  # some state below a file came from reversing a patch (no kept original)
 
     def part(self, hotfix_id: str, path: str) -> Patch:
-        """The file patches of ``hotfix_id``'s recorded patches that touch ``path`` (modify, create, delete)."""
+        """The file patches of ``hotfix_id``'s recorded patches that touch ``path`` (modify, create, delete;
+        a rename or copy only where no other hotfix touches the path: it is planned on the whole tree)."""
         if hotfix_id not in self._patches:
             self._patches[hotfix_id] = recorded_series(self.state, self.state.hotfixes[hotfix_id])
         files = tuple(fp for fp in self._patches[hotfix_id].files if path in (fp.old_path, fp.new_path))
-        if any(fp.old_path and fp.new_path and fp.old_path != fp.new_path for fp in files):
+        if _moves(files) and len(self.chains.get(path, ())) > 1:
             raise Refused(f"{path}: {hotfix_id} renames or copies it, and another hotfix of the series touches it too",
                           hint="a series supports renamed files only when no other hotfix touches them")
         return Patch(files, hotfix_id)
@@ -123,8 +124,8 @@ class Series:
         current = found.data if found else None
         at = level(chain, sha256(current))
         if at is None:
-            raise Refused(f"{self.tree.root / path}: holds neither the pristine bytes nor what "
-                          f"{', '.join(s[0] for s in chain)} put there (changed by hand?)",
+            raise Refused(f"{self.tree.root / path}: neither what {', '.join(s[0] for s in chain)} wrote nor the "
+                          f"baseline (changed by hand?)",
                           hint="restore it (reinstall the package / git checkout), then retry; nothing was changed")
         mode = found.mode if found else 0o100644
         wanted = [chain[0][1]] + [after for _, _, after in chain]
@@ -132,8 +133,10 @@ class Series:
         states[at] = current
         for i in range(at - 1, -1, -1):  # down: the step's kept original, else its patch reversed
             hotfix_id = chain[i][0]
+            if wanted[i] is None:  # the file did not exist before this step
+                continue
             kept = self._kept(hotfix_id, path, wanted[i])
-            if kept is None and wanted[i] is not None:
+            if kept is None:
                 self.reversed_any = True
             states[i] = kept if kept is not None else self._derive(hotfix_id, path, states[i + 1], mode, True, wanted[i])
         for i in range(at, len(chain)):  # up: each recorded patch applied to the state below it
@@ -148,8 +151,14 @@ class Series:
 
     def _derive(self, hotfix_id: str, path: str, data: bytes | None, mode: int, reverse: bool,
                 expected: str | None) -> bytes | None:
+        part = self.part(hotfix_id, path)
         try:
-            result, _ = apply_part(self.part(hotfix_id, path), path, data, mode, reverse=reverse)
+            if _moves(part.files):  # a rename / copy reads its other path: plan it on the tree as it is
+                plan = plan_patch(part, self.tree.read, reverse=reverse)
+                result = next((e.after for e in plan.edits if e.path == path),
+                              None if any(e.old_path == path for e in plan.edits) else data)
+            else:
+                result, _ = apply_part(part, path, data, mode, reverse=reverse)
         except DoesNotApply as exc:
             raise InvalidInput(f"{self.state.path}: {hotfix_id}'s recorded patch does not give the recorded "
                                f"bytes of {path}: {exc.message}",
@@ -220,6 +229,10 @@ class Series:
 
 
 _NO_RESULT = object()
+
+
+def _moves(files) -> bool:
+    return any(fp.old_path and fp.new_path and fp.old_path != fp.new_path for fp in files)
 
 
 def rebased_records(state: TargetState, hotfix_id: str, rebases: list[Rebase]) -> dict[str, RecordedHotfix]:

@@ -89,6 +89,9 @@ def status_from_record(view: SeriesView, recorded: RecordedHotfix, *,
     if word == INTERRUPTED:
         return replace(interrupted(recorded.id, recorded.version, target.root, option), files=files)
     if inapplicable is not None and word == inapplicable.state:
+        was = view.state.target.get("version")
+        if release_changed(was, target):
+            detail = f"{target.distribution} was changed from {was} to {target.version} under the record; {detail}"
         return Status(state=word, detail=detail, advice=inapplicable.advice, **common)
     if word == LOST:
         if release_changed(view.state.target.get("version"), target):

@@ -13,10 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from vllm_hotfix.paths import JOURNAL_NAME
 from vllm_hotfix.txn.atomic import unlink_if_present
 from vllm_hotfix.txn.writable import describe
 
-JOURNAL = "journal.json"
+JOURNAL = JOURNAL_NAME  # the name is defined once, in paths
 BACKUPS = "backups"
 RECORD_BACKUP = "record"
 

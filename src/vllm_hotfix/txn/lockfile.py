@@ -158,6 +158,7 @@ def parse_lock(data: bytes, *, source: str = LOCK_NAME) -> Lock:
 def _read_hotfix(f: Fields, doc: Any, where: str) -> LockedHotfix:
     doc = f.mapping(doc, where)
     hotfix_id = f.record_id(doc.get("id"), f.at(where, "id"))
+    files = f.items(f.get(doc, where, "files", list), f.at(where, "files"))
     package = f.package(doc, where, "package")
     if "." in package:  # find_spec of a dotted name imports its parent: never in a vLLM process
         raise f.fail(f.at(where, "package"), f"expected a top-level import name, got {package!r}")
@@ -172,7 +173,6 @@ def _read_hotfix(f: Fields, doc: Any, where: str) -> LockedHotfix:
     versions = f.text(doc, where, "versions", required=False, limit=512)
     if versions is not None and not verdict.version_in(baseline, versions):
         raise f.fail(f.at(where, "versions"), f"the exported baseline {baseline!r} is outside {versions!r}")
-    files = f.items(f.get(doc, where, "files", list), f.at(where, "files"))
     return LockedHotfix(
         id=hotfix_id,
         version=f.version(doc, where),

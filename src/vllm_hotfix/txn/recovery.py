@@ -4,16 +4,18 @@ their state before the interrupted transaction. Idempotent, so itself crash-safe
 from __future__ import annotations
 
 import errno
-import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_hotfix.core.docfields import Fields, load_json, relpath_problem
 from vllm_hotfix.errors import InvalidInput, WriteFailed
+from vllm_hotfix.paths import STATE_NAME
 from vllm_hotfix.txn.atomic import TEMP_SUFFIX, fsync_dir, temp_path_for, unlink_if_present
 from vllm_hotfix.txn.fsops import (
-    JOURNAL, _describe, _discard_backups, _drop_bytecode, _file_sha256, _signals_blocked,
+    BACKUPS, JOURNAL, RECORD_BACKUP, _describe, _discard_backups, _drop_bytecode, _file_sha256, _signals_blocked,
 )
 
 SCHEMA = 1
@@ -122,6 +124,86 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
     return RecoveryReport(journal_dir / JOURNAL, root, tuple(restored), tuple(removed), tuple(problems))
 
 
+TAG = re.compile(r"[0-9]{1,10}-[0-9a-f]{8}")
+
+
+def read_journal(journal_dir: Path) -> dict:
+    """journal.json of ``journal_dir``, read as input and validated (the one reader of the format;
+    ``txn.journal.commit`` is its one writer): its root must be the target whose state folder holds it,
+    every path it names is confined (files relative to that root, backups inside this journal or the
+    target's kept originals, the record this target's state.json). InvalidInput (exit 8) names the key
+    path of the first problem; such a journal steers no write."""
+    from vllm_hotfix.paths import JOURNAL_LIMIT, TargetDir, read_own_file
+
+    journal_dir = Path(journal_dir)
+    path = journal_dir / JOURNAL
+    hint = "restore the files listed in it by hand from its backups/, then remove it"
+    try:
+        data = read_own_file(path, limit=JOURNAL_LIMIT)
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read the journal: {exc.strerror}", hint=hint) from None
+    if data is None:
+        raise InvalidInput(f"{path}: no journal", hint=hint)
+    f = Fields(str(path))
+    doc = f.mapping(load_json(data, str(path)), "")
+    if f.get(doc, "", "schema", int) != SCHEMA:
+        raise f.fail("schema", f"unsupported journal schema {doc.get('schema')!r} (this vllm-hotfix writes {SCHEMA})")
+    root = f.text(doc, "", "root")
+    state_dir = journal_dir.parent
+    if not os.path.isabs(root) or TargetDir.of(root).directory.resolve() != state_dir.resolve():
+        raise f.fail("root", f"{root!r} is not the target whose state folder holds this journal ({state_dir})")
+    tag = f.text(doc, "", "tag")
+    if not TAG.fullmatch(tag):
+        raise f.fail("tag", f"expected PID-HEX, got {tag!r}")
+    for index, directory in enumerate(f.items(doc.get("created_dirs", []), "created_dirs")):
+        problem = relpath_problem(directory) if isinstance(directory, str) else "not a string"
+        if problem:
+            raise f.fail(f"created_dirs[{index}]", f"unsafe path {directory!r} ({problem})")
+    kept_dir = os.path.realpath(state_dir / "backups")
+
+    def backup(entry: dict, where: str) -> None:
+        value = f.text(entry, where, "backup", required=False)
+        if value is None:
+            return
+        if os.path.isabs(value):
+            real = os.path.realpath(value)
+            if os.path.commonpath([real, kept_dir]) != kept_dir or ".." in value.split("/"):
+                raise f.fail(f.at(where, "backup"), f"{value!r} is outside this target's kept originals")
+        elif not re.fullmatch(rf"{BACKUPS}/[0-9]+|{BACKUPS}/{RECORD_BACKUP}", value):
+            raise f.fail(f.at(where, "backup"), f"expected {BACKUPS}/N, got {value!r}")
+
+    record = doc.get("record")
+    if record is not None:
+        record = f.mapping(record, "record")
+        if os.path.realpath(f.text(record, "record", "path")) != os.path.realpath(state_dir / STATE_NAME):
+            raise f.fail("record.path", f"{record['path']!r} is not this target's {STATE_NAME}")
+        backup(record, "record")
+        f.sha256(record, "record", "before_sha256", required=False)
+        f.sha256(record, "record", "after_sha256", required=False)
+    for index, entry in enumerate(f.items(f.get(doc, "", "files", list), "files")):
+        where = f"files[{index}]"
+        entry = f.mapping(entry, where)
+        f.relpath(entry, where, "path")
+        backup(entry, where)
+        for key in ("before_sha256", "after_sha256"):
+            f.sha256(entry, where, key, required=False)
+        for key in ("before_mode", "after_mode"):
+            mode = f.get(entry, where, key, int, required=False)
+            if mode is not None and not 0 <= mode <= 0o7777:
+                raise f.fail(f.at(where, key), f"not a file mode: {mode}")
+        if entry.get("before_sha256") is not None and entry.get("before_mode") is None:
+            raise f.fail(f.at(where, "before_mode"), "missing")
+    return doc
+
+
+def journal_root(journal_dir: Path) -> str | None:
+    """The target root a pending journal names (validated), None when it cannot be read (gc)."""
+    try:
+        return read_journal(journal_dir)["root"]
+    except InvalidInput:
+        return None
+
+
 def _remove_stray_temps(journal_dir: Path) -> None:
     for name in os.listdir(journal_dir):
         if name.endswith(TEMP_SUFFIX):
@@ -142,27 +224,10 @@ def recover(journal_dir: Path) -> RecoveryReport | None:
     if not journal.exists():
         _discard_backups(journal_dir)
         return None
-    try:
-        record = json.loads(journal.read_bytes())
-        if record.get("schema") != SCHEMA:
-            raise ValueError(f"schema {record.get('schema')!r}")
-    except (ValueError, KeyError) as exc:
-        raise InvalidInput(f"{journal}: unreadable journal ({exc})",
-                           hint="restore the files listed in it by hand from its backups/") from None
+    record = read_journal(journal_dir)
     with _signals_blocked():
         report = _restore(record, journal_dir)
     if report.problems:
         raise WriteFailed(f"{journal}: could not restore {', '.join(report.problems)}",
                           hint="fix the cause (read-only or full file system?) and run `hotfix recover` again")
     return report
-
-
-def recover_target(root: Path) -> None:
-    """``recover`` the journal of the target ``root`` and say so; call with the target lock held."""
-    from vllm_hotfix.output import note
-    from vllm_hotfix.paths import TargetDir
-
-    report = recover(TargetDir.of(root).journal)
-    if report is not None:
-        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
-             f"{len(report.removed)} created file(s) removed")
