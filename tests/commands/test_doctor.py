@@ -66,7 +66,8 @@ def test_json_carries_first_errors_and_evidence(run_hotfix):
     assert (evidence[0]["tier"], evidence[0]["line"]) == ("specific", 3)
     first = next(e for e in evidence if e["role"] == "first-error" and e["source"] == str(MAMBA_LOGS[0]))
     assert first["line"] == 22 and first["normalised"].endswith("CUDA error: an illegal memory access was encountered")
-    assert {"kind": "flag", "name": "enable_prefix_caching", "value": "True"}.items() <= report["facts"][1].items()
+    assert any({"kind": "flag", "name": "enable_prefix_caching", "value": "True", "line": 2}.items() <= f.items()
+               for f in report["facts"])
     assert all(e["explain"] for e in evidence)
 
 
@@ -192,3 +193,54 @@ def test_real_vllm_0_30_0_needs_mamba_until_applied_and_0_32_0_has_it_upstream(r
     done = doctor(run_hotfix, *MAMBA_LOGS, "--python", fixed.python)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "mamba-align-block-size: fixed upstream" in done.stdout and "vllm 0.32.0 already contains the upstream fix" in done.stdout
+
+
+def test_fingerprints_that_agree_on_every_node_exit_0_and_say_so(run_hotfix, tmp_path):
+    line = "INFO 12-01 00:00:01 [guard.py:1] vllm-hotfix guard pid={} role={} fingerprint=hf1-0123456789abcdef: ok\n"
+    for node in ("node0", "node1"):
+        (tmp_path / f"{node}.log").write_text(line.format(100, "EngineCore_DP0") + line.format(101, "VllmWorker-0"))
+    done = doctor(run_hotfix, tmp_path / "node0.log", tmp_path / "node1.log")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "hotfix fingerprints agree on 2 nodes: hf1-0123456789abcdef (4 processes)" in done.stdout
+    assert "paste the first error" not in done.stderr and "no error line was found" in done.stderr
+    report = json.loads(doctor(run_hotfix, tmp_path / "node0.log", tmp_path / "node1.log", "--json").stdout)
+    assert report["fingerprints"]["agree"] == {"fingerprint": "hf1-0123456789abcdef", "logs": 2}
+
+
+def test_no_log_and_stdin_a_terminal_is_a_usage_error_not_a_silent_wait(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    primary, secondary = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "vllm_hotfix", "doctor"], stdin=secondary, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "HOTFIX_STATE_DIR": str(tmp_path)})
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert done.returncode == 2 and "no log to read: stdin is a terminal" in done.stderr
+    assert "docker logs vllm 2>&1 | hotfix doctor -" in done.stderr
+
+
+def test_the_log_and_the_target_disagree_and_the_log_decides(run_hotfix, tmp_path):
+    """vllm#27571's dumped step names 0.11.1rc4: on a 0.30 target mamba is still ruled out by the log's release."""
+    checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
+    log = tmp_path / "crash.log"
+    log.write_text((LOGS / "001-mamba-align.log").read_text().replace("0.30.0", "0.11.1rc4") + (LOGS / "001-cuda-gdb.txt").read_text())
+    done = doctor(run_hotfix, log, "--json")
+    (verdict,) = [v for v in json.loads(done.stdout)["verdicts"] if v["id"] == "mamba-align-block-size"]
+    assert verdict["level"] == "ruled-out" and verdict["state"] == "not-applicable" and done.returncode == 9
+    assert checkout.exists()
+
+
+@pytest.mark.real
+def test_real_target_and_log_disagree_the_report_says_so_and_the_log_decides(run_hotfix, vllm_install, tmp_path):
+    venv = vllm_install("0.30.0")
+    log = tmp_path / "crash.log"
+    log.write_text(MAMBA_LOGS[0].read_text().replace("0.30.0", "0.11.1rc4") + MAMBA_LOGS[2].read_text())
+    done = doctor(run_hotfix, log, "--python", venv.python)
+    assert done.returncode == 9, done.stdout + done.stderr
+    assert "note: the log says vllm 0.11.1rc4" in done.stdout and "has vllm 0.30.0" in done.stdout
+    assert "ruled out: mamba-align-block-size (the log's vllm 0.11.1rc4 is outside" in done.stdout
