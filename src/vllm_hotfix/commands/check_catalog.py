@@ -21,9 +21,8 @@ from vllm_hotfix.core.apply import FileState, Reader, plan_patch
 from vllm_hotfix.errors import DoesNotApply, ExitCode, HotfixError, InvalidInput, Unavailable, UsageError
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core import verdict
-from vllm_hotfix.flow.applicability import applicability
+from vllm_hotfix.flow.applicability import applicability, release_target
 from vllm_hotfix.flow.hotfix import checked_patch
-from vllm_hotfix.install.locate import Target
 from vllm_hotfix.output import emit_json, note, say
 
 # Per release: the hotfix's own states (core.verdict) where it does not belong, else what the dry run found.
@@ -73,7 +72,7 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
             jobs += [(manifest, target, release) for release in releases]
 
     for index, (manifest, target, release) in enumerate(jobs, start=1):
-        why_not = applicability(manifest, target, _release_target(target, release))  # the same rule as apply
+        why_not = applicability(manifest, target, release_target(target, release))  # the same rule as apply
         if why_not is not None and why_not.state == NOT_APPLICABLE:
             cells.append(Cell(manifest.ref, target.distribution, release, why_not.state, why_not.message))
             continue
@@ -138,13 +137,6 @@ def _releases_in_scope(manifest: Manifest, target: TargetSpec, published: list[s
     if wanted is not None:
         chosen = [r for r in chosen if wanted.contains(r, prereleases=True)]
     return chosen
-
-
-def _release_target(spec: TargetSpec, release: str) -> Target:
-    """A published release as a target (read from its wheel, never installed)."""
-    where = Path(f"<{spec.distribution}-{release}.whl>")
-    return Target(package=spec.package, distribution=spec.distribution, version=release, kind="wheel",
-                  package_dir=where / spec.package, root=where, dist_info=None, python=None, git=None, warnings=())
 
 
 def _dry_run(manifest: Manifest, target: TargetSpec, release: str, read: Reader) -> Cell:
