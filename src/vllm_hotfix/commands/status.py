@@ -10,18 +10,6 @@ from vllm_hotfix.output import emit_json, say
 MARKS = {"applied": "ok", "fixed-upstream": "ok", "not-applied": "--", "not-applicable": "--"}
 
 
-def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
-           with_catalog: bool) -> list:
-    """Statuses of the named hotfixes, or of every recorded one (+ matching catalog ones)."""
-    from vllm_hotfix.catalog.index import Catalog, parse_ref
-    from vllm_hotfix.flow.status import Survey
-
-    surveyor = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs))
-    if hotfix_ids:
-        return surveyor.named(parse_ref(i) for i in hotfix_ids)
-    return surveyor.everything(with_catalog=with_catalog)
-
-
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
         as_json: bool) -> int:
     """Exit 1 when a named or recorded hotfix is not in effect (catalog extras only inform)."""
@@ -29,6 +17,8 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
     from vllm_hotfix.errors import NotInEffect
 
     from vllm_hotfix.flow.status import fingerprint
+
+    from vllm_hotfix.flow.status import survey
 
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True)
     named = bool(hotfix_ids)
@@ -42,9 +32,10 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
         say("no hotfix recorded, and no catalog hotfix targets a package of this interpreter")
         return 0
     width = max(len(s.id) for s in statuses)
-    for s in statuses:
+    for s in statuses:  # recorded ones in series order (their place in it first, like `quilt applied`)
         version = f"@{s.version}" if s.version is not None else ""
-        say(f"{MARKS.get(s.state, '!!')} {s.id:<{width}} {s.state:<14} {version} {s.target}".rstrip())
+        place = f"{s.position}." if s.position is not None else ""
+        say(f"{MARKS.get(s.state, '!!')} {place:>3} {s.id:<{width}} {s.state:<14} {version} {s.target}".rstrip())
         if s.detail:
             say(f"     {s.detail}")
         if s.advice and s.state not in IN_EFFECT:

@@ -17,8 +17,8 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, loc
 
 def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> int:
     """Every named (else every recorded) hotfix must be applied or fixed upstream."""
-    from vllm_hotfix.commands.status import survey
     from vllm_hotfix.core.verdict import IN_EFFECT
+    from vllm_hotfix.flow.status import survey
     from vllm_hotfix.output import emit_json, say
 
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=False)

@@ -17,9 +17,11 @@ from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
-from vllm_hotfix.flow.plan import Proposal, _flatten, check_after, propose, prove_baseline
-from vllm_hotfix.flow.resolve import target_summary
-from vllm_hotfix.install.locate import Target, locate_root
+from vllm_hotfix.flow.plan import (Proposal, _flatten, check_after, propose, prove_baseline, refuse_overlaps,
+                                   shared_with_series)
+from vllm_hotfix.flow.series import steps_by_path
+from vllm_hotfix.flow.resolve import Resolver, target_summary
+from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.fsops import _parallel
 from vllm_hotfix.paths import read_own_file
@@ -137,7 +139,7 @@ class RawOutcome:
 def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool, dry_run: bool, hotfix_id: str | None,
               progress: Callable[[Tree, int], Callable] | None = None) -> RawOutcome:
     """A raw diff on a directory, recorded under ``hotfix_id`` (default: the file stem) like any hotfix."""
-    target = locate_root(root)
+    target = Resolver(root=Path(root)).package(None)
     data = read_patch_file(patch_file)
     hotfix_id = hotfix_id or Path(patch_file).stem
     version = sha256(data)[:12]
@@ -153,12 +155,27 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
                 raise Refused(f"{hotfix_id}: another diff is recorded under this id on {target.root}",
                               hint=f"roll it back (`hotfix rollback {hotfix_id} --root {target.root}`) or pass --id NAME")
             summary = (plan, stats, already)
+            chains = steps_by_path(state)
+            others = steps_by_path(TargetState(state.directory, state.target,
+                                               {k: v for k, v in state.hotfixes.items() if k != hotfix_id}))
+            if reverse and recorded is not None and any(p in others for p, _, _ in recorded.steps()):
+                # under (or over) other hotfixes of the series: the series rollback takes out exactly its hunks
+                from vllm_hotfix.flow.rollback import rollback_change
+
+                change = rollback_change(state, tree, hotfix_id, target.root, dry_run)
+                return transaction.Change(change.plan, change.state, True, result=(change.plan, stats, False))
             if reverse:
                 forget = recorded is not None  # taking a recorded diff out is its rollback
                 new_state = _next_state(state, dict(state.target), None, forget=hotfix_id) if forget else state
                 return transaction.Change(Plan((), True) if already else plan, new_state, forget, result=summary)
             if already and recorded is not None:
                 return transaction.Change(Plan((), False), state, record_changed=False, result=summary)
+            shared = shared_with_series(hotfix_id, plan, others if recorded is not None else chains, tree, target)
+            if already and shared:  # what the recorded series already wrote: nothing of its own to record
+                return transaction.Change(Plan((), False), state, record_changed=False, result=summary)
+            if not already and shared:
+                whole = patch if child is None else parse_patch(data, strip=strip, source=patch.source)  # not a half
+                refuse_overlaps(hotfix_id, whole, frozenset(), state, tree, shared, target)
             flat = _flatten(plan)
             digests = _parallel(sha256, [data for _, before, after in flat for data in (before, after)])
             if already:  # the reverse plan: its "before" is what is on disk (patched), its "after" the baseline

@@ -39,7 +39,7 @@ def _target_root(tdir: TargetDir) -> tuple[str | None, tuple[str, ...]]:
     root = state.target.get("root") if state is not None else None
     hotfixes = tuple(sorted(state.hotfixes)) if state is not None else ()
     if root is None and tdir.pending():
-        root = journal_root(tdir.journal)
+        root = journal_root(tdir.journal)  # gc then checks that this root keys this very state folder
     return root, hotfixes
 
 

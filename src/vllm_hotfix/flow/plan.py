@@ -13,8 +13,8 @@ from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST, same_release
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import Hotfix, recorded_series, sha256
 from vllm_hotfix.flow.series import Series, file_checks, judge_recorded, level, steps_by_path
-from vllm_hotfix.flow.resolve import target_option
-from vllm_hotfix.install.locate import Target, locate_package
+from vllm_hotfix.flow.resolve import Resolver, target_option
+from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import note
 from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState
@@ -169,14 +169,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     _refuse_conflicts(hotfix, below, manifest_of)
     chains = steps_by_path(below)
     detection = detect(series, tree.read)
-    touched = {p for p, _, _ in _flatten(detection.plan)} if detection.plan is not None else set()
-    shared = sorted(p for p in touched if p in chains)
-    for path in shared:  # on top of the series: it must be in effect in every file both touch
-        found = tree.read(path)
-        if level(chains[path], sha256(found.data if found else None)) != len(chains[path]):
-            below = ", ".join(s[0] for s in chains[path])
-            raise Refused(f"{path}: does not hold what the series ({below}) put there, so {hotfix.id} cannot go on "
-                          f"top of it", hint=f"see `hotfix status {target_option(target)}`; re-apply or roll back {below} first")
+    shared = shared_with_series(hotfix.id, detection.plan, chains, tree, target)
     if detection.state == "conflict":
         error = detection.error
         hit = next((p for p in chains if error.message.startswith(p + ":")), None)
@@ -192,7 +185,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
             return Proposal(hotfix, target, detection.plan, True, {}, contained_in=owners)
         return Proposal(hotfix, target, detection.plan, True, {p: after for p, _, after in _flatten(detection.plan)},
                         dropped=dropped, reset=reset)
-    _refuse_overlaps(hotfix, below, tree, detection.plan, shared, target)
+    refuse_overlaps(hotfix.id, series, frozenset(_declared(hotfix.manifest, "after")), below, tree, shared, target)
     return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in _flatten(detection.plan)},
                     in_series=frozenset(shared), dropped=dropped, reset=reset)
 
@@ -235,22 +228,35 @@ def _refuse_conflicts(hotfix: Hotfix, state: TargetState, manifest_of) -> None:
                           hint=f"roll back {other_id}, apply {hotfix.id}, then apply {other_id} again")
 
 
-def _refuse_overlaps(hotfix: Hotfix, state: TargetState, tree: Tree, plan: Plan, shared: list[str],
-                     target: Target) -> None:
-    """Two hotfixes whose hunks meet are refused, naming both, unless the new one's manifest orders them."""
-    if not shared:
-        return
-    ordered = frozenset(_declared(hotfix.manifest, "after"))
-    chain_of = Series(state, tree)
-    series = hotfix.series
+def shared_with_series(hotfix_id: str, plan: Plan | None, chains: dict, tree: Tree, target: Target) -> list[str]:
+    """The paths ``plan`` touches that the recorded series touches too; each must hold the top of its
+    series (the new hotfix goes on top of what is in effect), else Refused."""
+    touched = {p for p, _, _ in _flatten(plan)} if plan is not None else set()
+    shared = sorted(p for p in touched if p in chains)
     for path in shared:
         found = tree.read(path)
-        part = Patch(tuple(fp for fp in series.files if path in (fp.old_path, fp.new_path)), hotfix.ref)
-        hits = chain_of.overlapping(hotfix.id, path, found.data if found else None,
+        if level(chains[path], sha256(found.data if found else None)) != len(chains[path]):
+            names = ", ".join(s[0] for s in chains[path])
+            raise Refused(f"{path}: does not hold what the series ({names}) put there, so {hotfix_id} cannot go on "
+                          f"top of it", hint=f"see `hotfix status {target_option(target)}`; re-apply or roll back {names} first")
+    return shared
+
+
+def refuse_overlaps(hotfix_id: str, series: Patch, ordered: frozenset, state: TargetState, tree: Tree,
+                    shared: list[str], target: Target) -> None:
+    """Two hotfixes whose hunks meet are refused, naming both, unless the new one orders them (``ordered``:
+    its manifest's ``after``). The one rule for catalog, ad-hoc and raw applies."""
+    if not shared:
+        return
+    chain_of = Series(state, tree)
+    for path in shared:
+        found = tree.read(path)
+        part = Patch(tuple(fp for fp in series.files if path in (fp.old_path, fp.new_path)), hotfix_id)
+        hits = chain_of.overlapping(hotfix_id, path, found.data if found else None,
                                     found.mode if found else 0o100644, part, ordered)
         if hits:
-            raise Refused(f"{hotfix.id} and {', '.join(hits)} change the same lines of {path}",
-                          hint=f"if {hotfix.id} is meant to go on top of {hits[0]}, declare after = [\"{hits[0]}\"] in "
+            raise Refused(f"{hotfix_id} and {', '.join(hits)} change the same lines of {path}",
+                          hint=f"if {hotfix_id} is meant to go on top of {hits[0]}, declare after = [\"{hits[0]}\"] in "
                                f"its manifest; else roll back {hits[0]} (`hotfix rollback {hits[0]} {target_option(target)}`)")
 
 
@@ -364,7 +370,7 @@ def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:
         raise Refused(f"{proposal.hotfix.id}: none of the changed files is inside {target.package_dir}, "
                       f"the {target.package} that is loaded")
     if target.python is not None:
-        again = locate_package(target.package, target.python)
+        again = Resolver(target.python).package(target.package)  # a fresh resolution, the one every command uses
         if os.path.realpath(again.package_dir) != os.path.realpath(target.package_dir):
             raise Refused(f"{target.package} now resolves to {again.package_dir}, not the patched {target.package_dir}",
                           hint=f"`hotfix where {target.package} --python {target.python} --import` shows why")
@@ -375,7 +381,7 @@ def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:
 def _warn_if_checkout_not_loaded(target: Target) -> None:
     """A --root checkout is only in effect if the server's interpreter imports it: say what this one does."""
     try:
-        loaded = locate_package(target.package, None)
+        loaded = Resolver().package(target.package)
     except HotfixError:
         note(f"cannot tell from here which {target.package} the server loads; check with "
              f"`hotfix where {target.package} --python <the server's python> --import`")

@@ -40,6 +40,7 @@ class Status:
     recorded: bool = False
     distribution: str | None = None  # of the target (for the fingerprint)
     installed_version: str | None = None
+    position: int | None = None  # its place in the target's series (1 = applied first); None: not recorded
 
     @property
     def in_effect(self) -> bool:
@@ -47,7 +48,8 @@ class Status:
 
     def to_json(self) -> dict:
         return {"id": self.id, "version": self.version, "state": self.state, "target": self.target,
-                "recorded": self.recorded, "detail": self.detail, "advice": self.advice, "files": list(self.files)}
+                "recorded": self.recorded, "series": self.position, "detail": self.detail, "advice": self.advice,
+                "files": list(self.files)}
 
 
 def _apply_command(recorded: RecordedHotfix, option: str) -> str:
@@ -192,12 +194,13 @@ class Survey:
         view = self.view(target, state)
         if recorded.source == "catalog" and recorded.id in self.catalog.ids():
             manifest = self.catalog.get(recorded.id)
-            return _of_target(catalog_status(manifest, target, manifest.spec_for(target), view), target)
-        return _of_target(status_from_record(view, recorded), target)
+            return _of_target(catalog_status(manifest, target, manifest.spec_for(target), view), target, view.state)
+        return _of_target(status_from_record(view, recorded), target, view.state)
 
     def _catalog_one(self, manifest: Manifest) -> Status:
         target, spec = self.resolver.for_manifest(manifest)
-        return _of_target(catalog_status(manifest, target, spec, self.view(target)), target)
+        view = self.view(target)
+        return _of_target(catalog_status(manifest, target, spec, view), target, view.state)
 
     def named(self, refs: Iterable[tuple[str, str | None]]) -> list[Status]:
         out = []
@@ -249,10 +252,23 @@ class Survey:
         return holding[0]
 
 
-def _of_target(status: Status, target: Target) -> Status:
-    from dataclasses import replace
+def _of_target(status: Status, target: Target, state: TargetState | None = None) -> Status:
+    position = None
+    if state is not None and status.recorded and status.id in state.hotfixes:
+        position = list(state.hotfixes).index(status.id) + 1
+    return replace(status, distribution=target.distribution, installed_version=target.version, position=position)
 
-    return replace(status, distribution=target.distribution, installed_version=target.version)
+
+def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
+           with_catalog: bool) -> list[Status]:
+    """`status` and `verify`: the named hotfixes, or every recorded one in series order (+ the catalog's
+    others whose distribution this interpreter has, when ``with_catalog``)."""
+    from vllm_hotfix.catalog.index import parse_ref
+
+    surveyor = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs))
+    if hotfix_ids:
+        return surveyor.named(parse_ref(i) for i in hotfix_ids)
+    return surveyor.everything(with_catalog=with_catalog)
 
 
 def fingerprint(statuses: Iterable[Status]) -> str:

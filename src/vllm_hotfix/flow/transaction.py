@@ -118,7 +118,7 @@ def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None
 def recover_locked(root: Path) -> RecoveryReport | None:
     """Undo an interrupted transaction of ``root`` (files and record), then drop orphans; lock held."""
     tdir = TargetDir.of(root)
-    report = recover(tdir.journal)
+    report = recover(tdir.journal, root)  # the journal must name this very target
     if report is not None:
         note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
              f"{len(report.removed)} created file(s) removed, record as before")

@@ -127,13 +127,13 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
 TAG = re.compile(r"[0-9]{1,10}-[0-9a-f]{8}")
 
 
-def read_journal(journal_dir: Path) -> dict:
+def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
     """journal.json of ``journal_dir``, read as input and validated (the one reader of the format;
-    ``txn.journal.commit`` is its one writer): its root must be the target whose state folder holds it,
-    every path it names is confined (files relative to that root, backups inside this journal or the
-    target's kept originals, the record this target's state.json). InvalidInput (exit 8) names the key
-    path of the first problem; such a journal steers no write."""
-    from vllm_hotfix.paths import JOURNAL_LIMIT, TargetDir, read_own_file
+    ``txn.journal.commit`` is its one writer): its root must be ``root`` (the target whose state folder
+    holds it, when the caller knows it), every path it names is confined (files relative to that root,
+    backups inside this journal or the target's kept originals beside it, the record the state.json beside
+    it). InvalidInput (exit 8) names the key path of the first problem; such a journal steers no write."""
+    from vllm_hotfix.paths import JOURNAL_LIMIT, read_own_file
 
     journal_dir = Path(journal_dir)
     path = journal_dir / JOURNAL
@@ -148,10 +148,10 @@ def read_journal(journal_dir: Path) -> dict:
     doc = f.mapping(load_json(data, str(path)), "")
     if f.get(doc, "", "schema", int) != SCHEMA:
         raise f.fail("schema", f"unsupported journal schema {doc.get('schema')!r} (this vllm-hotfix writes {SCHEMA})")
-    root = f.text(doc, "", "root")
+    named = f.text(doc, "", "root")
     state_dir = journal_dir.parent
-    if not os.path.isabs(root) or TargetDir.of(root).directory.resolve() != state_dir.resolve():
-        raise f.fail("root", f"{root!r} is not the target whose state folder holds this journal ({state_dir})")
+    if not os.path.isabs(named) or (root is not None and os.path.realpath(named) != os.path.realpath(root)):
+        raise f.fail("root", f"{named!r} is not the target {root} whose state folder holds this journal")
     tag = f.text(doc, "", "tag")
     if not TAG.fullmatch(tag):
         raise f.fail("tag", f"expected PID-HEX, got {tag!r}")
@@ -210,7 +210,7 @@ def _remove_stray_temps(journal_dir: Path) -> None:
             (journal_dir / name).unlink(missing_ok=True)
 
 
-def recover(journal_dir: Path) -> RecoveryReport | None:
+def recover(journal_dir: Path, root: Path | str | None = None) -> RecoveryReport | None:
     """After a kill -9: put the target back to its state before the interrupted apply.
 
     Returns None when there was nothing to recover (leftover backups of an apply that had reached its
@@ -224,7 +224,7 @@ def recover(journal_dir: Path) -> RecoveryReport | None:
     if not journal.exists():
         _discard_backups(journal_dir)
         return None
-    record = read_journal(journal_dir)
+    record = read_journal(journal_dir, root)
     with _signals_blocked():
         report = _restore(record, journal_dir)
     if report.problems:
