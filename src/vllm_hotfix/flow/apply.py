@@ -17,8 +17,8 @@ from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
-from vllm_hotfix.flow.plan import (Proposal, _flatten, check_after, propose, prove_baseline, refuse_overlaps,
-                                   shared_with_series)
+from vllm_hotfix.flow.plan import (Proposal, _flatten, check_after, propose, prove_baseline, prove_bytes_pristine,
+                                   refuse_overlaps, shared_with_series)
 from vllm_hotfix.flow.series import steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_summary
 from vllm_hotfix.install.locate import Target
@@ -98,13 +98,14 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
 
     def prepare(state: TargetState, tree: Tree) -> transaction.Change:
         proposal = propose(hotfix, target, state, tree, manifest_of=manifest_of or (lambda _id: None))
-        if proposal.already and (hotfix.id in state.hotfixes or proposal.contained_in):
+        if proposal.already and ((hotfix.id in state.hotfixes and not proposal.reset) or proposal.contained_in):
             return transaction.Change(Plan((), False), state, record_changed=False, result=proposal)
         if not proposal.already:
             prove_baseline(proposal, spec, state)
         current = {p: before for p, before, _ in _flatten(proposal.plan)}
-        if proposal.already:  # applied by hand (or by another tool): adopt it, change no file
-            current = {p: after for p, _, after in _flatten(proposal.plan)}
+        if proposal.already:  # applied by hand (or by another tool): adopt it, change no file --
+            current = {p: after for p, _, after in _flatten(proposal.plan)}  # once what it undoes is pristine
+            prove_bytes_pristine(target, spec, proposal.baseline)
         base = TargetState(state.directory, dict(state.target), {}) if proposal.reset else state
         new_state, keep = _record(
             base, tree, hotfix_id=hotfix.id, version=hotfix.version, source=hotfix.source,

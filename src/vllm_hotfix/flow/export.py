@@ -24,10 +24,10 @@ from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
 from vllm_hotfix.flow.applicability import check_applicable
 from vllm_hotfix.flow.hotfix import catalog_hotfix, sha256
 from vllm_hotfix.flow.plan import prove_bytes_pristine, prove_files_pristine
-from vllm_hotfix.flow.resolve import Resolver
+from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.flow.series import Series, apply_part, steps_by_path
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.paths import LOCK_NAME
+from vllm_hotfix.paths import LOCK_NAME, TargetDir
 from vllm_hotfix.txn.state import TargetState
 
 
@@ -83,6 +83,9 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path) -> Ex
             if patch_spec.kind != "file":
                 raise Refused(f"{manifest.id}: patch {patch_spec.label} is a {patch_spec.kind} patch; export supports "
                               f"catalog patch files", hint="apply it in the image with `hotfix apply` instead")
+        if TargetDir.of(target.root).pending():
+            raise Refused(f"{manifest.id}: an apply or rollback on {target.root} was interrupted: its files may be "
+                          f"half-written", hint=f"run `hotfix recover {target_option(target)}` first")
         package = target.package
         targets.setdefault(package, target)
         pristine = readers.setdefault(package, _Pristine(target))
