@@ -227,6 +227,9 @@ def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
 @click.option("--exclude", multiple=True, help="Glob of paths to leave out (repeatable).")
 @click.option("--add-patch", "add_patches", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Extra diff file applied after the commit (repeatable).")
 @click.option("--from-install", "from_install", metavar="PACKAGE", help="Make the patch from files edited by hand in an installed wheel.")
+@click.option("--from-release", "from_release", metavar="DIST==X.Y.Z", help="Make a hotfix for --base from the Python files a published patch release changed.")
+@click.option("--base", metavar="X.Y.0", help="--from-release: the release the hotfix is for (default: X.Y.0 of the patch release).")
+@click.option("--split-by-file", is_flag=True, help="--from-release: one hotfix per changed file (ID-<file>) instead of one for the release.")
 @python_option
 @click.option("--target", "distribution", help="Distribution the hotfix targets (vllm, vllm-ascend).")
 @click.option("--versions", help="PEP 440 range the hotfix applies to, e.g. '>=0.29,<0.32' (--from-install: default ==installed).")
@@ -234,7 +237,7 @@ def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Catalog directory to write manifests/ and patches/ into.")
 @dry_run_option
 @json_option
-def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, python, distribution, versions, wheel, out_dir, dry_run, as_json) -> None:
+def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_release, base, split_by_file, python, distribution, versions, wheel, out_dir, dry_run, as_json) -> None:
     """Author a hotfix: write patches/ID/*.patch and manifests/ID.toml with hashes and stats.
 
     \b
@@ -243,11 +246,12 @@ def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, python,
           --exclude 'release_notes/**' --add-patch zero-null-row.patch \\
           --target vllm-ascend --versions '==0.30.0rc2' --out ./my-catalog
       hotfix new my-fix --from-install vllm --python /opt/venv/bin/python --out ./my-catalog
+      hotfix new vllm-0-25-1 --from-release vllm==0.25.1 --base 0.25.0 --out ./my-catalog [--split-by-file]
     Then: hotfix show ID --catalog ./my-catalog; hotfix check-catalog ID --catalog ./my-catalog
     """
     from vllm_hotfix.commands import new as command
 
-    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, from_release=from_release, base=base, split_by_file=split_by_file, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")
@@ -269,6 +273,69 @@ def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
     from vllm_hotfix.commands import check_catalog as command
 
     _exit(command.run(versions=versions, hotfix_ids=tuple(hotfix_ids), catalogs=tuple(catalogs), as_json=as_json))
+
+
+@cli.command("port", short_help="Port a hotfix to the published releases where none of its patches applies.")
+@click.argument("hotfix_id", metavar="ID")
+@click.option("--versions", help="Releases to port to: '0.26.0,0.27.0' or a range '>=0.26,<0.32' (default: the hotfix's range and fixed_in).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Catalog directory for the copy of the hotfix with its new variants (its own catalog directory: updated in place).")
+@catalog_option
+@dry_run_option
+@json_option
+def port_cmd(hotfix_id, versions, out_dir, catalogs, dry_run, as_json) -> None:
+    """Port a catalog hotfix to published releases where none of its patches applies.
+
+    Each release is judged like check-catalog (real wheels, cached): applies, fixed-upstream,
+    not-applicable, unavailable. Where no variant applies, the pristine files of the nearest release
+    where one does are merged three ways with the new release (`git merge-file`, then by words),
+    the result must pass the manifest's [[checks]], and becomes patches/ID/<release>.patch with its
+    versions range, md5, sha256 and stats. Exit 4 if a release conflicts (the hunk and both sides are
+    printed), 10 if a release could not be downloaded; then nothing is written. Needs git.
+
+    \b
+    Examples:
+      hotfix port mamba-align-block-size --versions '>=0.26,<0.32' --out ./my-catalog --dry-run
+      hotfix port my-fix --catalog ./my-catalog --out ./my-catalog     # update in place
+    """
+    from vllm_hotfix.commands import port as command
+
+    _exit(command.run(hotfix_id=hotfix_id, versions=versions, catalogs=tuple(catalogs), out_dir=out_dir, dry_run=dry_run, as_json=as_json))
+
+
+@cli.command("contains", short_help="Is a fix (catalog ID or raw diff) in this install or in published releases, by content?")
+@click.argument("hotfix_id", required=False, metavar="[ID]")
+@click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A raw diff to look for instead of a catalog hotfix.")
+@python_option
+@root_option
+@click.option("--versions", help="Published releases instead of an install: '0.30.0,0.31.0' or a range '>=0.29' (a matrix, read from the real wheels).")
+@click.option("--package", default=None, help="--patch with --python: the import name its paths are under (default vllm).")
+@click.option("--target", "distribution", default=None, help="--patch with --versions: the distribution whose releases to read (default vllm).")
+@click.option("-p", "strip", type=click.IntRange(min=0), default=None, help="Strip N leading path components of --patch (default 1).")
+@catalog_option
+@json_option
+def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distribution, strip, catalogs, as_json) -> None:
+    """Is this fix in this install (or in each published release), decided from the files?
+
+    \b
+    Answers:
+      contained       the files hold the fix's post-image (upstream merged it, or fixed_in says so)
+      applied         recorded here by `hotfix apply` and in effect
+      applicable      not there; the patch applies as it is
+      partly          some files or hunks hold the post-image, the rest does not apply
+      conflicts       nothing of it is there, and the patch does not apply
+      not-applicable  outside the hotfix's targets
+    Exit: 0 contained/applied, 1 applicable, 3 not-applicable, 4 partly/conflicts; with --versions
+    0 when every release was answered, 10 when one could not be downloaded.
+
+    \b
+    Examples:
+      hotfix contains mamba-align-block-size --python /opt/venv/bin/python
+      hotfix contains --patch fix.diff --versions '>=0.29'
+      hotfix contains --patch fix.diff --root /vllm-workspace/vllm
+    """
+    from vllm_hotfix.commands import contains as command
+
+    _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, python=python, root=root, versions=versions, package=package, distribution=distribution, strip=strip, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("export")
