@@ -13,7 +13,7 @@ import click
 
 from vllm_hotfix import __version__
 from vllm_hotfix.cli_options import (
-    DOCTOR_EXIT_HELP, EXIT_CODES_HELP, catalog_option, dry_run_option, json_option, python_option, root_option,
+    CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, NEW_HELP, PORT_HELP, catalog_option, dry_run_option, json_option, python_option, root_option,
 )
 from vllm_hotfix.errors import ExitCode, HotfixError
 
@@ -193,7 +193,7 @@ def show_cmd(hotfix_id, catalogs, as_json) -> None:
     _exit(command.run(hotfix_id=hotfix_id, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("doctor", short_help="Find the known issue (and its fix) behind a crash log.", epilog=DOCTOR_EXIT_HELP)
+@cli.command("doctor", help=DOCTOR_HELP, short_help="Find the known issue (and its fix) behind a crash log.", epilog=DOCTOR_EXIT_HELP)
 @click.argument("logs", nargs=-1, metavar="[LOG]...")
 @python_option
 @root_option
@@ -201,26 +201,13 @@ def show_cmd(hotfix_id, catalogs, as_json) -> None:
 @catalog_option
 @json_option
 def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
-    """Read crash logs (files, '-' for stdin, .gz too) and name the hotfix or advisory that fixes the crash.
-
-    Finds the first error of every process (vLLM's (EngineCore_DP0 pid=...) / (Worker_TP3 ...) prefixes,
-    CANN plog pids, one file = one process otherwise), matches the catalog's [[signatures]], and with
-    --python / --root checks whether the fix is already in effect on that target. Prints a ranked
-    verdict with the evidence lines (file:line), the confidence and the command to run next.
-
-    \b
-    Examples:
-      docker logs vllm 2>&1 | hotfix doctor - --python /opt/venv/bin/python
-      hotfix doctor vllm.log.gz dmesg.txt --json
-      hotfix doctor ~/ascend/log/debug/plog/*.log server.log --root /vllm-workspace/vllm-ascend
-    """
     from vllm_hotfix.commands import doctor as command
 
     _exit(command.run(logs=tuple(logs), python=python, root=root, catalogs=tuple(catalogs), as_json=as_json,
                       show_all=show_all))
 
 
-@cli.command("new", short_help="Author a hotfix from an upstream commit or a hand-edited install.")
+@cli.command("new", help=NEW_HELP, short_help="Author a hotfix from an upstream commit or a hand-edited install.")
 @click.argument("hotfix_id", metavar="ID")
 @click.option("--from-commit", "commit", help="Upstream commit to turn into a patch.")
 @click.option("--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local clone holding --from-commit.")
@@ -238,17 +225,6 @@ def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
 @dry_run_option
 @json_option
 def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_release, base, split_by_file, python, distribution, versions, wheel, out_dir, dry_run, as_json) -> None:
-    """Author a hotfix: write patches/ID/*.patch and manifests/ID.toml with hashes and stats.
-
-    \b
-    Examples:
-      hotfix new glm-conv-null-slot --from-commit f5826a4 --repo ./vllm-ascend \\
-          --exclude 'release_notes/**' --add-patch zero-null-row.patch \\
-          --target vllm-ascend --versions '==0.30.0rc2' --out ./my-catalog
-      hotfix new my-fix --from-install vllm --python /opt/venv/bin/python --out ./my-catalog
-      hotfix new vllm-0-25-1 --from-release vllm==0.25.1 --base 0.25.0 --out ./my-catalog [--split-by-file]
-    Then: hotfix show ID --catalog ./my-catalog; hotfix check-catalog ID --catalog ./my-catalog
-    """
     from vllm_hotfix.commands import new as command
 
     _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, from_release=from_release, base=base, split_by_file=split_by_file, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
@@ -275,7 +251,7 @@ def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
     _exit(command.run(versions=versions, hotfix_ids=tuple(hotfix_ids), catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("port", short_help="Port a hotfix to the published releases where none of its patches applies.")
+@cli.command("port", help=PORT_HELP, short_help="Port a hotfix to the published releases where none of its patches applies.")
 @click.argument("hotfix_id", metavar="ID")
 @click.option("--versions", help="Releases to port to: '0.26.0,0.27.0' or a range '>=0.26,<0.32' (default: the hotfix's range and fixed_in).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Catalog directory for the copy of the hotfix with its new variants (its own catalog directory: updated in place).")
@@ -283,26 +259,12 @@ def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
 @dry_run_option
 @json_option
 def port_cmd(hotfix_id, versions, out_dir, catalogs, dry_run, as_json) -> None:
-    """Port a catalog hotfix to published releases where none of its patches applies.
-
-    Each release is judged like check-catalog (real wheels, cached): applies, fixed-upstream,
-    not-applicable, unavailable. Where no variant applies, the pristine files of the nearest release
-    where one does are merged three ways with the new release (`git merge-file`, then by words),
-    the result must pass the manifest's [[checks]], and becomes patches/ID/<release>.patch with its
-    versions range, md5, sha256 and stats. Exit 4 if a release conflicts (the hunk and both sides are
-    printed), 10 if a release could not be downloaded; then nothing is written. Needs git.
-
-    \b
-    Examples:
-      hotfix port mamba-align-block-size --versions '>=0.26,<0.32' --out ./my-catalog --dry-run
-      hotfix port my-fix --catalog ./my-catalog --out ./my-catalog     # update in place
-    """
     from vllm_hotfix.commands import port as command
 
     _exit(command.run(hotfix_id=hotfix_id, versions=versions, catalogs=tuple(catalogs), out_dir=out_dir, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("contains", short_help="Is a fix (catalog ID or raw diff) in this install or in published releases, by content?")
+@cli.command("contains", help=CONTAINS_HELP, short_help="Is a fix (catalog ID or raw diff) in this install or in published releases, by content?")
 @click.argument("hotfix_id", required=False, metavar="[ID]")
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A raw diff to look for instead of a catalog hotfix.")
 @python_option
@@ -314,25 +276,6 @@ def port_cmd(hotfix_id, versions, out_dir, catalogs, dry_run, as_json) -> None:
 @catalog_option
 @json_option
 def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distribution, strip, catalogs, as_json) -> None:
-    """Is this fix in this install (or in each published release), decided from the files?
-
-    \b
-    Answers:
-      contained       the files hold the fix's post-image (upstream merged it, or fixed_in says so)
-      applied         recorded here by `hotfix apply` and in effect
-      applicable      not there; the patch applies as it is
-      partly          some files or hunks hold the post-image, the rest does not apply
-      conflicts       nothing of it is there, and the patch does not apply
-      not-applicable  outside the hotfix's targets
-    Exit: 0 contained/applied, 1 applicable, 3 not-applicable, 4 partly/conflicts; with --versions
-    0 when every release was answered, 10 when one could not be downloaded.
-
-    \b
-    Examples:
-      hotfix contains mamba-align-block-size --python /opt/venv/bin/python
-      hotfix contains --patch fix.diff --versions '>=0.29'
-      hotfix contains --patch fix.diff --root /vllm-workspace/vllm
-    """
     from vllm_hotfix.commands import contains as command
 
     _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, python=python, root=root, versions=versions, package=package, distribution=distribution, strip=strip, catalogs=tuple(catalogs), as_json=as_json))
