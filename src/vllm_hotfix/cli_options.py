@@ -19,7 +19,8 @@ Exit codes:
   7  busy: another hotfix process holds the target's lock
   8  invalid input: malformed diff, manifest or lock file
   9  doctor: no known issue matches the logs
-  10 unavailable: a release could not be listed or downloaded (check-catalog, new)
+  10 unavailable: a release could not be listed or downloaded (check-catalog, port,
+     contains --versions, new)
   70 internal error (HOTFIX_DEBUG=1 shows the traceback)
   130/143 interrupted by SIGINT/SIGTERM; every file was restored
 """

@@ -10,11 +10,11 @@ vLLM's ``vllm-rs``) are only listed: a rebuilt binary differs even when its sour
 
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix.catalog.upstream import WheelReader
+from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.install.record import RecordEntry, data_digest, parse_record
 
 COMPILED_SUFFIXES = (".so", ".pyd", ".dylib", ".dll", ".o", ".a")
@@ -43,14 +43,13 @@ class WheelDiff:
     package: str                # the top-level import name the files live under
 
 
-class _Wheel:
+class _Wheel(WheelReader):
+    """A wheel with its RECORD, checked against the zip's own listing and sizes."""
+
     def __init__(self, path: Path):
-        self.path = Path(path)
-        try:
-            self.zip = zipfile.ZipFile(self.path)
-        except (OSError, zipfile.BadZipFile) as exc:
-            raise Refused(f"{self.path}: not a readable wheel: {exc}") from None
-        self.members = {i.filename: i for i in self.zip.infolist() if not i.is_dir()}
+        super().__init__(path)
+        self.path = self.wheel
+        self.zip = self.archive
         records = [n for n in self.members if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
         if len(records) != 1:
             raise InvalidInput(f"{self.path.name}: expected one *.dist-info/RECORD, found {len(records)}")
@@ -81,9 +80,6 @@ class _Wheel:
 
     def mode(self, name: str) -> int:
         return (self.members[name].external_attr >> 16) & 0o777 or 0o644
-
-    def close(self) -> None:
-        self.zip.close()
 
 
 def _is_metadata(name: str) -> bool:
