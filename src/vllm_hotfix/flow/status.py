@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
-from vllm_hotfix.core.apply import detect
+from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
 from vllm_hotfix.core.verdict import APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN
 from vllm_hotfix.errors import HotfixError, Refused, UsageError
 from vllm_hotfix.flow.applicability import Inapplicable, applicability
@@ -115,22 +115,21 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
     common = dict(id=hotfix.id, version=hotfix.version, target=str(target.root))
     option = target_option(target)
     chains = steps_by_path(view.state) if view is not None else {}
-    detection = detect(hotfix.series, Tree(target.root).read)
-    touched = [p for p, _, _ in _flatten(detection.plan)] if detection.plan is not None else []
+    found = presence(hotfix.series, Tree(target.root).read)  # the content rule `hotfix contains` answers with
+    touched = [p for p, _, _ in _flatten(found.plan)] if found.plan is not None else []
     owners = tuple(dict.fromkeys(s[0] for p in touched for s in chains.get(p, ())))
-    if detection.state == "applicable":
+    if found.state == APPLICABLE:
         return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",
                       detail=f"applies on top of {', '.join(owners)}" if owners else "",
                       files=tuple({"path": p, "state": "baseline"} for p in touched), **common)
-    if detection.state == "conflict":
-        hit = next((p for p in chains if detection.error.message.startswith(p + ":")), None)
+    if found.state != CONTAINED:  # partly / conflicts
+        hit = next((f.path for f in found.files if f.state != CONTAINED and f.path in chains), None)
         if hit is not None:
             names = ", ".join(s[0] for s in chains[hit])
-            return Status(state=NOT_APPLIED, detail=f"does not apply on top of {names} (recorded): "
-                                                    f"{detection.error.message}",
+            return Status(state=NOT_APPLIED, detail=f"does not apply on top of {names} (recorded): {found.detail}",
                           advice=f"it conflicts with {names}: roll back {names} first, or make one hotfix of both",
                           **common)
-        return Status(state=DRIFTED, detail=detection.error.message,
+        return Status(state=DRIFTED, detail=found.detail,
                       advice="the file is neither baseline nor patched: restore it, then apply", **common)
     files = tuple({"path": p, "state": "patched"} for p in touched)
     if owners:
