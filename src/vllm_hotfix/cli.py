@@ -112,7 +112,7 @@ def verify_cmd(hotfix_ids, python, root, lock_file, catalogs, as_json) -> None:
 @catalog_option
 @json_option
 def rollback_cmd(hotfix_id, python, root, dry_run, catalogs, as_json) -> None:
-    """Restore the files a hotfix changed, byte for byte."""
+    """Take a hotfix out of the files, byte for byte, wherever it sits in the series (hotfix status lists it)."""
     from vllm_hotfix.commands import rollback as command
 
     _exit(command.run(hotfix_id=hotfix_id, python=python, root=root, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))

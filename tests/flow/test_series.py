@@ -85,7 +85,8 @@ def test_three_in_order_then_rolled_back_from_the_middle_and_the_bottom(target, 
     done = hotfix("rollback", MAMBA_ID)  # the bottom one, under pr77-postprocess: its hunks reversed in place
     assert statuses(hotfix) == [("states-note", "applied"), ("pr77-postprocess", "applied")]
     assert (sp / MAMBA).read_bytes() == git_applied(pristine[MAMBA], pr77, tmp=tmp_path / "pr77")
-    assert "pr77-postprocess" in done.stdout  # says whose record was re-derived
+    assert "by reversing its hunks under pr77-postprocess" in done.stdout  # and whose record was re-derived
+    assert "pr77-postprocess stays applied: its record was re-derived" in done.stdout
     hotfix("verify")
     hotfix("apply", MAMBA_ID)  # and back on top
     assert statuses(hotfix)[-1] == (MAMBA_ID, "applied")
@@ -101,10 +102,10 @@ def test_the_same_change_under_another_id_is_not_recorded_and_cannot_revert_it(t
     venv, hotfix = target
     hotfix("apply", MAMBA_ID)
     done = hotfix("apply", "same-change")
-    assert "already in effect as part of mamba-align-block-size" in done.stdout
+    assert "already in effect as part of what the recorded series (mamba-align-block-size) put in" in done.stdout
     assert statuses(hotfix) == [(MAMBA_ID, "applied")]
     (same,) = json.loads(hotfix("status", "same-change", "--json").stdout)
-    assert same["state"] == "applied" and "part of mamba-align-block-size" in same["detail"]
+    assert same["state"] == "applied" and "part of what the recorded series (mamba-align-block-size)" in same["detail"]
     done = hotfix("rollback", "same-change", code=3)  # never silently reverts the file under mamba
     assert MAMBA_ID in done.stderr
     assert statuses(hotfix) == [(MAMBA_ID, "applied")]

@@ -83,8 +83,8 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
         return
     where = f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
     if proposal.contained_in:
-        say(f"already in effect as part of {', '.join(proposal.contained_in)} (recorded on {where}): "
-            f"{hotfix.ref} makes the same change; nothing to do, and it is not recorded itself")
+        say(f"already in effect as part of what the recorded series ({', '.join(proposal.contained_in)}) put in "
+            f"{where}: {hotfix.ref} makes the same change; nothing to do, and it is not recorded itself")
         return
     if proposal.already:
         say(f"already applied: {hotfix.ref} on {where}; nothing to do")

@@ -34,6 +34,7 @@ def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool,
     for edit in outcome.plan.edits:
         say(f"{'restore' if edit.action != 'delete' else 'remove '} {edit.path}")
     how = {"backups": "from the recorded backups", "reverse": "by reverse-applying the recorded patch",
+           "in-place": "by reversing its hunks under " + ", ".join(outcome.rebased),
            "none": "(every file was already at its baseline)"}[outcome.method]
     if outcome.rebased:
         say(f"{', '.join(outcome.rebased)} stay{'s' if len(outcome.rebased) == 1 else ''} applied: "

@@ -27,7 +27,7 @@ class RollbackOutcome:
 
     recorded: RecordedHotfix
     plan: Plan
-    method: str  # 'backups' | 'reverse' | 'none'
+    method: str  # 'backups' | 'reverse' | 'in-place' (its hunks reversed under others) | 'none'
     dry_run: bool
     rebased: tuple[str, ...] = ()  # hotfixes above it whose records were re-derived without it
 
@@ -53,7 +53,7 @@ def rollback_change(state: TargetState, tree: Tree, hotfix_id: str, root: Path, 
     plan = Plan(tuple(edits), True)
     hotfixes = rebased_records(state, hotfix_id, rebases)
     rebased = tuple(h for h in hotfixes if hotfixes[h] != state.hotfixes[h])
-    method = "none" if not edits else ("reverse" if series.reversed_any else "backups")
+    method = "none" if not edits else "in-place" if series.in_place else "reverse" if series.reversed_any else "backups"
     after = TargetState(state.directory, dict(state.target), hotfixes)
     return transaction.Change(plan, after, True, result=RollbackOutcome(recorded, plan, method, result_dry_run, rebased))
 

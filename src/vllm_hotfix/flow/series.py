@@ -103,6 +103,7 @@ class Series:
         self.chains = steps_by_path(state)
         self._patches: dict[str, Patch] = {}
         self.reversed_any = False  # some state below a file came from reversing a patch (no kept original)
+        self.in_place = False  # ``without`` reversed hunks under other hotfixes that stay
 
     def part(self, hotfix_id: str, path: str) -> Patch:
         """The file patches of ``hotfix_id``'s recorded patches that touch ``path`` (modify, create, delete;
@@ -221,6 +222,7 @@ class Series:
                 reversed_here, _ = apply_part(self.part(hotfix_id, path), path, states[at], mode, reverse=True)
             except DoesNotApply:
                 reversed_here = _NO_RESULT
+            self.in_place = True
             if reversed_here != replay[at - index - 1]:
                 raise Refused(f"{hotfix_id}: its hunks in {path} do not reverse cleanly under {', '.join(uppers)}",
                               hint=f"roll back {uppers[-1]} first (`hotfix rollback {uppers[-1]}`), then {hotfix_id}")

@@ -133,8 +133,8 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
                       advice="the file is neither baseline nor patched: restore it, then apply", **common)
     files = tuple({"path": p, "state": "patched"} for p in touched)
     if owners:
-        return Status(state=APPLIED, detail=f"its change is in effect as part of {', '.join(owners)} (recorded); "
-                                            f"it is not recorded itself: roll back {owners[0]} to take it out",
+        return Status(state=APPLIED, detail=f"its change is in effect as part of what the recorded series "
+                                            f"({', '.join(owners)}) put there; it is not recorded itself",
                       files=files, **common)
     return Status(state=APPLIED, detail="the files hold the patch, but it is not recorded here (applied by hand?); "
                                         f"`hotfix apply {hotfix.id} {option}` records it without changing a file",
