@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from typing import Any, Iterable, Iterator, TypeVar
@@ -44,3 +45,27 @@ def progress(items: Iterable[T], total: int, label: str, *, enabled: bool | None
             sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
             sys.stderr.flush()
     sys.stderr.write("\n")
+
+
+# git's quote_c_style with core.quotePath on: control characters, '"', '\' and every byte >= 0x80.
+_C_QUOTED = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 34: '\\"', 92: "\\\\"}
+_PLAIN = frozenset(range(0x20, 0x7F)) - {34, 92}
+_NEEDS_QUOTING = re.compile(r'[^\x20-\x7e]|["\\]')
+
+
+def quote_path(name: str) -> str:
+    """A file name taken from a patch, a record or a lock, as git prints it (``core.quotePath``): as is
+    when every byte is printable ASCII, else C-quoted in double quotes (``"b/x\\nFAKE"``,
+    ``"caf\\303\\251.py"``), so no name can forge an output line or hide behind terminal escapes.
+    Every human-readable line that names such a file goes through here; --json needs no quoting."""
+    if not _NEEDS_QUOTING.search(name):
+        return name
+    raw = name.encode("utf-8", "surrogateescape")
+    out = ['"']
+    for byte in raw:
+        if byte in _PLAIN:
+            out.append(chr(byte))
+        else:
+            out.append(_C_QUOTED.get(byte) or f"\\{byte:03o}")
+    out.append('"')
+    return "".join(out)

@@ -9,7 +9,7 @@ from typing import Sequence
 from vllm_hotfix.core.apply import FileEdit, Plan
 from vllm_hotfix.core.diff import DiffStat
 from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, quote_path, say
 
 LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
 
@@ -112,7 +112,9 @@ def _offsets(edit: FileEdit) -> list[int]:
 
 
 def _describe(edit: FileEdit) -> str:
-    name = f"{edit.old_path} -> {edit.path}" if edit.action == "rename" else edit.path
+    name = quote_path(edit.path)
+    if edit.action == "rename":
+        name = f"{quote_path(edit.old_path)} -> {name}"
     hunks = len(edit.placements)
     details = [f"{hunks} hunk{'s' if hunks != 1 else ''}"] if hunks else []
     if edit.new_mode is not None and edit.old_mode is not None and edit.old_mode & 0o777 != edit.new_mode:

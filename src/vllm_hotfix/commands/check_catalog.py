@@ -24,7 +24,7 @@ from vllm_hotfix.core import verdict
 from vllm_hotfix.flow.applicability import applicability
 from vllm_hotfix.flow.hotfix import checked_patch
 from vllm_hotfix.install.locate import Target
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, quote_path, say
 
 # Per release: the hotfix's own states (core.verdict) where it does not belong, else what the dry run found.
 FIXED, NOT_APPLICABLE = verdict.FIXED_UPSTREAM, verdict.NOT_APPLICABLE
@@ -163,7 +163,7 @@ def _dry_run(manifest: Manifest, target: TargetSpec, release: str, read: Reader)
                 if edit.old_path and edit.action == "rename":
                     overlay[edit.old_path] = None
                 overlay[edit.path] = None if edit.after is None else FileState(edit.after, edit.new_mode or edit.old_mode or 0o644)
-            offsets += [f"{path} {p.header.split(' @@')[0]} @@ {p.offset:+d}" for path, p in plan.offsets]
+            offsets += [f"{quote_path(path)} {p.header.split(' @@')[0]} @@ {p.offset:+d}" for path, p in plan.offsets]
     except (DoesNotApply, InvalidInput) as exc:
         return Cell(manifest.ref, target.distribution, release, FAILS, exc.message)
     except OSError as exc:

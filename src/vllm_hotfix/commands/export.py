@@ -11,7 +11,7 @@ from pathlib import Path
 from vllm_hotfix import __version__
 from vllm_hotfix.containers import lockfile
 from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.output import emit_json, quote_path, say
 
 LOCK_NAME = "hotfix.lock"
 
@@ -34,7 +34,8 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
         for locked_file in hotfix.files:
             if locked_file.path in owner_of:
                 raise Refused(
-                    f"{owner_of[locked_file.path]} and {hotfix.id} both change {locked_file.path}; one bind mount cannot carry both",
+                    f"{owner_of[locked_file.path]} and {hotfix.id} both change {quote_path(locked_file.path)}; "
+                    f"one bind mount cannot carry both",
                     hint="export them separately, or make one hotfix that contains both changes",
                 )
             owner_of[locked_file.path] = hotfix.id
@@ -106,7 +107,7 @@ def _export_one(manifest, resolver, targets: dict) -> tuple[lockfile.LockedHotfi
     baseline: dict[str, bytes | None] = {}
     for edit in plan_patch(series, read).edits:
         if edit.action not in ("modify", "create") or edit.after is None:
-            raise Refused(f"{manifest.id}: {edit.path} is {edit.action}d by the patch; only modified or created "
+            raise Refused(f"{manifest.id}: {quote_path(edit.path)} is {edit.action}d by the patch; only modified or created "
                           f"files can be bind-mounted", hint="apply this hotfix in the image instead (`hotfix apply`)")
         baseline[edit.path] = edit.before
         changed[edit.path] = edit.after

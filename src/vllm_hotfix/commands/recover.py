@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.output import emit_json, quote_path, say
 from vllm_hotfix.txn.recovery import RecoveryReport
 
 
@@ -55,6 +55,6 @@ def _say_recovered(report: RecoveryReport) -> None:
     say(f"recovered an interrupted apply on {report.root}: every file and the record are back to their state "
         f"before that apply")
     for rel in report.restored:
-        say(f"  restored {rel}")
+        say(f"  restored {quote_path(rel)}")
     for rel in report.removed:
-        say(f"  removed  {rel} (created by the interrupted apply)")
+        say(f"  removed  {quote_path(rel)} (created by the interrupted apply)")

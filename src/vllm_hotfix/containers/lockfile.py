@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 from vllm_hotfix.core import verdict
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, UNKNOWN, FileCheck, version_at_least
 from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix.output import quote_path
 
 SCHEMA = 1
 
@@ -303,13 +304,13 @@ def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str
     for f in check.files:
         locked = by_path[f.path]
         if f.state == verdict.BASELINE:
-            lines.append(f"lost: {f.path} is the pristine {h.baseline_version} file: the bind mount is missing; "
+            lines.append(f"lost: {quote_path(f.path)} is the pristine {h.baseline_version} file: the bind mount is missing; "
                          f"restore this line in the compose service volumes: - {mount_line(locked, f)}")
         elif f.state == verdict.CHANGED:
-            lines.append(f"drifted: {f.path} is neither the patched nor the pristine {h.baseline_version} file "
+            lines.append(f"drifted: {quote_path(f.path)} is neither the patched nor the pristine {h.baseline_version} file "
                          f"(installed {h.distribution} {check.installed_version or '?'}): re-export the hotfix "
                          f"against this image, then mount - {mount_line(locked, f)}")
         elif f.state == verdict.MISSING:
-            lines.append(f"missing: {f.path} does not exist in this install ({f.where}): "
+            lines.append(f"missing: {quote_path(f.path)} does not exist in this install ({f.where}): "
                          f"the image no longer matches the lock; re-export against it")
     return "\n".join(lines) or None

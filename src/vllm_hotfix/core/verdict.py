@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+from vllm_hotfix.output import quote_path
+
 # -- hotfix states ----------------------------------------------------------------------------------
 APPLIED = "applied"                # every file holds the bytes the hotfix writes
 FIXED_UPSTREAM = "fixed-upstream"  # the installed release / checkout already has the fix
@@ -79,10 +81,10 @@ def files_verdict(files: Sequence[FileCheck]) -> tuple[str, str]:
         return LOST, "every file is back to its baseline (reinstalled, rebuilt, or the mount is gone)"
     odd = [f for f in files if f.state in (CHANGED, MISSING)]
     if odd:
-        names = ", ".join(f"{f.path} ({'missing' if f.state == MISSING else 'neither baseline nor patched'})"
+        names = ", ".join(f"{quote_path(f.path)} ({'missing' if f.state == MISSING else 'neither baseline nor patched'})"
                           for f in odd)
         return DRIFTED, names
-    back = ", ".join(f.path for f in files if f.state == BASELINE)
+    back = ", ".join(quote_path(f.path) for f in files if f.state == BASELINE)
     return DRIFTED, f"{back}: back to baseline while the other file(s) are patched (partly lost)"
 
 

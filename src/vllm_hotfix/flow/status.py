@@ -24,6 +24,7 @@ from vllm_hotfix.flow.plan import _flatten, check_record, judge_record, release_
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import TargetDir
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
@@ -76,7 +77,7 @@ def status_from_record(recorded: RecordedHotfix, root: Path, option: str, *, sta
         return Status(state=APPLIED, detail=detail, **common)
     if word == LOST:
         return Status(state=LOST, detail=f"recorded as applied, but {detail}", advice=f"re-run `{redo}`", **common)
-    first = next(c.path for c in checks if c.state != "patched")
+    first = quote_path(next(c.path for c in checks if c.state != "patched"))
     return Status(state=DRIFTED, detail=detail,
                   advice=f"restore {first} (reinstall the package / git checkout, or `hotfix rollback {recorded.id} "
                          f"{option}` if only baseline files differ), then `{redo}`", **common)

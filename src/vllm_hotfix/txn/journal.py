@@ -33,6 +33,7 @@ from typing import Iterable
 from vllm_hotfix.core.apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
 from vllm_hotfix.txn.atomic import UMASK, atomic_write, fsync_dir, temp_path_for, write_new_file
 from vllm_hotfix.txn.fsops import (
     BACKUPS, JOURNAL, RECORD_BACKUP, Interrupted, _backup, _describe, _discard_backups, _drop_bytecode,
@@ -95,17 +96,17 @@ def _check_current(fresh: Tree, planned: Tree, plan: Plan) -> tuple[dict[str, st
             except (FileNotFoundError, NotADirectoryError):
                 info = None
             if info is not None and stat.S_ISLNK(info.st_mode):
-                raise Refused(f"{rel}: is a symlink; hotfix replaces regular files only")
+                raise Refused(f"{quote_path(rel)}: is a symlink; hotfix replaces regular files only")
             if before is None:
                 if info is not None:
-                    raise Refused(f"{rel}: exists now but did not when the patch was planned (changed since planning)")
+                    raise Refused(f"{quote_path(rel)}: exists now but did not when the patch was planned (changed since planning)")
                 continue
             if info is None:
-                raise Refused(f"{rel}: missing now but existed when the patch was planned (changed since planning)")
+                raise Refused(f"{quote_path(rel)}: missing now but existed when the patch was planned (changed since planning)")
             if not planned.unchanged_since_read(rel, info):
                 now = fresh.read(rel)
                 if now is None or now.data != before:
-                    raise Refused(f"{rel}: changed since planning", hint="plan again (rerun the command)")
+                    raise Refused(f"{quote_path(rel)}: changed since planning", hint="plan again (rerun the command)")
             modes[rel] = info.st_mode & 0o7777
     return paths, modes
 

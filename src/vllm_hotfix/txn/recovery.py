@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_hotfix.errors import InvalidInput, WriteFailed
+from vllm_hotfix.output import quote_path
 from vllm_hotfix.txn.atomic import TEMP_SUFFIX, fsync_dir, temp_path_for, unlink_if_present
 from vllm_hotfix.txn.fsops import (
     JOURNAL, _describe, _discard_backups, _drop_bytecode, _file_sha256, _signals_blocked,
@@ -90,11 +91,11 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
                         restored.append(rel)
                     _put_back(path, backup, entry, tag, current_sha256)
                 elif _file_sha256(path) != entry["before_sha256"]:
-                    problems.append(f"{rel} (no backup)")
+                    problems.append(f"{quote_path(rel)} (no backup)")
             for temp in (temp_path_for(path, tag), temp_path_for(path, f"{tag}-restore")):
                 unlink_if_present(temp)
         except OSError as exc:
-            problems.append(f"{rel} ({_describe(exc)})")
+            problems.append(f"{quote_path(rel)} ({_describe(exc)})")
     for rel in reversed(record.get("created_dirs", [])):
         try:
             os.rmdir(root / rel)
