@@ -12,13 +12,20 @@ from pathlib import Path
 
 
 def state_dir() -> Path:
-    """Root of recorded state, journals and backups (never inside the patched package)."""
+    """Root of recorded state, journals and backups (never inside the patched package). Always absolute:
+    a relative HOTFIX_STATE_DIR is taken against the current directory once, here, so nothing recorded
+    or opened later depends on where the process is; a relative XDG_STATE_HOME is ignored (XDG spec)."""
     explicit = os.environ.get("HOTFIX_STATE_DIR")
     if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
-    return base / "vllm-hotfix"
+        return Path(os.path.abspath(explicit))
+    return _xdg("XDG_STATE_HOME", Path(".local") / "state") / "vllm-hotfix"
+
+
+def _xdg(variable: str, default: Path) -> Path:
+    value = os.environ.get(variable)
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path.home() / default
 
 
 def targets_dir() -> Path:
@@ -38,7 +45,7 @@ class TargetDir:
     @classmethod
     def of(cls, target_root: Path | str) -> "TargetDir":
         real = os.path.realpath(target_root)
-        key = hashlib.sha256(real.encode()).hexdigest()[:16]
+        key = hashlib.sha256(os.fsencode(real)).hexdigest()[:16]  # the path's bytes, whatever the locale
         return cls(targets_dir() / f"{Path(real).name}-{key}")
 
     @property
@@ -70,6 +77,5 @@ def all_target_dirs() -> list[TargetDir]:
 def cache_dir() -> Path:
     explicit = os.environ.get("HOTFIX_CACHE_DIR")
     if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "vllm-hotfix"
+        return Path(os.path.abspath(explicit))
+    return _xdg("XDG_CACHE_HOME", Path(".cache")) / "vllm-hotfix"

@@ -18,7 +18,8 @@ from typing import Any, Sequence
 from vllm_hotfix.core.diff import exclude_paths, parse_patch
 from vllm_hotfix.errors import Refused, UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
-from vllm_hotfix.catalog.manifest import manifest_from_dict, parse_toml
+from vllm_hotfix.catalog.manifest import manifest_from_dict
+from vllm_hotfix.core.data import load_toml
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.install.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write
@@ -58,7 +59,7 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
     entries = [_patch_entry(hotfix_id, p) for p in patches]
     text = _render_manifest(hotfix_id, fields, entries)
     # Validate with the real loader before writing anything: a manifest we cannot load is never written.
-    manifest_from_dict(parse_toml(text.encode(), str(manifest_path)), str(manifest_path))
+    manifest_from_dict(load_toml(text.encode(), str(manifest_path)), str(manifest_path))
 
     patch_dir = Path(out_dir) / "patches" / hotfix_id
     if not dry_run:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from vllm_hotfix.core import verdict
+from vllm_hotfix.core.data import load_json
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, UNKNOWN, FileCheck, version_at_least
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.output import quote_path
@@ -109,12 +110,7 @@ def load_lock(path: Path) -> Lock:
 
 
 def parse_lock(data: bytes, *, source: str = "hotfix.lock") -> Lock:
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{source}: not UTF-8 (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{source}:{exc.lineno}: not JSON: {exc.msg}") from None
+    doc = load_json(data, source)  # InvalidInput also for nesting too deep or an integer of 4300+ digits
     reader = _Reader(source)
     reader.mapping(doc, "")
     schema = reader.field(doc, "", "schema", int)

@@ -41,7 +41,7 @@ def _target_root(tdir: TargetDir) -> tuple[str | None, tuple[str, ...]]:
     if root is None and tdir.pending():
         try:
             root = json.loads((tdir.journal / "journal.json").read_bytes()).get("root")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             root = None
     return root, hotfixes
 

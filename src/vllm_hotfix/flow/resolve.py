@@ -161,7 +161,7 @@ def recorded_packages() -> list[str]:
     for tdir in all_target_dirs():
         try:
             doc = json.loads(tdir.state_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         package = (doc.get("target") or {}).get("package") if isinstance(doc, dict) else None
         if isinstance(package, str) and package:

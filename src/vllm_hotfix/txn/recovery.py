@@ -147,7 +147,7 @@ def recover(journal_dir: Path) -> RecoveryReport | None:
         record = json.loads(journal.read_bytes())
         if record.get("schema") != SCHEMA:
             raise ValueError(f"schema {record.get('schema')!r}")
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, AttributeError, RecursionError) as exc:
         raise InvalidInput(f"{journal}: unreadable journal ({exc})",
                            hint="restore the files listed in it by hand from its backups/") from None
     with _signals_blocked():

@@ -91,7 +91,7 @@ class TargetState:
                 )
                 for hid, entry in raw.get("hotfixes", {}).items()
             }
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise InvalidInput(
                 f"{path}: recorded state is unreadable ({type(exc).__name__}: {exc})",
                 hint="move the file aside; status is decided from the files themselves",
