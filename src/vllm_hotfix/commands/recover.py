@@ -36,6 +36,7 @@ def run(*, python: str | None, root: Path | None, catalogs: Sequence[Path], dry_
             "recovered": bool(recovered),
             "restored": [str(r.root / rel) for r in recovered for rel in r.restored],
             "removed": [str(r.root / rel) for r in recovered for rel in r.removed],
+            "temp_files": [str(r.root / rel) for r in recovered for rel in r.temps],
         })
         return 0
     if dry_run:
@@ -52,8 +53,11 @@ def run(*, python: str | None, root: Path | None, catalogs: Sequence[Path], dry_
 
 
 def _say_recovered(report: RecoveryReport) -> None:
-    say(f"recovered an interrupted apply on {report.root}: every file and the record are back to their state "
-        f"before that apply")
+    if report.restored or report.removed or not report.temps:
+        say(f"recovered an interrupted apply on {report.root}: every file and the record are back to their "
+            f"state before that apply")
+    for rel in report.temps:
+        say(f"  removed  {quote_path(rel)} (a temp file an interrupted transaction left)")
     for rel in report.restored:
         say(f"  restored {quote_path(rel)}")
     for rel in report.removed:
