@@ -14,7 +14,9 @@ MIB = 1024 * 1024
 
 
 def _size(n: int) -> str:
-    return f"{n / MIB:.1f} MiB" if n >= MIB else f"{n} bytes"
+    if n >= MIB:
+        return f"{n / MIB:.1f} MiB"
+    return f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} bytes"
 
 
 def read_input(path: Path | str, *, cap: int, what: str, hint: str | None = None) -> bytes:
