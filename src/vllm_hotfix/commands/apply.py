@@ -25,6 +25,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         return apply_raw(patch_file, root, strip=strip, reverse=reverse, dry_run=dry_run, hotfix_id=adhoc_id,
                          as_json=as_json)
     strip = 1 if strip is None else strip
+    origin = None  # the catalog directory a catalog hotfix comes from
     if reverse:
         raise UsageError("--reverse is for a raw --patch with --root; to undo a hotfix use `hotfix rollback ID`")
     from vllm_hotfix.flow.apply import apply_hotfix
@@ -46,7 +47,9 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         if not hotfix_id:
             raise UsageError("name a hotfix (`hotfix list` shows them) or give --patch FILE")
         ref_id, version = parse_ref(hotfix_id)
-        manifest = Catalog.load(catalogs).get(ref_id, version)
+        catalog = Catalog.load(catalogs)
+        manifest = catalog.get(ref_id, version)
+        origin = catalog.origin(manifest)
         if manifest.kind == "advisory":
             manifest.patches_for(None)  # refuses (exit 3, "is an advisory"), before any target is resolved
         target, spec = resolver.for_manifest(manifest)
@@ -56,11 +59,11 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
     for warning in target.warnings:
         note(warning)
     outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run)
-    _report_hotfix(outcome, as_json=as_json)
+    _report_hotfix(outcome, origin, as_json=as_json)
     return 0
 
 
-def _report_hotfix(outcome, *, as_json: bool) -> None:
+def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
     from vllm_hotfix.flow.resolve import target_option, target_summary
 
     proposal = outcome.proposal
@@ -73,9 +76,12 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
             "applied": not outcome.dry_run and not proposal.already,
             "dry_run": outcome.dry_run, "already_applied": proposal.already,
             "superseded": proposal.superseded.version if proposal.superseded else None,
+            "catalog": origin.to_json() if origin is not None else None,
             "files": [_edit_json(e) for e in edits],
         })
         return
+    if origin is not None and hotfix.manifest is not None:
+        say(f"{hotfix.ref} from {origin.describe()} ({hotfix.manifest.source})")
     where = f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
     if proposal.already:
         say(f"already applied: {hotfix.ref} on {where}; nothing to do")
