@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.composefiles import config, validate
+from fixtures.trees import everything
 from vllm_hotfix.containers.lockfile import Lock, LockedFile, LockedHotfix, dump_lock
 
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
@@ -28,14 +29,6 @@ def export(where: Path) -> Path:
     (where / "hotfix.lock").write_bytes(dump_lock(lock))
     return where
 
-
-def everything(root: Path) -> dict[str, bytes | None]:
-    found: dict[str, bytes | None] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath, name)
-            found[str(path.relative_to(root))] = None if path.is_dir() else path.read_bytes()
-    return found
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.ascend import make_vllm_ascend_checkout
+from fixtures.trees import everything
 
 REPO = Path(__file__).resolve().parents[2]
 GLM = "glm-conv-null-slot"
@@ -28,14 +29,6 @@ def shadowing_catalog(where: Path, version: int = 2) -> Path:
     (where / "manifests" / f"{GLM}.toml").write_text(text.replace("\nversion = 1\n", f"\nversion = {version}\n"))
     return where
 
-
-def everything(root: Path) -> dict[str, bytes | None]:
-    found: dict[str, bytes | None] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath, name)
-            found[str(path.relative_to(root))] = None if path.is_dir() else path.read_bytes()
-    return found
 
 
 def git_status(checkout: Path) -> str:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.trees import everything
+
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is the oracle")
 
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent", "LC_ALL": "C"}
@@ -19,17 +21,6 @@ def git(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args], cwd=cwd,
                           capture_output=True, text=True, env={**os.environ, **GIT_ENV})
 
-
-def everything(root: Path) -> dict[str, bytes | None]:
-    """Every file (bytes) and directory (None) under root, .git included."""
-    found: dict[str, bytes | None] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames:
-            found[os.path.relpath(os.path.join(dirpath, name), root)] = None
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            found[os.path.relpath(path, root)] = Path(path).read_bytes()
-    return found
 
 
 def checkout(where: Path) -> Path:

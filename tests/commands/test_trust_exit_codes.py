@@ -11,18 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.trees import everything as tree
+
 PATCH = b"--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n-a\n+b\n"
 DEEP = 100_000  # far past the interpreter's recursion limit
 
-
-def tree(root: Path) -> dict[str, bytes | None]:
-    found: dict[str, bytes | None] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames:
-            found[os.path.relpath(os.path.join(dirpath, name), root)] = None
-        for name in filenames:
-            found[os.path.relpath(os.path.join(dirpath, name), root)] = Path(dirpath, name).read_bytes()
-    return found
 
 
 @pytest.fixture
