@@ -25,6 +25,7 @@ GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME":
 # hotfix refuses, git applies: on purpose, each listed in README "git apply compatibility".
 CATEGORIES = {
     "binary": "binary content (GIT binary patch, 'Binary files ... differ' in a git diff)",
+    "hfs-dotgit": "a .git component with code points HFS+ ignores (git refuses it only with core.protectHFS)",
     "symlink": "symbolic links and submodules (modes 120000 and 160000)",
     "names": "a git header whose '---' / '+++' names disagree with its 'diff --git' names",
     "overlong-hunk": "lines after a hunk that continue it (its header undercounts them)",

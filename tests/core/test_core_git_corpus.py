@@ -138,6 +138,8 @@ CASES = {
     "quoted non-ASCII name": Case({"caf\u00e9.py": ABC}, b'diff --git "a/caf\\303\\251.py" "b/caf\\303\\251.py"\n'
                                   b'--- "a/caf\\303\\251.py"\n+++ "b/caf\\303\\251.py"\n' + H1),
     # ---- the dry run predicts the real run
+    ".g\u200cit/config where git's default does not look for HFS+ names": Case(
+        {"x": ABC}, b"--- /dev/null\n+++ b/.g\xe2\x80\x8cit/config\n@@ -0,0 +1 @@\n+x\n", category="hfs-dotgit"),
     "rename foo to foo/baz": Case({"foo": ABC}, b"diff --git a/foo b/foo/baz\nsimilarity index 100%\nrename from foo\nrename to foo/baz\n",
                                   category="type-change"),
     "write below a regular file": Case({"f": ABC}, b"--- /dev/null\n+++ b/f/x\n@@ -0,0 +1 @@\n+x\n"),
