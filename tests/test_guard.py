@@ -112,7 +112,8 @@ def test_unreadable_state_file_and_folder_are_named(tmp_path, monkeypatch):
     state = _state(tmp_path, monkeypatch)
     state.mkdir()  # not a regular file: the one reader of records refuses it (a FIFO or device the same)
     (verdict,) = guard.check(lock=None, require=("x",))
-    assert verdict.detail == f"unknown: cannot read the recorded state: {state}: not a regular file"
+    assert verdict.detail == (f"unknown: cannot read the recorded state: {state}: not a regular file; "
+                              "a file vllm-hotfix writes must be one")
 
     real_listdir = os.listdir
 

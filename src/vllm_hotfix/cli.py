@@ -16,6 +16,7 @@ from vllm_hotfix.cli_options import (
     CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, NEW_HELP, PORT_HELP, catalog_option, dry_run_option, json_option, python_option, root_option,
 )
 from vllm_hotfix.errors import ExitCode, HotfixError
+from vllm_hotfix.output import emit_json, error_lines, finish_output, note
 from vllm_hotfix.settings import CONTAINER_LOCK, LOCK_ENV
 
 def _exit(code: int) -> None:
@@ -382,31 +383,41 @@ def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, as_json) ->
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
+    """Run the command; the exit code is what the command did. Output that cannot be written (a closed,
+    full or abandoned stdout) is lost without changing it (``output.finish_output``)."""
+    code = _run(sys.argv[1:] if argv is None else argv)
+    finish_output()
+    sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
     wants_json = "--json" in args
     try:
         cli.main(args=args, prog_name="hotfix", standalone_mode=False)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0
-        sys.exit(code)
+        return exc.code if isinstance(exc.code, int) else 0
     except click.exceptions.UsageError as exc:
         where = f"hotfix {exc.ctx.command.name}" if exc.ctx is not None and exc.ctx.parent is not None else "hotfix"
         _report(exc.format_message(), f"`{where} --help` lists the arguments and options", int(ExitCode.USAGE),
                 "UsageError", wants_json)
-        sys.exit(ExitCode.USAGE)
+        return ExitCode.USAGE
     except click.exceptions.Abort:
-        sys.stderr.write("hotfix: aborted\n")
-        sys.exit(130)
+        note("aborted")
+        return 130
     except click.exceptions.ClickException as exc:
         _report(exc.format_message(), None, exc.exit_code, "UsageError", wants_json)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except HotfixError as exc:
         _report(exc.message, exc.hint, int(exc.exit_code), type(exc).__name__, wants_json)
-        sys.exit(int(exc.exit_code))
+        return int(exc.exit_code)
     except KeyboardInterrupt:
-        sys.stderr.write("hotfix: interrupted\n")
-        sys.exit(130)
+        note("interrupted")
+        return 130
     except Exception as exc:  # noqa: BLE001 - the one place that turns surprises into one line
+        if isinstance(exc, ValueError) and "embedded null byte" in str(exc):  # a path from input holds a NUL
+            _report("a path given holds a NUL byte; no file has such a name", None, int(ExitCode.INVALID_INPUT),
+                    "InvalidInput", wants_json)
+            return ExitCode.INVALID_INPUT
         if os.environ.get("HOTFIX_DEBUG"):
             raise
         _report(
@@ -416,21 +427,13 @@ def main(argv: list[str] | None = None) -> None:
             "InternalError",
             wants_json,
         )
-        sys.exit(ExitCode.INTERNAL)
-    sys.exit(0)
+        return ExitCode.INTERNAL
+    return 0
 
 
 def _report(message: str, hint: str | None, code: int, kind: str, wants_json: bool) -> None:
     """The one-line error (and hint); if even stderr cannot be written (a full disk under a redirect),
     the exit code alone has to speak, never a traceback."""
-    try:
-        if wants_json:
-            from vllm_hotfix.output import emit_json
-
-            emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
-        sys.stderr.write(f"hotfix: error: {message}\n")
-        if hint:
-            sys.stderr.write(f"hotfix: hint: {hint}\n")
-        sys.stderr.flush()
-    except OSError:
-        pass
+    if wants_json:
+        emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
+    error_lines(message, hint)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -116,11 +117,27 @@ root_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     help="A source checkout (e.g. /vllm-workspace/vllm-ascend) to patch instead of an installed package.",
 )
-catalog_option = click.option(
+_catalog_dirs = click.option(
     "--catalog",
     "catalogs",
     multiple=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Extra catalog directory with manifests/ and patches/ (repeatable; env HOTFIX_CATALOG, ':'-separated).",
 )
+
+
+def _allow_shadow(ctx, param, value) -> None:
+    if value:  # read where the catalog is loaded (catalog.index.SHADOW_ENV), by every command alike
+        os.environ["HOTFIX_ALLOW_SHADOW"] = "1"
+
+
+_allow_shadow_flag = click.option(
+    "--allow-shadow", is_flag=True, expose_value=False, callback=_allow_shadow,
+    help="Let a user catalog redefine a built-in hotfix id (env HOTFIX_ALLOW_SHADOW=1); refused otherwise.",
+)
+
+
+def catalog_option(command):
+    """--catalog DIR (repeatable) and --allow-shadow, on every command that reads the catalog."""
+    return _catalog_dirs(_allow_shadow_flag(command))
 dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan everything, change nothing, say what would change.")

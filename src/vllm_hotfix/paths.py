@@ -5,7 +5,6 @@ Tests point HOTFIX_STATE_DIR at a temp dir. Stdlib only (the in-process guard re
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
@@ -22,13 +21,20 @@ LOCK_LIMIT = 4 << 20
 
 
 def state_dir() -> Path:
-    """Root of recorded state, journals and backups (never inside the patched package)."""
+    """Root of recorded state, journals and backups (never inside the patched package). Always absolute:
+    a relative HOTFIX_STATE_DIR is taken against the current directory once, here, so nothing recorded
+    or opened later depends on where the process is; a relative XDG_STATE_HOME is ignored (XDG spec)."""
     explicit = os.environ.get(STATE_DIR_ENV)
     if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
-    return base / "vllm-hotfix"
+        return Path(os.path.abspath(explicit))
+    return _xdg("XDG_STATE_HOME", Path(".local") / "state") / "vllm-hotfix"
+
+
+def _xdg(variable: str, default: Path) -> Path:
+    value = os.environ.get(variable)
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path.home() / default
 
 
 def targets_dir() -> Path:
@@ -48,7 +54,7 @@ class TargetDir:
     @classmethod
     def of(cls, target_root: Path | str) -> "TargetDir":
         real = os.path.realpath(target_root)
-        key = hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
+        key = hashlib.sha256(os.fsencode(real)).hexdigest()[:16]  # the path's bytes, whatever the locale
         return cls(targets_dir() / f"{Path(real).name}-{key}")
 
     @property
@@ -80,44 +86,17 @@ def all_target_dirs() -> list[TargetDir]:
 def cache_dir() -> Path:
     explicit = os.environ.get("HOTFIX_CACHE_DIR")
     if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "vllm-hotfix"
+        return Path(os.path.abspath(explicit))
+    return _xdg("XDG_CACHE_HOME", Path(".cache")) / "vllm-hotfix"
 
 
 def read_own_file(path: Path | str, *, limit: int) -> bytes | None:
-    """The bytes of one of our own files (a record, a journal, a lock), read as input: a regular file,
-    not through a symlink (O_NOFOLLOW), never blocking on a FIFO or device (O_NONBLOCK, checked with
-    fstat before reading), at most ``limit`` bytes. None when it does not exist. OSError for a file that
-    cannot be read; ``InvalidInput`` for one that is not a regular file or is larger than ``limit``."""
-    from vllm_hotfix.errors import InvalidInput
+    """The bytes of one of our own files (a record, a journal, a lock, a kept original) read back as input:
+    ``inputs.read_bounded`` without following a symlink; None when it does not exist."""
+    from vllm_hotfix.inputs import read_bounded
 
-    flags = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags)
+        return read_bounded(path, cap=limit, what="file vllm-hotfix writes", follow_symlinks=False,
+                            hint="this is not a file vllm-hotfix wrote; move it aside")
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EMLINK):
-            raise InvalidInput(f"{path}: is a symbolic link; vllm-hotfix reads its own files only as regular files",
-                               hint="remove the link (someone else may have planted it)") from None
-        raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidInput(f"{path}: not a regular file", hint="remove it; vllm-hotfix writes regular files there")
-        if info.st_size > limit:
-            raise InvalidInput(f"{path}: {info.st_size} bytes, more than the {limit >> 20} MiB such a file may have",
-                               hint="this is not a file vllm-hotfix wrote; move it aside")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise InvalidInput(f"{path}: grew past {limit >> 20} MiB while being read", hint="move it aside")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)

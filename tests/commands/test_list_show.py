@@ -27,7 +27,7 @@ def test_list_shows_the_latest_version_of_each_hotfix(run_hotfix, catalog):
     result = run_hotfix("list", "--catalog", catalog)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ID", "VERSION", "TARGET", "FIXED", "IN", "TITLE"]
+    assert lines[0].split() == ["ID", "VERSION", "TARGET", "FIXED", "IN", "FROM", "TITLE"]
     demo = next(line for line in lines if line.startswith("demo-fix "))
     assert demo.split()[:5] == ["demo-fix", "2", "vllm", ">=0.29.0,<0.32.0", "0.32.0"]
     assert any(line.startswith("qwen-big ") and "vllm-ascend (git tag v0.26.0rc1)" in line for line in lines)

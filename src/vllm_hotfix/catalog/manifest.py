@@ -7,8 +7,6 @@ e.g. ``manifests/x.toml: patches[1].sha256: expected 64 hex characters`` (array 
 
 from __future__ import annotations
 
-import re
-import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -20,43 +18,24 @@ from vllm_hotfix.catalog.model import (
 )
 from vllm_hotfix.catalog.signatures import _signature
 from vllm_hotfix.catalog.table import _Table, _type_name
+from vllm_hotfix.core.data import load_toml
 from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix.inputs import read_bounded as read_input
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on python 3.10 only
-    import tomli as tomllib
+MANIFEST_CAP = 1024 * 1024  # the built-in manifests are 4-6 KB; a 200 MB one took 47 s and 600 MB to refuse
 
 
 def load_manifest(path: Path | str, *, patches_dir: Path | None = None) -> Manifest:
     """Read and validate one manifest file; ``patches_dir`` defaults to ``<manifests>/../patches``."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_input(path, cap=MANIFEST_CAP, what="manifest")
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read manifest: {exc.strerror or exc}") from None
-    data = parse_toml(raw, str(path))
+    data = load_toml(raw, str(path))
     if patches_dir is None:
         patches_dir = path.parent.parent / "patches"
     return manifest_from_dict(data, str(path), source_path=path, patches_dir=patches_dir)
-
-
-def parse_toml(raw: bytes, source: str) -> dict[str, Any]:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{source}: not UTF-8 text (byte {exc.start})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
-        if found:
-            where = f"line {found.group(1)}, column {found.group(2)}: "
-            message = message[: found.start()]
-        else:
-            where = ""
-        raise InvalidInput(f"{source}: {where}invalid TOML: {message}") from None
 
 
 # --- validation -------------------------------------------------------------------------------

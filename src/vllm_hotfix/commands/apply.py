@@ -9,7 +9,7 @@ from typing import Sequence
 from vllm_hotfix.core.apply import FileEdit, Plan
 from vllm_hotfix.core.diff import DiffStat
 from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, quote_path, say
 
 LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
 
@@ -25,6 +25,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         return apply_raw(patch_file, root, strip=strip, reverse=reverse, dry_run=dry_run, hotfix_id=adhoc_id,
                          as_json=as_json)
     strip = 1 if strip is None else strip
+    origin = None  # the catalog directory a catalog hotfix comes from
     if reverse:
         raise UsageError("--reverse is for a raw --patch with --root; to undo a hotfix use `hotfix rollback ID`")
     from vllm_hotfix.flow.apply import apply_hotfix
@@ -48,6 +49,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         ref_id, version = parse_ref(hotfix_id)
         catalog = Catalog.load(catalogs)
         manifest = catalog.get(ref_id, version)
+        origin = catalog.origin(manifest)
         if manifest.kind == "advisory":
             manifest.patches_for(None)  # refuses (exit 3, "is an advisory"), before any target is resolved
         target, spec = resolver.for_manifest(manifest)
@@ -60,11 +62,11 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
     if patch_file is None:
         manifest_of = lambda other: catalog.get(other) if other in catalog.ids() else None  # noqa: E731
     outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run, manifest_of=manifest_of)
-    _report_hotfix(outcome, as_json=as_json)
+    _report_hotfix(outcome, origin, as_json=as_json)
     return 0
 
 
-def _report_hotfix(outcome, *, as_json: bool) -> None:
+def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
     from vllm_hotfix.flow.resolve import target_option, target_summary
 
     proposal = outcome.proposal
@@ -78,9 +80,12 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
             "dry_run": outcome.dry_run, "already_applied": proposal.already,
             "superseded": proposal.superseded.version if proposal.superseded else None,
             "contained_in": list(proposal.contained_in), "dropped": list(proposal.dropped),
+            "catalog": origin.to_json() if origin is not None else None,
             "files": [_edit_json(e) for e in edits],
         })
         return
+    if origin is not None and hotfix.manifest is not None:
+        say(f"{hotfix.ref} from {origin.describe()} ({hotfix.manifest.source})")
     where = f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
     if proposal.contained_in:
         say(f"already in effect as part of what the recorded series ({', '.join(proposal.contained_in)}) put in "
@@ -124,7 +129,9 @@ def _offsets(edit: FileEdit) -> list[int]:
 
 
 def _describe(edit: FileEdit) -> str:
-    name = f"{edit.old_path} -> {edit.path}" if edit.action == "rename" else edit.path
+    name = quote_path(edit.path)
+    if edit.action == "rename":
+        name = f"{quote_path(edit.old_path)} -> {name}"
     hunks = len(edit.placements)
     details = [f"{hunks} hunk{'s' if hunks != 1 else ''}"] if hunks else []
     if edit.new_mode is not None and edit.old_mode is not None and edit.old_mode & 0o777 != edit.new_mode:

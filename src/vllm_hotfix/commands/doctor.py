@@ -97,6 +97,9 @@ def blocks(stream: BinaryIO, size: int = BLOCK) -> Iterator[bytes]:
 def _open(name: str) -> tuple[str, BinaryIO, BinaryIO]:
     """(label, the stream of log bytes, the file to close); gzip is recognised by its magic bytes."""
     if name == "-":
+        if sys.stdin is None:  # `<&-`: there is no standard input at all
+            raise UsageError("-: standard input is closed, there is no log to read",
+                             hint="pipe the log in (docker logs vllm 2>&1 | hotfix doctor -) or name the log files")
         raw: BinaryIO = sys.stdin.buffer
         label = "<stdin>"
     else:

@@ -15,16 +15,18 @@ def run(*, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:
     catalog = Catalog.load(catalogs)
     latest = set(id(m) for m in catalog.latest())
     if as_json:
-        emit_json([summary(m, latest=id(m) in latest) for m in catalog.all()])
+        emit_json([dict(summary(m, latest=id(m) in latest), catalog=_origin(catalog, m).to_json())
+                   for m in catalog.all()])
         return 0
     if not catalog.all():
         say("no hotfixes in the catalog")
         note("add a catalog directory (manifests/ and patches/) with --catalog DIR or HOTFIX_CATALOG")
         return 0
-    rows = [("ID", "VERSION", "TARGET", "FIXED IN", "TITLE")]
+    rows = [("ID", "VERSION", "TARGET", "FIXED IN", "FROM", "TITLE")]
     rows += [(m.id, str(m.version), "; ".join(t.describe() for t in m.targets),
               m.fixed_in.describe() if m.fixed_in else f"{m.fixed_by}+" if m.fixed_by else "-",
-              f"[advisory] {m.title}" if m.kind == "advisory" else m.title) for m in catalog.latest()]
+              _from(catalog, m), f"[advisory] {m.title}" if m.kind == "advisory" else m.title)
+             for m in catalog.latest()]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         say("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
@@ -33,7 +35,21 @@ def run(*, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:
     if older:
         say()
         say(f"older versions: {'; '.join(older)} (hotfix show ID@VERSION)")
+    say()
+    say("catalogs: " + "; ".join(d.describe() for d in catalog.dirs))
     return 0
+
+
+def _origin(catalog: Catalog, manifest: Manifest):
+    return catalog.origin(manifest) or catalog.dirs[0]
+
+
+def _from(catalog: Catalog, manifest: Manifest) -> str:
+    """'built-in', or the user catalog's directory (and that it shadows a built-in id)."""
+    origin = _origin(catalog, manifest)
+    if origin.builtin:
+        return "built-in"
+    return str(origin.path) + (" (shadows built-in)" if catalog.shadows(manifest) else "")
 
 
 def summary(manifest: Manifest, *, latest: bool) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.errors import Refused
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.output import emit_json, quote_path, say
 
 
 def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool, catalogs: Sequence[Path],
@@ -32,7 +32,7 @@ def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool,
         })
         return 0
     for edit in outcome.plan.edits:
-        say(f"{'restore' if edit.action != 'delete' else 'remove '} {edit.path}")
+        say(f"{'restore' if edit.action != 'delete' else 'remove '} {quote_path(edit.path)}")
     how = {"backups": "from the recorded backups", "reverse": "by reverse-applying the recorded patch",
            "in-place": "by reversing its hunks under " + ", ".join(outcome.rebased),
            "none": "(every file was already at its baseline)"}[outcome.method]

@@ -52,6 +52,10 @@ DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` defau
 
 
 def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, as_json: bool) -> int:
+    if "\0" in str(lock_file):
+        from vllm_hotfix.errors import InvalidInput
+
+        raise InvalidInput(f"--lock / HOTFIX_LOCK {str(lock_file)!r}: holds a NUL byte; no file has such a name")
     from vllm_hotfix.flow.resolve import Resolver
 
     resolver = Resolver(python)

@@ -8,7 +8,6 @@ confined: paths are relative, without ``..``, ``.`` or empty components, ids fol
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Optional
 
@@ -20,48 +19,6 @@ HEX64 = re.compile(r"[0-9a-f]{64}")
 RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 # An import name: dotted identifiers (what the guard hands to find_spec; only the top level is looked up).
 PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_DEPTH = 32  # our documents nest 5 levels; deeper is not ours (and would exhaust the JSON parser)
-
-
-def load_json(data: bytes, source: str) -> Any:
-    """Parse ``data`` as UTF-8 JSON; InvalidInput (never a traceback) for anything else."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{source}: not UTF-8 (byte {exc.start})") from None
-    if _depth_exceeds(text, MAX_DEPTH):
-        raise InvalidInput(f"{source}: nested deeper than {MAX_DEPTH} levels: not a document vllm-hotfix wrote")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{source}:{exc.lineno}: not JSON: {exc.msg}") from None
-    except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4300 digits
-        raise InvalidInput(f"{source}: not a document vllm-hotfix wrote ({type(exc).__name__}: {str(exc)[:80]})") from None
-
-
-def _depth_exceeds(text: str, limit: int) -> bool:
-    """Whether brackets outside strings nest deeper than ``limit`` (checked before json.loads recurses)."""
-    if text.count("[") + text.count("{") <= limit:
-        return False
-    depth = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif ch in "]}":
-            depth -= 1
-    return False
 
 
 class Fields:

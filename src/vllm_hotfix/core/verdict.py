@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
+from vllm_hotfix.output import quote_path
+
 # -- hotfix states ----------------------------------------------------------------------------------
 APPLIED = "applied"                # every file holds the bytes the hotfix writes
 FIXED_UPSTREAM = "fixed-upstream"  # the installed release / checkout already has the fix
@@ -129,10 +131,10 @@ def files_verdict(files: Sequence[FileCheck]) -> tuple[str, str]:
         return LOST, "every file is back to its baseline (reinstalled, rebuilt, or the mount is gone)"
     odd = [f for f in files if f.state in (CHANGED, MISSING)]
     if odd:
-        names = ", ".join(f"{f.path} ({'missing' if f.state == MISSING else 'neither baseline nor patched'})"
+        names = ", ".join(f"{quote_path(f.path)} ({'missing' if f.state == MISSING else 'neither baseline nor patched'})"
                           for f in odd)
         return DRIFTED, names
-    back = ", ".join(f.path for f in files if f.state == BASELINE)
+    back = ", ".join(quote_path(f.path) for f in files if f.state == BASELINE)
     return DRIFTED, f"{back}: back to baseline while the other file(s) are patched (partly lost)"
 
 
@@ -164,7 +166,7 @@ def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package:
     5. UNKNOWN when there is no file to check, else ``files_verdict``: APPLIED, LOST or DRIFTED.
 
     Every reader calls this: status and apply (flow/status, flow/plan), `verify --lock` and the guard
-    (containers/lockfile), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor."""
+    (txn/lockfile), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor."""
     if pending:
         return INTERRUPTED, "an apply or rollback on this target was interrupted and is not recovered"
     if missing_package is not None:

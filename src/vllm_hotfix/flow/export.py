@@ -27,6 +27,7 @@ from vllm_hotfix.flow.plan import prove_bytes_pristine, prove_files_pristine
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.flow.series import Series, apply_part, steps_by_path
 from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import LOCK_NAME, TargetDir
 from vllm_hotfix.txn.state import TargetState
 
@@ -99,7 +100,7 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path) -> Ex
         mine = []
         for edit in plan.edits:
             if edit.action not in ("modify", "create") or edit.after is None:
-                raise Refused(f"{manifest.id}: {edit.path} is {edit.action}d by the patch; only modified or created "
+                raise Refused(f"{manifest.id}: {quote_path(edit.path)} is {edit.action}d by the patch; only modified or created "
                               f"files can be bind-mounted", hint="apply this hotfix in the image instead (`hotfix apply`)")
             chain = chains.setdefault((package, edit.path), [])
             part = Patch(tuple(fp for fp in series.files if edit.path in (fp.old_path, fp.new_path)), manifest.ref)
@@ -157,7 +158,7 @@ def _refuse_overlap(manifest, path: str, chain: list, part: Patch, read) -> None
         hits += tracker.step(manifest.id, spans_of(fp.hunks, placements))
     hits = [h for h in dict.fromkeys(hits) if h not in (manifest.after or ())]
     if hits:
-        raise Refused(f"{manifest.id} and {', '.join(hits)} change the same lines of {path}",
+        raise Refused(f"{manifest.id} and {', '.join(hits)} change the same lines of {quote_path(path)}",
                       hint=f"declare after = [\"{hits[0]}\"] in {manifest.id}'s manifest if it goes on top of it, "
                            "or export them separately")
 
@@ -178,7 +179,7 @@ def _merge(lock_path: Path, site_packages: str, exported: list[lockfile.LockedHo
         shared = sorted(mine & {f.path for f in h.files})
         if shared:
             raise Refused(f"{h.id} (exported earlier into {lock_path.parent}) and {', '.join(sorted(ids))} both "
-                          f"change {shared[0]}", hint=f"export them in one run, in series order: hotfix export {h.id} "
+                          f"change {quote_path(shared[0])}", hint=f"export them in one run, in series order: hotfix export {h.id} "
                                                       f"{' '.join(x.id for x in exported)} --to {lock_path.parent}")
     return kept + tuple(exported)
 

@@ -16,7 +16,7 @@ from vllm_hotfix.flow.series import Series, file_checks, judge_recorded, level, 
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.output import note
+from vllm_hotfix.output import note, quote_path
 from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
@@ -325,7 +325,7 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
             why = {"digest": "digest differs from RECORD", "size": "size differs from RECORD",
                    "missing": "missing", "unrecorded": "not listed in RECORD"}.get(d.kind, d.kind)
             more = f" (+{len(differences) - 1} more)" if len(differences) > 1 else ""
-            raise Refused(f"baseline not pristine: {d.path} ({why}){more}",
+            raise Refused(f"baseline not pristine: {quote_path(d.path)} ({why}){more}",
                           hint=f"reinstall it: pip install --force-reinstall --no-deps "
                                f"{target.distribution}=={target.version}; `hotfix audit {target.package}` lists all")
     elif target.git is not None:

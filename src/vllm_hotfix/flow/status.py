@@ -22,6 +22,7 @@ from vllm_hotfix.flow.series import file_checks, judge_recorded, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import TargetDir
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
@@ -103,7 +104,7 @@ def status_from_record(view: SeriesView, recorded: RecordedHotfix, *,
     if word == UNKNOWN:
         return Status(state=UNKNOWN, detail=detail, advice="see `hotfix where` and the record; restore the files, "
                                                            "then apply again", **common)
-    first = next((c.path for c in checks if c.state != "patched"), "the files")
+    first = quote_path(next((c.path for c in checks if c.state != "patched"), "the files"))
     return Status(state=DRIFTED, detail=detail,
                   advice=f"restore {first} (reinstall the package / git checkout, or `hotfix rollback {recorded.id} "
                          f"{option}` if only baseline files differ), then `{redo}`", **common)

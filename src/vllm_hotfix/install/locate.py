@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from dataclasses import dataclass, field
@@ -121,6 +122,9 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
 
     try:
         process = _started.pop((interpreter, do_import), None) or _spawn_probe(interpreter, do_import)
+    except (OSError, ValueError) as exc:
+        raise _cannot_start(interpreter, exc) from None
+    try:
         with process:
             try:
                 stdout, stderr = process.communicate(package + "\n", timeout=PROBE_TIMEOUT)
@@ -128,11 +132,6 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
                 process.kill()
                 raise Refused(f"probing {package} with {interpreter} took over {PROBE_TIMEOUT:.0f}s"
                               + (" (the real import hangs?)" if do_import else "")) from None
-    except FileNotFoundError:
-        raise UsageError(f"--python {interpreter}: no such interpreter",
-                         hint="give the path of the python that runs vLLM, e.g. /opt/venv/bin/python") from None
-    except PermissionError:
-        raise UsageError(f"--python {interpreter}: not executable") from None
     except OSError as exc:  # handing the name to the probe, reading its answer: a pipe write or read
         raise WriteFailed(f"--python {interpreter}: cannot talk to the probe process ({exc.strerror or exc}); nothing was changed") from None
     facts = probe_module.read_facts(stdout)
@@ -141,6 +140,23 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
     last = (stderr.strip().splitlines() or ["no output"])[-1]
     raise UsageError(f"--python {interpreter} could not run the probe (exit {process.returncode}): {last}",
                      hint="it must be a Python 3.10-3.13 interpreter")
+
+
+def _cannot_start(interpreter: str, exc: Exception) -> UsageError:
+    """Why ``interpreter`` could not be started, as a usage error (exit 2): it is what --python named."""
+    hint = "give the path of the python that runs vLLM, e.g. /opt/venv/bin/python"
+    if isinstance(exc, FileNotFoundError):
+        return UsageError(f"--python {interpreter}: no such interpreter", hint=hint)
+    if os.path.isdir(interpreter):
+        return UsageError(f"--python {interpreter}: is a directory, not an interpreter (nor a venv with "
+                          f"bin/python)", hint=hint)
+    if isinstance(exc, PermissionError):
+        return UsageError(f"--python {interpreter}: not executable", hint=hint)
+    if isinstance(exc, OSError) and exc.errno == errno.ENOEXEC:
+        return UsageError(f"--python {interpreter}: not a program this system can run (Exec format error)",
+                          hint=hint)
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return UsageError(f"--python {interpreter}: cannot be started ({why})", hint=hint)
 
 
 _under = install_facts.under

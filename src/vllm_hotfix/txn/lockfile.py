@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from vllm_hotfix.core import verdict
-from vllm_hotfix.core.docfields import Fields, load_json
+from vllm_hotfix.core.data import load_json
+from vllm_hotfix.core.docfields import Fields
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, FileCheck
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.paths import LOCK_LIMIT, LOCK_NAME, read_own_file

@@ -7,11 +7,15 @@ import errno
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterable
 
-from vllm_hotfix.core.docfields import Fields, load_json, relpath_problem
-from vllm_hotfix.errors import InvalidInput, WriteFailed
+from vllm_hotfix.core.data import load_json
+from vllm_hotfix.core.docfields import Fields, relpath_problem
+from vllm_hotfix.errors import HotfixError, InvalidInput, WriteFailed
+from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import STATE_NAME
 from vllm_hotfix.txn.atomic import TEMP_SUFFIX, fsync_dir, temp_path_for, unlink_if_present
 from vllm_hotfix.txn.fsops import (
@@ -29,6 +33,7 @@ class RecoveryReport:
     restored: tuple[str, ...]  # put back to their "before" bytes
     removed: tuple[str, ...]  # created by the interrupted apply, removed again
     problems: tuple[str, ...]  # paths that could not be restored (journal kept)
+    temps: tuple[str, ...] = ()  # stray temp files of ours removed (beside the files the journal names)
 
 
 def _restore_record(entry: dict, journal_dir: Path, tag: str) -> None:
@@ -92,11 +97,11 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
                         restored.append(rel)
                     _put_back(path, backup, entry, tag, current_sha256)
                 elif _file_sha256(path) != entry["before_sha256"]:
-                    problems.append(f"{rel} (no backup)")
+                    problems.append(f"{quote_path(rel)} (no backup)")
             for temp in (temp_path_for(path, tag), temp_path_for(path, f"{tag}-restore")):
                 unlink_if_present(temp)
         except OSError as exc:
-            problems.append(f"{rel} ({_describe(exc)})")
+            problems.append(f"{quote_path(rel)} ({_describe(exc)})")
     for rel in reversed(record.get("created_dirs", [])):
         try:
             os.rmdir(root / rel)
@@ -230,4 +235,52 @@ def recover(journal_dir: Path, root: Path | str | None = None) -> RecoveryReport
     if report.problems:
         raise WriteFailed(f"{journal}: could not restore {', '.join(report.problems)}",
                           hint="fix the cause (read-only or full file system?) and run `hotfix recover` again")
-    return report
+    paths = [entry["path"] for entry in record["files"] if isinstance(entry.get("path"), str)]
+    return replace(report, temps=tuple(remove_stray_temps(report.root, paths)))
+
+
+# What commit and recovery name their temp files: '.<name>.<pid>-<8 hex>.hotfix-tmp' (the journal's tag)
+# and '.<name>.<pid>-<8 hex>-restore.hotfix-tmp' (txn.atomic.temp_path_for).
+_OUR_TEMP = re.compile(r"\.(?P<name>.+)\.[0-9]+-[0-9a-f]{8}(?:-restore)?" + re.escape(TEMP_SUFFIX) + r"\Z", re.DOTALL)
+
+
+def remove_stray_temps(root: Path, paths: Iterable[str]) -> list[str]:
+    """Remove temp files a commit or a restore left beside the files ``paths`` names (an interrupted
+    transaction, or an older vllm-hotfix), whatever pid and tag they carry. Only what is certainly ours
+    goes: a regular file (not followed if a symlink) in the directory of a named file, under the root
+    and reached through no symlink (Tree's checks), whose name is exactly our pattern for that very
+    file's name. Returns the root-relative paths removed."""
+    tree = Tree(root)
+    wanted: dict[str, set[str]] = {}
+    for rel in paths:
+        try:
+            full = tree.checked_path(rel)
+        except HotfixError:  # a path no transaction of ours could have written: nothing of ours beside it
+            continue
+        wanted.setdefault(os.path.dirname(full), set()).add(os.path.basename(full))
+    removed = []
+    for directory, names in wanted.items():
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            found = _OUR_TEMP.match(entry.name)
+            if found and found.group("name") in names and entry.is_file(follow_symlinks=False):
+                try:
+                    unlink_if_present(entry.path)
+                except OSError:
+                    continue
+                removed.append(os.path.relpath(entry.path, root))
+    return sorted(removed)
+
+
+def recover_target(root: Path) -> None:
+    """``recover`` the journal of the target ``root`` and say so; call with the target lock held."""
+    from vllm_hotfix.output import note
+    from vllm_hotfix.paths import TargetDir
+
+    report = recover(TargetDir.of(root).journal)
+    if report is not None:
+        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
+             f"{len(report.removed)} created file(s) removed")

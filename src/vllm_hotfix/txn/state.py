@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from vllm_hotfix.core.docfields import Fields, load_json
+from vllm_hotfix.core.data import load_json
+from vllm_hotfix.core.docfields import Fields
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.paths import STATE_LIMIT, STATE_NAME, TargetDir, read_own_file
 
@@ -264,9 +265,7 @@ def _target(f: Fields, doc: dict) -> dict:
             out[key] = value
     if "root" in out and not os.path.isabs(out["root"]):
         raise f.fail("target.root", f"expected an absolute path, got {out['root']!r}")
-    if "package" in out:
-        f.package(out, "target", "package")
-    return out
+    return out  # target.package names what was resolved (a checkout's folder name at worst): text, never imported
 
 
 def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
