@@ -116,7 +116,9 @@ def _after_fork_in_child() -> None:
     lock, require = _settings()
     if not lock and not require:
         return
-    _fork_role = _forked_process_name()
+    # The child's multiprocessing name is still the parent's here: the Process being started names it
+    # (or, for a bare os.fork, the parent's role does).
+    _fork_role = _forked_process_name() or f"fork of {process_role()}"
     failing = _check_here(lock, require)
     if failing and strict() and serving_process():
         # An exception raised in a fork hook is printed and ignored: stop the child ourselves.
@@ -354,13 +356,13 @@ def _version_beside(package_dir: Path) -> str | None:
 
 def process_role() -> str:
     """Best guess of what this vLLM process is: EngineCore_DP0, VllmWorker-1, ApiServer_0, main."""
+    if _fork_role:  # first: in the fork hook, multiprocessing's name is still the parent's
+        return _fork_role
     multiprocessing = sys.modules.get("multiprocessing")
     if multiprocessing is not None:
         name = multiprocessing.current_process().name
         if name != "MainProcess":
             return name
-    if _fork_role:
-        return _fork_role
     if os.environ.get("RANK"):
         return f"rank {os.environ['RANK']}"
     command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]]) if sys.argv and sys.argv[0] else "python"

@@ -16,16 +16,17 @@ NON_SERVING_FLAGS = frozenset({"-h", "--help", "-v", "--version"})
 
 
 def _forked_process_name() -> str | None:
-    """The name of the multiprocessing.Process being forked (the hook runs before it takes its name)."""
-    frame = sys._getframe(1)
-    for _ in range(12):
-        if frame is None:
-            return None
-        process = frame.f_locals.get("process_obj") if frame.f_code.co_name == "_launch" else None
-        if process is not None:
-            return getattr(process, "name", None)
-        frame = frame.f_back
-    return None
+    """The name of the multiprocessing.Process being forked (the hook runs before it takes its name).
+    Only the frame that called os.fork counts: it is multiprocessing's ``Popen._launch`` for a Process,
+    while a bare os.fork inside a forked Process still has that Process's ``_launch`` further down."""
+    try:
+        frame = sys._getframe(2)  # 0 here, 1 the fork hook, 2 whoever called os.fork
+    except ValueError:
+        return None
+    if frame.f_code.co_name != "_launch":
+        return None
+    process = frame.f_locals.get("process_obj")
+    return getattr(process, "name", None) if process is not None else None
 
 
 def _flush() -> None:
