@@ -13,8 +13,10 @@ import click
 
 from vllm_hotfix import __version__
 from vllm_hotfix.cli_options import (
-    DOCTOR_EXIT_HELP, EXIT_CODES_HELP, catalog_option, dry_run_option, json_option, python_option, root_option,
+    DOCTOR_EXIT_HELP, EXIT_CODES_HELP, catalog_option, complete_ids, dry_run_option, json_option, python_option,
+    root_option,
 )
+from vllm_hotfix.core.verdict import IN_EFFECT, STATES
 from vllm_hotfix.errors import ExitCode, HotfixError
 
 def _exit(code: int) -> None:
@@ -41,7 +43,7 @@ def cli() -> None:
 
 
 @cli.command("apply")
-@click.argument("hotfix_id", required=False, metavar="[ID]")
+@click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Apply this raw diff instead of a catalog hotfix.")
 @root_option
 @python_option
@@ -70,24 +72,21 @@ def apply_cmd(hotfix_id, patch_file, root, python, package, adhoc_id, strip, pat
     _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, root=root, python=python, package=package, adhoc_id=adhoc_id, strip=strip, patch_files=tuple(patch_files), upstream_repo=upstream_repo, checkouts=tuple(checkouts), reverse=reverse, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("status")
-@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
+@cli.command("status", help="Show, for each hotfix, whether it is applied, decided from the files themselves.\n\n"
+             f"States: {', '.join(STATES)}. In effect (exit 0): {' and '.join(s for s in STATES if s in IN_EFFECT)}.")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @python_option
 @root_option
 @catalog_option
 @json_option
 def status_cmd(hotfix_ids, python, root, catalogs, as_json) -> None:
-    """Show, for each hotfix, whether it is applied, decided from the files themselves.
-
-    States: applied, not-applied, fixed-upstream, drifted, not-applicable, lost.
-    """
     from vllm_hotfix.commands import status as command
 
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("verify")
-@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @python_option
 @root_option
 @click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path), envvar="HOTFIX_LOCK", help="Verify against a lock file written by `hotfix export` (env HOTFIX_LOCK).")
@@ -104,7 +103,7 @@ def verify_cmd(hotfix_ids, python, root, lock_file, catalogs, as_json) -> None:
 
 
 @cli.command("rollback")
-@click.argument("hotfix_id", metavar="ID")
+@click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @python_option
 @root_option
 @dry_run_option
@@ -183,7 +182,7 @@ def list_cmd(catalogs, as_json) -> None:
 
 
 @cli.command("show")
-@click.argument("hotfix_id", metavar="ID")
+@click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @catalog_option
 @json_option
 def show_cmd(hotfix_id, catalogs, as_json) -> None:
@@ -252,7 +251,7 @@ def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, python,
 
 @cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")
 @click.option("--versions", help="Only these releases, e.g. '0.30.0,0.31.0' or a range '>=0.30'.")
-@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @catalog_option
 @json_option
 def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
@@ -272,7 +271,7 @@ def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
 
 
 @cli.command("export")
-@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...")
+@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the patched files and hotfix.lock.")
 @python_option
 @catalog_option
@@ -286,7 +285,7 @@ def export_cmd(hotfix_ids, out_dir, python, catalogs, dry_run, as_json) -> None:
 
 
 @cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
-@click.argument("hotfix_ids", nargs=-1, metavar="ID...")
+@click.argument("hotfix_ids", nargs=-1, metavar="ID...", shell_complete=complete_ids)
 @click.option("--service", required=True, help="Compose service to mount the patched files into.")
 @click.option("--file", "compose_file", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Compose file to edit in place, byte for byte outside our lines (default: as docker compose v2 finds it: COMPOSE_FILE, else compose.yaml, compose.yml, docker-compose.yaml, docker-compose.yml here or above).")
 @click.option("--override", "override_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the mounts to this override file instead of editing --file.")
@@ -323,7 +322,7 @@ def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, contain
 
 
 @cli.command("bake", short_help="Write a Containerfile deriving an image with the hotfixes applied and verified.")
-@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...")
+@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--base", required=True, help="Image to derive from, e.g. vllm/vllm-openai:v0.30.0 or a vllm-ascend image.")
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the build context (Containerfile + vllm-hotfix/).")
 @click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="vllm-hotfix wheel to install in the image (default: this version from the package index).")
@@ -340,17 +339,25 @@ def bake_cmd(hotfix_ids, base, out_dir, wheel, patch_files, python, strict, cata
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), base=base, out_dir=out_dir, wheel=wheel, catalogs=tuple(catalogs), patch_files=tuple(patch_files), python=python, strict=strict, as_json=as_json))
 
 
-@cli.command("gc", short_help="List and remove the state of targets that no longer exist.")
+@cli.command("gc", short_help="Remove the state of targets gone for good; keep what is only missing for a while.")
+@click.option("--older-than", default="7d", show_default=True, metavar="AGE",
+              help="Remove a missing target's state once it has been missing this long (s, m, h, d, w; 0: at once).")
+@click.option("--confirm", "confirm", multiple=True, metavar="PATH",
+              help="This target path is gone for good: remove its state now (repeatable).")
 @dry_run_option
 @json_option
-def gc_cmd(dry_run, as_json) -> None:
+def gc_cmd(older_than, confirm, dry_run, as_json) -> None:
     """Remove recorded state, journals and backups kept for targets (venvs, checkouts) that are gone.
 
-    A target that still exists is never touched; --dry-run only lists what would go.
+    A missing target may only be away for a while (a checkout moved, a volume not mounted): its
+    state, the only way back to the original files, is kept until the target has been missing for
+    --older-than (counted from the first `hotfix gc` that found it missing), or until --confirm PATH
+    says it is gone for good. A target that exists is never touched. --dry-run lists what would be
+    removed and what is kept, and why, and writes nothing.
     """
     from vllm_hotfix.commands import gc as command
 
-    _exit(command.run(dry_run=dry_run, as_json=as_json))
+    _exit(command.run(dry_run=dry_run, as_json=as_json, older_than=older_than, confirm=tuple(confirm)))
 
 
 @cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard, or check this environment.")

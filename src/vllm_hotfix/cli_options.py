@@ -57,3 +57,14 @@ catalog_option = click.option(
     help="Extra catalog directory with manifests/ and patches/ (repeatable; env HOTFIX_CATALOG, ':'-separated).",
 )
 dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan everything, change nothing, say what would change.")
+
+
+def complete_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of hotfix ids: the catalog's (with the --catalog options already typed)."""
+    try:
+        from vllm_hotfix.catalog.index import Catalog
+
+        catalogs = tuple(Path(c) for c in ctx.params.get("catalogs") or ())
+        return [i for i in Catalog.load(catalogs).ids() if i.startswith(incomplete)]
+    except Exception:  # noqa: BLE001 - a broken catalog must not break the user's shell
+        return []

@@ -29,7 +29,8 @@ def targets_dir() -> Path:
 class TargetDir:
     """The state of one target (the directory patches are applied to), keyed by its real path.
 
-    ``state.json`` (the record), ``journal/`` (an in-flight transaction), ``lock``, ``backups/<id>/``
+    ``state.json`` (the record), ``journal/`` (an in-flight transaction), ``lock``, ``gone.json`` (gc's
+    "first seen missing"), ``backups/<id>/``
     (originals) and ``patches/<id>/`` (the exact patch bytes applied); what lies inside those two is
     txn.state.TargetState's (``backup_rel`` / ``backup_path``, ``patch_rel``)."""
 
@@ -53,6 +54,11 @@ class TargetDir:
     def lock_file(self) -> Path:
         return self.directory / "lock"
 
+    @property
+    def gone_file(self) -> Path:
+        """Written by `hotfix gc` when the target is first seen missing (flow/gc.py)."""
+        return self.directory / "gone.json"
+
     def pending(self) -> bool:
         """An interrupted transaction waits for recovery."""
         return (self.journal / "journal.json").exists()
@@ -65,6 +71,27 @@ def all_target_dirs() -> list[TargetDir]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return [TargetDir(targets_dir() / name) for name in names]
+
+
+def read_small_file(path: str | os.PathLike, limit: int) -> bytes | None:
+    """The bytes of a small regular file that is input (a marker in the state directory, a checkout's
+    version file): never through a symlink, never a FIFO or device, at most ``limit`` bytes; None otherwise."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+        return data if len(data) <= limit else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def cache_dir() -> Path:

@@ -82,7 +82,9 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
     if dry_run:
         say("dry run: nothing was written")
         return 0
-    note(f"check it: hotfix show {hotfix_id} --catalog {out_dir}; then fill in [[signatures]] and description")
+    where = (f" --python {python}" if python else "") if from_install else " --root CHECKOUT"
+    note(f"try it: hotfix show {hotfix_id} --catalog {out_dir} && hotfix apply {hotfix_id} --catalog {out_dir}{where} "
+         "--dry-run; then fill in [[signatures]] (the commented example at the top of the manifest) and description")
     return 0
 
 
@@ -257,7 +259,7 @@ def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[
              '#   explain = "why this line means this bug"',
              "schema = 1", f"id = {_toml_value(hotfix_id)}", "version = 1",
              f"title = {_toml_value(fields['title'])}", f"description = {_toml_value(fields['description'])}",
-             "symptoms = []", "supersedes = []"]
+             "supersedes = []"]
     for table, rows in (("references", fields["references"]), ("targets", fields["targets"]), ("patches", patches)):
         for row in rows:
             lines += ["", f"[[{table}]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.items()]
