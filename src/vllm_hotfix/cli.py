@@ -312,13 +312,19 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
 @click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock).")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect.")
 @click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this.")
+@dry_run_option
 @json_option
-def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, as_json) -> None:
+def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, dry_run, as_json) -> None:
     """Write a kustomize overlay: ConfigMaps with the exported files and hotfix.lock, read-only subPath
-    mounts over site-packages in the named containers, and the guard's environment."""
+    mounts over site-packages in the named containers, and the guard's environment.
+
+    A workload or container the base does not have is refused (exit 3), naming what it has. With
+    kubectl (or kustomize) on PATH, the overlay is rendered before it replaces --to, and a render in
+    which a named container lacks a mount or the guard's variables is refused with nothing written.
+    """
     from vllm_hotfix.commands import k8s as command
 
-    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, as_json=as_json))
+    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("bake", short_help="Write a Containerfile deriving an image with the hotfixes applied and verified.")
