@@ -54,3 +54,15 @@ def test_bash_completes_commands_and_hotfix_ids(words, expected):
     done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env(), timeout=60)
     assert done.returncode == 0, done.stderr
     assert set(done.stdout.split()) == expected
+
+
+def test_fish_completes_hotfix_ids_where_fish_is_installed(tmp_path):
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed (bash's completion is tested above)")
+    script = tmp_path / "hotfix.fish"
+    script.write_text(subprocess.run([hotfix()], capture_output=True, text=True, check=True,
+                                     env={**env(), "_HOTFIX_COMPLETE": "fish_source"}).stdout)
+    done = subprocess.run(["fish", "--no-config", "-c", f"source {script}; complete -C 'hotfix apply mam'"],
+                          capture_output=True, text=True, env=env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["mamba-align-block-size"]

@@ -78,13 +78,13 @@ def run(*, dry_run: bool, as_json: bool, older_than: str = "7d", confirm: Sequen
             say(f"keep {entry.directory}: {what}: {entry.reason}{recorded}{pending}{confirm_hint}")
     live = sum(1 for e in entries if e.state == gc.LIVE)
     going = sum(1 for e in entries if e.remove and e not in busy)
-    kept = sum(1 for e in entries if not e.remove)
+    kept = sum(1 for e in entries if not e.remove) - live
     if not entries:
         say(f"nothing to clean in {state_dir()}: no target has state")
-    elif not going and kept == live:
+    elif not going and not kept:
         say(f"nothing to clean in {state_dir()}: every target with state still exists ({live})")
     else:
-        say(f"{'dry run: ' if dry_run else ''}{going} {verb.split()[-1]}, {kept} kept ({live} exist)"
+        say(f"{'dry run: ' if dry_run else ''}{verb} {going}, kept {kept} missing, {live} exist"
             + ("; nothing was removed" if dry_run else ""))
     return 0
 
