@@ -1,16 +1,24 @@
-"""`hotfix doctor` on a generated >= 1 GB multi-process vLLM log, against `grep -E` with the same signatures.
+"""`hotfix doctor` on generated >= 1 GB vLLM logs, against `grep -E` in the same run.
 
-    python benchmarks/doctor.py [--size-gb 1.0] [--rounds 5]
+    python benchmarks/doctor.py [--size-gb 1.0] [--rounds 5] [--shape traffic|info|both]
 
-The log (written under a temporary directory, deleted at the end) is the traffic of a long run: engine
-metrics, access-log lines, worker debug lines from 8 processes, one incident of seed 001 near the end.
-grep gets every signature pattern of the catalog plus doctor's error-line and version patterns
-(`grep -E -n -f PATTERNS LOG > FILE`: it prints every matching line, which doctor also looks at).
-doctor runs end to end (`hotfix doctor LOG --json`: interpreter start, catalog load, scan, verdict), once
-with its default prefilter (`grep -F` over the needles, this process copying the log into its pipe and
-counting lines; its CPU time includes grep's) and once with HOTFIX_DOCTOR_GREP= (Python `bytes.find`).
-Each round runs both tools, the order rotated every round; the file is read once first so both read
-it from the page cache. Medians of wall and CPU (user + system) time, and their ratios.
+Two shapes of log (each written under a temporary directory, deleted at the end), with one incident of
+seed 001 (its start-up lines, the crash and the real cuda-gdb lines of vllm#54173) near the end:
+
+- ``traffic`` (today's): a long run's engine metrics, access-log lines and worker DEBUG lines from 8
+  processes, many of which hold an error word or a needle;
+- ``info`` (issue 23): mostly non-matching INFO lines as vLLM writes them in production (metrics, access
+  log, "Received request ... prompt: ...", "Added request", "Finished request"), the shape of a real
+  multi-day server log.
+
+The peers: ``grep -E -n -f PATTERNS`` with every signature pattern of the catalog plus doctor's
+error-line and version patterns (it prints every line doctor also looks at), and, on the ``info``
+shape, ``grep -E 'ERROR|Error'`` (what an SRE types first). doctor runs end to end (`hotfix doctor LOG
+--json`: interpreter start, catalog load, scan, verdict) with its default prefilter (SIMD Aho-Corasick
+in-process, ``ahocorasick-rs``) and with ``HOTFIX_DOCTOR_PREFILTER=grep`` (``grep -F`` in a subprocess).
+Each round runs every tool, the order rotated every round; the file is read once first so all read it
+from the page cache. Medians of wall and CPU (user + system) time, and their ratios.
+Goals (issue 23, info shape): doctor <= 1.5x grep -E with the catalog's patterns, <= 3x grep -E 'ERROR|Error'.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import time
 from pathlib import Path
 
 from vllm_hotfix.catalog.index import Catalog
-from vllm_hotfix.doctor.engine import VERSION_BANNERS
+from vllm_hotfix.doctor.facts import VERSION_LINES
 from vllm_hotfix.doctor.normalise import ERROR_LINE
 
 LOGS = Path(__file__).resolve().parent.parent / "tests" / "doctor" / "logs"
@@ -46,25 +54,45 @@ TRAFFIC = [
 ]
 
 
-def generate(path: Path, size: int) -> None:
+# Production INFO lines, shaped like the real ones in tests/doctor/corpus (vllm#36734, vllm-ascend#2349,
+# Qwen3-VL#1756): none holds an error word or a catalog needle.
+INFO = [
+    "(APIServer pid=1) INFO 11-30 {t} [loggers.py:123] Engine 000: Avg prompt throughput: {a}.4 tokens/s, Avg generation "
+    "throughput: {b}.6 tokens/s, Running: {r} reqs, Waiting: 0 reqs, GPU KV cache usage: 1.{r}%, Prefix cache hit rate: 71.4%",
+    "(APIServer pid=1) INFO:     10.0.3.{r}:5{a} - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
+    "(APIServer pid=1) INFO 11-30 {t} [logger.py:41] Received request chatcmpl-{a}{b}f745bb35fc2b437c92035bf14a2a8c: prompt: "
+    "'<|im_start|>user\\nsummarise the quarterly report in three short lines for the on-call team<|im_end|>\\n"
+    "<|im_start|>assistant\\n', params: SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, "
+    "repetition_penalty=1.0, temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, seed=None, max_tokens={b}), "
+    "prompt_token_ids: None, lora_request: None.",
+    "(APIServer pid=1) INFO 11-30 {t} [async_llm.py:261] Added request chatcmpl-{a}{b}f745bb35fc2b437c92035bf14a2a8c.",
+    "(APIServer pid=1) INFO 11-30 {t} [async_llm.py:420] Finished request chatcmpl-{a}{b}f745bb35fc2b437c92035bf14a2a8c.",
+    "(EngineCore_DP0 pid=212) INFO 11-30 {t} [metrics.py:88] SpecDecoding metrics: Mean acceptance length: 2.{r}5, "
+    "Accepted throughput: {b}.1 tokens/s, Drafted throughput: {a}.9 tokens/s, Accepted: {a} tokens, Drafted: {b}{a} tokens",
+]
+SHAPES = {"traffic": TRAFFIC, "info": INFO}
+
+
+def generate(path: Path, size: int, templates: list[str]) -> None:
     rng = random.Random(1)
     block = "\n".join(
-        rng.choice(TRAFFIC).format(t=f"22:{rng.randrange(60):02d}:{rng.randrange(60):02d}", a=rng.randrange(1000, 9999),
-                                   b=rng.randrange(10, 999), r=rng.randrange(8))
+        rng.choice(templates).format(t=f"22:{rng.randrange(60):02d}:{rng.randrange(60):02d}", a=rng.randrange(1000, 9999),
+                                     b=rng.randrange(10, 999), r=rng.randrange(8))
         for _ in range(40_000)).encode() + b"\n"
     head, tail = (LOGS / "001-mamba-align.log").read_bytes().split(b"(Worker_TP0 pid=276) ERROR", 1)
     with open(path, "wb") as out:
         out.write(head)
         while out.tell() < size:
             out.write(block)
-        out.write(b"(Worker_TP0 pid=276) ERROR" + tail + (LOGS / "001-dmesg.txt").read_bytes())
+        out.write(b"(Worker_TP0 pid=276) ERROR" + tail + (LOGS / "001-dmesg.txt").read_bytes()
+                  + (LOGS / "001-cuda-gdb.txt").read_bytes())
 
 
 def grep_patterns() -> list[str]:
     """The same set for grep -E: signatures, error lines, version banners (Python syntax -> POSIX ERE)."""
     pythonic = [s.pattern for m in Catalog.load(env={}).latest() for s in m.signatures]
-    pythonic += [ERROR_LINE.pattern] + [p.pattern for _, p, _ in VERSION_BANNERS]
-    return [re.sub(r"\(\?:", "(", p).replace(r"\d", "[0-9]") for p in pythonic]
+    pythonic += [ERROR_LINE.pattern] + [p.pattern for p, _, _ in VERSION_LINES]
+    return [re.sub(r"\(\?<!\[[^]]*\]\)", "", re.sub(r"\(\?:", "(", p)).replace(r"\d", "[0-9]") for p in pythonic]
 
 
 def timed(argv: list[str], expect: tuple[int, ...], env: dict, out: Path) -> tuple[float, float]:
@@ -80,42 +108,51 @@ def timed(argv: list[str], expect: tuple[int, ...], env: dict, out: Path) -> tup
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def measure(shape: str, size: int, rounds: int, work: Path, patterns: Path) -> None:
+    log = work / f"{shape}.log"
+    generate(log, size, SHAPES[shape])
+    doctor = [sys.executable, "-m", "vllm_hotfix", "doctor", str(log), "--json"]
+    tools = {
+        "grep -E catalog": (["grep", "-E", "-n", "-f", str(patterns), str(log)], (0, 1), {}),
+        "hotfix doctor": (doctor, (1,), {}),  # exit 1: it finds the seed 001 incident
+        "doctor, grep -F": (doctor, (1,), {"HOTFIX_DOCTOR_PREFILTER": "grep"}),
+    }
+    if shape == "info":
+        tools["grep -E ERROR|Error"] = (["grep", "-E", "ERROR|Error", str(log)], (0, 1), {})
+    with open(log, "rb") as warm:  # page cache
+        while warm.read(64 << 20):
+            pass
+    print(f"\n[{shape}] log: {log.stat().st_size / (1 << 30):.2f} GiB, {sum(1 for _ in open(log, 'rb')):,} lines; "
+          f"{len(grep_patterns())} patterns; {os.cpu_count()} cores; {rounds} rounds, order rotated")
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in tools}
+    names = list(tools)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            times[name].append(timed(*tools[name], work / "out.txt"))
+    wall = {n: statistics.median(w for w, _ in t) for n, t in times.items()}
+    cpu = {n: statistics.median(c for _, c in t) for n, t in times.items()}
+    for name in names:
+        print(f"{name:<20} wall {wall[name]:6.2f} s (best {min(w for w, _ in times[name]):.2f})  cpu {cpu[name]:6.2f} s  "
+              f"{log.stat().st_size / wall[name] / 1e9:.2f} GB/s")
+    peers = [("grep -E catalog", "1.5x" if shape == "info" else "2x")] + ([("grep -E ERROR|Error", "3x")] if shape == "info" else [])
+    for name in ("hotfix doctor", "doctor, grep -F"):
+        for peer, goal in peers:
+            print(f"{name} / {peer}: wall {wall[name] / wall[peer]:.2f}x, cpu {cpu[name] / cpu[peer]:.2f}x (goal: <= {goal})")
+    log.unlink()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--shape", choices=("traffic", "info", "both"), default="both")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="doctor-bench-"))
     try:
-        log = work / "vllm.log"
-        generate(log, int(args.size_gb * (1 << 30)))
         patterns = work / "patterns.txt"
         patterns.write_text("\n".join(grep_patterns()) + "\n")
-        doctor = [sys.executable, "-m", "vllm_hotfix", "doctor", str(log), "--json"]
-        tools = {
-            "grep -E": (["grep", "-E", "-n", "-f", str(patterns), str(log)], (0, 1), {}),
-            "hotfix doctor": (doctor, (1,), {}),  # exit 1: it finds the seed 001 incident
-            "doctor, no grep": (doctor, (1,), {"HOTFIX_DOCTOR_GREP": ""}),  # the pure-Python prefilter
-        }
-        with open(log, "rb") as warm:  # page cache
-            while warm.read(64 << 20):
-                pass
-        size = log.stat().st_size
-        print(f"log: {size / (1 << 30):.2f} GiB, {sum(1 for _ in open(log, 'rb')):,} lines; "
-              f"{len(grep_patterns())} patterns; {os.cpu_count()} cores; {args.rounds} rounds, order rotated")
-        times: dict[str, list[tuple[float, float]]] = {name: [] for name in tools}
-        names = list(tools)
-        for round_ in range(args.rounds):
-            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
-                times[name].append(timed(*tools[name], work / "out.txt"))
-        wall = {n: statistics.median(w for w, _ in t) for n, t in times.items()}
-        cpu = {n: statistics.median(c for _, c in t) for n, t in times.items()}
-        for name in names:
-            print(f"{name:<16} wall {wall[name]:6.2f} s (best {min(w for w, _ in times[name]):.2f})  cpu {cpu[name]:6.2f} s  "
-                  f"{size / wall[name] / 1e9:.2f} GB/s")
-        for name in names[1:]:
-            print(f"{name} / grep -E: wall {wall[name] / wall['grep -E']:.2f}x, cpu {cpu[name] / cpu['grep -E']:.2f}x"
-                  " (goal: <= 2x)")
+        for shape in (("traffic", "info") if args.shape == "both" else (args.shape,)):
+            measure(shape, int(args.size_gb * (1 << 30)), args.rounds, work, patterns)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

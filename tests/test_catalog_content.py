@@ -44,7 +44,7 @@ def test_manifest_is_toml_with_documented_keys(path):
     assert manifest.title and manifest.description and manifest.references
     assert not manifest.symptoms, "the built-in manifests say what a crash looks like with [[signatures]]"
     roles = [s.role for s in manifest.signatures]
-    assert "first-error" in roles and sum(s.weight for s in manifest.signatures if s.weight > 0) >= 1.0
+    assert "first-error" in roles  # a crash it can be the first error of; specific / veto tiers: tests/doctor
     if manifest.kind == "advisory":
         assert manifest.workaround and not manifest.patches and not manifest.checks
     else:

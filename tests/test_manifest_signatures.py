@@ -29,6 +29,8 @@ def advisory_data(**changes) -> dict:
 def test_signatures_load_with_their_prefilter_anchor(tmp_path):
     m = load_manifest(write_manifest(tmp_path, manifest_data(signatures=SIGNATURES)))
     assert [(s.role, s.weight) for s in m.signatures] == [("first-error", 0.5), ("config", 0.5), ("config", -0.5), ("noise", 0.0)]
+    assert [s.tier for s in m.signatures] == ["generic", "generic", "veto", "generic"]  # a negative weight is a veto
+    assert all(s.confirmed for s in m.signatures)
     assert m.signatures[2].anchor == "speculative_config=SpeculativeConfig(method='"
     assert m.kind == "hotfix" and m.symptoms  # the free-text symptoms of older manifests still load
 
@@ -48,10 +50,18 @@ INVALID = [
      "signatures[1].pattern: needs a literal text of at least 3 characters"),
     (_set(("signatures",), [dict(SIGNATURES[0], role="crash")]),
      "signatures[0].role: expected one of first-error, context, config, noise, got 'crash'"),
-    (_set(("signatures",), [dict(SIGNATURES[0], weight=1.0)]),
-     "signatures[0].weight: must be at least -1 and below 1 (one line alone never names a hotfix), got 1.0"),
+    (_set(("signatures",), [dict(SIGNATURES[0], weight=1.0)]), "signatures[0].weight: must be at least -1 and below 1, got 1.0"),
+    (_set(("signatures",), [dict(SIGNATURES[0], tier="strong")]),
+     "signatures[0].tier: expected one of specific, generic, veto, got 'strong'"),
+    (_set(("signatures",), [dict(SIGNATURES[0], tier="specific", weight=-0.2)]),
+     "signatures[0].weight: a negative weight is evidence against: use tier = \"veto\""),
+    (_set(("signatures",), [dict(SIGNATURES[0], confirmed="no")]), "signatures[0].confirmed: expected true or false, got a string"),
+    (_set(("signatures",), [dict(SIGNATURES[0], pattern="(a+)+$ and more")]), "signatures[0].pattern: nested unbounded quantifiers"),
+    (_set(("signatures",), [dict(SIGNATURES[0], pattern=r"(?:x*y?)*abcd")]), "signatures[0].pattern: nested unbounded quantifiers"),
+    (_set(("signatures",), [dict(SIGNATURES[0], pattern=r"CUDA error(?= \d)")]), "signatures[0].pattern: a lookahead / lookbehind is not allowed"),
+    (_set(("signatures",), [dict(SIGNATURES[0], pattern=r"(err)or \1 again")]), "signatures[0].pattern: a back-reference is not allowed"),
     (_set(("signatures",), [dict(SIGNATURES[0], weight="high")]), "signatures[0].weight: expected an integer or a number, got a string"),
-    (_set(("signatures",), [dict(SIGNATURES[3], weight=0.2)]), "signatures[0].weight: a noise signature does not score"),
+    (_set(("signatures",), [dict(SIGNATURES[3], weight=0.2)]), "signatures[0].weight: a noise signature does not count"),
     (_set(("signatures",), [{k: v for k, v in SIGNATURES[0].items() if k != "explain"}]), "signatures[0].explain: missing required key"),
     (_set(("signatures",), [dict(SIGNATURES[0], why="x")]), "signatures[0].why: unknown key"),
     (_set(("kind",), "bug"), "kind: expected one of hotfix, advisory, got 'bug'"),
@@ -86,3 +96,21 @@ def test_an_advisory_has_signatures_and_a_workaround_and_no_patch(tmp_path):
 ])
 def test_invalid_advisories(tmp_path, change, expected):
     assert_invalid(tmp_path, advisory_data(), change, expected)
+
+
+def test_tiers_and_confirmed_load(tmp_path):
+    signatures = [dict(SIGNATURES[0], tier="specific", confirmed=False), dict(SIGNATURES[1], tier="veto")]
+    m = load_manifest(write_manifest(tmp_path, manifest_data(signatures=signatures)))
+    assert [(s.tier, s.confirmed) for s in m.signatures] == [("specific", False), ("veto", True)]
+
+
+def test_every_catalog_pattern_is_linear_time_and_the_unconfirmed_ones_are_marked(run_hotfix):
+    from vllm_hotfix.catalog.index import Catalog
+    from vllm_hotfix.catalog.signatures import linear_time_problem
+
+    catalog = Catalog.load(env={})
+    assert all(linear_time_problem(s.pattern) is None for m in catalog.latest() for s in m.signatures)
+    unconfirmed = {m.id for m in catalog.latest() for s in m.signatures if not s.confirmed}
+    assert {"qwen38-flash-next", "qwen38-ple-placeholder", "qwen38-draft-rejected-assert", "qwen38-response-format-500"} <= unconfirmed
+    shown = run_hotfix("show", "qwen38-ple-placeholder").stdout
+    assert "specific first-error  (unconfirmed: written from a description, not yet seen in a real log)" in shown

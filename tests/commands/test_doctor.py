@@ -15,7 +15,7 @@ from test_manifest import write_manifest
 from test_manifest_signatures import advisory_data
 
 LOGS = Path(__file__).resolve().parents[1] / "doctor" / "logs"
-MAMBA_LOGS = (LOGS / "001-mamba-align.log", LOGS / "001-dmesg.txt")
+MAMBA_LOGS = (LOGS / "001-mamba-align.log", LOGS / "001-dmesg.txt", LOGS / "001-cuda-gdb.txt")  # seed-001 shape + real cuda-gdb
 
 
 def doctor(run_hotfix, *args, **kwargs):
@@ -30,50 +30,65 @@ def test_001_without_a_target_names_mamba_from_the_logs_release(run_hotfix):
     assert ("1. mamba-align-block-size: needed? state unknown → hotfix apply mamba-align-block-size --python PY "
             "(or upgrade vllm to 0.32.0, fixed upstream)") in done.stdout
     assert "the log's vllm 0.30.0 is affected" in done.stdout
-    assert f"{MAMBA_LOGS[0]}:22" in done.stdout and "confidence high" in done.stdout
+    assert f"{MAMBA_LOGS[0]}:22" in done.stdout and "confident: specific evidence" in done.stdout
+    assert f"specific context     {MAMBA_LOGS[2]}:3" in done.stdout
+
+
+def test_001_without_the_faulting_kernel_is_only_possible(run_hotfix):
+    """The issue's false "apply": the start-up lines of align mode plus a generic illegal memory access."""
+    done = doctor(run_hotfix, *MAMBA_LOGS[:2])
+    assert done.returncode == 9, done.stdout + done.stderr
+    assert "hotfix apply" not in done.stdout and "possible (generic evidence only" in done.stdout
+    assert "check: the faulting kernel is the align-mode pre-copy" in done.stdout
+    assert "paste the first error lines above" in done.stderr
 
 
 def test_stdin_and_gzip_give_the_same_verdict_as_the_file(run_hotfix, tmp_path):
     packed = tmp_path / "server.log.gz"
-    packed.write_bytes(gzip.compress(MAMBA_LOGS[0].read_bytes()))
+    packed.write_bytes(gzip.compress(MAMBA_LOGS[0].read_bytes() + MAMBA_LOGS[2].read_bytes()))
     from_file = json.loads(doctor(run_hotfix, packed, "--json").stdout)
-    from_stdin = doctor(run_hotfix, "-", "--json", input=MAMBA_LOGS[0].read_text())
+    from_stdin = doctor(run_hotfix, "-", "--json", input=MAMBA_LOGS[0].read_text() + MAMBA_LOGS[2].read_text())
     assert from_stdin.returncode == 1
     piped = json.loads(from_stdin.stdout)
     assert piped["sources"] == ["<stdin>"] and from_file["sources"] == [str(packed)]
     for report in (from_file, piped):
         (verdict,) = [v for v in report["verdicts"] if v["named"]]
-        assert (verdict["id"], verdict["state"], verdict["confidence"]) == ("mamba-align-block-size", "unknown", "medium")
+        assert (verdict["id"], verdict["state"], verdict["level"]) == ("mamba-align-block-size", "unknown", "confident")
         assert report["exit_code"] == 1 and report["log_versions"] == {"vllm": "0.30.0"}
         assert (verdict["next"], verdict["upgrade"]) == ("hotfix apply mamba-align-block-size --python PY", "vllm 0.32.0")
 
 
 def test_json_carries_first_errors_and_evidence(run_hotfix):
     report = json.loads(doctor(run_hotfix, *MAMBA_LOGS, "--json").stdout)
-    assert report["lines"] == 34
+    assert report["lines"] == 46
     assert {"source": str(MAMBA_LOGS[0]), "line": 16, "process": "Worker_TP0 pid=276"}.items() <= report["first_errors"][0].items()
     evidence = report["verdicts"][0]["evidence"]
-    assert evidence[0]["role"] == "first-error" and evidence[0]["line"] == 22
-    assert evidence[0]["normalised"].endswith("CUDA error: an illegal memory access was encountered")
+    assert (evidence[0]["tier"], evidence[0]["line"]) == ("specific", 3)
+    first = next(e for e in evidence if e["role"] == "first-error" and e["source"] == str(MAMBA_LOGS[0]))
+    assert first["line"] == 22 and first["normalised"].endswith("CUDA error: an illegal memory access was encountered")
+    assert any({"kind": "flag", "name": "enable_prefix_caching", "value": "True", "line": 2}.items() <= f.items()
+               for f in report["facts"])
     assert all(e["explain"] for e in evidence)
 
 
 @pytest.mark.parametrize("log, code, expected", [
-    ("001-no-align.log", 9, "no known issue matches these logs"),
-    ("001-vllm-0.24.0.log", 9, "mamba-align-block-size: not applicable"),
+    ("001-no-align.log", 9, "no known issue matches these logs with specific evidence"),
+    ("001-vllm-0.24.0.log", 9, "ruled out: mamba-align-block-size (the log's vllm 0.24.0 is outside >=0.25.0,<0.32.0)"),
 ])
 def test_negative_cases(run_hotfix, log, code, expected):
-    done = doctor(run_hotfix, LOGS / log)
+    extra = () if "no-align" in log else (LOGS / "001-cuda-gdb.txt",)  # the kernel only runs in align mode
+    done = doctor(run_hotfix, LOGS / log, *extra)
     assert done.returncode == code, done.stdout + done.stderr
     assert expected in done.stdout
 
 
-def test_a_log_of_a_release_with_the_fix_says_fixed_upstream(run_hotfix, tmp_path):
+def test_a_log_of_a_release_with_the_fix_rules_it_out(run_hotfix, tmp_path):
     log = tmp_path / "0.32.log"
     log.write_text(MAMBA_LOGS[0].read_text().replace("0.30.0", "0.32.0"))
-    done = doctor(run_hotfix, log)
-    assert done.returncode == 0
-    assert "mamba-align-block-size: fixed upstream" in done.stdout and "already contains the fix (0.32.0)" in done.stdout
+    done = doctor(run_hotfix, log, MAMBA_LOGS[2])
+    assert done.returncode == 9, done.stdout
+    assert "ruled out: mamba-align-block-size (the log's vllm 0.32.0 already contains the fix (0.32.0))" in done.stdout
+    assert "paste the first error" not in done.stderr  # it is known: only not this release's
 
 
 def test_000_507011_with_another_first_error_names_nothing(run_hotfix):
@@ -84,10 +99,14 @@ def test_000_507011_with_another_first_error_names_nothing(run_hotfix):
 
 def test_000_on_the_checkout_needed_then_already_applied(run_hotfix, tmp_path):
     checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
-    logs = (LOGS / "000-server.log", LOGS / "000-plog-5493.log")
+    kernel = tmp_path / "plog-kernel.log"  # the faulting kernel's name, as a plog reports it (unconfirmed signature)
+    kernel.write_text("[ERROR] RUNTIME(5493,python3):2026-11-30-09:55:33.588.300 [task_info.cc:1010]5493 Aicore kernel "
+                      "execute failed, device_id=15, stream_id=80, task_id=202, fault kernel_name=causal_conv1d_update_0\n")
+    logs = (LOGS / "000-server.log", LOGS / "000-plog-5493.log", kernel)
     done = doctor(run_hotfix, *logs, "--root", checkout)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"glm-conv-null-slot: needed, not applied → hotfix apply glm-conv-null-slot --root {checkout}" in done.stdout
+    assert "(pattern not yet confirmed on a real log)" in done.stdout
     assert run_hotfix("apply", "glm-conv-null-slot", "--root", checkout).returncode == 0
     done = doctor(run_hotfix, *logs, "--root", checkout)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -102,7 +121,7 @@ def test_004_advisories_fixed_by_a_hotfix_version_join_with_the_recorded_version
     ours = tmp_path / "advisories"
     for hotfix_id, fixed_by in (("placeholder-v3", "qwen-standin@3"), ("placeholder-v6", "qwen-standin@6")):
         data = advisory_data(id=hotfix_id, fixed_by=fixed_by, targets=[{"distribution": "vllm-ascend", "git": {"tag": "v0.26.0rc1"}}],
-                             signatures=[{"pattern": r"PLE\w* placeholder", "role": "first-error", "weight": 0.6, "explain": "p"},
+                             signatures=[{"pattern": r"PLE\w* placeholder", "role": "first-error", "tier": "specific", "explain": "p"},
                                          {"pattern": "async_scheduling=True", "role": "config", "weight": 0.5, "explain": "a"}])
         write_manifest(ours, data)
     done = doctor(run_hotfix, LOGS / "004-qwen-ple-placeholder.log", "--root", standin.checkout, *catalogs, "--catalog", ours, "--json")
@@ -153,7 +172,7 @@ def test_both_prefilters_give_the_result_of_plain_blocks(tmp_path, grep):
         plain = list(blocks(stream, size=1 << 16))
     found = scan([("big.log", parts)], manifests)
     assert found == scan([("big.log", plain)], manifests)
-    assert found.lines == 252_000 + 96 and found.matches[0].manifest.id == "mamba-align-block-size"
+    assert found.lines == 252_000 + 96 + 24 and found.matches[0].manifest.id == "mamba-align-block-size"
 
 
 @pytest.mark.real
@@ -174,3 +193,54 @@ def test_real_vllm_0_30_0_needs_mamba_until_applied_and_0_32_0_has_it_upstream(r
     done = doctor(run_hotfix, *MAMBA_LOGS, "--python", fixed.python)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "mamba-align-block-size: fixed upstream" in done.stdout and "vllm 0.32.0 already contains the upstream fix" in done.stdout
+
+
+def test_fingerprints_that_agree_on_every_node_exit_0_and_say_so(run_hotfix, tmp_path):
+    line = "INFO 12-01 00:00:01 [guard.py:1] vllm-hotfix guard pid={} role={} fingerprint=hf1-0123456789abcdef: ok\n"
+    for node in ("node0", "node1"):
+        (tmp_path / f"{node}.log").write_text(line.format(100, "EngineCore_DP0") + line.format(101, "VllmWorker-0"))
+    done = doctor(run_hotfix, tmp_path / "node0.log", tmp_path / "node1.log")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "hotfix fingerprints agree on 2 nodes: hf1-0123456789abcdef (4 processes)" in done.stdout
+    assert "paste the first error" not in done.stderr and "no error line was found" in done.stderr
+    report = json.loads(doctor(run_hotfix, tmp_path / "node0.log", tmp_path / "node1.log", "--json").stdout)
+    assert report["fingerprints"]["agree"] == {"fingerprint": "hf1-0123456789abcdef", "logs": 2}
+
+
+def test_no_log_and_stdin_a_terminal_is_a_usage_error_not_a_silent_wait(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    primary, secondary = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "vllm_hotfix", "doctor"], stdin=secondary, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "HOTFIX_STATE_DIR": str(tmp_path)})
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert done.returncode == 2 and "no log to read: stdin is a terminal" in done.stderr
+    assert "docker logs vllm 2>&1 | hotfix doctor -" in done.stderr
+
+
+def test_the_log_and_the_target_disagree_and_the_log_decides(run_hotfix, tmp_path):
+    """vllm#27571's dumped step names 0.11.1rc4: on a 0.30 target mamba is still ruled out by the log's release."""
+    checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
+    log = tmp_path / "crash.log"
+    log.write_text((LOGS / "001-mamba-align.log").read_text().replace("0.30.0", "0.11.1rc4") + (LOGS / "001-cuda-gdb.txt").read_text())
+    done = doctor(run_hotfix, log, "--json")
+    (verdict,) = [v for v in json.loads(done.stdout)["verdicts"] if v["id"] == "mamba-align-block-size"]
+    assert verdict["level"] == "ruled-out" and verdict["state"] == "not-applicable" and done.returncode == 9
+    assert checkout.exists()
+
+
+@pytest.mark.real
+def test_real_target_and_log_disagree_the_report_says_so_and_the_log_decides(run_hotfix, vllm_install, tmp_path):
+    venv = vllm_install("0.30.0")
+    log = tmp_path / "crash.log"
+    log.write_text(MAMBA_LOGS[0].read_text().replace("0.30.0", "0.11.1rc4") + MAMBA_LOGS[2].read_text())
+    done = doctor(run_hotfix, log, "--python", venv.python)
+    assert done.returncode == 9, done.stdout + done.stderr
+    assert "note: the log says vllm 0.11.1rc4" in done.stdout and "has vllm 0.30.0" in done.stdout
+    assert "ruled out: mamba-align-block-size (the log's vllm 0.11.1rc4 is outside" in done.stdout

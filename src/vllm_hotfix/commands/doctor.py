@@ -1,11 +1,19 @@
 """`hotfix doctor [LOG ...]`: from a crash log to the hotfix (or advisory) that fixes it.
 
-Reads the logs (files, ``-`` for stdin, ``.gz`` by content) in blocks of whole lines, prefiltered by
-``grep -F`` when there is one (else by the engine's own ``bytes.find``), hands them to the pure engine
-(``vllm_hotfix.doctor``), then joins each named match with the target in ONE place,
-``_target_state``, which asks the code `hotfix status` uses. Exit codes: 1 a matched hotfix is needed
-(not applied, lost, drifted, or its state unknown), 0 every matched one is already in effect (applied,
-fixed upstream), 9 nothing known matches (or only for other releases).
+Reads the logs (files, ``-`` for stdin, ``.gz`` by content) in blocks of whole lines, prefiltered in
+this process by the engine's ``Prefilter`` (SIMD Aho-Corasick; ``HOTFIX_DOCTOR_PREFILTER=grep`` pipes
+the blocks through ``grep -F`` instead, ``=python`` uses ``bytes.find``), hands them to the pure
+engine (``vllm_hotfix.doctor``), then decides each match's *level* by evidence tier:
+
+- ``confident`` ("apply X"): specific evidence, no veto, and an in-range release from the log or the
+  target; joined with the target in ONE place, ``_target_state``, which asks the code `hotfix status`
+  uses (it is also what judges the log's own release, called without a target);
+- ``possible`` ("possible, check X"): generic evidence only, or no release to check the range with;
+- ``ruled-out``: a veto, another engine, another faulting kernel, or the log's release outside the range.
+
+Exit codes: 1 a confident match's fix is needed (not applied, lost, drifted, or its state unknown), or
+the guard fingerprints differ; 0 every confident match is already in effect, or nothing matched and
+the fingerprints of every node agree; 9 no confident match.
 """
 
 from __future__ import annotations
@@ -21,11 +29,13 @@ from pathlib import Path
 from typing import BinaryIO, Iterator, Sequence
 
 from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, say
 
 BLOCK = 8 << 20  # bytes read at a time: the engine sees whole lines, the file is never held
 NEEDED = ("not-applied", "lost", "drifted", "unknown")
 IN_EFFECT = ("applied", "fixed-upstream")
+OUT_OF_RANGE = ("not-applicable", "fixed-upstream")
+PREFILTERS = ("aho-corasick", "grep", "python")  # HOTFIX_DOCTOR_PREFILTER
 HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorded, but the files are back to baseline)",
             "drifted": "needed, drifted (a touched file was changed)", "unknown": "needed? state unknown",
             "applied": "already applied", "fixed-upstream": "fixed upstream", "not-applicable": "not applicable"}
@@ -39,22 +49,31 @@ class Verdict:
     version: int | str
     kind: str
     title: str
+    level: str  # confident | possible | ruled-out
     score: float
-    confidence: str
-    named: bool
-    state: str
+    state: str  # the state word of _target_state ("" when none was asked)
     detail: str
     next: str | None
     evidence: tuple  # of engine Evidence
+    vetoes: tuple = ()  # of engine Veto
+    check: tuple[str, ...] = ()  # possible: what would confirm it
     upgrade: str | None = None  # "vllm 0.32.0": the release with the fix, the alternative to a patch
 
+    @property
+    def named(self) -> bool:
+        return self.level == "confident"
+
     def to_json(self) -> dict:
-        return {"id": self.id, "version": self.version, "kind": self.kind, "title": self.title, "named": self.named,
-                "score": self.score, "confidence": self.confidence, "state": self.state, "detail": self.detail,
-                "next": self.next, "upgrade": self.upgrade, "evidence": [
-                    {"source": e.line.source, "line": e.line.lineno, "process": e.line.process,
-                     "role": e.signature.role, "weight": e.signature.weight, "text": e.line.raw, "normalised": e.line.text,
-                     "explain": e.signature.explain} for e in self.evidence]}
+        return {"id": self.id, "version": self.version, "kind": self.kind, "title": self.title, "level": self.level,
+                "named": self.named, "score": self.score, "state": self.state, "detail": self.detail,
+                "next": self.next, "upgrade": self.upgrade, "check": list(self.check),
+                "vetoes": [{"reason": v.reason, "source": v.line.source, "line": v.line.lineno, "text": v.line.raw}
+                           for v in self.vetoes],
+                "evidence": [
+                    {"source": e.line.source, "line": e.line.lineno, "process": e.line.process, "tier": e.signature.tier,
+                     "role": e.signature.role, "weight": e.signature.weight, "confirmed": e.signature.confirmed,
+                     "text": e.line.raw, "normalised": e.line.text, "explain": e.signature.explain}
+                    for e in self.evidence]}
 
 
 def blocks(stream: BinaryIO, size: int = BLOCK) -> Iterator[bytes]:
@@ -91,21 +110,38 @@ def _open(name: str) -> tuple[str, BinaryIO, BinaryIO]:
     return label, stream, raw  # type: ignore[return-value]
 
 
-def _sources(names: Sequence[str], needles: tuple[bytes, ...]) -> Iterator[tuple[str, Iterator]]:
+def _sources(names: Sequence[str], needles: tuple[bytes, ...], prefilter: str) -> Iterator[tuple[str, Iterator]]:
     for name in names:
         label, stream, raw = _open(name)
         try:
-            yield label, _checked(label, _parts(stream, needles))
+            yield label, _checked(label, _parts(stream, needles, grep=shutil.which("grep") if prefilter == "grep" else ""))
         finally:
             if raw is not sys.stdin.buffer:
                 raw.close()
 
 
+def _prefilter_kind() -> str:
+    """Which prefilter finds the candidate lines: ``HOTFIX_DOCTOR_PREFILTER`` (aho-corasick, grep,
+    python), by default Aho-Corasick in this process when ``ahocorasick-rs`` is installed, else
+    ``grep -F`` when there is a grep, else ``bytes.find``."""
+    wanted = os.environ.get("HOTFIX_DOCTOR_PREFILTER", "")
+    if wanted and wanted not in PREFILTERS:
+        raise UsageError(f"HOTFIX_DOCTOR_PREFILTER={wanted}: expected one of {', '.join(PREFILTERS)}")
+    from vllm_hotfix.doctor.engine import Prefilter
+
+    fast = Prefilter((b"x",)).kind == "aho-corasick"
+    if wanted == "aho-corasick" and not fast:
+        raise UsageError("HOTFIX_DOCTOR_PREFILTER=aho-corasick: the ahocorasick-rs package is not installed",
+                         hint="pip install ahocorasick-rs, or leave HOTFIX_DOCTOR_PREFILTER unset")
+    if wanted:
+        return wanted
+    return "aho-corasick" if fast else "grep" if shutil.which("grep") else "python"
+
+
 def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None) -> Iterator:
-    """The log as the engine takes it: blocks of whole lines, or, where a ``grep`` binary exists,
-    prefiltered batches: ``grep -F`` (Aho-Corasick in C) finds the lines holding a needle while this
+    """The log as the engine takes it: blocks of whole lines (the engine prefilters them), or, given a
+    ``grep`` binary, prefiltered batches: ``grep -F`` finds the lines holding a needle while this
     process only copies the bytes into its pipe and counts the lines. Same result either way."""
-    grep = grep if grep is not None else os.environ.get("HOTFIX_DOCTOR_GREP", shutil.which("grep") or "")
     if not grep:
         yield from blocks(stream)
         return
@@ -149,7 +185,7 @@ def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None
             raise failure[0]
         if proc.wait() > 1:
             raise UsageError(f"{grep} failed (exit {proc.returncode}) while prefiltering the log",
-                             hint="HOTFIX_DOCTOR_GREP= (empty) makes doctor search in Python")
+                             hint="HOTFIX_DOCTOR_PREFILTER=python makes doctor search in Python")
         yield Prefiltered(tuple(batch), counted[0] - base)
     finally:
         if proc.poll() is None:
@@ -217,89 +253,121 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
     return status.state, status.detail, (status.advice or "").replace("`", "") or None
 
 
+def _judge(match, *, python: str | None, root: Path | None, catalog, log_versions: dict[str, str]) -> Verdict:
+    """One match's verdict: its level by evidence tier, and (when confident) its state on the target.
+
+    The log's own release is judged by ``_target_state`` called without a target (the log describes
+    the process that crashed): outside the range or fixed there, the hotfix is ruled out whatever the
+    target says. Specific evidence then needs an in-range release, from the log or the target."""
+    m = match.manifest
+    verdict = dict(id=m.id, version=m.version, kind=m.kind, title=m.title, score=match.score,
+                   evidence=match.evidence, vetoes=match.vetoes)
+    if match.vetoes:
+        return Verdict(level="ruled-out", state="", detail=match.vetoes[0].reason, next=None, **verdict)
+    dist = m.targets[0].distribution
+    if dist in log_versions:
+        state, detail, next_cmd = _target_state(m, python=None, root=None, catalog=catalog, log_versions=log_versions)
+        if state in OUT_OF_RANGE:
+            return Verdict(level="ruled-out", state=state, detail=detail, next=None, **verdict)
+    check = tuple(f"{s.explain} (look for /{s.pattern}/)" for s in match.missing)
+    if not match.specific:
+        return Verdict(level="possible", state="", detail="generic evidence only", next=None,
+                       check=check or ("no line in the catalog tells it apart: compare the traceback by hand",), **verdict)
+    targeted = python is not None or root is not None
+    if targeted:
+        state, detail, next_cmd = _target_state(m, python=python, root=root, catalog=catalog, log_versions=log_versions)
+        if dist not in log_versions and state == "unknown":  # the target could not be judged, the log has no release
+            return Verdict(level="possible", state=state, detail=detail, next=None,
+                           check=(f"the release: {detail}",), **verdict)
+    elif dist not in log_versions:
+        return Verdict(level="possible", state="unknown", detail="the log does not name its release", next=None,
+                       check=(f"the release: give --python/--root (the {dist} install that crashed), or a log with "
+                              "its start-up banner",), **verdict)
+    upgrade = None
+    if state in NEEDED and m.fixed_in is not None and m.fixed_in.version:
+        upgrade = f"{m.targets[0].distribution} {m.fixed_in.version}"
+    return Verdict(level="confident", state=state, detail=detail, next=next_cmd, upgrade=upgrade, **verdict)
+
+
+def _disagreements(findings, verdicts: list[Verdict], catalog, *, python: str | None, root: Path | None) -> list[str]:
+    """Where the log and the --python/--root target name different releases (for the confident matches'
+    distributions): the log describes the process that crashed, the target is what would be patched."""
+    if python is None and root is None:
+        return []
+    from vllm_hotfix.flow.resolve import Resolver
+
+    resolver = Resolver(python, Path(root) if root is not None else None)
+    lines = []
+    wanted = {catalog.get(v.id).targets[0].package: catalog.get(v.id).targets[0].distribution
+              for v in verdicts if v.level != "ruled-out" or v.state in OUT_OF_RANGE}
+    logged = {d: (v, line) for d, v, line in findings.versions}
+    for package, dist in sorted(wanted.items()):
+        if dist not in logged:
+            continue
+        try:
+            target = resolver.package(package)
+        except HotfixError:
+            continue
+        version, line = logged[dist]
+        if target.version and target.version != version:
+            lines.append(f"the log says {dist} {version} ({line.where}) but the target ({'--root' if root else '--python'}) "
+                         f"has {dist} {target.version}: the log describes the process that crashed; is this its install?")
+    return lines
+
+
+def _stdin_is_a_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
 def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path], as_json: bool,
         show_all: bool) -> int:
     from vllm_hotfix.catalog.index import Catalog
     from vllm_hotfix.doctor import scan
+    from vllm_hotfix.doctor.engine import Prefilter, needles_for
 
-    from vllm_hotfix.doctor.engine import needles_for
-
+    names = list(logs) or ["-"]
+    if "-" in names and _stdin_is_a_terminal():
+        raise UsageError("no log to read: stdin is a terminal",
+                         hint="pipe a log in (docker logs vllm 2>&1 | hotfix doctor -) or name the files: hotfix doctor LOG...")
     catalog = Catalog.load(catalogs)
     manifests = [m for m in catalog.latest() if m.signatures]
-    findings = scan(_sources(list(logs) or ["-"], needles_for(manifests)), manifests)
+    needles = needles_for(manifests)
+    kind = _prefilter_kind()
+    findings = scan(_sources(names, needles, kind), manifests, prefilter_=Prefilter(needles, python=kind == "python"))
     log_versions = {dist: version for dist, version, _ in findings.versions}
-    verdicts = []
-    for match in findings.matches:
-        m = match.manifest
-        state, detail, next_cmd, upgrade = ("", "", None, None)
-        if match.named:
-            state, detail, next_cmd = _target_state(m, python=python, root=root, catalog=catalog, log_versions=log_versions)
-            if state in NEEDED and m.fixed_in is not None and m.fixed_in.version:
-                upgrade = f"{m.targets[0].distribution} {m.fixed_in.version}"
-        verdicts.append(Verdict(m.id, m.version, m.kind, m.title, match.score, match.confidence, match.named,
-                                state, detail, next_cmd, match.evidence, upgrade))
+    verdicts = [_judge(match, python=python, root=root, catalog=catalog, log_versions=log_versions)
+                for match in findings.matches]
+    order = {"confident": 0, "possible": 1, "ruled-out": 2}
+    verdicts.sort(key=lambda v: order[v.level])
+    disagree = _disagreements(findings, verdicts, catalog, python=python, root=root)
     named = [v for v in verdicts if v.named]
-    if any(v.state in NEEDED for v in named):
-        code = int(ExitCode.NOT_IN_EFFECT)
-    elif any(v.state in IN_EFFECT for v in named):
+    fleet = findings.fingerprint_problem()
+    agree = findings.fingerprint_agreement()
+    if any(v.state in NEEDED for v in named) or fleet:
+        code = int(ExitCode.NOT_IN_EFFECT)  # a fix is needed, or nodes / ranks do not run the same code
+    elif any(v.state in IN_EFFECT for v in named) or (agree and not named):
         code = int(ExitCode.OK)
     else:
         code = int(ExitCode.NO_MATCH)
-    fleet = findings.fingerprint_problem()
-    if fleet and code != int(ExitCode.NOT_IN_EFFECT):
-        code = int(ExitCode.NOT_IN_EFFECT)  # nodes or ranks do not run the same code
     if as_json:
-        emit_json({"sources": list(findings.sources), "lines": findings.lines, "exit_code": code,
-                   "log_versions": log_versions,
+        emit_json({"sources": list(findings.sources), "lines": findings.lines, "long_lines": findings.long_lines,
+                   "exit_code": code, "log_versions": log_versions, "log_vs_target": disagree,
+                   "facts": [{"kind": f.kind, "name": f.name, "value": f.value, "how": f.how, "source": f.line.source,
+                              "line": f.line.lineno} for f in findings.facts],
                    "first_errors": [{"source": l.source, "line": l.lineno, "process": l.process, "text": l.raw}
                                     for l in findings.first_errors],
                    "verdicts": [v.to_json() for v in verdicts],
-                   "fingerprints": {"problem": fleet, "processes": [
-                       {"source": l.source, "line": l.lineno, "role": role, "fingerprint": fp}
-                       for role, fp, l in findings.fingerprints]}})
+                   "fingerprints": {"problem": fleet, "agree": {"fingerprint": agree[0], "logs": agree[1]} if agree else None,
+                                    "processes": [{"source": l.source, "line": l.lineno, "role": role, "fingerprint": fp}
+                                                  for role, fp, l in findings.fingerprints]}})
         return code
-    _print(findings, verdicts, log_versions, show_all)
+    from vllm_hotfix.commands.doctor_report import print_fingerprints, print_report
+
+    print_report(findings, verdicts, log_versions, disagree, show_all)
     if fleet:
-        _print_fingerprints(findings, fleet)
+        print_fingerprints(findings, fleet)
+    elif agree:
+        say()
+        say(f"hotfix fingerprints agree on {agree[1]} node{'s' if agree[1] != 1 else ''}: {agree[0]} "
+            f"({len(findings.fingerprints)} processes)")
     return code
-
-
-def _print_fingerprints(findings, problem: str) -> None:
-    say()
-    say(f"hotfix fingerprints differ across nodes / ranks: {problem}")
-    for role, fingerprint, line in findings.fingerprints:
-        say(f"   {fingerprint:<20} {line.where} [{role}]")
-    note("every node and rank must load the same patched files: run `hotfix verify --lock` on each node "
-         "(a node with an old patch not reverted breaks the pair), or bake one image (`hotfix bake`)")
-
-
-def _print(findings, verdicts: list[Verdict], log_versions: dict[str, str], show_all: bool) -> None:
-    versions = ", ".join(f"{d} {v}" for d, v in log_versions.items())
-    say(f"read {findings.lines:,} lines from {len(findings.sources)} log(s)" + (f"; the log says {versions}" if versions else ""))
-    firsts = findings.first_errors if show_all else findings.first_errors[:8]
-    if firsts:
-        say(f"first error of each process ({len(findings.first_errors)}):")
-        for line in firsts:
-            say(f"  {line.where} [{line.process}] {line.text[:160]}")
-        if len(firsts) < len(findings.first_errors):
-            say(f"  ... {len(findings.first_errors) - len(firsts)} more (--all)")
-    named = [v for v in verdicts if v.named]
-    if not named:
-        say("no known issue matches these logs")
-    for rank, v in enumerate(named, 1):
-        say()
-        alternative = f" (or upgrade {v.upgrade.replace(' ', ' to ', 1)}, fixed upstream)" if v.upgrade else ""
-        say(f"{rank}. {v.id}: {HEADLINE.get(v.state, v.state)}" + (f" → {v.next}{alternative}" if v.next else ""))
-        say(f"   {'advisory' if v.kind == 'advisory' else 'hotfix'} @{v.version}: {v.title}")
-        say(f"   confidence {v.confidence} (score {v.score:g}); target: {v.detail}" if v.detail else
-            f"   confidence {v.confidence} (score {v.score:g})")
-        for e in v.evidence:
-            say(f"   {e.signature.role:<11} {e.signature.weight:+.1f}  {e.line.where}  {e.line.text[:120]}")
-            say(f"                      {e.signature.explain}")
-    weak = [v for v in verdicts if not v.named]
-    if weak:
-        say()
-        say("not enough evidence (a first error matches, the context does not): "
-            + ", ".join(f"{v.id} (score {v.score:g})" for v in weak))
-    if not named:
-        note("paste the first error lines above into an issue, or run `hotfix list` to compare by hand")

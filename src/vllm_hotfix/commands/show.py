@@ -36,8 +36,9 @@ def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
         lines.append("Symptoms:")
         lines += [f"  - {s}" for s in m.symptoms]
     if m.signatures:
-        lines.append("Signatures (what `hotfix doctor` looks for in a log):")
-        lines += [f"  {s.role:<11} {s.weight:+.1f}  {s.pattern}\n{'':<20}{s.explain}" for s in m.signatures]
+        lines.append("Signatures (what `hotfix doctor` looks for in a log; only a specific one can name the fix):")
+        lines += [f"  {s.tier:<8} {s.role}{'' if s.confirmed else '  (unconfirmed: written from a description, not yet seen in a real log)'}"
+                  f"\n{'':<4}{s.pattern}\n{'':<4}{s.explain}" for s in m.signatures]
     if m.description:
         lines.append("Description:")
         lines += [f"  {line}".rstrip() for line in m.description.strip().splitlines()]

@@ -1,38 +1,43 @@
-"""The log engine: chunks of whole lines in, first errors and scored signature matches out. No I/O.
+"""The log engine: chunks of whole lines in, first errors, the log's facts and tiered matches out. No I/O.
 
 ``scan(sources, manifests)`` takes ``(name, chunks)`` pairs, each chunk a ``bytes`` of complete lines
 (one line is a chunk too), so a caller can stream gigabytes in blocks. Only the lines that contain one of
-a few literal needles (the signatures' anchors, the words of an error line, the version banners) are
-decoded and looked at; finding them is ``bytes.find``, which is what keeps this near ``grep -E``.
+a few literal needles (the signatures' anchors, the words of an error line, the facts' words) are
+decoded and looked at; finding them is one multi-needle search (``Prefilter``: Aho-Corasick with SIMD
+when ``ahocorasick-rs`` is installed, else ``bytes.find`` per needle), which keeps doctor near
+``grep``. A line is normalised and matched on its first ``MATCH_LIMIT`` characters only (the rest is
+counted), and signatures are compiled by RE2 (``catalog.signatures.compile_pattern``): no line hangs it.
 
 Per process (``(EngineCore_DP0 pid=…)``, a plog's pid, or the file itself) the first error line that is
 not known noise is that process's *first error*; a ``first-error`` signature counts only on it and the
 ``EPISODE`` lines after it in the same file (the traceback, the device error after the stream error).
-``context`` and ``config`` signatures count anywhere. Each signature counts once; a manifest's score is
-the sum of its matched weights, and it is *named* at ``NAME_AT`` with at least one first-error match.
+``context`` and ``config`` signatures count anywhere. Each signature counts once.
+
+The verdict is by evidence tier, not by a sum: a ``Match`` with a ``specific`` signature is a
+candidate for naming the hotfix (the command still needs an in-range version from the log or the
+target); one with only ``generic`` evidence is at most "possible"; a ``veto`` signature, another
+engine (SGLang, TensorRT-LLM), an Ascend-only hotfix on a CUDA log, or a debugger naming another
+kernel as the faulting one rules it out. ``score`` (the weights) only orders matches of one tier.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
 
-from vllm_hotfix.doctor.normalise import ERROR_NEEDLES, is_error, normalise
 from vllm_hotfix.catalog.model import Manifest
-from vllm_hotfix.catalog.signatures import Signature, literal_runs
+from vllm_hotfix.catalog.signatures import Signature, compile_pattern, literal_runs
+from vllm_hotfix.doctor.facts import FACT_NEEDLES, RANK, read_facts
+from vllm_hotfix.doctor.normalise import ERROR_NEEDLES, MATCH_LIMIT, NOT_AN_ERROR, is_error, normalise
 
 EPISODE = 200  # lines after a process's first error that still belong to it
-NAME_AT = 1.0  # score at which a hotfix is named
-HIGH_AT = 1.5  # score from which the confidence is "high"
-VERSION_BANNERS = (  # (needle, pattern, distribution): the release a log was written by
-    ("API server version", re.compile(r"vLLM API server version v?(\d[\w.+-]*)"), "vllm"),
-    ("LLM engine (v", re.compile(r"Initializing a V\d LLM engine \(v(\d[\w.+-]*)\)"), "vllm"),
-    ("vllm_ascend version", re.compile(r"vllm_ascend version:? v?(\d[\w.+-]*)"), "vllm-ascend"),
-)
 TEXT_LIMIT = 240
 GUARD_NEEDLE = "vllm-hotfix guard pid="  # the guard's one line per process (containers/guard.py summary_line)
 GUARD_LINE = re.compile(r"vllm-hotfix guard pid=(\d+) role=(.*?)(?: fingerprint=(\S+))?: ")
+XID_NEEDLES = ("MMU Fault", "Fault is of type")  # a dmesg Xid message continued on the next line(s)
+XID_CONTINUATION = 3  # lines after an Xid line that may continue it
+OTHER_ENGINES = ("sglang", "tensorrt-llm")
 
 
 @dataclass(frozen=True)
@@ -42,8 +47,9 @@ class Line:
     source: str
     lineno: int  # 1-based
     process: str
-    text: str  # normalised
+    text: str  # normalised (its first MATCH_LIMIT characters; a continued Xid message joined)
     raw: str  # as logged (ANSI colours removed), cut at TEXT_LIMIT characters
+    cut: int = 0  # characters beyond MATCH_LIMIT that were counted, not matched
 
     @property
     def where(self) -> str:
@@ -52,41 +58,104 @@ class Line:
 
 @dataclass(frozen=True)
 class Evidence:
-    """A log line that matched a signature, and the signature's role."""
+    """A log line that matched a signature, and the signature's role and tier."""
 
     signature: Signature
     line: Line
 
 
 @dataclass(frozen=True)
+class Fact:
+    """Something the log states about the crashed process (doctor.facts)."""
+
+    kind: str  # version | engine | platform | flag | architecture | kernel
+    name: str  # the distribution, engine, platform or flag
+    value: str
+    how: str  # which kind of line said it: banner, dump, collect_env, pip, image, server, frame, line, debugger
+    line: Line
+
+
+@dataclass(frozen=True)
+class Veto:
+    """Why a hotfix is ruled out: a veto signature's line, or a fact of the log."""
+
+    reason: str
+    line: Line
+    signature: Signature | None = None
+
+
+@dataclass(frozen=True)
 class Match:
-    """A hotfix or advisory the log points at, and the evidence for it."""
+    """A hotfix or advisory the log points at, the evidence for it and what rules it out."""
 
     manifest: Manifest
-    score: float
-    evidence: tuple[Evidence, ...]  # first-error first, then by file and line
+    score: float  # sum of the matched weights: orders matches of the same tier
+    evidence: tuple[Evidence, ...]  # specific first, then first-error, then by file and line
+    vetoes: tuple[Veto, ...] = ()
 
     @property
-    def named(self) -> bool:
-        return self.score >= NAME_AT - 1e-9 and any(e.signature.role == "first-error" for e in self.evidence)
+    def specific(self) -> bool:
+        """Discriminating evidence matched: a candidate for naming the hotfix."""
+        return any(e.signature.tier == "specific" for e in self.evidence)
 
     @property
-    def confidence(self) -> str:
-        if not self.named:
-            return "low"
-        return "high" if self.score >= HIGH_AT - 1e-9 else "medium"
+    def tier(self) -> str:
+        """``veto`` (ruled out), ``specific`` or ``generic``: the strongest evidence, vetoes first."""
+        return "veto" if self.vetoes else "specific" if self.specific else "generic"
+
+    @property
+    def missing(self) -> tuple[Signature, ...]:
+        """The specific signatures of the manifest that did not match: what would confirm it."""
+        seen = {id(e.signature) for e in self.evidence}
+        return tuple(s for s in self.manifest.signatures if s.tier == "specific" and id(s) not in seen)
 
 
 @dataclass(frozen=True)
 class Findings:
-    """Everything doctor read in a log: matches, first errors, guard lines."""
+    """Everything doctor read in a log: facts, first errors, matches, guard lines."""
 
     lines: int  # lines read, all sources
     sources: tuple[str, ...]
     first_errors: tuple[Line, ...]  # one per process, in file order
-    versions: tuple[tuple[str, str, Line], ...]  # (distribution, version, where) as the log says, first seen
-    matches: tuple[Match, ...]  # every manifest with a first-error match, best first
+    facts: tuple[Fact, ...]  # first of each (kind, name, value), in file order
+    matches: tuple[Match, ...]  # best first: specific, generic, ruled out
     fingerprints: tuple[tuple[str, str, Line], ...] = ()  # (role, fingerprint or "none", line) per guard line
+    long_lines: int = 0  # lines longer than MATCH_LIMIT (matched on their beginning)
+
+    @property
+    def versions(self) -> tuple[tuple[str, str, Line], ...]:
+        """(distribution, version, line): per distribution the release the process itself printed
+        (banner, dumped step) before collect_env, pip freeze and image tags; first seen of that rank."""
+        best: dict[str, Fact] = {}
+        for fact in self.facts:
+            if fact.kind == "version":
+                held = best.get(fact.name)
+                if held is None or RANK[fact.how] < RANK[held.how]:
+                    best[fact.name] = fact
+        return tuple((d, f.value, f.line) for d, f in best.items())
+
+    def version_conflicts(self) -> tuple[tuple[str, str, Line], ...]:
+        """Other releases the log names for a distribution than ``versions`` chose (a pip freeze of
+        another install, an image tag): (distribution, version, line)."""
+        chosen = {d: v for d, v, _ in self.versions}
+        return tuple((f.name, f.value, f.line) for f in self.facts
+                     if f.kind == "version" and chosen.get(f.name) not in (None, f.value))
+
+    def values(self, kind: str) -> dict[str, Fact]:
+        """The first fact of ``kind`` per name (flags, engines, platforms, architecture, kernel)."""
+        found: dict[str, Fact] = {}
+        for fact in self.facts:
+            if fact.kind == kind:
+                found.setdefault(fact.name, fact)
+        return found
+
+    @property
+    def engine(self) -> Fact | None:
+        """The serving engine whose log this is: vLLM when it printed its own lines, else another
+        engine seen (SGLang, TensorRT-LLM), else None (an excerpt without a tell)."""
+        engines = [f for f in self.facts if f.kind == "engine"]
+        server = next((f for f in engines if f.name == "vllm"), None)
+        return server or next((f for f in engines if f.name in OTHER_ENGINES), None)
 
     def fingerprint_problem(self) -> str | None:
         """Why the guard lines show a fleet that does not run the same code: different fingerprints,
@@ -104,6 +173,13 @@ class Findings:
             problems.append(f"no guard line in {', '.join(silent)}")
         return "; ".join(problems) or None
 
+    def fingerprint_agreement(self) -> tuple[str, int] | None:
+        """(fingerprint, number of logs) when every log (node) has guard lines and all carry one
+        fingerprint, else None."""
+        if not self.fingerprints or self.fingerprint_problem() is not None:
+            return None
+        return self.fingerprints[0][1], len({line.source for _, _, line in self.fingerprints})
+
 
 @dataclass(frozen=True)
 class _Rule:
@@ -111,7 +187,7 @@ class _Rule:
 
     index: int  # into the manifest list
     signature: Signature
-    regex: re.Pattern
+    search: Callable[[str], Any] = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -123,10 +199,10 @@ class Prefiltered:
 
 
 def needles_for(manifests: Sequence[Manifest]) -> tuple[bytes, ...]:
-    """Few literals such that every line that can matter contains one: an error line, a version banner,
-    a line a signature matches. A signature whose literal text already contains a needle adds none
-    (each needle costs one ``bytes.find`` pass over the log)."""
-    needles = list(ERROR_NEEDLES) + [needle for needle, _, _ in VERSION_BANNERS] + [GUARD_NEEDLE]
+    """Few literals such that every line that can matter contains one: an error line, a fact, a
+    continued Xid message, a guard line, a line a signature matches. A signature whose literal text
+    already contains a needle adds none."""
+    needles = list(ERROR_NEEDLES) + list(FACT_NEEDLES) + list(XID_NEEDLES) + [GUARD_NEEDLE]
     for signature in sorted((s for m in manifests for s in m.signatures), key=lambda s: -len(s.anchor)):
         runs = literal_runs(signature.pattern)
         if not any(n in run for run in runs for n in needles):
@@ -135,112 +211,180 @@ def needles_for(manifests: Sequence[Manifest]) -> tuple[bytes, ...]:
     return tuple(sorted(n.encode() for n in minimal))
 
 
+def _aho_corasick(needles: Sequence[bytes]) -> Callable[[bytes], list] | None:
+    try:
+        import ahocorasick_rs
+    except ImportError:
+        return None
+    automaton = ahocorasick_rs.BytesAhoCorasick(list(needles), matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
+    return automaton.find_matches_as_indexes
+
+
+class Prefilter:
+    """Finds the lines of a chunk that hold one of ``needles``: one SIMD Aho-Corasick pass
+    (``ahocorasick-rs``, leftmost-first so that it may use its Teddy searcher) when installed and
+    ``python`` is False, else one ``bytes.find`` pass per needle. Pure; the same lines either way."""
+
+    def __init__(self, needles: Sequence[bytes], *, python: bool = False):
+        self.needles = tuple(needles)
+        self._find_all = None if python else _aho_corasick(self.needles)
+
+    @property
+    def kind(self) -> str:
+        return "aho-corasick" if self._find_all is not None else "python"
+
+    def __call__(self, chunk: bytes) -> Prefiltered:
+        find, rfind = chunk.find, chunk.rfind
+        starts: list[int] = []
+        if self._find_all is not None:
+            line_end = -1
+            for _, at, _ in self._find_all(chunk):
+                if at > line_end:  # a new line (matches come in order; one per line is enough)
+                    starts.append(rfind(b"\n", 0, at) + 1)
+                    line_end = find(b"\n", at)
+                    if line_end == -1:
+                        break
+        else:
+            seen: set[int] = set()
+            for needle in self.needles:
+                at = find(needle)
+                while at != -1:
+                    seen.add(rfind(b"\n", 0, at) + 1)
+                    end = find(b"\n", at)
+                    if end == -1:
+                        break
+                    at = find(needle, end + 1)
+            starts = sorted(seen)
+        lines, counted, index = [], 0, 0
+        for start in starts:
+            index += chunk.count(b"\n", counted, start)
+            counted = start
+            end = find(b"\n", start)
+            lines.append((index, chunk[start:] if end == -1 else chunk[start:end]))
+        total = index + chunk.count(b"\n", counted) + (0 if not chunk or chunk.endswith(b"\n") else 1)
+        return Prefiltered(tuple(lines), total)
+
+
 def prefilter(chunk: bytes, needles: Iterable[bytes]) -> Prefiltered:
-    """The lines of ``chunk`` (whole lines) that contain one of ``needles``; pure, any process can run it."""
-    starts: set[int] = set()
-    find, rfind = chunk.find, chunk.rfind
-    for needle in needles:
-        at = find(needle)
-        while at != -1:
-            starts.add(rfind(b"\n", 0, at) + 1)
-            end = find(b"\n", at)
-            if end == -1:
-                break
-            at = find(needle, end + 1)
-    lines, counted, index = [], 0, 0
-    for start in sorted(starts):
-        index += chunk.count(b"\n", counted, start)
-        counted = start
-        end = find(b"\n", start)
-        lines.append((index, chunk[start:] if end == -1 else chunk[start:end]))
-    return Prefiltered(tuple(lines), chunk.count(b"\n") + (0 if not chunk or chunk.endswith(b"\n") else 1))
+    """The lines of ``chunk`` (whole lines) that contain one of ``needles`` (``Prefilter`` once)."""
+    return Prefilter(tuple(needles))(chunk)
 
 
 class _Scan:
     """The mutable part of one scan; ``scan`` returns only frozen results."""
 
-    def __init__(self, manifests: Sequence[Manifest]):
+    def __init__(self, manifests: Sequence[Manifest], prefilter_: Prefilter | None = None):
         self.manifests = tuple(manifests)
-        rules = [_Rule(i, s, re.compile(s.pattern)) for i, m in enumerate(self.manifests) for s in m.signatures]
+        rules = [_Rule(i, s, compile_pattern(s.pattern)) for i, m in enumerate(self.manifests) for s in m.signatures]
         self.noise = [r for r in rules if r.signature.role == "noise"]
         self.first = [r for r in rules if r.signature.role == "first-error"]
         self.anywhere = [r for r in rules if r.signature.role in ("context", "config")]
-        self.needles = needles_for(self.manifests)
+        self.prefilter = prefilter_ or Prefilter(needles_for(self.manifests))
         self.first_errors: dict[tuple[str, str], Line] = {}
         self.hits: dict[int, Evidence] = {}  # id(rule) -> its first evidence
-        self.versions: dict[str, tuple[str, Line]] = {}
+        self.facts: dict[tuple[str, str, str], Fact] = {}
         self.fingerprints: list[tuple[str, str, Line]] = []
+        self.last_xid: dict[str, tuple[int, str]] = {}  # source -> (lineno, text) of its last Xid line
         self.lines = 0
+        self.long_lines = 0
 
     def feed(self, source: str, chunks: Iterable[bytes | Prefiltered]) -> None:
         base = 0  # lines of this source before the current chunk
         for chunk in chunks:
-            part = chunk if isinstance(chunk, Prefiltered) else prefilter(chunk, self.needles)
+            part = chunk if isinstance(chunk, Prefiltered) else self.prefilter(chunk)
             for index, raw in part.lines:
-                self.line(source, base + index + 1, raw.decode("utf-8", "replace"))
+                self.line(source, base + index + 1, raw)
             base += part.count
         self.lines += base
 
-    def line(self, source: str, lineno: int, raw: str) -> None:
+    def line(self, source: str, lineno: int, data: bytes) -> None:
+        raw = data[:MATCH_LIMIT * 4].decode("utf-8", "replace").rstrip("\r\n")
+        cut = len(raw) - MATCH_LIMIT if len(raw) > MATCH_LIMIT else 0
+        if cut or len(data) > MATCH_LIMIT * 4:
+            self.long_lines += 1
+            cut += max(0, len(data) - MATCH_LIMIT * 4)
+            raw = raw[:MATCH_LIMIT]
         process, text = normalise(raw)
-        line = None
+        made: list[Line] = []
 
         def make() -> Line:
-            return Line(source, lineno, process, text, raw.rstrip("\r\n")[:TEXT_LIMIT])
+            if not made:
+                made.append(Line(source, lineno, process, text, raw[:TEXT_LIMIT], cut))
+            return made[0]
 
-        for needle, pattern, distribution in VERSION_BANNERS:
-            if needle in text and distribution not in self.versions:
-                found = pattern.search(text)
-                if found:
-                    line = line or make()
-                    self.versions[distribution] = (found.group(1), line)
+        for kind, name, value, how in read_facts(text):
+            self.facts.setdefault((kind, name, value), Fact(kind, name, value, how, make()))
         if GUARD_NEEDLE in raw:
             guard = GUARD_LINE.search(raw)
             if guard:
-                line = line or make()
                 fingerprint = guard.group(3) or "none"
-                self.fingerprints.append((guard.group(2), "none" if fingerprint.endswith("-none") else fingerprint, line))
-        noise = any(r.signature.anchor in text and r.regex.search(text) for r in self.noise)
+                self.fingerprints.append((guard.group(2), "none" if fingerprint.endswith("-none") else fingerprint, make()))
+        matched = text
+        if "NVRM: Xid" in text:
+            self.last_xid[source] = (lineno, text)
+        elif source in self.last_xid and lineno - self.last_xid[source][0] <= XID_CONTINUATION \
+                and ("NVRM:" in text or any(n in text for n in XID_NEEDLES)):
+            matched = f"{self.last_xid[source][1]} {text}"  # the message the kernel split over lines
+        noise = NOT_AN_ERROR.search(text) is not None or \
+            any(r.signature.anchor in text and r.search(text) for r in self.noise)
         key = (source, process)
         if not noise and key not in self.first_errors and is_error(text):
-            line = line or make()
-            self.first_errors[key] = line
+            self.first_errors[key] = make()
         first = self.first_errors.get(key)
         rules = list(self.anywhere)
         if first is not None and lineno - first.lineno <= EPISODE and not noise:
             rules += self.first
         for rule in rules:
-            if id(rule) in self.hits or rule.signature.anchor not in text or not rule.regex.search(text):
+            if id(rule) in self.hits or rule.signature.anchor not in matched or not rule.search(matched):
                 continue
-            line = line or make()
+            line = make() if matched is text else Line(source, lineno, process, matched, raw[:TEXT_LIMIT], cut)
             self.hits[id(rule)] = Evidence(rule.signature, line)
 
     def findings(self, sources: Sequence[str]) -> Findings:
+        order = {s: i for i, s in enumerate(sources)}
+        facts = tuple(sorted(self.facts.values(), key=lambda f: (order.get(f.line.source, 0), f.line.lineno)))
+        firsts = sorted(self.first_errors.values(), key=lambda l: (order.get(l.source, 0), l.lineno))
+        base = Findings(self.lines, tuple(sources), tuple(firsts), facts, (), tuple(self.fingerprints), self.long_lines)
         by_manifest: dict[int, list[Evidence]] = {}
         for rule in self.first + self.anywhere:
             if id(rule) in self.hits:
                 by_manifest.setdefault(rule.index, []).append(self.hits[id(rule)])
-        matches = [score(self.manifests[i], evidence) for i, evidence in by_manifest.items()]
-        matches = [m for m in matches if any(e.signature.role == "first-error" for e in m.evidence)]
-        matches.sort(key=lambda m: (not m.named, -m.score, m.manifest.id))
-        order = {s: i for i, s in enumerate(sources)}
-        firsts = sorted(self.first_errors.values(), key=lambda l: (order.get(l.source, 0), l.lineno))
-        versions = tuple((d, v, line) for d, (v, line) in self.versions.items())
-        return Findings(self.lines, tuple(sources), tuple(firsts), versions, tuple(matches), tuple(self.fingerprints))
+        matches = []
+        for index, evidence in by_manifest.items():
+            match = judge(self.manifests[index], evidence, base)
+            if any(e.signature.role == "first-error" or e.signature.tier == "specific" for e in match.evidence):
+                matches.append(match)
+        matches.sort(key=lambda m: ({"specific": 0, "generic": 1, "veto": 2}[m.tier], -m.score, m.manifest.id))
+        return Findings(base.lines, base.sources, base.first_errors, facts, tuple(matches), base.fingerprints,
+                        base.long_lines)
 
 
-def score(manifest: Manifest, evidence: Iterable[Evidence]) -> Match:
-    """Sum the weights of the matched signatures (each once); first-error evidence first."""
-    ordered = sorted(evidence, key=lambda e: (e.signature.role != "first-error", e.line.source, e.line.lineno))
-    return Match(manifest, round(sum(e.signature.weight for e in ordered), 3), tuple(ordered))
+def judge(manifest: Manifest, evidence: Iterable[Evidence], findings: Findings) -> Match:
+    """One manifest's match: its evidence (each signature once), ordered specific, first-error, then by
+    place; the vetoes (veto signatures, and facts of the log that contradict the manifest)."""
+    found = [e for e in evidence if e.signature.tier != "veto"]
+    found.sort(key=lambda e: (e.signature.tier != "specific", e.signature.role != "first-error", e.line.source, e.line.lineno))
+    vetoes = [Veto(e.signature.explain, e.line, e.signature) for e in evidence if e.signature.tier == "veto"]
+    engine = findings.engine
+    if engine is not None and engine.name != "vllm":
+        vetoes.append(Veto(f"the log is of {engine.value}, not vLLM", engine.line))
+    platforms = findings.values("platform")
+    if set(platforms) == {"cuda"} and all(t.distribution == "vllm-ascend" for t in manifest.targets):
+        vetoes.append(Veto("the log is of vLLM on CUDA GPUs; this is a vllm-ascend (NPU) issue", platforms["cuda"].line))
+    kernels = [f for f in findings.facts if f.kind == "kernel"]
+    specific = [compile_pattern(s.pattern) for s in manifest.signatures if s.tier == "specific"]
+    if kernels and specific and not any(search(k.line.text) for k in kernels for search in specific):
+        vetoes.append(Veto(f"the debugger names {kernels[0].value} as the faulting kernel, not this issue's", kernels[0].line))
+    return Match(manifest, round(sum(e.signature.weight for e in found), 3), tuple(found), tuple(vetoes))
 
 
-def scan(sources: Iterable[tuple[str, Iterable[bytes | Prefiltered]]], manifests: Sequence[Manifest]) -> Findings:
+def scan(sources: Iterable[tuple[str, Iterable[bytes | Prefiltered]]], manifests: Sequence[Manifest], *,
+         prefilter_: Prefilter | None = None) -> Findings:
     """Read every source (name, chunks of whole lines) once, in order; match ``manifests``' signatures.
 
-    A chunk may also come prefiltered (``prefilter(chunk, needles_for(manifests))``, e.g. computed in
+    A chunk may also come prefiltered (``Prefilter(needles_for(manifests))(chunk)``, e.g. computed in
     another process): the result is the same."""
-    state = _Scan(manifests)
+    state = _Scan(manifests, prefilter_)
     names = []
     for name, chunks in sources:
         names.append(name)

@@ -28,10 +28,18 @@ DEVICE = re.compile(r"\b(device id|device_id|Device|RankID|rank)([=:]\s?)-?\d+")
 
 ERROR_LINE = re.compile(  # a bare "Traceback (most recent call last):" is not one: its exception line is
     r"\b(?:ERROR|CRITICAL|FATAL)\b|\b[A-Z]\w*(?:Error|Exception)\b(?::|$)"
-    r"|NVRM: Xid|Segmentation fault|\berror code is\b|CUDA error|CUDA_ERROR_\w+"
+    r"|NVRM: Xid|Segmentation fault|\bhit an exception\b|\berror code is\b|CUDA error|CUDA_ERROR_\w+|\bcudaError[A-Z]\w+:"
+    r"|Triton Error \[|CUDA Exception: |received signal CUDA_EXCEPTION_|Invalid __global__ (?:read|write)"  # Triton, cuda-gdb, compute-sanitizer
+    r"|\bE[A-Z]\d{4}: Inner Error|\bretCode=0x[0-9a-f]+"  # CANN (EZ9999: Inner Error!), device-side retCode
+    r"|^WARNING .*(?:\btimed out\b|No available shared memory broadcast block found)"  # warning-level RPC timeouts
 )
 # substrings one of which every ERROR_LINE match contains (the prefilter's needles for error lines)
-ERROR_NEEDLES = ("ERROR", "rror", "Exception", "CRITICAL", "FATAL", "NVRM: Xid", "Segmentation fault")
+ERROR_NEEDLES = ("ERROR", "rror", "Exception", "CRITICAL", "FATAL", "NVRM:", "Segmentation fault", "hit an exception", "CUDA_EXCEPTION_",
+                 "Invalid __global__", "retCode=", "timed out", "No available shared memory broadcast block")
+# error-level lines that are not an error: vLLM's dump of the failing step (logged at ERROR before the
+# traceback; the version in its first line is a fact, not a first error)
+NOT_AN_ERROR = re.compile(r"\bDumping (?:input data for V\d LLM engine|scheduler output for model execution|scheduler stats)\b")
+MATCH_LIMIT = 8192  # characters of a line that are normalised and matched; the rest is counted, never searched
 
 MAIN = "main"  # the process of lines without a process prefix (kernel log, plain output)
 

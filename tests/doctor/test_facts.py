@@ -1,0 +1,95 @@
+"""The log's facts from every line kind, and the formats whose first error doctor must find (real lines)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vllm_hotfix.catalog.index import Catalog
+from vllm_hotfix.doctor import scan_text
+from vllm_hotfix.doctor.facts import usable_version
+
+LOGS = Path(__file__).parent / "logs"
+CATALOG = [m for m in Catalog.load(env={}).latest() if m.signatures]
+
+
+def versions(text: str) -> dict[str, str]:
+    return {d: v for d, v, _ in scan_text(text, CATALOG).versions}
+
+
+def test_releases_from_every_line_kind_the_process_itself_first():
+    # vllm#27571: the dumped step of a crash names the release, and is not a first error
+    dump = ("(EngineCore_DP0 pid=1537238) ERROR 10-27 20:05:10 [dump_input.py:72] Dumping input data for V1 LLM engine "
+            "(v0.11.1rc4.dev17+g361a7463d.d20251027) with config: model='Qwen/Qwen3-Next-80B-A3B-Instruct'\n")
+    found = scan_text(dump, CATALOG)
+    assert [v for _, v, _ in found.versions] == ["0.11.1rc4.dev17+g361a7463d.d20251027"] and not found.first_errors
+    assert versions("vLLM Version                 : 0.16.0rc2.dev294+g6a7b85d94 (git sha: 6a7b85d94)\n") == {"vllm": "0.16.0rc2.dev294+g6a7b85d94"}
+    assert versions("vLLM Version: 0.6.4.post1\n") == {"vllm": "0.6.4.post1"}  # collect_env, vllm#10895
+    assert versions("          image: quay.io/ascend/vllm-ascend:v0.10.0rc1\n") == {"vllm-ascend": "0.10.0rc1"}  # vllm-ascend#2349
+    assert versions("Container : vllm/vllm-openai:qwen3_5-cu130\n") == {}  # a tag that is no release
+    assert versions("pip freeze: vllm==0.30.0\nvllm-ascend==0.26.0rc1\n") == {"vllm": "0.30.0", "vllm-ascend": "0.26.0rc1"}
+    banner = "(APIServer pid=140954) INFO 03-17 11:29:48 [utils.py:302]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.17.1\n"  # vllm#36734
+    assert versions(banner + "vllm==0.30.0\n") == {"vllm": "0.17.1"}  # what the process printed wins over a pip freeze
+    found = scan_text(banner + "vllm==0.30.0\n", CATALOG)
+    assert [(d, v) for d, v, _ in found.version_conflicts()] == [("vllm", "0.30.0")]
+    assert usable_version("0.1.dev20073+g8e685d198") is None  # vllm#54199: a build from an untagged tree
+
+
+def test_engine_platform_architecture_and_flags():
+    found = scan_text((LOGS / "001-mamba-align.log").read_text(), CATALOG)
+    assert found.engine.name == "vllm" and set(found.values("platform")) == {"cuda"}
+    assert found.values("architecture")["architecture"].value == "Glm5NextForConditionalGeneration"
+    flags = {name: fact.value for name, fact in found.values("flag").items()}
+    assert flags == {"enable_prefix_caching": "True", "cudagraph_mode": "FULL_AND_PIECEWISE", "num_speculative_tokens": "3",
+                     "speculative_method": "mtp"}
+    ascend = scan_text((LOGS / "004-qwen-ple-placeholder.log").read_text(), CATALOG)
+    assert set(ascend.values("platform")) == {"ascend"} and ascend.values("flag")["async_scheduling"].value == "True"
+
+
+def test_another_engine_rules_every_vllm_hotfix_out():
+    sglang = ("[2025-09-13 19:05:03 TP3] Scheduler hit an exception: Traceback (most recent call last):\n"  # sglang#10407
+              '  File "/opt/conda/lib/python3.10/site-packages/sglang/srt/managers/scheduler.py", line 2610, in run_scheduler_process\n'
+              "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+              "The exception was triggered at PC 0xe259ff9429e0  precopy_mamba_align_fused_kernel  (mamba_utils.py:93)\n")
+    found = scan_text(sglang, CATALOG)
+    assert found.engine.name == "sglang"
+    assert found.matches and all(m.tier == "veto" and "the log is of sglang" in m.vetoes[0].reason for m in found.matches)
+
+
+def test_an_ascend_only_hotfix_is_ruled_out_on_a_cuda_log():
+    log = ("torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+           "[ERROR] fault kernel_name=causal_conv1d_update_0, MTE error, retCode=0x91\n")
+    glm = next(m for m in scan_text(log, CATALOG).matches if m.manifest.id == "glm-conv-null-slot")
+    assert glm.tier == "veto" and "vllm-ascend (NPU) issue" in glm.vetoes[0].reason
+
+
+def test_a_split_xid_31_message_counts_and_a_write_fault_does_not():
+    crash = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+    split = ("[14328.198504] NVRM: Xid (PCI:0000:0a:00): 31, pid=13332, name=python3, Ch 00000010, intr 00000000.\n"
+             "[14328.198510] NVRM: MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f29_5b8c9000. "
+             "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ\n")
+    mamba = next(m for m in scan_text(crash + split, CATALOG).matches if m.manifest.id == "mamba-align-block-size")
+    xid = [e for e in mamba.evidence if "Xid" in e.signature.pattern]
+    assert len(xid) == 1 and xid[0].line.lineno == 3 and "NVRM: Xid (PCI:…): 31" in xid[0].line.text
+    write = split.replace("VIRT_READ", "VIRT_WRITE")  # club-3090#1061: a wild write is another bug
+    mamba = next(m for m in scan_text(crash + write, CATALOG).matches if m.manifest.id == "mamba-align-block-size")
+    assert not [e for e in mamba.evidence if "Xid" in e.signature.pattern]
+    one_line = split.replace("intr 00000000.\n[14328.198510] NVRM: MMU", "intr 00000000. MMU")
+    mamba = next(m for m in scan_text(crash + one_line, CATALOG).matches if m.manifest.id == "mamba-align-block-size")
+    assert [e.line.lineno for e in mamba.evidence if "Xid" in e.signature.pattern] == [2]
+
+
+def test_first_errors_of_every_format():
+    lines = [
+        "CUDA Exception: Warp Illegal Address",  # cuda-gdb, vllm#54173
+        "[ERROR] RUNTIME(129510,all__):2026-01-20-09:48:14.622.900 [stars_engine.cc:1502]133843 ProcLogicCqReport:Task run failed",
+        "[rank0]:[W904 09:50:12.024496247 compiler_depend.ts:57] Warning: EZ9999: Inner Error!",
+        "CUDA error (/workspace/.deps/vllm-flash-attn-src/hopper/flash_fwd_combine_launch_template.h:60): an illegal memory access was encountered",
+        "RuntimeError: Triton Error [CUDA]: misaligned address ",
+        "cudaErrorIllegalAddress: an illegal memory access was encountered",
+        "[14328.198504] NVRM: Xid (PCI:0000:0a:00): 31, pid=13332, name=cuda_plot_k32_v, Ch 00000010",
+        "zmq.error.ZMQError: Cannot assign requested address (addr='tcp://10.27.91.102:13345')",  # no level prefix
+        "(Worker_TP0 pid=9) WARNING 09-19 09:10:37 [shm_broadcast.py:466] No available shared memory broadcast block found in 60 seconds.",
+    ]
+    for line in lines:
+        found = scan_text("INFO 12-01 00:00:00 [x.py:1] starting\n" + line + "\n", CATALOG)
+        assert [l.lineno for l in found.first_errors] == [2], line
