@@ -78,10 +78,11 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
         })
         return
     where = f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
-    say(_picked_line(hotfix, target))
     if proposal.already:
         say(f"already applied: {hotfix.ref} on {where}; nothing to do")
         return
+    if hotfix.manifest is not None:  # which of the manifest's diffs (one per release range) goes on
+        say(_picked_line(hotfix, target))
     if proposal.superseded is not None:
         say(f"upgrade: {hotfix.id}@{proposal.superseded.version} is reversed and {hotfix.ref} applied, in one transaction")
     for edit in edits:
@@ -102,8 +103,6 @@ def _picked(hotfix, target) -> tuple:
 def _picked_line(hotfix, target) -> str:
     """'patch: ID/0.27.patch (vllm >=0.27.0,<0.32.0, picked for 0.30.0 out of 0.25.patch, ...)', or the ad-hoc diff."""
     picked = _picked(hotfix, target)
-    if not picked:
-        return f"patch: {', '.join(p.label for p in hotfix.patches)}"
     choices = hotfix.manifest.patches
     name = target.distribution or target.package
     out_of = (f", picked for {target.version} out of {', '.join(p.label.rsplit('/', 1)[-1] for p in choices)}"
