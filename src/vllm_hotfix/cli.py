@@ -13,7 +13,8 @@ import click
 
 from vllm_hotfix import __version__
 from vllm_hotfix.cli_options import (
-    CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, NEW_HELP, PORT_HELP, catalog_option, complete_ids,
+    CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, NEW_HELP, PORT_HELP, catalog_option,
+    complete_ids,
     dry_run_option, json_option, python_option, root_option,
 )
 from vllm_hotfix.core.verdict import IN_EFFECT, STATES
@@ -311,7 +312,7 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("k8s", short_help="Write a kustomize overlay mounting an export into a Kubernetes workload.")
+@cli.command("k8s", help=K8S_HELP, short_help="Write a kustomize overlay mounting an export into a Kubernetes workload.")
 @click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
 @click.option("--base", required=True, type=click.Path(exists=True, path_type=Path), help="The workload's manifest file (e.g. `helm template` output) or kustomization directory; only read.")
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the overlay (kustomization.yaml, patch, files).")
@@ -325,13 +326,6 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
 @dry_run_option
 @json_option
 def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, dry_run, as_json) -> None:
-    """Write a kustomize overlay: ConfigMaps with the exported files and hotfix.lock, read-only subPath
-    mounts over site-packages in the named containers, and the guard's environment.
-
-    A workload or container the base does not have is refused (exit 3), naming what it has. With
-    kubectl (or kustomize) on PATH, the overlay is rendered before it replaces --to, and a render in
-    which a named container lacks a mount or the guard's variables is refused with nothing written.
-    """
     from vllm_hotfix.commands import k8s as command
 
     _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, dry_run=dry_run, as_json=as_json))
@@ -357,7 +351,7 @@ def bake_cmd(hotfix_ids, base, out_dir, wheel, from_index, patch_files, python, 
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), base=base, out_dir=out_dir, wheel=wheel, catalogs=tuple(catalogs), patch_files=tuple(patch_files), python=python, strict=strict, from_index=from_index, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("gc", short_help="Remove the state of targets gone for good; keep what is only missing for a while.")
+@cli.command("gc", help=GC_HELP, short_help="Remove the state of targets gone for good; keep what is only missing for a while.")
 @click.option("--older-than", default="7d", show_default=True, metavar="AGE",
               help="Remove a missing target's state once it has been missing this long (s, m, h, d, w; 0: at once).")
 @click.option("--confirm", "confirm", multiple=True, metavar="PATH",
@@ -365,14 +359,6 @@ def bake_cmd(hotfix_ids, base, out_dir, wheel, from_index, patch_files, python, 
 @dry_run_option
 @json_option
 def gc_cmd(older_than, confirm, dry_run, as_json) -> None:
-    """Remove recorded state, journals and backups kept for targets (venvs, checkouts) that are gone.
-
-    A missing target may only be away for a while (a checkout moved, a volume not mounted): its
-    state, the only way back to the original files, is kept until the target has been missing for
-    --older-than (counted from the first `hotfix gc` that found it missing), or until --confirm PATH
-    says it is gone for good. A target that exists is never touched. --dry-run lists what would be
-    removed and what is kept, and why, and writes nothing.
-    """
     from vllm_hotfix.commands import gc as command
 
     _exit(command.run(dry_run=dry_run, as_json=as_json, older_than=older_than, confirm=tuple(confirm)))
