@@ -101,3 +101,22 @@ def test_a_pristine_copy_first_on_sys_path_is_named_with_the_module_and_strict_s
     proc, reports = loader(full, pythonpath=pristine_first, HOTFIX_LOCK=str(full["lock"]), IMPORT_PATCHED="1", HOTFIX_STRICT="1")
     assert proc.returncode == 1 and not [r for r in reports if "module_file" in r]
     assert "HotfixNotInEffect" in proc.stderr and str(full["pristine"]) in proc.stderr
+
+
+def test_a_worker_forked_from_an_engine_core_is_named_after_itself_not_its_parent(full):
+    """vLLM forks its workers from the engine core (not from the main process): in the fork hook,
+    multiprocessing's current_process() is still the engine core, so the role must come from the
+    Process being started (issue 24 item 8)."""
+    proc, reports = loader(full, HOTFIX_LOCK=str(full["lock"]), CHILDREN="fork,spawn", WORKERS="os.fork")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    workers = {r["worker_of"]: r for r in reports if "worker_of" in r}
+    bare = {r["bare_fork_of"]: r["pid"] for r in reports if "bare_fork_of" in r}
+    assert set(workers) == set(bare) == {"EngineCore_fork", "EngineCore_spawn"}
+    assert all(w["exitcode"] == 0 for w in workers.values())
+    summaries = {int(m.group(1)): m.group(2) for line in guard_lines(proc.stdout)
+                 if (m := re.search(r"guard pid=(\d+) role=(.+?) fingerprint=hf1-\w+: " + HOTFIX, line))}
+    print("\n".join(f"pid={pid} role={role}" for pid, role in summaries.items()))
+    for parent, worker in workers.items():
+        assert summaries[worker["pid"]] == "Worker_TP0", (parent, summaries)
+        assert summaries[bare[parent]] == f"fork of {parent}", (parent, summaries)
+    assert sorted(summaries.values()).count("EngineCore_fork") == 1 and list(summaries.values()).count("EngineCore_spawn") == 1

@@ -20,6 +20,35 @@ def say(line: str = "") -> None:
     _write(sys.stdout, line + "\n")
 
 
+def terminal_width() -> int | None:
+    """The width to fit lines to: ``COLUMNS`` when set (as pip, git and less honour it), else the
+    terminal's when stdout is one; None when stdout is a pipe or a file (whole lines, for grep)."""
+    import os
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if sys.stdout.isatty():
+            return os.get_terminal_size(sys.stdout.fileno()).columns or None
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def wrap(text: str, width: int | None, indent: str = "", first: str | None = None) -> list[str]:
+    """``text`` as lines of at most ``width`` characters (unlimited: one line), continuation lines
+    starting with ``indent`` and the first with ``first`` (default ``indent``); words never split
+    unless one alone is wider than the line."""
+    first = indent if first is None else first
+    if width is None or len(first) + len(text) <= width:
+        return [first + text]
+    import textwrap
+
+    return textwrap.wrap(text, width=max(width, len(indent) + 10), initial_indent=first, subsequent_indent=indent,
+                         break_on_hyphens=False) or [first]
+
+
 def note(line: str) -> None:
     """A side remark (warning, progress text) that must not pollute --json stdout."""
     _write(sys.stderr, f"hotfix: {line}\n")

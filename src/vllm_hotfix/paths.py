@@ -45,7 +45,8 @@ def targets_dir() -> Path:
 class TargetDir:
     """The state of one target (the directory patches are applied to), keyed by its real path.
 
-    ``state.json`` (the record), ``journal/`` (an in-flight transaction), ``lock``, ``backups/<id>/``
+    ``state.json`` (the record), ``journal/`` (an in-flight transaction), ``lock``, ``gone.json`` (gc's
+    "first seen missing"), ``backups/<id>/``
     (originals) and ``patches/<id>/`` (the exact patch bytes applied); what lies inside those two is
     txn.state.TargetState's (``backup_rel`` / ``backup_path``, ``patch_rel``)."""
 
@@ -69,6 +70,11 @@ class TargetDir:
     def lock_file(self) -> Path:
         return self.directory / "lock"
 
+    @property
+    def gone_file(self) -> Path:
+        """Written by `hotfix gc` when the target is first seen missing (flow/gc.py)."""
+        return self.directory / "gone.json"
+
     def pending(self) -> bool:
         """An interrupted transaction waits for recovery."""
         return os.path.lexists(self.journal / JOURNAL_NAME)
@@ -81,6 +87,19 @@ def all_target_dirs() -> list[TargetDir]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return [TargetDir(targets_dir() / name) for name in names]
+
+
+def read_small_file(path: str | os.PathLike, limit: int) -> bytes | None:
+    """The bytes of a small regular file that is input and may simply be wrong (a marker in the state
+    directory, a checkout's version file): ``inputs.read_bounded`` without following a symlink; None for
+    anything it refuses (absent, a link, a FIFO or device, over ``limit``, unreadable)."""
+    from vllm_hotfix.errors import InvalidInput
+    from vllm_hotfix.inputs import read_bounded
+
+    try:
+        return read_bounded(path, cap=limit, what="file", follow_symlinks=False)
+    except (OSError, InvalidInput):
+        return None
 
 
 def cache_dir() -> Path:

@@ -88,7 +88,8 @@ def test_no_fuzz_message_reads_like_git_apply(repo):
     with pytest.raises(DoesNotApply) as caught:
         plan_patch(parse_patch(data), lambda path: FileState(target, 0o644))
     assert str(caught.value) == \
-        'vllm/x.py: hunk @@ -118,6 +118,7 @@ does not apply: expected line 119 "    foo(119)", found "    bar()"'
+        ('vllm/x.py: hunk @@ -118,6 +118,7 @@ does not apply: expected line 119 "    foo(119)", found "    bar()" '
+         '(at its nominal line 118; its 6 old line(s) were searched for in lines 1-199 and not found)')
     assert caught.value.exit_code == ExitCode.DOES_NOT_APPLY
 
 

@@ -81,6 +81,7 @@ def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
             "superseded": proposal.superseded.version if proposal.superseded else None,
             "contained_in": list(proposal.contained_in), "dropped": list(proposal.dropped),
             "catalog": origin.to_json() if origin is not None else None,
+            "patches": [{"patch": p.label, "versions": p.versions, "sha256": p.sha256} for p in _picked(hotfix, target)],
             "files": [_edit_json(e) for e in edits],
         })
         return
@@ -97,6 +98,8 @@ def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
     if proposal.dropped:
         note(f"the record was made on another release: {', '.join(proposal.dropped)} are not in effect on "
              f"{target.version} and are dropped from it; apply them again for this release")
+    if hotfix.manifest is not None:  # which of the manifest's diffs (one per release range) goes on
+        say(_picked_line(hotfix, target))
     if proposal.superseded is not None:
         say(f"upgrade: {hotfix.id}@{proposal.superseded.version} is reversed and {hotfix.ref} applied, in one transaction")
     for edit in edits:
@@ -106,6 +109,23 @@ def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
     else:
         say(f"applied {hotfix.ref} to {where}: {len(edits)} file(s), all-or-nothing; "
             f"check with `hotfix verify {hotfix.id} {target_option(target)}`")
+
+
+def _picked(hotfix, target) -> tuple:
+    """The manifest patches chosen for the target's version (a hotfix may carry one diff per release range)."""
+    manifest = hotfix.manifest
+    return manifest.patches_for(target.version) if manifest is not None else ()
+
+
+def _picked_line(hotfix, target) -> str:
+    """'patch: ID/0.27.patch (vllm >=0.27.0,<0.32.0, picked for 0.30.0 out of 0.25.patch, ...)', or the ad-hoc diff."""
+    picked = _picked(hotfix, target)
+    choices = hotfix.manifest.patches
+    name = target.distribution or target.package
+    out_of = (f", picked for {target.version} out of {', '.join(p.label.rsplit('/', 1)[-1] for p in choices)}"
+              if sum(1 for p in choices if p.versions) > 1 else "")
+    parts = [p.label + (f" ({name} {p.versions}{out_of})" if p.versions else "") for p in picked]
+    return f"patch{'es' if len(picked) > 1 else ''}: {', '.join(parts)}"
 
 
 def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool, dry_run: bool, hotfix_id: str | None,

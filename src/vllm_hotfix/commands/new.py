@@ -116,7 +116,12 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         say("dry run: nothing was written")
         return 0
     first = drafts[0].hotfix_id
-    note(f"check it: hotfix show {first} --catalog {out_dir}; then fill in [[signatures]] and description")
+    if commit is not None:
+        where = " --root CHECKOUT"
+    else:
+        where = f" --python {python}" if python else (" --python PY" if from_release else "")
+    note(f"try it: hotfix show {first} --catalog {out_dir} && hotfix apply {first} --catalog {out_dir}{where} "
+         "--dry-run; then fill in [[signatures]] (the commented example at the top of the manifest) and description")
     return 0
 
 
@@ -330,7 +335,7 @@ def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[
              '#   explain = "why this line means this bug"',
              "schema = 1", f"id = {toml_value(hotfix_id)}", "version = 1",
              f"title = {toml_value(fields['title'])}", f"description = {toml_value(fields['description'])}",
-             "symptoms = []", "supersedes = []"]
+             "supersedes = []"]
     lines += [f"{key} = {toml_value(value)}" for key, value in fields.get("top", {}).items()]
     for table, rows in (("references", fields["references"]), ("targets", fields["targets"]), ("patches", patches)):
         for row in rows:

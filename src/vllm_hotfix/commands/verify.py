@@ -39,11 +39,19 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
             if s.state in IN_EFFECT:
                 say(f"in effect: {s.id}@{s.version} ({s.state}, {s.target})")
             else:
-                say(f"NOT IN EFFECT: {s.id} is {s.state}: {s.detail}".rstrip(": "))
+                say(f"NOT IN EFFECT: {s.id} is {s.state}: {_without_state(s.state, s.detail)}".rstrip(": "))
                 if s.advice:
                     say(f"  to do: {s.advice}")
         say(f"fingerprint: {digest}")
     return int(NotInEffect.exit_code) if problems else 0
+
+
+def _without_state(state: str, detail: str) -> str:
+    """The detail without a leading repeat of the state word ("not-applicable: not applicable: ...")."""
+    for word in (state, state.replace("-", " ")):
+        if detail.lower().startswith(word + ":"):
+            return detail[len(word) + 1:].lstrip()
+    return detail
 
 
 # -- --lock: the container entrypoint guard --------------------------------------------------------
@@ -110,7 +118,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
             elif check.state == FIXED_UPSTREAM:
                 say(f"fixed-upstream: {h.id}: {advice}")
             else:
-                say(f"NOT IN EFFECT: {h.id}@{h.version} is {check.state}: {check.detail}")
+                say(f"NOT IN EFFECT: {h.id}@{h.version} is {check.state}: {_without_state(check.state, check.detail)}")
                 for line in (advice or "").splitlines():
                     say(f"  {line}")
         if not checks:

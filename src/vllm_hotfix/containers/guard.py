@@ -83,7 +83,9 @@ def _after_fork_in_child() -> None:
     lock, require = _settings()
     if not lock and not require:
         return
-    set_fork_role(forked_process_name())
+    # The child's multiprocessing name is still the parent's here: the Process being started names it
+    # (or, for a bare os.fork, the parent's role does).
+    set_fork_role(forked_process_name() or f"fork of {process_role()}")
     failing = _check_here(lock, require)
     if failing and strict() and serving_process():
         # An exception raised in a fork hook is printed and ignored: stop the child ourselves.

@@ -33,13 +33,13 @@ def set_fork_role(name: str | None) -> None:
 
 def process_role() -> str:
     """Best guess of what this vLLM process is: EngineCore_DP0, VllmWorker-1, ApiServer_0, main."""
+    if _fork_role:  # first: in the fork hook, multiprocessing's name is still the parent's
+        return _fork_role
     multiprocessing = sys.modules.get("multiprocessing")
     if multiprocessing is not None:
         name = multiprocessing.current_process().name
         if name != "MainProcess":
             return name
-    if _fork_role:
-        return _fork_role
     if os.environ.get("RANK"):
         return f"rank {os.environ['RANK']}"
     command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]]) if sys.argv and sys.argv[0] else "python"
@@ -53,16 +53,17 @@ def module_line(module: str, path: str | None, text: str) -> str:
 
 
 def forked_process_name() -> str | None:
-    """The name of the multiprocessing.Process being forked (the hook runs before it takes its name)."""
-    frame = sys._getframe(1)
-    for _ in range(12):
-        if frame is None:
-            return None
-        process = frame.f_locals.get("process_obj") if frame.f_code.co_name == "_launch" else None
-        if process is not None:
-            return getattr(process, "name", None)
-        frame = frame.f_back
-    return None
+    """The name of the multiprocessing.Process being forked (the hook runs before it takes its name).
+    Only the frame that called os.fork counts: it is multiprocessing's ``Popen._launch`` for a Process,
+    while a bare os.fork inside a forked Process still has that Process's ``_launch`` further down."""
+    try:
+        frame = sys._getframe(2)  # 0 here, 1 the fork hook, 2 whoever called os.fork
+    except ValueError:
+        return None
+    if frame.f_code.co_name != "_launch":
+        return None
+    process = frame.f_locals.get("process_obj")
+    return getattr(process, "name", None) if process is not None else None
 
 
 def flush() -> None:

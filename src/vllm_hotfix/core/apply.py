@@ -98,8 +98,9 @@ def _found_at(lines: tuple[bytes, ...], index: int) -> str:
 
 
 def _explain(path: str, lines: tuple[bytes, ...], hunk: Hunk, expected: int, previous_end: int,
-             at_start: bool, at_end: bool) -> DoesNotApply:
-    """The first difference at the hunk's own line, worded like ``git apply --check -v``."""
+             at_start: bool, at_end: bool, searched: str = "") -> DoesNotApply:
+    """The first difference at the hunk's own line, worded like ``git apply --check -v``, and the lines
+    the search for its context covered (``searched``)."""
     old = hunk.old_side
     last = len(lines) - 1
     for j, want in enumerate(old):
@@ -107,7 +108,8 @@ def _explain(path: str, lines: tuple[bytes, ...], hunk: Hunk, expected: int, pre
         unterminated = hunk.old_eof and j == len(old) - 1
         if index > last or lines[index] != want or (index == last) != unterminated:
             shown = _show(want) + (" (no newline at end of file)" if unterminated else "")
-            return _does_not_apply(path, hunk, f"expected line {index + 1} {shown}, found {_found_at(lines, index)}")
+            return _does_not_apply(path, hunk, f"expected line {index + 1} {shown}, found {_found_at(lines, index)}"
+                                               + searched)
     if expected < previous_end:
         return _does_not_apply(path, hunk, "it overlaps the previous hunk")
     if at_start and expected != 0:
@@ -156,7 +158,9 @@ def _locate(path: str, lines: tuple[bytes, ...], hunk: Hunk, previous_end: int) 
     if beyond:
         raise _does_not_apply(path, hunk, f"line {hunk.old_start} is beyond the end of the file ({file_lines} "
                                           f"lines) and its lines are nowhere in it")
-    raise _explain(path, lines, hunk, max(expected, 0), previous_end, at_start, at_end)
+    searched = (f" (at its nominal line {expected + 1}; its {k} old line(s) were searched for in lines "
+                f"{lowest + 1}-{highest + k} and not found)" if lowest < highest and k else "")
+    raise _explain(path, lines, hunk, max(expected, 0), previous_end, at_start, at_end, searched)
 
 
 def _apply_in_place(data: bytes, hunks: tuple[Hunk, ...]) -> tuple[bytes, tuple[Placement, ...]] | None:

@@ -65,6 +65,14 @@ class Resolver:
             raise found
         return found
 
+    def resolved(self) -> list[Target]:
+        """The targets resolved so far (each once), for commands that describe them after a survey."""
+        found: dict[str, Target] = {}
+        for target in self._cache.values():
+            if isinstance(target, Target):
+                found.setdefault(str(target.root), target)
+        return list(found.values())
+
     def runs_here(self) -> bool:
         """Whether the packages are resolved in the interpreter running hotfix (after a resolution:
         the one it settled on, e.g. the `vllm` command's when hotfix's own has no vLLM)."""

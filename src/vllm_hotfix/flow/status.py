@@ -260,15 +260,20 @@ def _of_target(status: Status, target: Target, state: TargetState | None = None)
 
 
 def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
-           with_catalog: bool) -> list[Status]:
+           with_catalog: bool, targets: list | None = None) -> list[Status]:
     """`status` and `verify`: the named hotfixes, or every recorded one in series order (+ the catalog's
-    others whose distribution this interpreter has, when ``with_catalog``)."""
+    others whose distribution this interpreter has, when ``with_catalog``). ``targets``, when given,
+    receives the targets the survey resolved (to say where a version was derived)."""
     from vllm_hotfix.catalog.index import parse_ref
 
     surveyor = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs))
     if hotfix_ids:
-        return surveyor.named(parse_ref(i) for i in hotfix_ids)
-    return surveyor.everything(with_catalog=with_catalog)
+        statuses = surveyor.named(parse_ref(i) for i in hotfix_ids)
+    else:
+        statuses = surveyor.everything(with_catalog=with_catalog)
+    if targets is not None:
+        targets.extend(surveyor.resolver.resolved())
+    return statuses
 
 
 def fingerprint(statuses: Iterable[Status]) -> str:

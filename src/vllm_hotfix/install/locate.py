@@ -39,6 +39,7 @@ class Target:
     python_version: str | None = None
     copies: tuple[Path, ...] = field(default=())   # every copy on sys.path, the loaded one first
     sys_path: tuple[str, ...] = field(default=())
+    version_from: str | None = None  # a checkout's derived version: what from, e.g. 'git tag v0.30.0' (install/version.py)
 
     @property
     def has_record(self) -> bool:
@@ -49,6 +50,8 @@ class Target:
             "package": self.package,
             "distribution": self.distribution,
             "version": self.version,
+            "version_derived": self.version_from is not None,
+            "version_from": self.version_from,
             "kind": self.kind,
             "path": str(self.package_dir),
             "origin": str(self.origin) if self.origin else None,
@@ -209,6 +212,10 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
     git_info = None
     if kind in ("editable", "git") and install_facts.find_work_tree(root) is not None:
         git_info = _git_info(root, warnings)
+    version, version_from = (dist["version"] if dist else None), None
+    if kind in ("editable", "git"):  # a checkout: what its build would produce, as --root says
+        version, version_from, _ = _checkout_version(root, package, version,
+                                                     str(dist_info / "METADATA") if dist_info else None)
 
     copies = [c for c in facts["copies"]]
     loaded = next((c for c in copies if _under(Path(c["path"]), package_dir) or Path(c["path"]).resolve() == package_dir.resolve()), None)
@@ -236,7 +243,7 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
     return Target(
         package=package,
         distribution=dist["name"] if dist else None,
-        version=dist["version"] if dist else None,
+        version=version,
         kind=kind,
         package_dir=package_dir,
         root=root,
@@ -250,6 +257,7 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
         python_version=facts.get("python_version"),
         copies=tuple(Path(c["path"]) for c in ([loaded] if loaded else []) + [c for c in copies if c is not loaded]),
         sys_path=tuple(facts["sys_path"]),
+        version_from=version_from,
     )
 
 
@@ -274,6 +282,10 @@ def locate_root(root: Path, package: str | None = None) -> Target:
     dist_info = None
     if package:
         dist_info, distribution, version = _checkout_metadata(root, package)
+    version, version_from, project = _checkout_version(root, package, version,
+                                                       str(_metadata_file(dist_info)) if dist_info else None)
+    if distribution is None and package:
+        distribution = project  # pyproject.toml's [project] name
     warnings: list[str] = []
     top = gitmod.find_work_tree(root)
     git_info = _git_info(root, warnings) if top is not None else None
@@ -289,14 +301,28 @@ def locate_root(root: Path, package: str | None = None) -> Target:
         git=git_info,
         warnings=tuple(warnings),
         origin=package_dir / "__init__.py" if (package_dir / "__init__.py").exists() else None,
+        version_from=version_from,
     )
+
+
+def _checkout_version(root: Path, package: str | None, metadata: str | None,
+                      metadata_from: str | None) -> tuple[str | None, str | None, str | None]:
+    """(version, what it was derived from, pyproject's project name) of a checkout: install/version.py's one rule."""
+    from vllm_hotfix.install.version import checkout_version
+
+    found = checkout_version(root, package, metadata=metadata, metadata_from=metadata_from)
+    return found.version, (found.detail if found.derived else None), found.distribution
+
+
+def _metadata_file(meta_dir: Path) -> Path:
+    return meta_dir / ("PKG-INFO" if meta_dir.suffix == ".egg-info" else "METADATA")
 
 
 def _checkout_metadata(root: Path, package: str) -> tuple[Path | None, str | None, str | None]:
     """Name and version from a *.dist-info / *.egg-info left in the checkout by an editable install."""
     for pattern in ("*.egg-info", "*.dist-info", "src/*.egg-info"):
         for meta_dir in sorted(root.glob(pattern)):
-            meta = meta_dir / ("PKG-INFO" if meta_dir.suffix == ".egg-info" else "METADATA")
+            meta = _metadata_file(meta_dir)
             top_level = meta_dir / "top_level.txt"
             if top_level.is_file() and package not in top_level.read_text(encoding="utf-8").split():
                 continue
