@@ -120,3 +120,37 @@ def test_a_worker_forked_from_an_engine_core_is_named_after_itself_not_its_paren
         assert summaries[worker["pid"]] == "Worker_TP0", (parent, summaries)
         assert summaries[bare[parent]] == f"fork of {parent}", (parent, summaries)
     assert sorted(summaries.values()).count("EngineCore_fork") == 1 and list(summaries.values()).count("EngineCore_spawn") == 1
+
+
+def hostile_locks(where) -> dict:
+    """Lock paths nobody should be able to hang, flood or steer the guard with (issue 21)."""
+    import json
+    import os
+
+    fifo = where / "fifo.lock"
+    os.mkfifo(fifo)
+    big = where / "big.lock"
+    with open(big, "wb") as fh:  # 85 MB: past the cap, never parsed
+        fh.write(b'{"schema": 1, "site_packages": "/x", "hotfixes": [' + b" " * (85 << 20) + b"]}")
+    steer = where / "steer.lock"
+    steer.write_text(json.dumps({"schema": 1, "site_packages": "/x", "hotfixes": [
+        {"id": "x", "version": 1, "distribution": "vllm", "package": "this.x", "baseline_version": "0.30.0",
+         "fixed_in": None, "files": []}]}))
+    return {"fifo": fifo, "zero": "/dev/zero", "big": big, "package this.x": steer}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "big", "package this.x"])
+def test_a_hostile_lock_is_one_line_never_a_hang_an_import_or_a_pass(full, tmp_path, kind):
+    import time
+
+    lock = hostile_locks(tmp_path)[kind]
+    start = time.monotonic()
+    proc, _ = loader(full, HOTFIX_LOCK=str(lock))
+    took = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out  # without strict mode it keeps serving
+    (line,) = [line for line in guard_lines(proc.stdout + proc.stderr) if "(lock) [lock] NOT IN EFFECT" in line]
+    assert "Beautiful is better than ugly" not in out  # `this` (the Zen of Python) was never imported
+    proc, _ = loader(full, HOTFIX_LOCK=str(lock), HOTFIX_STRICT="1")
+    assert proc.returncode == 1 and "HotfixNotInEffect" in proc.stderr  # strict: fails closed
+    print(f"{kind}: one line, the process went on after {took:.2f} s in all (interpreter and vLLM import included)")

@@ -75,13 +75,19 @@ class TargetDir:
         """Written by `hotfix gc` when the target is first seen missing (flow/gc.py)."""
         return self.directory / "gone.json"
 
+    def check(self) -> None:
+        """WriteFailed unless this target's folder, targets/ and the state directory can be trusted."""
+        check_trusted(state_dir(), targets_dir(), self.directory)
+
     def pending(self) -> bool:
         """An interrupted transaction waits for recovery."""
         return os.path.lexists(self.journal / JOURNAL_NAME)
 
 
 def all_target_dirs() -> list[TargetDir]:
-    """Every target that has state (records, a journal) in this state directory."""
+    """Every target that has state (records, a journal) in this state directory (WriteFailed when the
+    state directory is one another user could have written: ``check_trusted``)."""
+    check_trusted(state_dir(), targets_dir())
     try:
         names = sorted(os.listdir(targets_dir()))
     except (FileNotFoundError, NotADirectoryError):
@@ -100,6 +106,55 @@ def read_small_file(path: str | os.PathLike, limit: int) -> bytes | None:
         return read_bounded(path, cap=limit, what="file", follow_symlinks=False)
     except (OSError, InvalidInput):
         return None
+
+
+# -- trust: the state directory steers writes and deletes, so another user must not have written it ----
+
+STATE_DIR_MODE = 0o755  # what we create: never writable by group or others, whatever the umask
+
+
+def trust_problem(directory: Path | str) -> str | None:
+    """Why a directory of the state tree cannot be trusted (None: it can, or it does not exist yet): a
+    symbolic link, not a directory, owned by another user than this one or root, writable by group or
+    others (another local user could plant records, journals or links there)."""
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}) or root"
+    if info.st_mode & 0o022:
+        who = "group and others" if info.st_mode & 0o022 == 0o022 else "group" if info.st_mode & 0o020 else "others"
+        return f"is writable by {who} (mode {info.st_mode & 0o7777:o})"
+    return None
+
+
+def check_trusted(*directories: Path | str) -> None:
+    """WriteFailed (exit 6) naming the first directory of the state tree that cannot be trusted."""
+    from vllm_hotfix.errors import WriteFailed
+
+    for directory in directories:
+        problem = trust_problem(directory)
+        if problem is not None:
+            raise WriteFailed(f"{directory}: {problem}; vllm-hotfix keeps records, journals and backups only where "
+                              f"no other user can write", hint=f"`chmod go-w {directory}` and own it (`chown`), or set "
+                              f"{STATE_DIR_ENV} to a directory of your own (README: Running with a shared state directory)")
+
+
+def make_target_dir(tdir: TargetDir) -> None:
+    """Create the state directory, targets/ and the target's folder (mode 0o755 each), then check them."""
+    for directory in (state_dir(), targets_dir(), tdir.directory):
+        try:
+            os.mkdir(directory, STATE_DIR_MODE)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            os.makedirs(directory, STATE_DIR_MODE, exist_ok=True)
+    check_trusted(state_dir(), targets_dir(), tdir.directory)
 
 
 def cache_dir() -> Path:

@@ -22,7 +22,7 @@ def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool,
     except Refused as not_recorded:
         return _nothing_to_roll_back(survey, hotfix_id, not_recorded, dry_run, as_json)
     target_root = Path(target.root)
-    outcome = rollback(hotfix_id, target_root, dry_run=dry_run)
+    outcome = rollback(hotfix_id, target_root, dry_run=dry_run, target=target)
     recorded = outcome.recorded
     if as_json:
         emit_json({

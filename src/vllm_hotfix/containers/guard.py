@@ -164,7 +164,7 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
     process loads (install/facts.py's rule: the same root `hotfix status` keys the record by), and its
     files must be in effect in their series (core.verdict's rule)."""
     from vllm_hotfix.core import verdict
-    from vllm_hotfix.errors import InvalidInput
+    from vllm_hotfix.errors import HotfixError
     from vllm_hotfix.paths import TargetDir, all_target_dirs, state_dir, targets_dir
     from vllm_hotfix.txn.state import TargetState
 
@@ -174,10 +174,13 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
     except OSError as exc:
         tdirs = []
         unreadable.append(f"state folder {targets_dir()}: {exc.strerror}")
+    except HotfixError as exc:  # a state directory another user could have written: nothing in it counts
+        tdirs = []
+        unreadable.append(exc.message)
     for tdir in tdirs:
         try:
             states.append(TargetState.load(tdir.directory))
-        except InvalidInput as exc:
+        except HotfixError as exc:  # unreadable, invalid, or in a folder another user could have written
             unreadable.append(exc.message)
     results: list[tuple[Verdict, tuple]] = []
     for hotfix_id in ids:
@@ -221,6 +224,12 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
             broken = None
         except verdict.BrokenSeries as exc:
             checks, broken = {}, str(exc)
+        if broken is None and installed.kind == "wheel" and installed.dist_info is not None \
+                and verdict.same_release(here.target.get("version"), installed.version):
+            from vllm_hotfix.install.facts import record_sha256s  # the rule `hotfix status` applies too
+
+            paths = {path for _, steps in here.series() for path, _, _ in steps}
+            broken = verdict.origin_problem(here.series(), record_sha256s(installed.dist_info, paths))
         files = checks.get(hotfix_id, ())
         state, detail = verdict.judge(files, broken=broken, recorded_release=here.target.get("version"),
                                       installed_release=installed.version, distribution=installed.distribution or package)
@@ -274,11 +283,12 @@ def _not_importable(hotfix_id: str, package: str, origin: str) -> Verdict:
 class _Installed:
     """The copy of a package this process imports, by install/facts.py's rule (plain class: the guard)."""
 
-    __slots__ = ("package_dir", "root", "version", "distribution", "pending")
+    __slots__ = ("package_dir", "root", "version", "distribution", "pending", "kind", "dist_info")
 
-    def __init__(self, package_dir: Path, root: Path, version, distribution, pending: bool) -> None:
-        self.package_dir, self.root, self.version = package_dir, root, version
-        self.distribution, self.pending = distribution, pending
+    def __init__(self, decided, pending: bool) -> None:
+        self.package_dir, self.root, self.version = decided.package_dir, decided.root, decided.version
+        self.distribution, self.kind, self.dist_info = decided.distribution, decided.kind, decided.dist_info
+        self.pending = pending
 
 
 def _installed(package: str):
@@ -293,8 +303,7 @@ def _installed(package: str):
         decided = install_facts.decide(probe.install_facts(package, list(sys.path)))
     except install_facts.NotImportable:
         return None
-    return _Installed(decided.package_dir, decided.root, decided.version, decided.distribution,
-                      TargetDir.of(decided.root).pending())
+    return _Installed(decided, TargetDir.of(decided.root).pending())
 
 
 def summary_line(verdicts: tuple[Verdict, ...], fingerprint: str) -> str:

@@ -119,6 +119,23 @@ def series_checks(series: Sequence, current: Callable) -> dict:
     return {hotfix_id: tuple(by_step[(hotfix_id, path)] for path, _, _ in files) for hotfix_id, files in series}
 
 
+def origin_problem(series: Sequence, pristine: dict) -> Optional[str]:
+    """Why the series of a record does not start from the install's own files: for each path with a known
+    pristine sha256 (``pristine``: path -> RECORD's sha256, or None when RECORD does not list it), the
+    first hotfix touching it must have been applied on exactly those bytes. A forged record that calls the
+    pristine file "patched" fails here, without reading a patch. None when every known path starts right."""
+    first: dict = {}
+    for hotfix_id, files in series:
+        for path, before, _after in files:
+            first.setdefault(path, (hotfix_id, before))
+    for path, (hotfix_id, before) in first.items():
+        if path in pristine and pristine[path] != before:
+            what = "a file it does not list" if pristine[path] is None else f"sha256 {pristine[path][:12]}"
+            return (f"{hotfix_id}'s record says {path} had sha256 {_short(before)} before it, but pip's RECORD "
+                    f"gives {what}: the record does not describe this install")
+    return None
+
+
 def files_verdict(files: Sequence[FileCheck]) -> tuple[str, str]:
     """(state, detail) of a hotfix from its files: APPLIED, LOST or DRIFTED."""
     states = [f.state for f in files]

@@ -163,7 +163,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
                 # under (or over) other hotfixes of the series: the series rollback takes out exactly its hunks
                 from vllm_hotfix.flow.rollback import rollback_change
 
-                change = rollback_change(state, tree, hotfix_id, target.root, dry_run)
+                change = rollback_change(state, tree, hotfix_id, target.root, dry_run, target)
                 return transaction.Change(change.plan, change.state, True, result=(change.plan, stats, False))
             if reverse:
                 forget = recorded is not None  # taking a recorded diff out is its rollback

@@ -85,7 +85,7 @@ def release_changed(was: str | None, target: Target) -> bool:
 
 def judge_record(state: TargetState, recorded: RecordedHotfix, target: Target, tree: Tree) -> tuple[str, str]:
     """The verdict on one recorded hotfix in its series (apply and status both ask this): core.verdict.judge."""
-    checks, broken = file_checks(state, tree)
+    checks, broken = file_checks(state, tree, target)
     return judge_recorded(state, recorded.id, target, checks, broken)
 
 
@@ -106,7 +106,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     lines of the hotfixes below (unless its manifest's ``after`` names them), and neither side may
     declare the other in ``conflicts``. ``manifest_of(id)`` gives the catalog manifest of a recorded id."""
     tree = tree if tree is not None else Tree(target.root)
-    checks, broken = file_checks(state, tree)
+    checks, broken = file_checks(state, tree, target)
     if broken is not None:
         raise InvalidInput(f"{state.path}: the recorded series is inconsistent: {broken}",
                            hint="see `hotfix status`; restore the files (reinstall / git checkout), then apply again")

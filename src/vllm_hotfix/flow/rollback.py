@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_hotfix.core.apply import FileEdit, Plan
-from vllm_hotfix.errors import Refused
+from vllm_hotfix.errors import InvalidInput, Refused
 from vllm_hotfix.flow import transaction
-from vllm_hotfix.flow.series import Series, rebased_records
+from vllm_hotfix.flow.series import Series, distrust, rebased_records
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
@@ -32,9 +32,16 @@ class RollbackOutcome:
     rebased: tuple[str, ...] = ()  # hotfixes above it whose records were re-derived without it
 
 
-def rollback_change(state: TargetState, tree: Tree, hotfix_id: str, root: Path, result_dry_run: bool) -> transaction.Change:
+def rollback_change(state: TargetState, tree: Tree, hotfix_id: str, root: Path, result_dry_run: bool,
+                    target=None) -> transaction.Change:
     """The transaction that takes ``hotfix_id`` out of the series (also `apply --patch --reverse` of a
-    recorded diff)."""
+    recorded diff). With the ``target``, the record is checked first (``flow/series.distrust``): a record
+    that does not describe the install writes nothing back."""
+    if target is not None and state.hotfixes:
+        problem = distrust(state, tree, target)
+        if problem is not None:
+            raise InvalidInput(f"{state.path}: {problem}",
+                               hint="nothing was changed; restore the files (reinstall) and move the state folder aside")
     if hotfix_id not in state.hotfixes:
         known = ", ".join(state.hotfixes) or "none"
         raise Refused(f"{hotfix_id}: not recorded as applied to {root} (recorded: {known})",
@@ -58,7 +65,7 @@ def rollback_change(state: TargetState, tree: Tree, hotfix_id: str, root: Path, 
     return transaction.Change(plan, after, True, result=RollbackOutcome(recorded, plan, method, result_dry_run, rebased))
 
 
-def rollback(hotfix_id: str, root: Path, *, dry_run: bool) -> RollbackOutcome:
+def rollback(hotfix_id: str, root: Path, *, dry_run: bool, target=None) -> RollbackOutcome:
     """Take what ``hotfix_id`` changed under ``root`` out of the files and remove its record, all-or-nothing."""
-    return transaction.run(root, lambda state, tree: rollback_change(state, tree, hotfix_id, root, dry_run),
+    return transaction.run(root, lambda state, tree: rollback_change(state, tree, hotfix_id, root, dry_run, target),
                            dry_run=dry_run).result

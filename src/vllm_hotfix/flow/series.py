@@ -37,8 +37,9 @@ def steps_by_path(state: TargetState) -> dict[str, list[Step]]:
     return chains
 
 
-def file_checks(state: TargetState, tree: Tree) -> tuple[dict[str, tuple[FileCheck, ...]], str | None]:
-    """({hotfix id: its FileChecks}, None), or ({}, why) when the record's chains are inconsistent."""
+def file_checks(state: TargetState, tree: Tree, target=None) -> tuple[dict[str, tuple[FileCheck, ...]], str | None]:
+    """({hotfix id: its FileChecks}, None), or ({}, why) when the record cannot be trusted: its chains do not
+    link, or (given the ``target``) ``distrust`` finds the record does not describe this install."""
     root = str(tree.root)
 
     def current(path: str) -> tuple[str | None, str]:
@@ -46,9 +47,37 @@ def file_checks(state: TargetState, tree: Tree) -> tuple[dict[str, tuple[FileChe
         return sha256(found.data if found else None), f"{root}/{path}"
 
     try:
-        return series_checks(state.series(), current), None
+        checks = series_checks(state.series(), current)
     except BrokenSeries as exc:
         return {}, str(exc)
+    problem = distrust(state, tree, target) if target is not None and state.hotfixes else None
+    return (checks, None) if problem is None else ({}, problem)
+
+
+def distrust(state: TargetState, tree: Tree, target) -> str | None:
+    """Why a record is not what `hotfix apply` wrote for this install, or None. Recorded hashes are claims:
+    for a wheel of the recorded release, each file's series must start from RECORD's sha256
+    (core.verdict.origin_problem, the guard's rule too); and every state a file can be found at must follow
+    from the kept original and the recorded patches (``Series.states``: a forged "after" fails there)."""
+    from vllm_hotfix.core.verdict import origin_problem, same_release
+    from vllm_hotfix.install.facts import record_sha256s
+
+    chains = steps_by_path(state)
+    if target.kind == "wheel" and target.dist_info is not None and \
+            same_release(state.target.get("version"), target.version):
+        problem = origin_problem(state.series(), record_sha256s(target.dist_info, chains))
+        if problem is not None:
+            return problem
+    series = Series(state, tree)
+    for path, chain in chains.items():
+        found = tree.read(path)
+        if level(chain, sha256(found.data if found else None)) is None:
+            continue  # neither of its states: drifted, said by the files' verdict
+        try:
+            series.states(path)
+        except (InvalidInput, Refused) as exc:
+            return exc.message
+    return None
 
 
 def judge_recorded(state: TargetState, hotfix_id: str, target, checks: dict, broken: str | None, *,

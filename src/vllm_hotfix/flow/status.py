@@ -16,7 +16,7 @@ from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
 from vllm_hotfix.core.verdict import APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN
 from vllm_hotfix.errors import HotfixError, Refused, UsageError
 from vllm_hotfix.flow.applicability import Inapplicable, applicability
-from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix
+from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
 from vllm_hotfix.flow.plan import _flatten, release_changed
 from vllm_hotfix.flow.series import file_checks, judge_recorded, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
@@ -73,7 +73,7 @@ class SeriesView:
     @classmethod
     def of(cls, target: Target, state: TargetState | None = None) -> "SeriesView":
         state = state if state is not None else TargetState.for_root(target.root)
-        checks, broken = file_checks(state, Tree(target.root))
+        checks, broken = file_checks(state, Tree(target.root), target)  # the record checked, not trusted
         return cls(target, state, checks, broken)
 
 
@@ -154,6 +154,11 @@ def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, 
     recorded = view.state.hotfixes.get(manifest.id)
     why_not = applicability(manifest, spec, target)
     if recorded is not None:
+        problem = pin_problem(manifest, recorded, view.state, target)
+        if problem is not None:  # not the bytes the catalog pins: the record proves nothing
+            return Status(manifest.id, recorded.version, UNKNOWN, str(target.root), problem,
+                          "the record does not describe what `hotfix apply` wrote: restore the files "
+                          "(reinstall the package) and move the state folder aside", recorded=True)
         found = status_from_record(view, recorded, inapplicable=why_not)
         if not same_version(recorded.version, manifest.version) and found.state == APPLIED:
             return replace(found, detail=f"version {recorded.version} is applied; the catalog has {manifest.version}",

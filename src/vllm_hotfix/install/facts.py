@@ -123,3 +123,34 @@ def decide(facts: dict[str, Any]) -> Decided:
         kind, root = (GIT, top) if top is not None else (DIRECTORY, package_dir.parent)
     return Decided(kind, Path(root), package_dir, origin, dist, dist_info)
 
+
+
+def record_sha256s(dist_info: Path, paths) -> dict[str, Optional[str]]:
+    """The sha256 (hex) pip's RECORD of ``dist_info`` gives each path (relative to site-packages): None for
+    a path it does not list; a path it lists without a sha256 is left out (nothing to compare). A search in
+    RECORD's bytes for just those lines (a vLLM RECORD holds 5,000): what the guard and `status` compare a
+    record's pristine bytes with. {} when there is no readable RECORD."""
+    import base64
+
+    try:
+        with open(Path(dist_info) / "RECORD", "rb") as handle:
+            data = b"\n" + handle.read(64 << 20)
+    except OSError:
+        return {}
+    out: dict[str, Optional[str]] = {}
+    for path in paths:
+        head = b"\n" + path.encode("utf-8", "surrogateescape") + b","
+        at = data.find(head)
+        if at < 0:
+            out[path] = None
+            continue
+        end = data.find(b"\n", at + 1)
+        line = data[at + len(head):end if end >= 0 else len(data)]
+        algorithm, _, value = line.split(b",", 1)[0].partition(b"=")
+        if algorithm != b"sha256" or not value.strip():
+            continue
+        try:
+            out[path] = base64.urlsafe_b64decode(value.strip() + b"=" * (-len(value.strip()) % 4)).hex()
+        except ValueError:
+            continue
+    return out

@@ -79,6 +79,7 @@ class TargetState:
         """The record of one target (empty when there is none), validated: InvalidInput (exit 8) names
         the file and the key path of the first problem; a record that fails steers nothing."""
         path = Path(directory) / STATE_NAME
+        TargetDir(Path(directory)).check()  # a record steers writes and deletes: never one another user wrote
         try:
             data = read_own_file(path, limit=STATE_LIMIT)
         except OSError as exc:
@@ -291,8 +292,8 @@ def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
         seen.add(path)
         before = f.sha256(item, at, "before_sha256", required=False)
         after = f.sha256(item, at, "after_sha256", required=False)
-        if before is None and after is None:
-            raise f.fail(at, "a file cannot be absent both before and after")
+        if before == after:
+            raise f.fail(at, "before_sha256 and after_sha256 are equal: a hotfix changes every file it records")
         files.append(RecordedFile(path, before, after))
     strip = tuple(f.items(entry.get("strip", []), f.at(where, "strip")))
     if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 64 for n in strip):
