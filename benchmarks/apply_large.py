@@ -2,12 +2,21 @@
 and GNU patch, on fresh copies of the 0.29.0 tree, several interleaved rounds (the order rotating each
 round); print medians and ratios.
 
-    python benchmarks/apply_large.py [--rounds 5]
+    python benchmarks/apply_large.py [--rounds 5] [--phase-rounds 3]
 
 hotfix keeps its full all-or-nothing guarantee here (lock, journal, hard-link backups, fsync).
 Every tool runs as a subprocess, so interpreter / process start-up is counted for all of them; hotfix
 runs with its bytecode cached (as from an installed wheel), after one untimed dry run. Each copy is
 synced to disk before its tool is timed (as in production, where the tree has long been written).
+Wall time on this shared machine is mostly the file system's (creating, renaming and fsyncing 1,106
+files), so CPU time (user + system, all threads) is compared too.
+
+Then the phases: hotfix's own apply run in this process on fresh copies (``--phase-rounds``), each
+phase's wall time taken by wrapping the function that does it -- parse (the diff, the forked half
+included), plan (every hunk placed, every file read), prepare's rest (the record: sha256 of every
+before / after), keep (backups and patch bytes into the state dir), commit (journal.commit: check,
+journal, temps, renames, fsyncs; its steps below it), post-check and prune -- and the start-up
+(imports) as the subprocess's wall time less the in-process one.
 """
 
 from __future__ import annotations
@@ -50,9 +59,72 @@ def same_tree(a: Path, b: Path) -> bool:
     return True
 
 
+PHASES = [  # (label, module, attribute): the function whose calls make the phase
+    ("parse", "vllm_hotfix.flow.apply", "_parse_raw"),
+    ("plan", "vllm_hotfix.flow.apply", "_plan_raw"),
+    ("prepare (plan + record)", "vllm_hotfix.flow.transaction", "_prepare"),
+    ("keep (backups, patch bytes)", "vllm_hotfix.flow.transaction", "_keep"),
+    ("commit (journal.commit)", "vllm_hotfix.flow.transaction", "commit"),
+    ("  check (paths, unchanged)", "vllm_hotfix.txn.journal", "_check_current"),
+    ("  journal (backups, json)", "vllm_hotfix.txn.journal", "_write_journal"),
+    ("  new contents (temps, fsync)", "vllm_hotfix.txn.journal", "_write_temps"),
+    ("  switch (renames)", "vllm_hotfix.txn.journal", "_switch"),
+    ("  fsync directories", "vllm_hotfix.txn.journal", "_fsync_dirs"),
+    ("post-check (catalog applies)", "vllm_hotfix.flow.plan", "check_after"),
+    ("prune (the state dir, after the commit)", "vllm_hotfix.txn.state", "TargetState.prune"),
+]
+
+
+def phases(base: Path, diff: Path, scratch: Path, rounds: int) -> tuple[dict[str, float], float]:
+    """Median wall seconds of each phase of hotfix's apply, run in this process (see the module doc)."""
+    import importlib
+
+    from vllm_hotfix.flow.apply import apply_raw
+
+    spent: dict[str, list[float]] = {}
+    wrapped = []
+    for label, module_name, attribute in PHASES:
+        module = importlib.import_module(module_name)
+        *owner, attribute = attribute.split(".")
+        for name in owner:  # a method: wrap it on its class
+            module = getattr(module, name)
+        original = getattr(module, attribute, None)
+        if original is None:  # a phase this version does not have as one function
+            continue
+
+        def timed(*args, _original=original, _label=label, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                spent[_label][-1] += time.perf_counter() - start
+
+        setattr(module, attribute, timed)
+        wrapped.append((module, attribute, original))
+    totals = []
+    try:
+        for round_no in range(rounds):
+            for label, *_ in PHASES:
+                spent.setdefault(label, []).append(0.0)
+            copy = scratch / f"phases-{round_no}"
+            shutil.copytree(base, copy, symlinks=True)
+            os.sync()
+            os.environ["HOTFIX_STATE_DIR"] = str(scratch / f"phases-state-{round_no}")
+            start = time.perf_counter()
+            apply_raw(diff, copy, strip=None, reverse=False, dry_run=False, hotfix_id=None)
+            totals.append(time.perf_counter() - start)
+            shutil.rmtree(copy)
+            os.sync()
+    finally:
+        for module, attribute, original in wrapped:
+            setattr(module, attribute, original)
+    return {label: statistics.median(values) for label, values in spent.items() if any(values)}, statistics.median(totals)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--phase-rounds", type=int, default=3)
     args = parser.parse_args()
     base = realdata.vllm_source_tree("0.29.0")
     diff = realdata.vllm_source_diff("0.29.0", "0.30.0")
@@ -97,13 +169,21 @@ def main() -> int:
                     shutil.rmtree(copy)
             os.sync()
         identical = same_tree(results["hotfix"], results["git apply"])
+        spent, in_process = phases(base, diff, scratch, args.phase_rounds)
     medians = {name: statistics.median(values) for name, values in times.items()}
+    cpus = {name: statistics.median(values) for name, values in cpu.items()}
     for name, median in medians.items():
         runs = ", ".join(f"{t:.3f}" for t in times[name])
-        print(f"{name:10s} median {median:.3f} s   cpu {statistics.median(cpu[name]):.3f} s   ({runs})")
-    print(f"hotfix / git apply = {medians['hotfix'] / medians['git apply']:.2f}x")
-    print(f"hotfix / patch -p1 = {medians['hotfix'] / medians['patch -p1']:.2f}x")
+        print(f"{name:10s} median {median:.3f} s   cpu {cpus[name]:.3f} s   ({runs})")
+    for peer in ("git apply", "patch -p1"):
+        print(f"hotfix / {peer:9s} = {medians['hotfix'] / medians[peer]:.2f}x wall, "
+              f"{cpus['hotfix'] / cpus[peer]:.2f}x cpu")
     print(f"hotfix tree identical to git apply tree: {identical}")
+    print(f"phases of hotfix's apply (in this process, median of {args.phase_rounds}; wall):")
+    print(f"  {'start-up (imports; subprocess - in-process)':40s} {max(medians['hotfix'] - in_process, 0.0) * 1e3:7.1f} ms")
+    for label, seconds in spent.items():
+        print(f"  {label:40s} {seconds * 1e3:7.1f} ms")
+    print(f"  {'apply_raw in this process, in all':40s} {in_process * 1e3:7.1f} ms")
     return 0 if identical else 1
 
 
