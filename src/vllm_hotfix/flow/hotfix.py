@@ -131,8 +131,8 @@ def pin_problem(manifest: Manifest, recorded: RecordedHotfix, state: TargetState
 
     if recorded.source != "catalog" or not same_version(recorded.version, manifest.version):
         return None
-    try:
-        specs = manifest.patches_for(target.version)
+    try:  # the patches of the release the record was made on (the package may have changed since)
+        specs = manifest.patches_for(state.target.get("version") or target.version)
     except Refused:
         return None  # no patch for this release: applicability says why
     if len(specs) != len(recorded.patches):
