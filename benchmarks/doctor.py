@@ -19,6 +19,11 @@ in-process, ``ahocorasick-rs``) and with ``HOTFIX_DOCTOR_PREFILTER=grep`` (``gre
 Each round runs every tool, the order rotated every round; the file is read once first so all read it
 from the page cache. Medians of wall and CPU (user + system) time, and their ratios.
 Goals (issue 23, info shape): doctor <= 1.5x grep -E with the catalog's patterns, <= 3x grep -E 'ERROR|Error'.
+
+Then, on the ``info`` shape, where doctor's CPU time goes, measured in this process with the command's
+own reader and the engine's own prefilter (medians, rotated; CPU seconds per GiB): reading the blocks,
+counting their newlines, the Aho-Corasick automata, the prefilter's own Python, matching the candidate
+lines (the engine's scan), and start-up + verdict (the command end to end minus the scan).
 """
 
 from __future__ import annotations
@@ -138,7 +143,55 @@ def measure(shape: str, size: int, rounds: int, work: Path, patterns: Path) -> N
     for name in ("hotfix doctor", "doctor, grep -F"):
         for peer, goal in peers:
             print(f"{name} / {peer}: wall {wall[name] / wall[peer]:.2f}x, cpu {cpu[name] / cpu[peer]:.2f}x (goal: <= {goal})")
+    if shape == "info":
+        phases(log, rounds, cpu["hotfix doctor"], cpu["grep -E ERROR|Error"])
     log.unlink()
+
+
+def phases(log: Path, rounds: int, doctor_cpu: float, grep_cpu: float) -> None:
+    """doctor's CPU time on ``log`` by phase (see the module docstring), next to grep's."""
+    from vllm_hotfix.commands.doctor import blocks
+    from vllm_hotfix.doctor import scan
+    from vllm_hotfix.doctor.engine import Prefilter, needles_for
+
+    manifests = [m for m in Catalog.load(env={}).latest() if m.signatures]
+    needles = needles_for(manifests)
+    prefilter = Prefilter(needles)
+
+    def read():
+        with open(log, "rb") as stream:
+            yield from blocks(stream, reuse=True)
+
+    def each(work) -> None:
+        for block in read():
+            work(block)
+
+    runs = {
+        "read": lambda: each(lambda block: None),
+        "read + count": lambda: each(lambda block: block.count(b"\n")),
+        "read + automata": lambda: each(prefilter.starts),
+        "read + prefilter": lambda: sum(1 for _ in prefilter.stream(read())),
+        "engine scan": lambda: scan([(log.name, read())], manifests, prefilter_=prefilter),
+    }
+    spent: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            start = time.process_time()
+            runs[name]()
+            spent[name].append(time.process_time() - start)
+    m = {name: statistics.median(times) for name, times in spent.items()}
+    gib = log.stat().st_size / (1 << 30)
+    parts = [("read the blocks", m["read"]), ("count newlines", m["read + count"] - m["read"]),
+             (f"Aho-Corasick ({len(needles)} needles, {len(prefilter.groups)} automata)", m["read + automata"] - m["read"]),
+             ("prefilter's Python (line starts, copies)", m["read + prefilter"] - m["read + automata"] - (m["read + count"] - m["read"])),
+             ("matching candidate lines", m["engine scan"] - m["read + prefilter"]),
+             ("start-up, catalog, verdict", doctor_cpu - m["engine scan"])]
+    print(f"where doctor's CPU time goes (per GiB; medians of {rounds}); grep -E 'ERROR|Error' {grep_cpu / gib:.2f} s, "
+          f"3x that {3 * grep_cpu / gib:.2f} s:")
+    for name, seconds in parts:
+        print(f"  {name:<48} {seconds / gib:6.3f} s  {seconds / doctor_cpu * 100:5.1f}%")
+    print(f"  {'hotfix doctor end to end':<48} {doctor_cpu / gib:6.3f} s")
 
 
 def main() -> int:
