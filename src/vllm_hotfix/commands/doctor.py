@@ -18,12 +18,8 @@ the fingerprints of every node agree; 9 no confident match.
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
-import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, Sequence
@@ -108,15 +104,18 @@ def _open(name: str) -> tuple[str, BinaryIO, BinaryIO]:
             raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
         label = name
     head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    stream = gzip.GzipFile(fileobj=raw) if head == b"\x1f\x8b" else raw
-    return label, stream, raw  # type: ignore[return-value]
+    if head == b"\x1f\x8b":
+        import gzip
+
+        return label, gzip.GzipFile(fileobj=raw), raw  # type: ignore[return-value]
+    return label, raw, raw
 
 
 def _sources(names: Sequence[str], needles: tuple[bytes, ...], prefilter: str) -> Iterator[tuple[str, Iterator]]:
     for name in names:
         label, stream, raw = _open(name)
         try:
-            grep = shutil.which("grep") if prefilter == "grep" else ""
+            grep = _grep() if prefilter == "grep" else ""
             yield label, _checked(label, _parts(stream, needles, grep=grep, reuse=True))  # the engine reads in order
         finally:
             if raw is not sys.stdin.buffer:
@@ -138,7 +137,13 @@ def _prefilter_kind() -> str:
                          hint="pip install ahocorasick-rs, or leave HOTFIX_DOCTOR_PREFILTER unset")
     if wanted:
         return wanted
-    return "aho-corasick" if fast else "grep" if shutil.which("grep") else "python"
+    return "aho-corasick" if fast else "grep" if _grep() else "python"
+
+
+def _grep() -> str | None:
+    import shutil  # only the grep prefilter needs shutil, subprocess and threading (they cost start-up)
+
+    return shutil.which("grep")
 
 
 def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None, *, reuse: bool = False) -> Iterator:
@@ -149,6 +154,9 @@ def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None
     if not grep:
         yield from blocks(stream, reuse=reuse)
         return
+    import subprocess
+    import threading
+
     from vllm_hotfix.doctor.engine import Prefiltered
 
     argv = [grep, "-F", "-n", "-a"] + [arg for needle in needles for arg in (b"-e", needle)]
