@@ -87,6 +87,10 @@ INVALID = [
     (_set(("patches", 2, "commit"), "HEAD"), "patches[2].commit: expected a commit id"),
     (_set(("supersedes",), [1, 2]), "supersedes: version 2 cannot supersede itself"),
     (_set(("targets", 0, "git"), {"tag": "v1", "clean": "yes"}), "targets[0].git.clean: expected true or false, got a string"),
+    (_set(("compiled_changes",), "vllm/vllm-rs"), "compiled_changes: expected an array, got a string"),
+    (_set(("compiled_changes",), ["vllm/x.so", 3]), "compiled_changes[1]: expected a string, got an integer"),
+    (_set(("compiled_changes",), ["/usr/lib/x.so"]), "compiled_changes[0]: expected a relative path without '..'"),
+    (_set(("compiled_changes",), [""]), "compiled_changes[0]: must not be empty"),
 ]
 
 

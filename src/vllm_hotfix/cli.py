@@ -13,7 +13,7 @@ import click
 
 from vllm_hotfix import __version__
 from vllm_hotfix.cli_options import (
-    DOCTOR_EXIT_HELP, EXIT_CODES_HELP, catalog_option, dry_run_option, json_option, python_option, root_option,
+    CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, NEW_HELP, PORT_HELP, catalog_option, dry_run_option, json_option, python_option, root_option,
 )
 from vllm_hotfix.errors import ExitCode, HotfixError
 
@@ -193,7 +193,7 @@ def show_cmd(hotfix_id, catalogs, as_json) -> None:
     _exit(command.run(hotfix_id=hotfix_id, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("doctor", short_help="Find the known issue (and its fix) behind a crash log.", epilog=DOCTOR_EXIT_HELP)
+@cli.command("doctor", help=DOCTOR_HELP, short_help="Find the known issue (and its fix) behind a crash log.", epilog=DOCTOR_EXIT_HELP)
 @click.argument("logs", nargs=-1, metavar="[LOG]...")
 @python_option
 @root_option
@@ -201,32 +201,22 @@ def show_cmd(hotfix_id, catalogs, as_json) -> None:
 @catalog_option
 @json_option
 def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
-    """Read crash logs (files, '-' for stdin, .gz too) and name the hotfix or advisory that fixes the crash.
-
-    Finds the first error of every process (vLLM's (EngineCore_DP0 pid=...) / (Worker_TP3 ...) prefixes,
-    CANN plog pids, one file = one process otherwise), matches the catalog's [[signatures]], and with
-    --python / --root checks whether the fix is already in effect on that target. Prints a ranked
-    verdict with the evidence lines (file:line), the confidence and the command to run next.
-
-    \b
-    Examples:
-      docker logs vllm 2>&1 | hotfix doctor - --python /opt/venv/bin/python
-      hotfix doctor vllm.log.gz dmesg.txt --json
-      hotfix doctor ~/ascend/log/debug/plog/*.log server.log --root /vllm-workspace/vllm-ascend
-    """
     from vllm_hotfix.commands import doctor as command
 
     _exit(command.run(logs=tuple(logs), python=python, root=root, catalogs=tuple(catalogs), as_json=as_json,
                       show_all=show_all))
 
 
-@cli.command("new", short_help="Author a hotfix from an upstream commit or a hand-edited install.")
+@cli.command("new", help=NEW_HELP, short_help="Author a hotfix from an upstream commit or a hand-edited install.")
 @click.argument("hotfix_id", metavar="ID")
 @click.option("--from-commit", "commit", help="Upstream commit to turn into a patch.")
 @click.option("--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local clone holding --from-commit.")
 @click.option("--exclude", multiple=True, help="Glob of paths to leave out (repeatable).")
 @click.option("--add-patch", "add_patches", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Extra diff file applied after the commit (repeatable).")
 @click.option("--from-install", "from_install", metavar="PACKAGE", help="Make the patch from files edited by hand in an installed wheel.")
+@click.option("--from-release", "from_release", metavar="DIST==X.Y.Z", help="Make a hotfix for --base from the Python files a published patch release changed.")
+@click.option("--base", metavar="X.Y.0", help="--from-release: the release the hotfix is for (default: X.Y.0 of the patch release).")
+@click.option("--split-by-file", is_flag=True, help="--from-release: one hotfix per changed file (ID-<file>) instead of one for the release.")
 @python_option
 @click.option("--target", "distribution", help="Distribution the hotfix targets (vllm, vllm-ascend).")
 @click.option("--versions", help="PEP 440 range the hotfix applies to, e.g. '>=0.29,<0.32' (--from-install: default ==installed).")
@@ -234,20 +224,10 @@ def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Catalog directory to write manifests/ and patches/ into.")
 @dry_run_option
 @json_option
-def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, python, distribution, versions, wheel, out_dir, dry_run, as_json) -> None:
-    """Author a hotfix: write patches/ID/*.patch and manifests/ID.toml with hashes and stats.
-
-    \b
-    Examples:
-      hotfix new glm-conv-null-slot --from-commit f5826a4 --repo ./vllm-ascend \\
-          --exclude 'release_notes/**' --add-patch zero-null-row.patch \\
-          --target vllm-ascend --versions '==0.30.0rc2' --out ./my-catalog
-      hotfix new my-fix --from-install vllm --python /opt/venv/bin/python --out ./my-catalog
-    Then: hotfix show ID --catalog ./my-catalog; hotfix check-catalog ID --catalog ./my-catalog
-    """
+def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_release, base, split_by_file, python, distribution, versions, wheel, out_dir, dry_run, as_json) -> None:
     from vllm_hotfix.commands import new as command
 
-    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, from_release=from_release, base=base, split_by_file=split_by_file, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")
@@ -269,6 +249,36 @@ def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
     from vllm_hotfix.commands import check_catalog as command
 
     _exit(command.run(versions=versions, hotfix_ids=tuple(hotfix_ids), catalogs=tuple(catalogs), as_json=as_json))
+
+
+@cli.command("port", help=PORT_HELP, short_help="Port a hotfix to the published releases where none of its patches applies.")
+@click.argument("hotfix_id", metavar="ID")
+@click.option("--versions", help="Releases to port to: '0.26.0,0.27.0' or a range '>=0.26,<0.32' (default: the hotfix's range and fixed_in).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Catalog directory for the copy of the hotfix with its new variants (its own catalog directory: updated in place).")
+@catalog_option
+@dry_run_option
+@json_option
+def port_cmd(hotfix_id, versions, out_dir, catalogs, dry_run, as_json) -> None:
+    from vllm_hotfix.commands import port as command
+
+    _exit(command.run(hotfix_id=hotfix_id, versions=versions, catalogs=tuple(catalogs), out_dir=out_dir, dry_run=dry_run, as_json=as_json))
+
+
+@cli.command("contains", help=CONTAINS_HELP, short_help="Is a fix (catalog ID or raw diff) in this install or in published releases, by content?")
+@click.argument("hotfix_id", required=False, metavar="[ID]")
+@click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A raw diff to look for instead of a catalog hotfix.")
+@python_option
+@root_option
+@click.option("--versions", help="Published releases instead of an install: '0.30.0,0.31.0' or a range '>=0.29' (a matrix, read from the real wheels).")
+@click.option("--package", default=None, help="--patch with --python: the import name its paths are under (default vllm).")
+@click.option("--target", "distribution", default=None, help="--patch with --versions: the distribution whose releases to read (default vllm).")
+@click.option("-p", "strip", type=click.IntRange(min=0), default=None, help="Strip N leading path components of --patch (default 1).")
+@catalog_option
+@json_option
+def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distribution, strip, catalogs, as_json) -> None:
+    from vllm_hotfix.commands import contains as command
+
+    _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, python=python, root=root, versions=versions, package=package, distribution=distribution, strip=strip, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("export")

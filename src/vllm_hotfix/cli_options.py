@@ -19,7 +19,8 @@ Exit codes:
   7  busy: another hotfix process holds the target's lock
   8  invalid input: malformed diff, manifest or lock file
   9  doctor: no known issue matches the logs
-  10 unavailable: a release could not be listed or downloaded (check-catalog, new)
+  10 unavailable: a release could not be listed or downloaded (check-catalog, port,
+     contains --versions, new)
   70 internal error (HOTFIX_DEBUG=1 shows the traceback)
   130/143 interrupted by SIGINT/SIGTERM; every file was restored
 """
@@ -32,6 +33,72 @@ Exit codes of doctor:
   2  usage error (unreadable log, bad option)
   8  invalid manifest in the catalog
   9  no known issue matches (or only ones for other releases)
+"""
+
+
+DOCTOR_HELP = """Read crash logs (files, '-' for stdin, .gz too) and name the hotfix or advisory that fixes the crash.
+
+Finds the first error of every process (vLLM's (EngineCore_DP0 pid=...) / (Worker_TP3 ...) prefixes,
+CANN plog pids, one file = one process otherwise), matches the catalog's [[signatures]], and with
+--python / --root checks whether the fix is already in effect on that target. Prints a ranked
+verdict with the evidence lines (file:line), the confidence and the command to run next.
+
+\b
+Examples:
+  docker logs vllm 2>&1 | hotfix doctor - --python /opt/venv/bin/python
+  hotfix doctor vllm.log.gz dmesg.txt --json
+  hotfix doctor ~/ascend/log/debug/plog/*.log server.log --root /vllm-workspace/vllm-ascend
+
+"""
+
+NEW_HELP = """Author a hotfix: write patches/ID/*.patch and manifests/ID.toml with hashes and stats.
+
+\b
+Examples:
+  hotfix new glm-conv-null-slot --from-commit f5826a4 --repo ./vllm-ascend \\
+      --exclude 'release_notes/**' --add-patch zero-null-row.patch \\
+      --target vllm-ascend --versions '==0.30.0rc2' --out ./my-catalog
+  hotfix new my-fix --from-install vllm --python /opt/venv/bin/python --out ./my-catalog
+  hotfix new vllm-0-25-1 --from-release vllm==0.25.1 --base 0.25.0 --out ./my-catalog [--split-by-file]
+Then: hotfix show ID --catalog ./my-catalog; hotfix check-catalog ID --catalog ./my-catalog
+
+"""
+
+PORT_HELP = """Port a catalog hotfix to published releases where none of its patches applies.
+
+Each release is judged like check-catalog (real wheels, cached): applies, fixed-upstream,
+not-applicable, unavailable. Where no variant applies, the pristine files of the nearest release
+where one does are merged three ways with the new release (`git merge-file`, then by words),
+the result must pass the manifest's [[checks]], and becomes patches/ID/<release>.patch with its
+versions range, md5, sha256 and stats. Exit 4 if a release conflicts (the hunk and both sides are
+printed), 10 if a release could not be downloaded; then nothing is written. Needs git.
+
+\b
+Examples:
+  hotfix port mamba-align-block-size --versions '>=0.26,<0.32' --out ./my-catalog --dry-run
+  hotfix port my-fix --catalog ./my-catalog --out ./my-catalog     # update in place
+
+"""
+
+CONTAINS_HELP = """Is this fix in this install (or in each published release), decided from the files?
+
+\b
+Answers:
+  contained       the files hold the fix's post-image (upstream merged it, or fixed_in says so)
+  applied         recorded here by `hotfix apply` and in effect
+  applicable      not there; the patch applies as it is
+  partly          some files or hunks hold the post-image, the rest does not apply
+  conflicts       nothing of it is there, and the patch does not apply
+  not-applicable  outside the hotfix's targets
+Exit: 0 contained/applied, 1 applicable, 3 not-applicable, 4 partly/conflicts; with --versions
+0 when every release was answered, 10 when one could not be downloaded.
+
+\b
+Examples:
+  hotfix contains mamba-align-block-size --python /opt/venv/bin/python
+  hotfix contains --patch fix.diff --versions '>=0.29'
+  hotfix contains --patch fix.diff --root /vllm-workspace/vllm
+
 """
 
 

@@ -110,12 +110,16 @@ def test_new_from_install_diffs_hand_edits_against_the_pristine_wheel(run_hotfix
     (b"a\nb", b"a\nb\nc"),          # no newline at the end, on both sides
     (None, b"new\nfile\n"),         # created by hand
     (b"gone\n", None),              # deleted by hand
+    (b"x\n\n\n" * 150 + b"a\n", b"x\n\n\n" * 150 + b"b\n"),   # popular lines: no junk heuristic
 ])
-def test_unified_file_diff_round_trips_through_the_engine(before, after):
-    from vllm_hotfix.commands.new import unified_file_diff
+def test_file_diff_round_trips_through_the_engine(before, after):
     from vllm_hotfix.core.apply import FileState
+    from vllm_hotfix.core.render import file_diff
 
-    patch = parse_patch(unified_file_diff("pkg/mod.py", before, after))
+    data = file_diff("pkg/mod.py", before, after)
+    patch = parse_patch(data)
+    if before is not None and before.startswith(b"x"):
+        assert (patch.stats.insertions, patch.stats.deletions) == (1, 1) and len(data) < 200
     files = {"pkg/mod.py": FileState(before, 0o644)} if before is not None else {}
     (edit,) = plan_patch(patch, files.get).edits
     assert (edit.before, edit.after) == (before, after)

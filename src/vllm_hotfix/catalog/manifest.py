@@ -208,7 +208,8 @@ def _reference(path: str, raw: Any, source: str) -> Reference:
 
 
 _TOP_KEYS = ("schema", "id", "version", "title", "description", "symptoms", "fixed_in", "supersedes",
-             "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by")
+             "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by",
+             "compiled_changes")
 
 
 def _kind_fields(top: _Table) -> tuple[str, str | None, str | None]:
@@ -269,6 +270,7 @@ def manifest_from_dict(data: Mapping[str, Any], source: str, *, source_path: Pat
         patches=tuple(_patch(p, r, source) for p, r in top.tables("patches", required=kind == "hotfix")),
         requires=tuple(_requirement(p, r, source) for p, r in top.tables("requires")),
         checks=tuple(_check(p, r, source) for p, r in top.tables("checks")),
+        compiled_changes=top.relative_paths("compiled_changes"),
         source=source_path,
         patches_dir=patches_dir,
     )

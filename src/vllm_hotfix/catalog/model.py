@@ -164,6 +164,18 @@ class PostCheck:
     description: str | None = None
 
 
+def check_problem(check: PostCheck, data: bytes | None) -> str | None:
+    """Why a post-apply check fails on a file's bytes (None: absent), or None when it passes."""
+    if data is None:
+        return "file missing after applying"
+    text = data.decode("utf-8", "replace")
+    if check.contains is not None and check.contains not in text:
+        return f"does not contain {check.contains!r} after applying"
+    if check.not_contains is not None and check.not_contains in text:
+        return f"still contains {check.not_contains!r} after applying"
+    return None
+
+
 @dataclass(frozen=True)
 class Manifest:
     """One version of one hotfix, as its TOML file declares it (validated on load)."""
@@ -184,6 +196,7 @@ class Manifest:
     references: tuple[Reference, ...] = ()
     requires: tuple[Requirement, ...] = ()
     checks: tuple[PostCheck, ...] = ()
+    compiled_changes: tuple[str, ...] = ()  # compiled files the release this was made from also changed (not in the patch)
     schema: int = SCHEMA
     source: Path | None = field(default=None, compare=False)
     patches_dir: Path | None = field(default=None, compare=False)
@@ -239,6 +252,17 @@ class Manifest:
         data["source"] = str(self.source) if self.source else None
         data["patches_dir"] = str(self.patches_dir) if self.patches_dir else None
         return data
+
+
+def failed_check(manifest: Manifest, read: Callable[[str], Any]) -> str | None:
+    """The first of the manifest's post-apply checks that fails on the files ``read`` gives
+    (``core.apply.Reader``), as ``<ref>: checks[i] <file>: <why>``; None when all pass."""
+    for index, check in enumerate(manifest.checks):
+        found = read(check.file)
+        problem = check_problem(check, found.data if found is not None else None)
+        if problem:
+            return f"{manifest.ref}: checks[{index}] {check.file}: {problem}"
+    return None
 
 
 def parse_version(version: str | Version) -> Version:

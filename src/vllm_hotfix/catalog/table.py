@@ -107,7 +107,18 @@ class _Table:
     def relative_path(self, key: str, *, required: bool = False) -> str | None:
         value = self.text(key, required=required)
         if value is not None:
-            pure = PurePosixPath(value)
-            if pure.is_absolute() or ".." in pure.parts or "\\" in value:
-                raise self.error(key, f"expected a relative path without '..', got {value!r}")
+            self._check_relative(key, value)
         return value
+
+    def relative_paths(self, key: str) -> tuple[str, ...]:
+        values = self.strings(key)
+        for index, value in enumerate(values):
+            if not value.strip():
+                raise self.error(f"{key}[{index}]", "must not be empty")
+            self._check_relative(f"{key}[{index}]", value)
+        return values
+
+    def _check_relative(self, key: str, value: str) -> None:
+        pure = PurePosixPath(value)
+        if pure.is_absolute() or ".." in pure.parts or "\\" in value:
+            raise self.error(key, f"expected a relative path without '..', got {value!r}")

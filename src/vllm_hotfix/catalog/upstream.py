@@ -168,6 +168,15 @@ class WheelReader:
             raise Refused(f"{self.wheel}: not a readable wheel: {exc}") from None
         self._members = {info.filename: info for info in self._zip.infolist() if not info.is_dir()}
 
+    @property
+    def archive(self) -> zipfile.ZipFile:
+        return self._zip
+
+    @property
+    def members(self) -> dict[str, zipfile.ZipInfo]:
+        """Every file of the wheel by its name (site-packages relative)."""
+        return self._members
+
     def __call__(self, relpath: str) -> FileState | None:
         info = self._members.get(relpath)
         if info is None:

@@ -1,8 +1,9 @@
 """`hotfix check-catalog`: dry-run every manifest against every published release in its range.
 
-Each cell of the id x release matrix is planned with the pure engine against the files read straight
-from the release's real wheel (cached under ``paths.cache_dir()/wheels``, downloaded once): no install.
-States: applies, fixed-upstream, fails (first hunk error: the hotfix's fault), not-applicable,
+Each cell of the id x release matrix is judged by ``flow.releases.judge`` (applicability, then the
+content rule of ``core.presence``) against the files read straight from the release's real wheel
+(cached under ``paths.cache_dir()/wheels``, downloaded once): no install.
+States: applies, fixed-upstream, fails (the first hunk error: the hotfix's fault), not-applicable,
 unavailable (the index or the download failed: nobody's verdict, exit 10); git targets are skipped.
 """
 
@@ -12,18 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
-from vllm_hotfix.core.apply import FileState, Reader, plan_patch
-from vllm_hotfix.errors import DoesNotApply, ExitCode, HotfixError, InvalidInput, Unavailable, UsageError
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core import verdict
-from vllm_hotfix.flow.applicability import applicability
-from vllm_hotfix.flow.hotfix import checked_patch
-from vllm_hotfix.install.locate import Target
+from vllm_hotfix.core.presence import APPLICABLE, CONTAINED
+from vllm_hotfix.errors import ExitCode, HotfixError, Unavailable
+from vllm_hotfix.flow.releases import judge, parse_versions, releases_in_scope, skip_reason
 from vllm_hotfix.output import emit_json, note, say
 
 # Per release: the hotfix's own states (core.verdict) where it does not belong, else what the dry run found.
@@ -52,28 +50,28 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
 
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids] if hotfix_ids else list(catalog.latest())
-    explicit, wanted_range = _parse_versions(versions)
+    wanted = parse_versions(versions)
     cells: list[Cell] = []
     jobs: list[tuple[Manifest, TargetSpec, str]] = []
     for manifest in manifests:
         for target in manifest.targets:
-            skip = _skip_reason(manifest, target)
+            skip = skip_reason(manifest, target)
             if skip:
                 cells.append(Cell(manifest.ref, target.distribution, None, SKIPPED, skip))
                 continue
             try:
-                releases = explicit if explicit is not None else _releases_in_scope(
-                    manifest, target, published_releases(target.distribution), wanted_range)
+                published = None if wanted.exact is not None else published_releases(target.distribution)
             except Unavailable as exc:
                 cells.append(Cell(manifest.ref, target.distribution, None, UNAVAILABLE, exc.message))
                 continue
+            releases = releases_in_scope(manifest, target, wanted, published)
             if not releases:
                 cells.append(Cell(manifest.ref, target.distribution, None, SKIPPED,
                                   f"no published wheel of {target.distribution} in {target.versions}"))
             jobs += [(manifest, target, release) for release in releases]
 
     for index, (manifest, target, release) in enumerate(jobs, start=1):
-        why_not = applicability(manifest, target, _release_target(target, release))  # the same rule as apply
+        why_not = judge(manifest, target, release, None).why_not  # the same rule as apply
         if why_not is not None and why_not.state == NOT_APPLICABLE:
             cells.append(Cell(manifest.ref, target.distribution, release, why_not.state, why_not.message))
             continue
@@ -84,7 +82,7 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
         try:
             wheel = published_wheel(target.distribution, release)
             with WheelReader(wheel) as reader:
-                cells.append(_dry_run(manifest, target, release, reader))
+                cells.append(_cell(manifest, target, release, judge(manifest, target, release, reader).found))
         except Unavailable as exc:
             cells.append(Cell(manifest.ref, target.distribution, release, UNAVAILABLE, exc.message))
         except HotfixError as exc:
@@ -99,77 +97,16 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
     return 1 if failed else int(ExitCode.UNAVAILABLE) if unavailable else 0
 
 
-def _parse_versions(text: str | None) -> tuple[list[str] | None, SpecifierSet | None]:
-    """'0.30.0,0.31.0' -> exact releases (no PyPI listing needed); '>=0.30' -> a range of published ones."""
-    if not text:
-        return None, None
-    if any(op in text for op in "<>=!~"):
-        try:
-            return None, SpecifierSet(text)
-        except InvalidSpecifier:
-            raise UsageError(f"--versions {text!r}: not a PEP 440 range (e.g. '>=0.30,<0.33')") from None
-    releases = [v.strip() for v in text.split(",") if v.strip()]
-    for release in releases:
-        try:
-            Version(release)
-        except InvalidVersion:
-            raise UsageError(f"--versions: {release!r} is not a release number (e.g. 0.30.0,0.31.0)") from None
-    return releases, None
-
-
-def _skip_reason(manifest: Manifest, target: TargetSpec) -> str:
-    if manifest.kind == "advisory":
-        return "advisory: no patch to check"
-    if target.git is not None or target.versions is None:
-        return "git target (check it on a checkout: hotfix apply --dry-run --root DIR)"
-    kinds = {p.kind for p in manifest.patches}
-    if "external" in kinds:
-        return "needs a separately distributed patch file"
-    if "commit" in kinds:
-        return "needs an upstream clone (hotfix apply --dry-run --upstream-repo PATH)"
-    return ""
-
-
-def _releases_in_scope(manifest: Manifest, target: TargetSpec, published: list[str],
-                       wanted: SpecifierSet | None) -> list[str]:
-    """Published releases in the target's range, plus the release that fixed it upstream."""
-    fixed = manifest.fixed_in.version if manifest.fixed_in else None
-    chosen = [r for r in published if target.contains(r) or r == fixed]
-    if wanted is not None:
-        chosen = [r for r in chosen if wanted.contains(r, prereleases=True)]
-    return chosen
-
-
-def _release_target(spec: TargetSpec, release: str) -> Target:
-    """A published release as a target (read from its wheel, never installed)."""
-    where = Path(f"<{spec.distribution}-{release}.whl>")
-    return Target(package=spec.package, distribution=spec.distribution, version=release, kind="wheel",
-                  package_dir=where / spec.package, root=where, dist_info=None, python=None, git=None, warnings=())
-
-
-def _dry_run(manifest: Manifest, target: TargetSpec, release: str, read: Reader) -> Cell:
-    """Plan the manifest's patch series for ``release`` against ``read``; the same checks as apply."""
-    overlay: dict[str, FileState | None] = {}
-
-    def current(path: str) -> FileState | None:
-        return overlay[path] if path in overlay else read(path)
-
-    offsets = []
-    try:
-        for spec in manifest.patches_for(release):
-            data = manifest.patch_path(spec).read_bytes()
-            plan = plan_patch(checked_patch(spec, data, spec.label).patch, current)
-            for edit in plan.edits:
-                if edit.old_path and edit.action == "rename":
-                    overlay[edit.old_path] = None
-                overlay[edit.path] = None if edit.after is None else FileState(edit.after, edit.new_mode or edit.old_mode or 0o644)
-            offsets += [f"{path} {p.header.split(' @@')[0]} @@ {p.offset:+d}" for path, p in plan.offsets]
-    except (DoesNotApply, InvalidInput) as exc:
-        return Cell(manifest.ref, target.distribution, release, FAILS, exc.message)
-    except OSError as exc:
-        return Cell(manifest.ref, target.distribution, release, FAILS, f"cannot read patch: {exc}")
-    detail = f"offset {'; '.join(offsets)}" if offsets else "exact"
-    return Cell(manifest.ref, target.distribution, release, APPLIES, detail)
+def _cell(manifest: Manifest, target: TargetSpec, release: str, found) -> Cell:
+    """The content answer as a cell: applies (exact / at offsets), else fails with why."""
+    if found.state == APPLICABLE:
+        offsets = [f"{path} {p.header.split(' @@')[0]} @@ {p.offset:+d}" for path, p in found.plan.offsets]
+        detail = f"offset {'; '.join(offsets)}" if offsets else "exact"
+        return Cell(manifest.ref, target.distribution, release, APPLIES, detail)
+    detail = found.detail
+    if found.state == CONTAINED:
+        detail += "; declare fixed_in (or narrow [[targets]] versions) if upstream has the fix"
+    return Cell(manifest.ref, target.distribution, release, FAILS, f"{found.state}: {detail}")
 
 
 def _print_matrix(cells: list[Cell]) -> None:

@@ -7,18 +7,18 @@ diffed against the pristine bytes of the same release's wheel (``--wheel FILE`` 
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from vllm_hotfix.core.diff import exclude_paths, parse_patch
+from vllm_hotfix.core.render import file_diff
 from vllm_hotfix.errors import Refused, UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
 from vllm_hotfix.catalog.manifest import manifest_from_dict, parse_toml
+from vllm_hotfix.catalog.manifest_text import toml_value
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.install.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write
@@ -34,55 +34,88 @@ class NewPatch:
     exclude: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Draft:
+    """One manifest `hotfix new` is about to write, with its patches (validated before anything is written)."""
+
+    hotfix_id: str
+    patches: list[NewPatch]
+    fields: dict[str, Any]
+
+
 def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, exclude: Sequence[str] = (),
         add_patches: Sequence[Path] = (), from_install: str | None = None, python: str | None = None,
+        from_release: str | None = None, base: str | None = None, split_by_file: bool = False,
         distribution: str | None = None, versions: str | None = None, out_dir: Path = Path("."),
         wheel: Path | None = None, dry_run: bool = False, as_json: bool = False) -> int:
     if not ID_PATTERN.fullmatch(hotfix_id):
         raise UsageError(f"hotfix id {hotfix_id!r}: use lowercase letters, digits and '-' (e.g. mamba-align-block-size)")
-    if (commit is None) == (from_install is None):
-        raise UsageError("give exactly one of --from-commit SHA (with --repo PATH) or --from-install PACKAGE")
-    manifest_path = Path(out_dir) / "manifests" / f"{hotfix_id}.toml"
-    if manifest_path.exists():
-        raise Refused(f"{manifest_path} already exists; nothing was written",
-                      hint="choose another id, or edit that manifest (raise its version) by hand")
+    if sum(x is not None for x in (commit, from_install, from_release)) != 1:
+        raise UsageError("give exactly one of --from-commit SHA (with --repo PATH), --from-install PACKAGE or "
+                         "--from-release DIST==X.Y.Z")
+    if from_release is None and (base is not None or split_by_file):
+        raise UsageError("--base and --split-by-file go with --from-release")
+    release_report = None
     if commit is not None:
         patches, fields = _from_commit(commit, repo, exclude, distribution, versions)
-    else:
+        drafts = [Draft(hotfix_id, patches, fields)]
+    elif from_install is not None:
         patches, fields = _from_install(from_install, python, versions, wheel)
-    for offset, path in enumerate(add_patches, start=len(patches) + 1):
+        drafts = [Draft(hotfix_id, patches, fields)]
+    else:
+        if versions is not None:
+            raise UsageError("--from-release makes a hotfix for ==BASE; --versions does not apply")
+        drafts, release_report = _from_release(hotfix_id, from_release, base, split_by_file=split_by_file)
+    for offset, path in enumerate(add_patches, start=len(drafts[0].patches) + 1):
         data = Path(path).read_bytes()
         parse_patch(data, source=str(path))
-        patches.append(NewPatch(f"{offset:04d}-{Path(path).name}", data, f"added from {Path(path).name}"))
+        drafts[0].patches.append(NewPatch(f"{offset:04d}-{Path(path).name}", data, f"added from {Path(path).name}"))
 
-    entries = [_patch_entry(hotfix_id, p) for p in patches]
-    text = _render_manifest(hotfix_id, fields, entries)
-    # Validate with the real loader before writing anything: a manifest we cannot load is never written.
-    manifest_from_dict(parse_toml(text.encode(), str(manifest_path)), str(manifest_path))
-
-    patch_dir = Path(out_dir) / "patches" / hotfix_id
+    written = []
+    for draft in drafts:
+        manifest_path = Path(out_dir) / "manifests" / f"{draft.hotfix_id}.toml"
+        if manifest_path.exists():
+            raise Refused(f"{manifest_path} already exists; nothing was written",
+                          hint="choose another id, or edit that manifest (raise its version) by hand")
+        entries = [_patch_entry(draft.hotfix_id, p) for p in draft.patches]
+        text = _render_manifest(draft.hotfix_id, draft.fields, entries)
+        # Validate with the real loader before writing anything: a manifest we cannot load is never written.
+        manifest_from_dict(parse_toml(text.encode(), str(manifest_path)), str(manifest_path))
+        written.append((draft, manifest_path, Path(out_dir) / "patches" / draft.hotfix_id, entries, text))
     if not dry_run:
-        patch_dir.mkdir(parents=True, exist_ok=True)
-        manifest_path.parent.mkdir(parents=True, exist_ok=True)
-        for p in patches:
-            atomic_write(patch_dir / p.name, p.data)
-        atomic_write(manifest_path, text.encode())  # last: the manifest only appears with its patches
+        for draft, manifest_path, patch_dir, _, text in written:
+            patch_dir.mkdir(parents=True, exist_ok=True)
+            manifest_path.parent.mkdir(parents=True, exist_ok=True)
+            for p in draft.patches:
+                atomic_write(patch_dir / p.name, p.data)
+            atomic_write(manifest_path, text.encode())  # last: the manifest only appears with its patches
 
     if as_json:
-        emit_json({"id": hotfix_id, "manifest": str(manifest_path), "dry_run": dry_run,
-                   "patches": [{"file": str(patch_dir / p.name), **{k: e[k] for k in ("md5", "sha256", "stats")}}
-                               for p, e in zip(patches, entries)]})
+        hotfixes = [{"id": d.hotfix_id, "manifest": str(m), "dry_run": dry_run,
+                     "patches": [{"file": str(pd / p.name), **{k: e[k] for k in ("md5", "sha256", "stats")}}
+                                 for p, e in zip(d.patches, entries)]}
+                    for d, m, pd, entries, _ in written]
+        if release_report is None:
+            emit_json(hotfixes[0])
+        else:
+            emit_json({**{k: v for k, v in release_report.items() if k != "lines"}, "dry_run": dry_run,
+                       "hotfixes": hotfixes})
         return 0
+    if release_report is not None:
+        for line in release_report["lines"]:
+            say(line)
     wrote = "would write" if dry_run else "wrote"
-    say(f"{wrote} {manifest_path}")
-    for p, e in zip(patches, entries):
-        s = e["stats"]
-        files = f"{s['files']} file" + ("s" if s["files"] != 1 else "")
-        say(f"{wrote} {patch_dir / p.name} ({files} +{s['insertions']}/-{s['deletions']})")
+    for draft, manifest_path, patch_dir, entries, _ in written:
+        say(f"{wrote} {manifest_path}")
+        for p, e in zip(draft.patches, entries):
+            st = e["stats"]
+            files = f"{st['files']} file" + ("s" if st["files"] != 1 else "")
+            say(f"{wrote} {patch_dir / p.name} ({files} +{st['insertions']}/-{st['deletions']})")
     if dry_run:
         say("dry run: nothing was written")
         return 0
-    note(f"check it: hotfix show {hotfix_id} --catalog {out_dir}; then fill in [[signatures]] and description")
+    first = drafts[0].hotfix_id
+    note(f"check it: hotfix show {first} --catalog {out_dir}; then fill in [[signatures]] and description")
     return 0
 
 
@@ -204,50 +237,89 @@ def _diff_installed(root: Path, difference: Any, entry: Any, pristine: Any, whee
     if b"\0" in (before.data if before else b"") + (after or b""):
         note(f"{path}: binary file differs from RECORD; left out of the patch")
         return None
-    return unified_file_diff(path, before.data if before else None, after, mode)
+    return file_diff(path, before.data if before else None, after, mode)
 
 
-def unified_file_diff(path: str, before: bytes | None, after: bytes | None, mode: int = 0o644) -> bytes:
-    """A ``git diff``-style diff of one file (a/ b/ prefixes); None sides are a created / deleted file."""
-    name = path.encode("utf-8", "surrogateescape")
-    head = [b"diff --git a/%s b/%s\n" % (name, name)]
-    if before is None:
-        head.append(b"new file mode 100%o\n" % (mode & 0o777))
-    elif after is None:
-        head.append(b"deleted file mode 100%o\n" % (mode & 0o777))
-    old_lines = (before or b"").splitlines(keepends=True)
-    new_lines = (after or b"").splitlines(keepends=True)
-    body = difflib.diff_bytes(
-        difflib.unified_diff, old_lines, new_lines,
-        fromfile=b"/dev/null" if before is None else b"a/" + name,
-        tofile=b"/dev/null" if after is None else b"b/" + name, lineterm=b"\n", n=3,
-    )
-    out = []
-    for line in body:
-        out.append(line if line.endswith(b"\n") else line + b"\n\\ No newline at end of file\n")
-    return b"".join(head + out) if out or before is None or after is None else b""
+# --- from a patch release: its Python changes as hotfixes for its .0 -----------------------------------
+
+def _parse_release(text: str, base: str | None) -> tuple[str, str, str]:
+    from packaging.version import InvalidVersion, Version
+
+    dist, sep, release = text.partition("==")
+    if not sep or not dist.strip() or not release.strip():
+        raise UsageError(f"--from-release {text!r}: expected DIST==X.Y.Z, e.g. vllm==0.25.1")
+    try:
+        new = Version(release.strip())
+        old = Version(base) if base else Version(f"{new.major}.{new.minor}.0")
+    except InvalidVersion as exc:
+        raise UsageError(f"--from-release / --base: {exc}") from None
+    if old >= new:
+        raise UsageError(f"--base {old} is not older than {dist.strip()} {new}")
+    return dist.strip(), str(new), base or str(old)
+
+
+def _slug_of(path: str, package: str) -> str:
+    inner = path[len(package) + 1:] if path.startswith(package + "/") else path
+    return re.sub(r"[^a-z0-9]+", "-", inner.removesuffix(".py").lower()).strip("-") or "file"
+
+
+def _from_release(hotfix_id: str, text: str, base: str | None, *, split_by_file: bool
+                  ) -> tuple[list[Draft], dict[str, Any]]:
+    from vllm_hotfix.catalog.upstream import published_wheel
+    from vllm_hotfix.catalog.wheeldiff import compare_wheels
+
+    dist, release, base = _parse_release(text, base)
+    old_wheel, new_wheel = published_wheel(dist, base), published_wheel(dist, release)  # Unavailable: exit 10
+    diff = compare_wheels(old_wheel, new_wheel)
+    if not diff.python:
+        raise Refused(f"no Python file differs between {dist} {base} and {release}"
+                      + (f" (compiled files do: {', '.join(diff.compiled)})" if diff.compiled else ""),
+                      hint="a change in compiled code needs the release itself: pip install "
+                           f"{dist}=={release}")
+    lines = [f"{dist} {base} -> {release}: {len(diff.python)} Python file(s) differ; "
+             f"{', '.join(diff.excluded) or 'no _version.py'} left out (the installed version stays {base})"]
+    lines += [f"  {f.path}" for f in diff.python]
+    if diff.compiled:
+        lines.append(f"compiled files that differ, NOT included (the hotfix cannot carry them; recorded in the "
+                     f"manifest as compiled_changes): {len(diff.compiled)}")
+        lines += [f"  {path}" for path in diff.compiled]
+    if diff.other:
+        lines.append("other changed files, not included: " + ", ".join(diff.other))
+    groups = [(f"{hotfix_id}-{_slug_of(f.path, diff.package)}", [f]) for f in diff.python] if split_by_file \
+        else [(hotfix_id, list(diff.python))]
+    seen: dict[str, int] = {}
+    drafts = []
+    for draft_id, files in groups:
+        seen[draft_id] = seen.get(draft_id, 0) + 1
+        if seen[draft_id] > 1:
+            draft_id = f"{draft_id}-{seen[draft_id]}"
+        data = b"".join(file_diff(f.path, f.before, f.after, f.mode) for f in files)
+        names = ", ".join(f.path for f in files)
+        compiled_note = (f" The patch release also changed {len(diff.compiled)} compiled file(s) "
+                         f"({', '.join(diff.compiled)}), which no hotfix can carry: install {dist}=={release} for "
+                         f"those.") if diff.compiled else ""
+        fields = {
+            "title": f"{dist} {release}'s Python changes for {base}: {names}" if len(files) == 1
+            else f"{dist} {release}'s Python changes for {base} ({len(files)} files)",
+            "description": f"The Python files that differ between the published {dist} {base} and {release} wheels: "
+                           f"{names}. {', '.join(diff.excluded) or '_version.py'} is left out, so the installed "
+                           f"version still says {base}.{compiled_note}",
+            "references": [{"kind": "doc", "url": f"https://pypi.org/project/{dist}/{release}/",
+                            "title": f"{dist} {release} on PyPI"}],
+            "targets": [{"distribution": dist, "package": diff.package, "versions": f"=={base}"}],
+            "top": {"fixed_in": release, **({"compiled_changes": list(diff.compiled)} if diff.compiled else {})},
+            "comment": f"Written by `hotfix new --from-release {dist}=={release} --base {base}` from the two "
+                       f"published wheels ({old_wheel.name}, {new_wheel.name}).",
+        }
+        drafts.append(Draft(draft_id, [NewPatch(f"{release}.patch", data, f"{dist} {base} -> {release}: {names}")],
+                            fields))
+    report = {"distribution": dist, "release": release, "base": base,
+              "python": [f.path for f in diff.python], "excluded": list(diff.excluded),
+              "compiled_changes": list(diff.compiled), "other_changes": list(diff.other), "lines": lines}
+    return drafts, report
 
 
 # --- manifest text ------------------------------------------------------------------------------------
-
-_MULTILINE_SAFE = re.compile(r"[^\x00-\x09\x0b-\x1f\x7f]*")  # no control characters but newline
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        if "\n" in value and _MULTILINE_SAFE.fullmatch(value):
-            return '"""\n' + value.replace("\\", "\\\\").replace('"', '\\"') + '"""'
-        return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")
-
 
 def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[str, Any]]) -> str:
     lines = [f"# {fields['comment']}",
@@ -255,10 +327,11 @@ def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[
              "#   [[signatures]]", "#   pattern = 'CUDA error: an illegal memory access was encountered'",
              '#   role = "first-error"   # or context, config, noise', "#   weight = 0.5           # named at a total of 1.0",
              '#   explain = "why this line means this bug"',
-             "schema = 1", f"id = {_toml_value(hotfix_id)}", "version = 1",
-             f"title = {_toml_value(fields['title'])}", f"description = {_toml_value(fields['description'])}",
+             "schema = 1", f"id = {toml_value(hotfix_id)}", "version = 1",
+             f"title = {toml_value(fields['title'])}", f"description = {toml_value(fields['description'])}",
              "symptoms = []", "supersedes = []"]
+    lines += [f"{key} = {toml_value(value)}" for key, value in fields.get("top", {}).items()]
     for table, rows in (("references", fields["references"]), ("targets", fields["targets"]), ("patches", patches)):
         for row in rows:
-            lines += ["", f"[[{table}]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.items()]
+            lines += ["", f"[[{table}]]"] + [f"{k} = {toml_value(v)}" for k, v in row.items()]
     return "\n".join(lines) + "\n"

@@ -54,6 +54,9 @@ def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
         lines.append("Patches, in order:")
     for index, spec in enumerate(m.patches, 1):
         lines += _patch_lines(m, index, spec)
+    if m.compiled_changes:
+        lines.append("Compiled files the release also changed (not in any patch; a rebuild or the release itself is needed):")
+        lines += [f"  {path}" for path in m.compiled_changes]
     if m.requires:
         lines.append("Requires:")
         lines += [f"  {r.distribution} checkout: {r.git.describe()}" + (f" (usually {r.root_hint})" if r.root_hint else "")

@@ -198,16 +198,12 @@ def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:
     target = proposal.target
     tree = Tree(target.root)
     manifest = proposal.hotfix.manifest
-    for index, check in enumerate(manifest.checks if manifest else ()):
-        found = tree.read(check.file)
-        text = found.data.decode("utf-8", "replace") if found else None
-        what = f"{manifest.ref}: checks[{index}] {check.file}"
-        if text is None:
-            raise Refused(f"{what}: file missing after applying")
-        if check.contains is not None and check.contains not in text:
-            raise Refused(f"{what}: does not contain {check.contains!r} after applying")
-        if check.not_contains is not None and check.not_contains in text:
-            raise Refused(f"{what}: still contains {check.not_contains!r} after applying")
+    if manifest is not None:
+        from vllm_hotfix.catalog.model import failed_check  # a raw --patch apply never loads the catalog
+
+        problem = failed_check(manifest, tree.read)
+        if problem:
+            raise Refused(problem)
     package_rel = os.path.relpath(target.package_dir, target.root)
     touched = [p for p in proposal.after if p == package_rel or p.startswith(package_rel.rstrip("/") + "/")]
     if not touched and package_rel != ".":

@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
-from vllm_hotfix.core.apply import detect
+from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
 from vllm_hotfix.core.verdict import (
     APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN,
     files_verdict,
@@ -86,16 +86,16 @@ def status_from_files(hotfix: Hotfix, target: Target) -> Status:
     """An unrecorded hotfix: does its series plan forward (not applied) or in reverse (applied)?"""
     common = dict(id=hotfix.id, version=hotfix.version, target=str(target.root))
     option = target_option(target)
-    detection = detect(hotfix.series, Tree(target.root).read)
-    if detection.state == "applicable":
+    found = presence(hotfix.series, Tree(target.root).read)  # the content rule `hotfix contains` answers with
+    if found.state == APPLICABLE:
         return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",
-                      files=tuple({"path": p, "state": "baseline"} for p, _, _ in _flatten(detection.plan)), **common)
-    if detection.state == "conflict":
-        return Status(state=DRIFTED, detail=detection.error.message,
+                      files=tuple({"path": p, "state": "baseline"} for p, _, _ in _flatten(found.plan)), **common)
+    if found.state != CONTAINED:  # partly / conflicts
+        return Status(state=DRIFTED, detail=found.detail,
                       advice="the file is neither baseline nor patched: restore it, then apply", **common)
     return Status(state=APPLIED, detail="the files hold the patch, but it is not recorded here (applied by hand?); "
                                         f"`hotfix apply {hotfix.id} {option}` records it without changing a file",
-                  files=tuple({"path": p, "state": "patched"} for p, _, _ in _flatten(detection.plan)), **common)
+                  files=tuple({"path": p, "state": "patched"} for p, _, _ in _flatten(found.plan)), **common)
 
 
 def interrupted(hotfix_id: str, version, root: Path, option: str) -> Status:

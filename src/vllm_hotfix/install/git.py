@@ -169,3 +169,51 @@ def check_baseline(root: Path, expected_rev: str | None, allow: Iterable[str] = 
             continue
         problems.append(f"{top}: {path} is {_describe_status(code)} (git status: {code.strip()})")
     return problems
+
+
+# No user or system configuration may change a merge or a diff (diff.noprefix, diff.algorithm, merge.conflictStyle...).
+_NO_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+
+
+def _git_tool(purpose: str, args: list[str], files: dict[str, bytes]) -> tuple[int, bytes]:
+    """Run a git command that needs no repository on ``files`` written to a temporary directory."""
+    import subprocess
+    import tempfile
+
+    if not git_available():
+        raise Refused(f"git is not installed here: {purpose} runs git",
+                      hint="port is an authoring command: run it where git is installed (apt-get install git)")
+    with tempfile.TemporaryDirectory(prefix="hotfix-git-") as tmp:
+        for name, data in files.items():
+            (Path(tmp) / name).write_bytes(data)
+        done = subprocess.run([os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git"), *args], cwd=tmp,
+                              capture_output=True, env={**os.environ, **_NO_CONFIG})
+    if done.returncode < 0 or done.returncode > 127:
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise Refused(f"{purpose}: git failed: {why[0] if why else f'exit {done.returncode}'}")
+    return done.returncode, done.stdout
+
+
+def merge_file(ours: bytes, base: bytes, theirs: bytes, marker_size: int) -> tuple[int, bytes]:
+    """``git merge-file -p --diff3`` of three texts: (number of conflict blocks, the merged text).
+
+    No repository is needed and no configuration changes the result (style, labels and marker size are
+    given). No git binary, a binary input: Refused.
+    """
+    return _git_tool("the three-way merge (git merge-file)",
+                     ["merge-file", "-p", "--diff3", f"--marker-size={marker_size}", "-L", "ours", "-L", "base",
+                      "-L", "theirs", "ours", "base", "theirs"], {"ours": ours, "base": base, "theirs": theirs})
+
+
+def diff_texts(path: str, before: bytes, after: bytes) -> bytes:
+    """``git diff`` of one modified file (myers, indent heuristic, 3 lines of context) as ``a/PATH b/PATH``,
+    without an ``index`` line; b'' when equal. For a created or deleted file use ``core.render.file_diff``."""
+    code, out = _git_tool("the diff of a ported file (git diff --no-index)",
+                          ["diff", "--no-index", "--no-color", "--no-ext-diff", "--no-textconv", "--unified=3",
+                           "--diff-algorithm=myers", "--indent-heuristic", "--src-prefix=a/", "--dst-prefix=b/",
+                           "--", "old", "new"], {"old": before, "new": after})
+    if code == 0 or not out:
+        return b""
+    body = out[out.index(b"\n@@") + 1:]
+    name = path.encode("utf-8", "surrogateescape")
+    return b"diff --git a/%s b/%s\n--- a/%s\n+++ b/%s\n" % (name, name, name, name) + body
