@@ -5,8 +5,9 @@
 can stream gigabytes as it reads them. Only the lines that contain one of a few literal needles
 (``needles_for``: the words of an error line, the facts' words, the signatures' anchors) are decoded and
 looked at; finding them is the prefilter's job (``doctor.prefilter``: SIMD Aho-Corasick when
-``ahocorasick-rs`` is installed, else ``bytes.find`` per needle), which keeps doctor near ``grep``. A line is normalised and matched on its first ``MATCH_LIMIT`` characters only (the rest is
-counted), and signatures are compiled by RE2 (``catalog.signatures.compile_pattern``): no line hangs it.
+``ahocorasick-rs`` is installed, else ``bytes.find`` per needle), which keeps doctor near ``grep``. A
+line is normalised and matched on its first ``MATCH_LIMIT`` characters only (the rest is counted), and
+signatures are compiled by RE2 (``catalog.signatures.compile_pattern``): no line hangs it.
 
 Per process (``(EngineCore_DP0 pid=…)``, a plog's pid, or the file itself) the first error line that is
 not known noise is that process's *first error*; a ``first-error`` signature counts only on it and the
@@ -40,13 +41,13 @@ TEXT_LIMIT = 240
 GUARD_NEEDLE = "vllm-hotfix guard pid="  # the guard's one line per process (containers/guard.py summary_line)
 GUARD_LINE = re.compile(r"vllm-hotfix guard pid=(\d+) role=(.*?)(?: fingerprint=(\S+))?: ")
 XID_NEEDLES = ("MMU Fault", "Fault is of type")  # a dmesg Xid message continued on the next line(s)
-# Shorter needles that stand for longer ones above (each is part of them: the lines found are a superset).
-# One for several keeps the prefilter to fewer automata; "_scheduling" and "he size" do not begin like
-# vLLM's every-request "async_llm.py" and every-metrics-line "GPU KV cache usage" (Teddy fingerprints a
-# needle on its first 4 bytes; each false fingerprint hit costs a check).
-SHORTER = ("xception", "RT-LLM", "_config=", "Fault", "vllm-ascend", "_scheduling", "he size")
 XID_CONTINUATION = 3  # lines after an Xid line that may continue it
 OTHER_ENGINES = ("sglang", "tensorrt-llm")
+# Shorter needles that stand for longer ones of ERROR_NEEDLES, FACT_NEEDLES and XID_NEEDLES (each is part
+# of them, so the lines found are a superset). One for several keeps the prefilter to fewer automata;
+# "_scheduling" and "he size" do not begin like vLLM's every-request "async_llm.py" and every-metrics-line
+# "GPU KV cache usage" (Teddy fingerprints a needle on its first 4 bytes; each false hit costs a check).
+SHORTER = ("xception", "RT-LLM", "_config=", "Fault", "vllm-ascend", "_scheduling", "he size")
 
 
 @dataclass(frozen=True)
