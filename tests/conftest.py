@@ -44,7 +44,7 @@ def run_hotfix():
 
     def run(*args: str, env: dict | None = None, cwd: Path | None = None, input: str | None = None,
             python: str | None = None) -> subprocess.CompletedProcess:
-        full_env = dict(os.environ)
+        full_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # xdist workers set them
         if env:
             full_env.update(env)
         return subprocess.run(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.composefiles import validate
-from vllm_hotfix.containers.lockfile import Lock, LockedFile, LockedHotfix, dump_lock
+from vllm_hotfix.txn.lockfile import Lock, LockedFile, LockedHotfix, dump_lock
 
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 SITE = "/usr/local/lib/python3.12/site-packages"

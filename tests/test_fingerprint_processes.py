@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from vllm_hotfix.containers.lockfile import (
+from vllm_hotfix.txn.lockfile import (
     Installed, Lock, LockedFile, LockedHotfix, check_lock, dump_lock, fingerprint, load_lock,
 )
 from vllm_hotfix.core.fingerprint import NONE
@@ -29,7 +29,10 @@ def make_install(root: Path) -> Path:
     for rel, data in FILES.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_bytes(data)
-    (site / f"{PKG}-1.0.dist-info").mkdir()
+    info = site / f"{PKG}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PKG}\nVersion: 1.0\n")
+    (info / "RECORD").write_text("".join(f"{rel},,\n" for rel in FILES) + f"{PKG}-1.0.dist-info/RECORD,,\n")
     return site
 
 

@@ -104,15 +104,16 @@ def test_corrupt_state_is_named_not_reported_as_never_applied(tmp_path, monkeypa
     state.write_text('{"schema": 1, "hotfixes": ')
     (verdict,) = guard.check(lock=None, require=("mamba-align-block-size",))
     assert not verdict.in_effect
-    assert verdict.detail.startswith(f"unknown: cannot read the recorded state: {state} is corrupt (JSONDecodeError: ")
+    assert verdict.detail.startswith(f"unknown: cannot read the recorded state: {state}:1: not JSON: ")
     assert "apply it" not in verdict.remedy and "permissions" in verdict.remedy
 
 
 def test_unreadable_state_file_and_folder_are_named(tmp_path, monkeypatch):
     state = _state(tmp_path, monkeypatch)
-    state.mkdir()  # read_bytes() fails with an OSError, as a mode-000 file does for a non-root user
+    state.mkdir()  # not a regular file: the one reader of records refuses it (a FIFO or device the same)
     (verdict,) = guard.check(lock=None, require=("x",))
-    assert verdict.detail == f"unknown: cannot read the recorded state: {state}: Is a directory"
+    assert verdict.detail == (f"unknown: cannot read the recorded state: {state}: not a regular file; "
+                              "a file vllm-hotfix writes must be one")
 
     real_listdir = os.listdir
 
@@ -129,7 +130,7 @@ def test_unreadable_state_file_and_folder_are_named(tmp_path, monkeypatch):
 def test_each_id_once_with_its_sources(monkeypatch):
     lock = [(guard.Verdict("a", True, source="lock"), None), (guard.Verdict("b", True, source="lock"), None)]
     required = [(guard.Verdict("a", False, "lost: /x has sha256 1", "re-apply", "require"), None)]
-    monkeypatch.setattr(guard, "_check_lock", lambda path: lock)
+    monkeypatch.setattr(guard, "_check_lock", lambda path: (lock, []))
     monkeypatch.setattr(guard, "_check_required_ids", lambda ids: required)
     verdicts = guard.check(lock="/l", require=("a",))
     assert [(v.hotfix_id, v.in_effect, v.source) for v in verdicts] == [("a", False, "lock+require"), ("b", True, "lock")]
@@ -142,12 +143,13 @@ def test_verify_lock_reports_a_vllm_plugins_that_turns_the_guard_off(run_hotfix,
     import hashlib
 
     import click
+    from importlib.metadata import version
 
     core = os.path.join(os.path.dirname(click.__file__), "core.py")
     sha = hashlib.sha256(open(core, "rb").read()).hexdigest()
     lock = tmp_path / "hotfix.lock"
     lock.write_text(json.dumps({"schema": 1, "site_packages": "/x", "hotfixes": [
-        {"id": "a", "version": 1, "distribution": "click", "package": "click", "baseline_version": "1",
+        {"id": "a", "version": 1, "distribution": "click", "package": "click", "baseline_version": version("click"),
          "fixed_in": None, "files": [{"path": "click/core.py", "sha256": sha, "baseline_sha256": None,
                                       "export": "a/click/core.py"}]}]}))
     result = run_hotfix("verify", env={"HOTFIX_LOCK": str(lock)})

@@ -101,3 +101,56 @@ def test_a_pristine_copy_first_on_sys_path_is_named_with_the_module_and_strict_s
     proc, reports = loader(full, pythonpath=pristine_first, HOTFIX_LOCK=str(full["lock"]), IMPORT_PATCHED="1", HOTFIX_STRICT="1")
     assert proc.returncode == 1 and not [r for r in reports if "module_file" in r]
     assert "HotfixNotInEffect" in proc.stderr and str(full["pristine"]) in proc.stderr
+
+
+def test_a_worker_forked_from_an_engine_core_is_named_after_itself_not_its_parent(full):
+    """vLLM forks its workers from the engine core (not from the main process): in the fork hook,
+    multiprocessing's current_process() is still the engine core, so the role must come from the
+    Process being started (issue 24 item 8)."""
+    proc, reports = loader(full, HOTFIX_LOCK=str(full["lock"]), CHILDREN="fork,spawn", WORKERS="os.fork")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    workers = {r["worker_of"]: r for r in reports if "worker_of" in r}
+    bare = {r["bare_fork_of"]: r["pid"] for r in reports if "bare_fork_of" in r}
+    assert set(workers) == set(bare) == {"EngineCore_fork", "EngineCore_spawn"}
+    assert all(w["exitcode"] == 0 for w in workers.values())
+    summaries = {int(m.group(1)): m.group(2) for line in guard_lines(proc.stdout)
+                 if (m := re.search(r"guard pid=(\d+) role=(.+?) fingerprint=hf1-\w+: " + HOTFIX, line))}
+    print("\n".join(f"pid={pid} role={role}" for pid, role in summaries.items()))
+    for parent, worker in workers.items():
+        assert summaries[worker["pid"]] == "Worker_TP0", (parent, summaries)
+        assert summaries[bare[parent]] == f"fork of {parent}", (parent, summaries)
+    assert sorted(summaries.values()).count("EngineCore_fork") == 1 and list(summaries.values()).count("EngineCore_spawn") == 1
+
+
+def hostile_locks(where) -> dict:
+    """Lock paths nobody should be able to hang, flood or steer the guard with (issue 21)."""
+    import json
+    import os
+
+    fifo = where / "fifo.lock"
+    os.mkfifo(fifo)
+    big = where / "big.lock"
+    with open(big, "wb") as fh:  # 85 MB: past the cap, never parsed
+        fh.write(b'{"schema": 1, "site_packages": "/x", "hotfixes": [' + b" " * (85 << 20) + b"]}")
+    steer = where / "steer.lock"
+    steer.write_text(json.dumps({"schema": 1, "site_packages": "/x", "hotfixes": [
+        {"id": "x", "version": 1, "distribution": "vllm", "package": "this.x", "baseline_version": "0.30.0",
+         "fixed_in": None, "files": []}]}))
+    return {"fifo": fifo, "zero": "/dev/zero", "big": big, "package this.x": steer}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "big", "package this.x"])
+def test_a_hostile_lock_is_one_line_never_a_hang_an_import_or_a_pass(full, tmp_path, kind):
+    import time
+
+    lock = hostile_locks(tmp_path)[kind]
+    start = time.monotonic()
+    proc, _ = loader(full, HOTFIX_LOCK=str(lock))
+    took = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out  # without strict mode it keeps serving
+    (line,) = [line for line in guard_lines(proc.stdout + proc.stderr) if "(lock) [lock] NOT IN EFFECT" in line]
+    assert "Beautiful is better than ugly" not in out  # `this` (the Zen of Python) was never imported
+    proc, _ = loader(full, HOTFIX_LOCK=str(lock), HOTFIX_STRICT="1")
+    assert proc.returncode == 1 and "HotfixNotInEffect" in proc.stderr  # strict: fails closed
+    print(f"{kind}: one line, the process went on after {took:.2f} s in all (interpreter and vLLM import included)")

@@ -209,7 +209,8 @@ def test_does_nothing_and_imports_nothing_heavy_unless_asked(guarded):
     assert guard_lines(proc) == []
     hotfix_modules = {m for m in report["new_modules"] if m.startswith("vllm_hotfix")}
     assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix.containers", "vllm_hotfix.containers.guard",
-                              "vllm_hotfix.containers.guard_process"}
+                              "vllm_hotfix.containers.guard_process", "vllm_hotfix.containers.guard_model",
+                              "vllm_hotfix.settings"}
     assert not {m for m in report["new_modules"] if m.split(".")[0] in ("vllm", "torch", "click")}
 
 
@@ -237,7 +238,7 @@ def test_lost_hotfix_logged_as_error_and_strict_stops_the_process(recorded):
 
     proc, report = vllm_process(recorded, HOTFIX_REQUIRE=LOST, HOTFIX_STRICT="1")
     assert proc.returncode == 1 and report is None
-    assert "vllm_hotfix.containers.guard.HotfixNotInEffect: vllm-hotfix: 1 required hotfix(es) not in effect" in proc.stderr
+    assert "vllm_hotfix.containers.guard_model.HotfixNotInEffect: vllm-hotfix: 1 required hotfix(es) not in effect" in proc.stderr
     assert f"re-apply with `hotfix apply {LOST}`" in proc.stderr
 
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE=LOST, HOTFIX_STRICT="1", VLLM_PLUGINS="some_other_plugin")
@@ -287,7 +288,7 @@ def test_unusable_lock_file_is_named(guarded, tmp_path):
     lock.write_text(json.dumps({"schema": 1, "site_packages": "/x", "hotfixes": [{"id": "x", "files": {}}]}))
     proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(lock))
     assert proc.returncode == 0
-    assert (f"(lock) [lock] NOT IN EFFECT: cannot use HOTFIX_LOCK: {lock}: key 'hotfixes[0].files': expected list, got dict"
+    assert (f"(lock) [lock] NOT IN EFFECT: cannot use HOTFIX_LOCK: {lock}: hotfixes[0].files: expected list, got an object"
             in guard_lines(proc)[0])
 
     absent = tmp_path / "absent.lock"

@@ -13,9 +13,14 @@ import click
 
 from vllm_hotfix import __version__
 from vllm_hotfix.cli_options import (
-    CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, NEW_HELP, PORT_HELP, catalog_option, dry_run_option, json_option, python_option, root_option,
+    CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, NEW_HELP, PORT_HELP, catalog_option,
+    complete_ids,
+    dry_run_option, json_option, python_option, root_option,
 )
+from vllm_hotfix.core.verdict import IN_EFFECT, STATES
 from vllm_hotfix.errors import ExitCode, HotfixError
+from vllm_hotfix.output import emit_json, error_lines, finish_output, note
+from vllm_hotfix.settings import CONTAINER_LOCK, LOCK_ENV
 
 def _exit(code: int) -> None:
     raise SystemExit(code)
@@ -41,7 +46,7 @@ def cli() -> None:
 
 
 @cli.command("apply")
-@click.argument("hotfix_id", required=False, metavar="[ID]")
+@click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Apply this raw diff instead of a catalog hotfix.")
 @root_option
 @python_option
@@ -70,27 +75,24 @@ def apply_cmd(hotfix_id, patch_file, root, python, package, adhoc_id, strip, pat
     _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, root=root, python=python, package=package, adhoc_id=adhoc_id, strip=strip, patch_files=tuple(patch_files), upstream_repo=upstream_repo, checkouts=tuple(checkouts), reverse=reverse, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("status")
-@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
+@cli.command("status", help="Show, for each hotfix, whether it is applied, decided from the files themselves.\n\n"
+             f"States: {', '.join(STATES)}. In effect (exit 0): {' and '.join(s for s in STATES if s in IN_EFFECT)}.")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @python_option
 @root_option
 @catalog_option
 @json_option
 def status_cmd(hotfix_ids, python, root, catalogs, as_json) -> None:
-    """Show, for each hotfix, whether it is applied, decided from the files themselves.
-
-    States: applied, not-applied, fixed-upstream, drifted, not-applicable, lost.
-    """
     from vllm_hotfix.commands import status as command
 
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("verify")
-@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @python_option
 @root_option
-@click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path), envvar="HOTFIX_LOCK", help="Verify against a lock file written by `hotfix export` (env HOTFIX_LOCK).")
+@click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path), envvar=LOCK_ENV, help="Verify against a lock file written by `hotfix export` (env HOTFIX_LOCK).")
 @catalog_option
 @json_option
 def verify_cmd(hotfix_ids, python, root, lock_file, catalogs, as_json) -> None:
@@ -104,14 +106,14 @@ def verify_cmd(hotfix_ids, python, root, lock_file, catalogs, as_json) -> None:
 
 
 @cli.command("rollback")
-@click.argument("hotfix_id", metavar="ID")
+@click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @python_option
 @root_option
 @dry_run_option
 @catalog_option
 @json_option
 def rollback_cmd(hotfix_id, python, root, dry_run, catalogs, as_json) -> None:
-    """Restore the files a hotfix changed, byte for byte."""
+    """Take a hotfix out of the files, byte for byte, wherever it sits in the series (hotfix status lists it)."""
     from vllm_hotfix.commands import rollback as command
 
     _exit(command.run(hotfix_id=hotfix_id, python=python, root=root, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
@@ -183,7 +185,7 @@ def list_cmd(catalogs, as_json) -> None:
 
 
 @cli.command("show")
-@click.argument("hotfix_id", metavar="ID")
+@click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @catalog_option
 @json_option
 def show_cmd(hotfix_id, catalogs, as_json) -> None:
@@ -232,7 +234,7 @@ def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_re
 
 @cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")
 @click.option("--versions", help="Only these releases, e.g. '0.30.0,0.31.0' or a range '>=0.30'.")
-@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @catalog_option
 @json_option
 def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
@@ -252,7 +254,7 @@ def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
 
 
 @cli.command("port", help=PORT_HELP, short_help="Port a hotfix to the published releases where none of its patches applies.")
-@click.argument("hotfix_id", metavar="ID")
+@click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @click.option("--versions", help="Releases to port to: '0.26.0,0.27.0' or a range '>=0.26,<0.32' (default: the hotfix's range and fixed_in).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Catalog directory for the copy of the hotfix with its new variants (its own catalog directory: updated in place).")
 @catalog_option
@@ -265,7 +267,7 @@ def port_cmd(hotfix_id, versions, out_dir, catalogs, dry_run, as_json) -> None:
 
 
 @cli.command("contains", help=CONTAINS_HELP, short_help="Is a fix (catalog ID or raw diff) in this install or in published releases, by content?")
-@click.argument("hotfix_id", required=False, metavar="[ID]")
+@click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A raw diff to look for instead of a catalog hotfix.")
 @python_option
 @root_option
@@ -282,7 +284,7 @@ def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distrib
 
 
 @cli.command("export")
-@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...")
+@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the patched files and hotfix.lock.")
 @python_option
 @catalog_option
@@ -296,7 +298,7 @@ def export_cmd(hotfix_ids, out_dir, python, catalogs, dry_run, as_json) -> None:
 
 
 @cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
-@click.argument("hotfix_ids", nargs=-1, metavar="ID...")
+@click.argument("hotfix_ids", nargs=-1, metavar="ID...", shell_complete=complete_ids)
 @click.option("--service", required=True, help="Compose service to mount the patched files into.")
 @click.option("--file", "compose_file", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Compose file to edit in place, byte for byte outside our lines (default: as docker compose v2 finds it: COMPOSE_FILE, else compose.yaml, compose.yml, docker-compose.yaml, docker-compose.yml here or above).")
 @click.option("--override", "override_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the mounts to this override file instead of editing --file.")
@@ -312,7 +314,7 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("k8s", short_help="Write a kustomize overlay mounting an export into a Kubernetes workload.")
+@cli.command("k8s", help=K8S_HELP, short_help="Write a kustomize overlay mounting an export into a Kubernetes workload.")
 @click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
 @click.option("--base", required=True, type=click.Path(exists=True, path_type=Path), help="The workload's manifest file (e.g. `helm template` output) or kustomization directory; only read.")
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the overlay (kustomization.yaml, patch, files).")
@@ -323,50 +325,51 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
 @click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock).")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect.")
 @click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this.")
+@dry_run_option
 @json_option
-def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, as_json) -> None:
-    """Write a kustomize overlay: ConfigMaps with the exported files and hotfix.lock, read-only subPath
-    mounts over site-packages in the named containers, and the guard's environment."""
+def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, dry_run, as_json) -> None:
     from vllm_hotfix.commands import k8s as command
 
-    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, as_json=as_json))
+    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("bake", short_help="Write a Containerfile deriving an image with the hotfixes applied and verified.")
-@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...")
+@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--base", required=True, help="Image to derive from, e.g. vllm/vllm-openai:v0.30.0 or a vllm-ascend image.")
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the build context (Containerfile + vllm-hotfix/).")
-@click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="vllm-hotfix wheel to install in the image (default: this version from the package index).")
+@click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="vllm-hotfix wheel to install in the image (default: a wheel of this running vllm-hotfix, carried in the context).")
+@click.option("--from-index", is_flag=True, help="Install vllm-hotfix==THIS_VERSION from the image's package index instead of carrying a wheel.")
 @click.option("--patch-file", "patch_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A separately distributed patch file a manifest asks for (repeatable).")
 @click.option("--image-python", "python", default="python3", show_default=True, help="The image's interpreter that runs vLLM.")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard in the image.")
 @catalog_option
+@dry_run_option
 @json_option
-def bake_cmd(hotfix_ids, base, out_dir, wheel, patch_files, python, strict, catalogs, as_json) -> None:
+def bake_cmd(hotfix_ids, base, out_dir, wheel, from_index, patch_files, python, strict, catalogs, dry_run, as_json) -> None:
     """Write a build context whose Containerfile applies the hotfixes at build time against the image's own
     interpreter, and fails the build unless `hotfix verify` passes."""
     from vllm_hotfix.commands import bake as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), base=base, out_dir=out_dir, wheel=wheel, catalogs=tuple(catalogs), patch_files=tuple(patch_files), python=python, strict=strict, as_json=as_json))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), base=base, out_dir=out_dir, wheel=wheel, catalogs=tuple(catalogs), patch_files=tuple(patch_files), python=python, strict=strict, from_index=from_index, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("gc", short_help="List and remove the state of targets that no longer exist.")
+@cli.command("gc", help=GC_HELP, short_help="Remove the state of targets gone for good; keep what is only missing for a while.")
+@click.option("--older-than", default="7d", show_default=True, metavar="AGE",
+              help="Remove a missing target's state once it has been missing this long (s, m, h, d, w; 0: at once).")
+@click.option("--confirm", "confirm", multiple=True, metavar="PATH",
+              help="This target path is gone for good: remove its state now (repeatable).")
 @dry_run_option
 @json_option
-def gc_cmd(dry_run, as_json) -> None:
-    """Remove recorded state, journals and backups kept for targets (venvs, checkouts) that are gone.
-
-    A target that still exists is never touched; --dry-run only lists what would go.
-    """
+def gc_cmd(older_than, confirm, dry_run, as_json) -> None:
     from vllm_hotfix.commands import gc as command
 
-    _exit(command.run(dry_run=dry_run, as_json=as_json))
+    _exit(command.run(dry_run=dry_run, as_json=as_json, older_than=older_than, confirm=tuple(confirm)))
 
 
 @cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard, or check this environment.")
 @click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard.")
 @click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS, the installed entry point) keeps vLLM from loading the guard.")
-@click.option("--lock", "lock_file", help="Lock file path inside the container.", default="/etc/vllm-hotfix/hotfix.lock", show_default=True)
+@click.option("--lock", "lock_file", help="Lock file path inside the container.", default=CONTAINER_LOCK, show_default=True)
 @click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="Stop a vLLM process whose hotfix is not in effect.")
 @click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose", show_default=True)
@@ -381,31 +384,41 @@ def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, as_json) ->
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
+    """Run the command; the exit code is what the command did. Output that cannot be written (a closed,
+    full or abandoned stdout) is lost without changing it (``output.finish_output``)."""
+    code = _run(sys.argv[1:] if argv is None else argv)
+    finish_output()
+    sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
     wants_json = "--json" in args
     try:
         cli.main(args=args, prog_name="hotfix", standalone_mode=False)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0
-        sys.exit(code)
+        return exc.code if isinstance(exc.code, int) else 0
     except click.exceptions.UsageError as exc:
         where = f"hotfix {exc.ctx.command.name}" if exc.ctx is not None and exc.ctx.parent is not None else "hotfix"
         _report(exc.format_message(), f"`{where} --help` lists the arguments and options", int(ExitCode.USAGE),
                 "UsageError", wants_json)
-        sys.exit(ExitCode.USAGE)
+        return ExitCode.USAGE
     except click.exceptions.Abort:
-        sys.stderr.write("hotfix: aborted\n")
-        sys.exit(130)
+        note("aborted")
+        return 130
     except click.exceptions.ClickException as exc:
         _report(exc.format_message(), None, exc.exit_code, "UsageError", wants_json)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except HotfixError as exc:
         _report(exc.message, exc.hint, int(exc.exit_code), type(exc).__name__, wants_json)
-        sys.exit(int(exc.exit_code))
+        return int(exc.exit_code)
     except KeyboardInterrupt:
-        sys.stderr.write("hotfix: interrupted\n")
-        sys.exit(130)
+        note("interrupted")
+        return 130
     except Exception as exc:  # noqa: BLE001 - the one place that turns surprises into one line
+        if isinstance(exc, ValueError) and "embedded null byte" in str(exc):  # a path from input holds a NUL
+            _report("a path given holds a NUL byte; no file has such a name", None, int(ExitCode.INVALID_INPUT),
+                    "InvalidInput", wants_json)
+            return ExitCode.INVALID_INPUT
         if os.environ.get("HOTFIX_DEBUG"):
             raise
         _report(
@@ -415,21 +428,13 @@ def main(argv: list[str] | None = None) -> None:
             "InternalError",
             wants_json,
         )
-        sys.exit(ExitCode.INTERNAL)
-    sys.exit(0)
+        return ExitCode.INTERNAL
+    return 0
 
 
 def _report(message: str, hint: str | None, code: int, kind: str, wants_json: bool) -> None:
     """The one-line error (and hint); if even stderr cannot be written (a full disk under a redirect),
     the exit code alone has to speak, never a traceback."""
-    try:
-        if wants_json:
-            from vllm_hotfix.output import emit_json
-
-            emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
-        sys.stderr.write(f"hotfix: error: {message}\n")
-        if hint:
-            sys.stderr.write(f"hotfix: hint: {hint}\n")
-        sys.stderr.flush()
-    except OSError:
-        pass
+    if wants_json:
+        emit_json({"error": {"kind": kind, "message": message, "hint": hint, "exit_code": code}})
+    error_lines(message, hint)

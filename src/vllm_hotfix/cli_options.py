@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -102,6 +103,24 @@ Examples:
 """
 
 
+GC_HELP = """Remove recorded state, journals and backups kept for targets (venvs, checkouts) that are gone.
+
+A missing target may only be away for a while (a checkout moved, a volume not mounted): its
+state, the only way back to the original files, is kept until the target has been missing for
+--older-than (counted from the first `hotfix gc` that found it missing), or until --confirm PATH
+says it is gone for good. A target that exists is never touched. --dry-run lists what would be
+removed and what is kept, and why, and writes nothing.
+"""
+
+K8S_HELP = """Write a kustomize overlay: ConfigMaps with the exported files and hotfix.lock, read-only subPath
+mounts over site-packages in the named containers, and the guard's environment.
+
+A workload or container the base does not have is refused (exit 3), naming what it has. With
+kubectl (or kustomize) on PATH, the overlay is rendered before it replaces --to, and a render in
+which a named container lacks a mount or the guard's variables is refused with nothing written.
+"""
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 python_option = click.option(
     "--python",
@@ -116,11 +135,38 @@ root_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     help="A source checkout (e.g. /vllm-workspace/vllm-ascend) to patch instead of an installed package.",
 )
-catalog_option = click.option(
+_catalog_dirs = click.option(
     "--catalog",
     "catalogs",
     multiple=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Extra catalog directory with manifests/ and patches/ (repeatable; env HOTFIX_CATALOG, ':'-separated).",
 )
+
+
+def _allow_shadow(ctx, param, value) -> None:
+    if value:  # read where the catalog is loaded (catalog.index.SHADOW_ENV), by every command alike
+        os.environ["HOTFIX_ALLOW_SHADOW"] = "1"
+
+
+_allow_shadow_flag = click.option(
+    "--allow-shadow", is_flag=True, expose_value=False, callback=_allow_shadow,
+    help="Let a user catalog redefine a built-in hotfix id (env HOTFIX_ALLOW_SHADOW=1); refused otherwise.",
+)
+
+
+def catalog_option(command):
+    """--catalog DIR (repeatable) and --allow-shadow, on every command that reads the catalog."""
+    return _catalog_dirs(_allow_shadow_flag(command))
 dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan everything, change nothing, say what would change.")
+
+
+def complete_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of hotfix ids: the catalog's (with the --catalog options already typed)."""
+    try:
+        from vllm_hotfix.catalog.index import Catalog
+
+        catalogs = tuple(Path(c) for c in ctx.params.get("catalogs") or ())
+        return [i for i in Catalog.load(catalogs).ids() if i.startswith(incomplete)]
+    except Exception:  # noqa: BLE001 - a broken catalog must not break the user's shell
+        return []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 import time
 from typing import Any, Iterable, Iterator, TypeVar
@@ -11,17 +13,89 @@ T = TypeVar("T")
 
 
 def emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    _write(sys.stdout, json.dumps(obj, indent=2, default=str, ensure_ascii=False) + "\n", flush=True)
 
 
 def say(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+    _write(sys.stdout, line + "\n")
+
+
+def terminal_width() -> int | None:
+    """The width to fit lines to: ``COLUMNS`` when set (as pip, git and less honour it), else the
+    terminal's when stdout is one; None when stdout is a pipe or a file (whole lines, for grep)."""
+    import os
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if sys.stdout.isatty():
+            return os.get_terminal_size(sys.stdout.fileno()).columns or None
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def wrap(text: str, width: int | None, indent: str = "", first: str | None = None) -> list[str]:
+    """``text`` as lines of at most ``width`` characters (unlimited: one line), continuation lines
+    starting with ``indent`` and the first with ``first`` (default ``indent``); words never split
+    unless one alone is wider than the line."""
+    first = indent if first is None else first
+    if width is None or len(first) + len(text) <= width:
+        return [first + text]
+    import textwrap
+
+    return textwrap.wrap(text, width=max(width, len(indent) + 10), initial_indent=first, subsequent_indent=indent,
+                         break_on_hyphens=False) or [first]
 
 
 def note(line: str) -> None:
     """A side remark (warning, progress text) that must not pollute --json stdout."""
-    sys.stderr.write(f"hotfix: {line}\n")
+    _write(sys.stderr, f"hotfix: {line}\n")
+
+
+def error_lines(message: str, hint: str | None) -> None:
+    """The one-line error and its hint, on stderr (cli.main's report)."""
+    _write(sys.stderr, f"hotfix: error: {message}\n" + (f"hotfix: hint: {hint}\n" if hint else ""), flush=True)
+
+
+_LOST: set[int] = set()  # the fds (1, 2) whose reader went away: later output to them is dropped
+
+
+def _write(stream, text: str, *, flush: bool = False) -> None:
+    """Output is a report of what happened, never part of it: a closed stdout (``>&-``), a full disk
+    (``>/dev/full``) or a reader that left (``| head -0``) loses the message, and the command still
+    ends with the exit code of what it did (``finish_output`` at exit)."""
+    if stream is None or id(stream) in _LOST:
+        return
+    try:
+        stream.write(text)
+        if flush:
+            stream.flush()
+    except (OSError, ValueError):  # EPIPE, ENOSPC, EIO, EBADF; ValueError: the stream was closed
+        _lose(stream)
+
+
+def _lose(stream) -> None:
+    """Send what is still buffered for ``stream``, and anything later, to /dev/null, so neither this
+    process nor the interpreter's exit flush fails on it again."""
+    _LOST.add(id(stream))
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def finish_output() -> None:
+    """Flush stdout and stderr at exit; a failure there loses the output, not the exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and id(stream) not in _LOST:
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                _lose(stream)
 
 
 def progress(items: Iterable[T], total: int, label: str, *, enabled: bool | None = None) -> Iterator[T]:
@@ -41,6 +115,29 @@ def progress(items: Iterable[T], total: int, label: str, *, enabled: bool | None
             last = now
             width = 30
             filled = int(width * done / total)
-            sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-            sys.stderr.flush()
-    sys.stderr.write("\n")
+            _write(sys.stderr, f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", flush=True)
+    _write(sys.stderr, "\n")
+
+
+# git's quote_c_style with core.quotePath on: control characters, '"', '\' and every byte >= 0x80.
+_C_QUOTED = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 34: '\\"', 92: "\\\\"}
+_PLAIN = frozenset(range(0x20, 0x7F)) - {34, 92}
+_NEEDS_QUOTING = re.compile(r'[^\x20-\x7e]|["\\]')
+
+
+def quote_path(name: str) -> str:
+    """A file name taken from a patch, a record or a lock, as git prints it (``core.quotePath``): as is
+    when every byte is printable ASCII, else C-quoted in double quotes (``"b/x\\nFAKE"``,
+    ``"caf\\303\\251.py"``), so no name can forge an output line or hide behind terminal escapes.
+    Every human-readable line that names such a file goes through here; --json needs no quoting."""
+    if not _NEEDS_QUOTING.search(name):
+        return name
+    raw = name.encode("utf-8", "surrogateescape")
+    out = ['"']
+    for byte in raw:
+        if byte in _PLAIN:
+            out.append(chr(byte))
+        else:
+            out.append(_C_QUOTED.get(byte) or f"\\{byte:03o}")
+    out.append('"')
+    return "".join(out)

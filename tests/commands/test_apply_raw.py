@@ -190,8 +190,8 @@ BAD_INPUTS = {  # case: (make the patch / the tree, exit code, error message pat
     "malformed": (malformed, 8, r"small.patch:\d+: "),
     "binary": (binary, 8, "binary diff"),
     "conflict": (conflict, 4, r"vllm/a.py.*@@ -22,7 \+22,7 @@"),
-    "parent escape": (parent_escape, 3, "escapes the target root"),
-    "absolute": (absolute, 3, r"small.patch:1: unsafe path in patch: '/.*/outside.py' is absolute$"),
+    "parent escape": (parent_escape, 3, "invalid path '.*': a '..' component"),
+    "absolute": (absolute, 3, r"small.patch:1: invalid path '/.*/outside.py': it is absolute$"),
     "symlink outside": (symlink_outside, 3, "vllm/b.py: leads outside .* through a symlink"),
     "symlinked dir outside": (symlinked_dir_outside, 3, "vllm/new/d.py: leads outside .* through a symlink"),
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import realdata
-from fixtures.tools import tool
+from fixtures.tools import installs_and_runs, tool
 
 HOTFIX = "mamba-align-block-size"
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
@@ -32,9 +32,10 @@ def build_env(image, export: Path) -> dict:
     return env
 
 
-@pytest.mark.parametrize("base", ["vllm/vllm-openai:v0.30.0", "quay.io/ascend/vllm-ascend:v0.26.0rc1"])
-def test_containerfile_passes_hadolint(tmp_path, run_hotfix, base):
-    done = run_hotfix("bake", HOTFIX, "--base", base, "--to", tmp_path / "ctx", "--json")
+@pytest.mark.parametrize(("base", "mode"), [("vllm/vllm-openai:v0.30.0", ()), ("quay.io/ascend/vllm-ascend:v0.26.0rc1", ("--from-index",))],
+                         ids=["tool-wheel", "from-index"])
+def test_containerfile_passes_hadolint(tmp_path, run_hotfix, base, mode):
+    done = run_hotfix("bake", HOTFIX, "--base", base, "--to", tmp_path / "ctx", *mode, "--json")
     assert done.returncode == 0, done.stderr
     containerfile = tmp_path / "ctx" / "Containerfile"
     text = containerfile.read_text()
@@ -42,9 +43,28 @@ def test_containerfile_passes_hadolint(tmp_path, run_hotfix, base):
     lint = subprocess.run([hadolint(), "--failure-threshold", "info", str(containerfile)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     script = (tmp_path / "ctx" / "vllm-hotfix" / "bake.sh").read_text()
-    assert f"hotfix verify {HOTFIX} --python" in script and "vllm-hotfix==" in script
+    assert f"hotfix verify {HOTFIX} --python" in script
+    if mode:
+        assert "install --no-cache-dir vllm-hotfix==" in script
+    else:  # the running tool travels in the context: the image needs no index that has vllm-hotfix
+        (wheel,) = (tmp_path / "ctx" / "vllm-hotfix" / "wheels").glob("vllm_hotfix-*-py3-none-any.whl")
+        assert f'install --no-cache-dir "$HERE"/wheels/{wheel.name}' in script
+        assert json.loads(done.stdout)["install"] == f"wheels/{wheel.name}"
     syntax = subprocess.run(["sh", "-n", str(tmp_path / "ctx" / "vllm-hotfix" / "bake.sh")], capture_output=True, text=True)
     assert syntax.returncode == 0, syntax.stderr
+
+
+@pytest.mark.slow
+def test_the_context_carries_an_installable_wheel_of_this_tool(tmp_path, run_hotfix):
+    dry = run_hotfix("bake", HOTFIX, "--base", "vllm/vllm-openai:v0.30.0", "--to", tmp_path / "ctx", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["dry_run"] is True and not (tmp_path / "ctx").exists()
+    done = run_hotfix("bake", HOTFIX, "--base", "vllm/vllm-openai:v0.30.0", "--to", tmp_path / "ctx")
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "ctx" / "vllm-hotfix" / "wheels").glob("*.whl")
+    from vllm_hotfix import __version__
+
+    assert installs_and_runs(wheel, tmp_path / "fresh") == f"hotfix, version {__version__}"
 
 
 def test_unknown_hotfix_and_bad_base_are_refused_before_any_build(tmp_path, run_hotfix):

@@ -101,7 +101,7 @@ def test_drifted_and_fixed_upstream(exported, run_hotfix, tmp_path):
     assert drifted.returncode == 1 and f"drifted: {PATH} is neither the patched nor the pristine" in drifted.stdout
 
     lock = json.loads(lock_file.read_text())
-    lock["hotfixes"][0]["fixed_in"] = "0.30.0"  # as if the rebuilt image were the release with the fix
+    lock["hotfixes"][0].update(baseline_version="0.29.0", fixed_in="0.30.0")  # as if the image were the release with the fix
     newer = tmp_path / "newer.lock"
     newer.write_text(json.dumps(lock))
     fixed = run_hotfix("verify", "--lock", newer, "--python", venv.python)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.kube import DEPLOYMENT, HELM_RENDERED, LWS, SITE, STATEFULSET, make_export, render, validate
-from vllm_hotfix.containers.lockfile import load_lock
+from vllm_hotfix.txn.lockfile import load_lock
 
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 
@@ -123,13 +123,117 @@ def test_helm_rendered_deployment_with_two_containers(tmp_path, run_hotfix):
     assert engine["ports"][0]["containerPort"] == 8000
 
 
-def test_unknown_container_and_workload_are_usage_errors(tmp_path, run_hotfix):
-    done, *_ = overlay(tmp_path, run_hotfix, DEPLOYMENT, "--workload", "deployment/vllm", "--container", "engine")
-    assert done.returncode == 2 and "has no container engine" in done.stderr and "its containers: vllm" in done.stderr
-    done, *_ = overlay(tmp_path, run_hotfix, LWS, "--workload", "leaderworkerset/other", "--container", "vllm-leader")
-    assert done.returncode == 2 and "not found in the manifests given" in done.stderr
-    done, *_ = overlay(tmp_path, run_hotfix, LWS, "--workload", "leaderworkerset/vllm", "--container", "vllm-leader")
-    assert done.returncode == 2 and "workerTemplate has none of the containers vllm-leader" in done.stderr
+def test_unknown_container_and_workload_are_refused_naming_what_the_base_has(tmp_path, run_hotfix):
+    done, *_ = overlay(tmp_path / "a", run_hotfix, DEPLOYMENT, "--workload", "deployment/vllm", "--container", "engine")
+    assert done.returncode == 3 and "has no container engine" in done.stderr and "its containers: vllm" in done.stderr
+    done, *_ = overlay(tmp_path / "b", run_hotfix, LWS, "--workload", "leaderworkerset/other", "--container", "vllm-leader")
+    assert done.returncode == 3 and "leaderworkerset/other is not in the manifests given" in done.stderr
+    assert "it contains LeaderWorkerSet/vllm" in done.stderr
+    done, *_ = overlay(tmp_path / "c", run_hotfix, LWS, "--workload", "leaderworkerset/vllm", "--container", "vllm-leader")
+    assert done.returncode == 3 and "workerTemplate has none of the containers vllm-leader" in done.stderr
+    for where in ("a", "b", "c"):
+        assert not (tmp_path / where / "overlay").exists()
+
+
+@pytest.mark.parametrize("base_dir", [False, True], ids=["manifest-file", "kustomization-dir"])
+def test_a_typo_in_the_workload_is_refused_and_nothing_is_written(tmp_path, run_hotfix, base_dir):
+    """Issue 24 item 1: `--workload deployment/nope` exited 0 and the overlay mounted nothing."""
+    done, _, _, out = overlay(tmp_path, run_hotfix, HELM_RENDERED, "--workload", "deployment/nope", "--container", "vllm",
+                              base_dir=base_dir)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "deployment/nope is not in the manifests given; nothing was written" in done.stderr
+    assert "(it contains " in done.stderr and "Deployment/vllm-glm-deployment-vllm" in done.stderr
+    assert "Service/vllm-glm-engine-service" in done.stderr
+    assert json.loads(done.stdout)["error"]["exit_code"] == 3
+    assert not out.exists() and not list(tmp_path.glob(".overlay.*"))
+
+
+def test_the_base_is_read_as_kustomize_renders_it(tmp_path, run_hotfix):
+    """A kustomization with a namePrefix and its manifest in a sub-directory: the workload is found under
+    its rendered name, and the written overlay is checked by a real render."""
+    export = make_export(tmp_path / "export")
+    base = tmp_path / "prod"
+    (base / "upstream").mkdir(parents=True)
+    (base / "upstream" / "deployment.yaml").write_text(DEPLOYMENT)
+    (base / "upstream" / "kustomization.yaml").write_text("resources: [deployment.yaml]\n")
+    (base / "kustomization.yaml").write_text("namePrefix: prod-\nresources: [upstream]\n")
+    out = tmp_path / "overlay"
+    wrong = run_hotfix("k8s", "--export-dir", export, "--base", base, "--to", out, "--workload", "deployment/vllm",
+                       "--container", "vllm")
+    assert wrong.returncode == 3 and "it contains Deployment/prod-vllm" in wrong.stderr, wrong.stderr
+    done = run_hotfix("k8s", "--export-dir", export, "--base", base, "--to", out, "--workload", "deployment/prod-vllm",
+                      "--container", "vllm")
+    assert done.returncode == 0, done.stderr
+    assert "checked: `" in done.stdout and "renders all 4 mount(s) with the exported bytes, and HOTFIX_LOCK, HOTFIX_STRICT" in done.stdout
+    objects = render(out)
+    pod = by_kind(objects, "Deployment")["spec"]["template"]["spec"]
+    assert mounted(objects, pod["containers"][0], pod) == expected_mounts(export)
+    # without kustomize, the local resources are followed: the same workload (by its file name) is found
+    no_render = run_hotfix("k8s", "--export-dir", export, "--base", base, "--to", tmp_path / "o2", "--workload",
+                           "deployment/vllm", "--container", "vllm", env={"HOTFIX_KUBECTL": ""})
+    assert no_render.returncode == 0, no_render.stderr
+    assert "the overlay was not rendered; check it with `kubectl kustomize" in no_render.stderr
+
+
+def test_a_render_that_fails_leaves_the_earlier_overlay_and_dry_run_writes_nothing(tmp_path, run_hotfix):
+    done, export, base, out = overlay(tmp_path, run_hotfix, DEPLOYMENT, "--workload", "deployment/vllm",
+                                      "--container", "vllm")
+    assert done.returncode == 0, done.stderr
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    twice = tmp_path / "twice.yaml"  # the same Deployment twice (two `helm template` runs concatenated)
+    twice.write_text(DEPLOYMENT + "---\n" + DEPLOYMENT)
+    failed = run_hotfix("k8s", "--export-dir", export, "--base", twice, "--to", out, "--workload", "deployment/vllm",
+                        "--container", "vllm")
+    assert failed.returncode == 8, failed.stdout + failed.stderr
+    assert "cannot render the overlay: " in failed.stderr and "nothing was written" in failed.stderr
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert not list(tmp_path.glob(".overlay.*"))
+
+    dry = run_hotfix("k8s", "--export-dir", export, "--base", base, "--to", tmp_path / "new", "--workload",
+                     "deployment/vllm", "--container", "vllm", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    report = json.loads(dry.stdout)
+    assert report["dry_run"] is True and "kustomization.yaml" in report["files"] and report["rendered_with"]
+    assert LOCK in report["checked"]["mounts"] and report["checked"]["env"]["HOTFIX_STRICT"] == "1"
+    assert not (tmp_path / "new").exists() and not list(tmp_path.glob(".new.*"))
+
+
+def test_the_render_check_finds_what_a_render_lacks(tmp_path, run_hotfix):
+    """containers.k8s.check_render on a real `kubectl kustomize` render, then on copies with one thing missing."""
+    import copy
+
+    from vllm_hotfix.containers import k8s
+
+    export = make_export(tmp_path / "export")
+    lock = load_lock(export / "hotfix.lock")
+    exported = {f.export: (export / f.export).read_bytes() for h in lock.hotfixes for f in h.files}
+    workload = k8s.parse_workload("deployment/vllm", None, None)
+    built = k8s.build(lock, exported, (export / "hotfix.lock").read_bytes(), workload, ("vllm",),
+                      resources=("base/rendered.yaml",), manifests=k8s.load_all(DEPLOYMENT, source="d"))
+    (tmp_path / "o" / "base").mkdir(parents=True)
+    (tmp_path / "o" / "base" / "rendered.yaml").write_text(DEPLOYMENT)
+    for rel, data in built.files.items():
+        (tmp_path / "o" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "o" / rel).write_bytes(data)
+    objects = render(tmp_path / "o")
+    assert k8s.check_render(objects, workload, built) == []
+
+    mamba = f"{SITE}/vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+
+    def broken(change):
+        objs = copy.deepcopy(objects)
+        change(by_kind(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0], by_kind(objs, "ConfigMap"))
+        return k8s.check_render(objs, workload, built)
+
+    dropped = broken(lambda c, cm: c.update(volumeMounts=[m for m in c["volumeMounts"] if m["mountPath"] != mamba]))
+    assert dropped == [f"Deployment/vllm container vllm: no mount at {mamba}"]
+    assert "is not a read-only subPath mount" in broken(lambda c, cm: next(m for m in c["volumeMounts"]
+                                                                          if m["mountPath"] == LOCK).update(readOnly=False))[0]
+    key = next(m["subPath"] for m in by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+               if m["mountPath"] == mamba)
+    assert f"{mamba} would not hold the exported bytes" in broken(lambda c, cm: cm["data"].update({key: "other"}))[0]
+    assert "HOTFIX_STRICT is None" in broken(lambda c, cm: c.update(env=[e for e in c["env"] if e["name"] != "HOTFIX_STRICT"]))[0]
+    assert k8s.check_render([o for o in objects if o["kind"] != "Deployment"], workload, built) == ["the render has no Deployment/vllm"]
 
 
 def test_split_over_configmaps_renders_and_too_big_names_bake(tmp_path, run_hotfix):

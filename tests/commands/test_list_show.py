@@ -27,7 +27,7 @@ def test_list_shows_the_latest_version_of_each_hotfix(run_hotfix, catalog):
     result = run_hotfix("list", "--catalog", catalog)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ID", "VERSION", "TARGET", "FIXED", "IN", "TITLE"]
+    assert lines[0].split() == ["ID", "VERSION", "TARGET", "FIXED", "IN", "FROM", "TITLE"]
     demo = next(line for line in lines if line.startswith("demo-fix "))
     assert demo.split()[:5] == ["demo-fix", "2", "vllm", ">=0.29.0,<0.32.0", "0.32.0"]
     assert any(line.startswith("qwen-big ") and "vllm-ascend (git tag v0.26.0rc1)" in line for line in lines)
@@ -109,3 +109,35 @@ def test_builtin_catalog_lists_without_options(run_hotfix):
         shown = run_hotfix("show", f"{entry['id']}@{entry['version']}")
         assert shown.returncode == 0, shown.stderr
         assert shown.stdout.startswith(f"{entry['id']} (version {entry['version']}): ")
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120, 200])
+def test_list_fits_the_terminal_width_and_keeps_every_word(run_hotfix, columns):
+    whole = run_hotfix("list", env={"COLUMNS": ""})  # a pipe: one line per hotfix, for grep
+    assert whole.returncode == 0, whole.stderr
+    rows = whole.stdout.splitlines()
+    assert max(len(line) for line in rows) > 200  # the built-in titles are long
+    fitted = run_hotfix("list", env={"COLUMNS": str(columns)})
+    assert fitted.returncode == 0, fitted.stderr
+    assert all(len(line) <= columns for line in fitted.stdout.splitlines()), fitted.stdout
+    assert sorted(_words(fitted.stdout)) == sorted(_words(whole.stdout))  # wrapped, nothing cut
+
+
+def test_list_on_a_real_terminal_fits_its_width(run_hotfix, tmp_path):
+    script = __import__("shutil").which("script")
+    if script is None:
+        pytest.skip("util-linux `script` (a pseudo-terminal) is not installed")
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run([script, "-qec", f"stty cols 72 rows 40; {sys.executable} -m vllm_hotfix list", "/dev/null"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.replace("\r", "").splitlines() if line.strip()]
+    assert lines and all(len(line) <= 72 for line in lines), lines
+    assert any("mamba-align-block-size" in line for line in lines)

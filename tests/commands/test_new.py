@@ -63,6 +63,21 @@ def test_new_from_commit_writes_a_catalog_entry_that_loads_shows_and_applies(run
     assert "kernel_state[-1].zero_()" in (checkout / CAUSAL_CONV1D).read_text()
 
 
+def test_new_writes_signature_guidance_and_a_try_it_line_that_works(run_hotfix, clone, tmp_path):
+    out = tmp_path / "catalog"
+    done = _new_from_commit(run_hotfix, clone, out)
+    assert done.returncode == 0, done.stderr
+    text = (out / "manifests" / "glm-null-slot.toml").read_text()
+    assert "symptoms" not in text and "#   [[signatures]]" in text and '#   role = "first-error"' in text
+    (line,) = [l for l in done.stderr.splitlines() if l.startswith("hotfix: try it: ")]
+    assert f"hotfix show glm-null-slot --catalog {out} && hotfix apply glm-null-slot --catalog {out} --root CHECKOUT --dry-run" in line
+    checkout = make_vllm_ascend_checkout(tmp_path / "checkout")
+    for command in line.removeprefix("hotfix: try it: ").split(";")[0].split(" && "):
+        args = command.replace("CHECKOUT", str(checkout)).split()[1:]
+        tried = run_hotfix(*args)
+        assert tried.returncode == 0, (command, tried.stdout + tried.stderr)
+
+
 def test_new_refuses_to_overwrite_an_existing_manifest(run_hotfix, clone, tmp_path):
     out = tmp_path / "catalog"
     assert _new_from_commit(run_hotfix, clone, out).returncode == 0

@@ -39,9 +39,9 @@ def _post_image(manifest, release: str) -> bytes:
     from vllm_hotfix.catalog.upstream import WheelReader
     from vllm_hotfix.core.apply import plan_patch
     from vllm_hotfix.flow.hotfix import catalog_hotfix
-    from vllm_hotfix.flow.releases import release_target
+    from vllm_hotfix.flow.applicability import release_target
 
-    target = release_target("vllm", "vllm", release)
+    target = release_target(manifest.target_for("vllm"), release)
     with WheelReader(realdata.vllm_wheel(release)) as read:
         (edit,) = plan_patch(catalog_hotfix(manifest, target).series, read).edits
     return edit.after

@@ -25,8 +25,8 @@ GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME":
 # hotfix refuses, git applies: on purpose, each listed in README "git apply compatibility".
 CATEGORIES = {
     "binary": "binary content (GIT binary patch, 'Binary files ... differ' in a git diff)",
+    "hfs-dotgit": "a .git component with code points HFS+ ignores (git refuses it only with core.protectHFS)",
     "symlink": "symbolic links and submodules (modes 120000 and 160000)",
-    "beyond-end": "a hunk whose line number is beyond the end of the file",
     "names": "a git header whose '---' / '+++' names disagree with its 'diff --git' names",
     "overlong-hunk": "lines after a hunk that continue it (its header undercounts them)",
     "type-change": "a file that becomes a directory, or the reverse, in one patch",
@@ -49,6 +49,7 @@ class Case:
     strip: int | None = None  # None: no -p given (git's default and guess)
     category: str | None = None  # set when hotfix refuses on purpose where git applies
     modes: dict = field(default_factory=dict)  # path -> permission bits
+    git_config: tuple = ()  # ('core.protectHFS=true',): git's settings for this case (git -c)
 
 
 @dataclass(frozen=True)
@@ -91,9 +92,10 @@ def snapshot(root: Path) -> dict:
     return seen
 
 
-def run_git(root: Path, patch_file: Path, strip: int | None) -> Outcome:
+def run_git(root: Path, patch_file: Path, strip: int | None, config: tuple = ()) -> Outcome:
     subprocess.run(["git", "init", "-q", "."], cwd=root, check=True, env={**os.environ, **GIT_ENV})
-    args = ["git", "apply", "--whitespace=nowarn"] + ([f"-p{strip}"] if strip is not None else []) + [str(patch_file)]
+    settings = [arg for setting in config for arg in ("-c", setting)]
+    args = ["git", *settings, "apply", "--whitespace=nowarn"] + ([f"-p{strip}"] if strip is not None else []) + [str(patch_file)]
     done = subprocess.run(args, cwd=root, capture_output=True, env={**os.environ, **GIT_ENV}, timeout=60)
     return Outcome(done.returncode == 0, snapshot(root), done.stderr.decode("utf-8", "replace").strip())
 
@@ -118,7 +120,7 @@ def category_of(message: str) -> str | None:
     """The documented category of a hotfix refusal message, for diffs that come without one."""
     for words, category in (
         (("binary",), "binary"), (("symbolic link", "submodule"), "symlink"),
-        (("beyond the end of the file",), "beyond-end"), (("inconsistent", "header names"), "names"),
+        (("inconsistent", "header names"), "names"),
         (("more lines than its header",), "overlong-hunk"), (("leaves", "a file", "directory"), "type-change"),
     ):
         if any(word in message for word in words):
@@ -134,7 +136,7 @@ def compare(tmp: Path, case: Case, *, classify: bool = False) -> tuple[str, Outc
     pre = snapshot(tmp / "hotfix")
     patch_file = tmp / "case.diff"
     patch_file.write_bytes(case.patch)
-    theirs = run_git(tmp / "git", patch_file, case.strip)
+    theirs = run_git(tmp / "git", patch_file, case.strip, case.git_config)
     ours = run_hotfix(tmp / "hotfix", case.patch, case.strip, tmp / "journal")
     if not ours.applied:
         assert ours.tree == pre, f"hotfix refused but changed the tree: {ours.message}"

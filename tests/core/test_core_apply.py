@@ -88,7 +88,8 @@ def test_no_fuzz_message_reads_like_git_apply(repo):
     with pytest.raises(DoesNotApply) as caught:
         plan_patch(parse_patch(data), lambda path: FileState(target, 0o644))
     assert str(caught.value) == \
-        'vllm/x.py: hunk @@ -118,6 +118,7 @@ does not apply: expected line 119 "    foo(119)", found "    bar()"'
+        ('vllm/x.py: hunk @@ -118,6 +118,7 @@ does not apply: expected line 119 "    foo(119)", found "    bar()" '
+         '(at its nominal line 118; its 6 old line(s) were searched for in lines 1-199 and not found)')
     assert caught.value.exit_code == ExitCode.DOES_NOT_APPLY
 
 
@@ -196,7 +197,7 @@ def test_unsafe_paths_are_refused_before_reading():
 
     for name in (b"../../etc/passwd", b"vllm/../../x"):
         data = b"--- /dev/null\n+++ b/%s\n@@ -0,0 +1 @@\n+x\n" % name
-        with pytest.raises(Refused, match=r"^evil.diff:2: unsafe path in patch: .* escapes the target root"):
+        with pytest.raises(Refused, match=r"^evil.diff:2: invalid path '.*': a '..' component$"):
             plan_patch(parse_patch(data, source="evil.diff"), read)
     assert read_calls == []
 

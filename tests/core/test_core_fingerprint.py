@@ -11,15 +11,22 @@ B = Entry("scheduler-note", "1", "vllm", "0.30.0", (("vllm/c.py", None),))
 
 
 def test_canonical_text_is_documented_order():
+    """Hotfixes in series order (the order given), files sorted by path."""
     assert canonical([B, A]) == (
-        "vllm-hotfix-fingerprint/1\n"
-        f"hotfix mamba-align-block-size 2 vllm 0.30.0\nfile vllm/a.py {'a' * 64}\nfile vllm/b.py {'b' * 64}\n"
-        "hotfix scheduler-note 1 vllm 0.30.0\nfile vllm/c.py -\n")
+        "vllm-hotfix-fingerprint/2\n"
+        "hotfix scheduler-note 1 vllm 0.30.0\nfile vllm/c.py -\n"
+        f"hotfix mamba-align-block-size 2 vllm 0.30.0\nfile vllm/a.py {'a' * 64}\nfile vllm/b.py {'b' * 64}\n")
+
+
+def test_the_series_order_is_part_of_it_and_distributions_are_grouped():
+    assert fingerprint([A, B]) != fingerprint([B, A])
+    C = Entry("ascend-fix", 1, "vllm-ascend", "0.30.0rc2", (("vllm_ascend/x.py", "c" * 64),))
+    assert canonical([A, C, B]) == canonical([A, B, C])  # grouped by distribution, the series order kept within
 
 
 def test_digest_is_prefix_and_16_hex_of_sha256_of_canonical():
     expected = "hf1-" + hashlib.sha256(canonical([A, B]).encode()).hexdigest()[:16]
-    assert fingerprint([A, B]) == fingerprint([B, A]) == expected
+    assert fingerprint([A, B]) == expected
     assert is_fingerprint(expected) and is_fingerprint(NONE) and not is_fingerprint("hf1-xyz")
     assert fingerprint([]) == NONE
 

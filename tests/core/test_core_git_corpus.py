@@ -98,11 +98,26 @@ CASES = {
                                                 b"--- /dev/null\n+++ b/d/x\n@@ -0,0 +1 @@\n+x\n"),
     "modify beyond a symlinked directory": Case({"real/x": ABC, "d": Link("real")},
                                                 b"--- a/d/x\n+++ b/d/x\n" + H1),
-    # ---- huge line numbers: bounded time, refused at once
-    "line number 2000000000": Case({"x": b"a\n"}, b"--- a/x\n+++ b/x\n@@ -2000000000 +2000000000 @@\n-a\n+b\n",
-                                   category="beyond-end"),
+    # ---- line numbers past the end: git's find_pos clamps the start to the end and searches back
+    "line number 2000000000": Case({"x": b"a\n"}, b"--- a/x\n+++ b/x\n@@ -2000000000 +2000000000 @@\n-a\n+b\n"),
     "line number 98765432109876543210": Case({"x": b"a\n"}, b"--- a/x\n+++ b/x\n@@ -98765432109876543210 "
-                                             b"+98765432109876543210 @@\n-a\n+b\n", category="beyond-end"),
+                                             b"+98765432109876543210 @@\n-a\n+b\n"),
+    "hunk at line 10 of a 3-line file": Case({"f": b"a\nb\nc\n"}, b"--- a/f\n+++ b/f\n@@ -10,3 +10,3 @@\n a\n-b\n+B\n c\n"),
+    "hunk at line 3 of a 3-line file": Case({"f": b"a\nb\nc\n"}, b"--- a/f\n+++ b/f\n@@ -3,3 +3,3 @@\n a\n-b\n+B\n c\n"),
+    "t4105 O3.diff: big offset": Case({"file": b"".join(b"%d\n" % i for i in range(1, 13))},
+                                      b"diff --git a/file b/file\n--- a/file\n+++ b/file\n@@ -19,6 +19,11 @@\n"
+                                      b" 5\n 6\n 7\n+a\n+b\n+c\n+d\n+e\n 8\n 9\n 10\n"),
+    "line number 2000000000 with context, matched near the end": Case(
+        {"x": b"k\n" * 1000 + b"a\nb\nc\nk\n"},
+        b"--- a/x\n+++ b/x\n@@ -2000000000,3 +2000000000,3 @@\n a\n-b\n+B\n c\n"),
+    "line number 2000000000 with context, matched nowhere": Case(
+        {"x": b"k\n" * 1000}, b"--- a/x\n+++ b/x\n@@ -2000000000,3 +2000000000,3 @@\n a\n-b\n+B\n c\n"),
+    "GNU patch no-newline-triggers-assert: an empty last line without newline": Case(
+        {"f": b"1\n"}, b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-1\n+1a\n \n\\ No newline at end of file\n"),
+    "an empty old line without newline on an empty file": Case(
+        {"f": b""}, b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-\n\\ No newline at end of file\n+x\n"),
+    "an empty new line without newline": Case(
+        {"f": b"1\n"}, b"--- a/f\n+++ b/f\n@@ -1 +1,2 @@\n 1\n+\n\\ No newline at end of file\n"),
     "offset within the file": Case({"x": ABC}, b"--- a/x\n+++ b/x\n@@ -5,3 +5,3 @@\n a\n-b\n+B\n c\n"),
     "equally near matches: forward first": Case({"x": b"k\na\nb\nk\nk\nk\na\nb\nk\n"},
                                                b"--- a/x\n+++ b/x\n@@ -4,3 +4,3 @@\n k\n-a\n+A\n b\n"),
@@ -123,6 +138,8 @@ CASES = {
     "quoted non-ASCII name": Case({"caf\u00e9.py": ABC}, b'diff --git "a/caf\\303\\251.py" "b/caf\\303\\251.py"\n'
                                   b'--- "a/caf\\303\\251.py"\n+++ "b/caf\\303\\251.py"\n' + H1),
     # ---- the dry run predicts the real run
+    ".g\u200cit/config where git's default does not look for HFS+ names": Case(
+        {"x": ABC}, b"--- /dev/null\n+++ b/.g\xe2\x80\x8cit/config\n@@ -0,0 +1 @@\n+x\n", category="hfs-dotgit"),
     "rename foo to foo/baz": Case({"foo": ABC}, b"diff --git a/foo b/foo/baz\nsimilarity index 100%\nrename from foo\nrename to foo/baz\n",
                                   category="type-change"),
     "write below a regular file": Case({"f": ABC}, b"--- /dev/null\n+++ b/f/x\n@@ -0,0 +1 @@\n+x\n"),
@@ -164,6 +181,81 @@ CASES = {
     "delete then create one path": Case({"x": b"a\n"}, b"--- a/x\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n"
                                         b"--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+b\n"),
 }
+
+
+# ---- git's verify_path: the .git directory and detours are no paths at all (issue 21)
+GITCONFIG = b"[core]\n\trepositoryformatversion = 0\n"
+_NEW = b"@@ -0,0 +1 @@\n+x\n"
+_FSMONITOR = b"@@ -1,2 +1,4 @@\n [core]\n \trepositoryformatversion = 0\n+[core]\n+\tfsmonitor = touch pwned\n"
+HFS = ("core.protectHFS=true",)  # git checks HFS+ names only on macOS by default; hotfix always does
+INVALID_PATHS = {  # name: (case, the path git names)
+    "modify .git/config": (Case({".git/config": GITCONFIG, "x": ABC}, _git(".git/config", _FSMONITOR)), ".git/config"),
+    "create .git/hooks/x": (Case({"x": ABC}, b"--- /dev/null\n+++ b/.git/hooks/x\n" + _NEW), ".git/hooks/x"),
+    "create .GIT/x": (Case({"x": ABC}, b"--- /dev/null\n+++ b/.GIT/x\n" + _NEW), ".GIT/x"),
+    "create git~1/x": (Case({"x": ABC}, b"--- /dev/null\n+++ b/git~1/x\n" + _NEW), "git~1/x"),
+    "modify pkg/../x": (Case({"x": ABC, "pkg/mod.py": ABC}, b"--- a/pkg/../x\n+++ b/pkg/../x\n" + H1), "pkg/../x"),
+    "modify pkg/../pkg/mod.py": (Case({"pkg/mod.py": ABC}, _git("pkg/../pkg/mod.py", H1)), "pkg/../pkg/mod.py"),
+    "modify pkg/link/../m.py": (Case({"m.py": ABC, "pkg/link": Link("../elsewhere"), "elsewhere/keep": b"k\n"},
+                                     b"--- a/pkg/link/../m.py\n+++ b/pkg/link/../m.py\n" + H1), None),
+    "delete pkg/../x": (Case({"x": b"a\n", "pkg/mod.py": ABC}, b"--- a/pkg/../x\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n"),
+                        "pkg/../x"),
+    "modify ./x": (Case({"x": ABC}, b"--- a/./x\n+++ b/./x\n" + H1), "./x"),
+    "create sub/.git": (Case({"x": ABC}, b"--- /dev/null\n+++ b/sub/.git\n" + _NEW), "sub/.git"),
+    "create a name ending in /": (Case({"x": ABC}, b"--- /dev/null\n+++ b/newdir/\n" + _NEW), "newdir/"),
+    "rename to .git/x": (Case({"x": ABC}, b"diff --git a/x b/.git/x\nsimilarity index 100%\nrename from x\n"
+                                         b"rename to .git/x\n"), ".git/x"),
+    "NTFS: .git. . /x": (Case({"x": ABC}, b"--- /dev/null\n+++ b/.git. . /x\n" + _NEW), ".git. . /x"),
+    "NTFS: .git::$INDEX_ALLOCATION/config": (Case({"x": ABC}, b"--- /dev/null\n+++ b/.git::$INDEX_ALLOCATION/config\n"
+                                                  + _NEW), ".git::$INDEX_ALLOCATION/config"),
+    "NTFS: GIT~1/config": (Case({"x": ABC}, b"--- /dev/null\n+++ b/GIT~1/config\n" + _NEW), "GIT~1/config"),
+    "NTFS: a backslash before .git": (Case({"x": ABC}, b"--- /dev/null\n+++ b/a\\.git\\config\n" + _NEW),
+                                      "a\\.git\\config"),
+    "HFS+: a zero-width non-joiner in .git": (Case({"x": ABC}, b"--- /dev/null\n+++ b/.g\xe2\x80\x8cit/config\n"
+                                                   + _NEW, git_config=HFS), ".g\u200cit/config"),
+    "HFS+: a byte order mark before .GIT": (Case({"x": ABC}, b"--- /dev/null\n+++ b/\xef\xbb\xbf.GIT/config\n"
+                                                 + _NEW, git_config=HFS), "\ufeff.GIT/config"),
+}
+
+
+def _tree_with_dot_git(root) -> dict:
+    from git_oracle import snapshot
+
+    seen = snapshot(root)
+    if (root / ".git").is_dir():
+        seen[".git"] = snapshot(root / ".git")
+    return seen
+
+
+@pytest.mark.parametrize("name", list(INVALID_PATHS))
+def test_invalid_paths_are_refused_as_git_refuses_them(tmp_path, name):
+    from git_oracle import build, run_hotfix
+
+    case, git_names = INVALID_PATHS[name]
+    verdict, theirs, ours = compare(tmp_path / "compare", case)
+    assert verdict == "both-refused", (theirs.message, ours.message)
+    if git_names is not None:  # git checks the pre-image first: a missing 'pkg/link/..' is its reason there
+        assert f"invalid path '{git_names}'" in theirs.message, theirs.message
+    assert ours.message.startswith("exit 3: case.diff:") and "invalid path " in ours.message, ours.message
+    # the tree, its .git folder included, is byte for byte what it was
+    root = tmp_path / "root"
+    build(root, case)
+    before = _tree_with_dot_git(root)
+    refused = run_hotfix(root, case.patch, case.strip, tmp_path / "journal")
+    assert not refused.applied and _tree_with_dot_git(root) == before
+
+
+def test_a_name_only_the_git_line_gives_must_agree_after_strip(tmp_path):
+    """GNU patch's empty-files test at -p0: git takes no name from 'a/f b/f' (two names) and refuses."""
+    data = b"diff --git a/f b/f\nnew file mode 100644\nindex 0000000..e69de29\n"
+    verdict, theirs, ours = compare(tmp_path / "p0", Case({}, data, strip=0))
+    assert verdict == "both-refused"
+    assert "git diff header lacks filename information when removing 0 leading pathname components" in theirs.message
+    assert ours.message == ("exit 8: case.diff:1: git diff header lacks filename information when removing 0 "
+                            "leading pathname components")
+    assert compare(tmp_path / "p1", Case({}, data, strip=1))[0] == "applied"  # -p1: both create an empty f
+    modes = b"diff --git a/f b/f\nold mode 100644\nnew mode 100755\n"
+    assert compare(tmp_path / "modes-p0", Case({"f": ABC}, modes, strip=0))[0] == "both-refused"
+    assert compare(tmp_path / "modes-p1", Case({"f": ABC}, modes, strip=1))[0] == "applied"
 
 
 @pytest.mark.parametrize("name", list(CASES))

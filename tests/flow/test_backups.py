@@ -60,7 +60,7 @@ def test_a_record_written_with_the_older_path_layout_still_rolls_back_from_its_b
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         os.replace(folder / name, folder / rel) if "/" in rel else None
     doc = json.loads(tdir.state_file.read_text())
-    del doc["hotfixes"]["fix"]["backup_names"]
+    del doc["series"][0]["backup_names"]
     tdir.state_file.write_text(json.dumps(doc))
     assert TargetState.load(tdir.directory).hotfixes["fix"].backup_names == "paths"
     done = run_hotfix("rollback", "fix", "--root", root)

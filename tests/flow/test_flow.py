@@ -13,7 +13,7 @@ from vllm_hotfix.flow.apply import apply_hotfix
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, load_patch_bytes, sha256
 from vllm_hotfix.flow.plan import invert, propose
 from vllm_hotfix.flow.resolve import Resolver
-from vllm_hotfix.flow.status import status_from_record
+from vllm_hotfix.flow.status import SeriesView, status_from_record
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.errors import DoesNotApply, FixedUpstream, Refused
 from vllm_hotfix.txn.state import TargetState
@@ -102,7 +102,7 @@ def test_status_from_record_applied_lost_drifted(tree, tmp_path, monkeypatch):
     assert recorded.source == "adhoc" and recorded.files[0].path == "pkg/a.py"
 
     def state() -> str:
-        return status_from_record(recorded, tree, "--root x").state
+        return status_from_record(SeriesView.of(target), recorded).state
 
     assert state() == "applied"
     (tree / "pkg" / "a.py").write_bytes(b"one\n")

@@ -144,3 +144,44 @@ def test_every_command_finds_the_same_target_and_record(kind, built, tmp_path, r
     recovered = hotfix("recover", "--json")
     assert recovered.returncode == 0 and json.loads(recovered.stdout)["recovered"], recovered.stdout
     assert target_file.read_text() == ORIGINAL and status()["state"] == "not-applied"
+
+
+def src_layout_files() -> dict[str, str]:
+    pyproject = pyproject_toml("demo-pkg", "1.0.0", "demo_pkg").replace(
+        "[tool.setuptools.packages.find]", '[tool.setuptools.package-dir]\n"" = "src"\n\n[tool.setuptools.packages.find]\nwhere = ["src"]')
+    return {"pyproject.toml": pyproject, ".gitignore": GITIGNORE, "src/demo_pkg/__init__.py": "",
+            "src/demo_pkg/core.py": ORIGINAL}
+
+
+@pytest.mark.parametrize("kind", ["src-editable", "subdirectory"])
+def test_the_guard_finds_the_record_status_finds(kind, tmp_path, run_hotfix):
+    """The guard's root comes from the same rule as every command's (install/facts.py): a src-layout
+    editable install is keyed by its project, a package in a subdirectory of a checkout by the work
+    tree; before, the guard took the package's parent directory and found no record."""
+    venv = realdata.make_venv(tmp_path / "venv")
+    if kind == "src-editable":
+        project = init_repo(tmp_path / "project", src_layout_files(), branch="main", message="src layout")
+        realdata.pip_install(venv, "-e", str(project))
+        rel, env = "src/demo_pkg/core.py", {}
+    else:
+        files = {f"python/{k}": v for k, v in project_files().items() if k.startswith("demo_pkg/")}
+        project = init_repo(tmp_path / "project", {**files, "README": "a monorepo\n"}, branch="main", message="sub")
+        rel, env = "python/demo_pkg/core.py", {"PYTHONPATH": str(project / "python")}
+    patch = tmp_path / "fix.diff"
+    patch.write_bytes(PATCH.replace(b"demo_pkg/core.py", rel.encode()))
+    options = ["--python", str(venv.python)]
+
+    def hotfix(*args):
+        return run_hotfix(*args, *options, env=env)
+
+    done = hotfix("apply", "--patch", patch, "--package", "demo_pkg", "--id", HOTFIX, "--json")
+    assert done.returncode == 0, done.stderr
+    assert Path(json.loads(done.stdout)["target"]["root"]).resolve() == project.resolve()
+    (entry,) = json.loads(hotfix("status", HOTFIX, "--json").stdout)
+    assert entry["state"] == "applied" and Path(entry["target"]).resolve() == project.resolve(), entry
+    (verdict,) = guard_verdicts(str(venv.python), env)
+    assert verdict["in_effect"], verdict
+    (project / rel).write_text(ORIGINAL)  # lost: both say so, in the same word
+    (entry,) = json.loads(hotfix("status", HOTFIX, "--json").stdout)
+    (verdict,) = guard_verdicts(str(venv.python), env)
+    assert entry["state"] == "lost" and not verdict["in_effect"] and verdict["detail"].startswith("lost:"), (entry, verdict)

@@ -211,17 +211,19 @@ def test_a_change_after_planning_is_caught_through_the_planning_tree(tree, tmp_p
 def test_recover_target_restores_a_killed_apply_and_says_so(tree, tmp_path, capsys):
     """The one recovery step that apply (raw and catalog) and rollback run under the target lock."""
     from vllm_hotfix import paths
+    from vllm_hotfix.flow.transaction import recover_target
 
     before = snapshot(tree)
     jdir = paths.TargetDir.of(tree).journal
     script = CRASHER.format(tests=str(Path(__file__).parent))
     proc = subprocess.run([sys.executable, "-c", script, "3", "kill", str(tree), str(jdir)])
     assert proc.returncode == -signal.SIGKILL
-    recovery.recover_target(tree)
+    recover_target(tree)
     assert snapshot(tree) == before
     assert capsys.readouterr().err == (
-        f"hotfix: recovered an interrupted apply on {tree}: 2 file(s) restored, 0 created file(s) removed\n")
-    recovery.recover_target(tree)
+        f"hotfix: recovered an interrupted apply on {tree}: 2 file(s) restored, 0 created file(s) removed, "
+        "record as before\n")
+    recover_target(tree)
     assert capsys.readouterr().err == ""
 
 
@@ -229,11 +231,11 @@ KEPT_CRASHER = CRASHER.replace(
     "journal.commit(sys.argv[3], sample_plan(), journal_dir=sys.argv[4])",
     "kept = {{}}\n"
     "for rel in ('pkg/mod.py', 'pkg/old_name.py', 'pkg/gone.py'):\n"
-    "    dest = os.path.join(sys.argv[4] + '-kept', rel.replace('/', '%2F'))\n"
+    "    dest = os.path.join(os.path.dirname(sys.argv[4]), 'backups', 'fix', rel.replace('/', '%2F'))\n"
     "    os.makedirs(os.path.dirname(dest), exist_ok=True)\n"
     "    os.link(os.path.join(sys.argv[3], rel), dest)\n"
     "    kept[rel] = dest\n"
-    "kept['pkg/run.sh'] = sys.argv[4] + '-kept/not-a-link-of-it'\n"
+    "kept['pkg/run.sh'] = os.path.join(os.path.dirname(sys.argv[4]), 'backups', 'fix', 'not-a-link-of-it')\n"
     "journal.commit(sys.argv[3], sample_plan(), journal_dir=sys.argv[4], kept=kept)")
 
 
@@ -250,11 +252,11 @@ def test_a_journal_that_names_the_records_kept_backups_recovers_after_kill_9(tre
     import json
 
     entries = {e["path"]: e["backup"] for e in json.loads((jdir / "journal.json").read_bytes())["files"]}
-    assert entries["pkg/mod.py"] == str(tmp_path / "journal-kept" / "pkg%2Fmod.py")  # shared
+    assert entries["pkg/mod.py"] == str(tmp_path / "backups" / "fix" / "pkg%2Fmod.py")  # shared
     assert entries["pkg/run.sh"].startswith("backups/")  # the kept path is not its inode: linked here
     assert sorted(os.listdir(jdir / "backups")) == [entries["pkg/run.sh"].split("/")[1]]
     report = recover(jdir)
     assert report is not None and not report.problems
     assert snapshot(tree) == before
     assert os.listdir(jdir) == []
-    assert (tmp_path / "journal-kept" / "pkg%2Fmod.py").read_bytes() == BEFORE["pkg/mod.py"]  # left for the record
+    assert (tmp_path / "backups" / "fix" / "pkg%2Fmod.py").read_bytes() == BEFORE["pkg/mod.py"]  # left for the record

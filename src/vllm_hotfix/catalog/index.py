@@ -37,12 +37,27 @@ def builtin_dir() -> Path:
 ENV_VAR = "HOTFIX_CATALOG"
 
 
+SHADOW_ENV = "HOTFIX_ALLOW_SHADOW"  # '1': a user catalog may redefine a built-in id (also --allow-shadow)
+
+
 @dataclass(frozen=True)
 class CatalogDir:
     """One catalog directory (its manifests/ and patches/) and where it comes from."""
 
     path: Path
     origin: str  # 'built-in' | '--catalog' | 'HOTFIX_CATALOG'
+
+    @property
+    def builtin(self) -> bool:
+        return self.origin == "built-in"
+
+    def describe(self) -> str:
+        """'built-in catalog /…', '--catalog /abs/dir', 'HOTFIX_CATALOG entry /abs/dir'."""
+        where = {"built-in": "built-in catalog", ENV_VAR: "HOTFIX_CATALOG entry"}.get(self.origin, self.origin)
+        return f"{where} {os.path.abspath(self.path)}"
+
+    def to_json(self) -> dict:
+        return {"origin": self.origin, "path": os.path.abspath(self.path)}
 
 
 def version_key(version: int | str) -> tuple:
@@ -69,8 +84,12 @@ def parse_ref(text: str) -> tuple[str, str | None]:
 
 
 class Catalog:
-    def __init__(self, manifests: Iterable[Manifest], dirs: Iterable[CatalogDir] = ()):
+    """Every manifest of the catalog directories, and which directory each one comes from."""
+
+    def __init__(self, manifests: Iterable[Manifest], dirs: Iterable[CatalogDir] = (),
+                 origins: Mapping[int, CatalogDir] | None = None):
         self.dirs = tuple(dirs)
+        self._origins = dict(origins or {})  # id(manifest) -> its catalog directory
         by_key: dict[tuple, Manifest] = {}
         for manifest in manifests:
             key = (manifest.id, version_key(manifest.version))
@@ -85,14 +104,40 @@ class Catalog:
 
     @classmethod
     def load(cls, extra_dirs: Iterable[Path | str] = (), env: Mapping[str, str] | None = None) -> Catalog:
+        """Built-in, then ``extra_dirs`` (--catalog), then HOTFIX_CATALOG. A user catalog's manifest
+        with the id of a built-in hotfix is refused (exit 8, both files named) unless
+        HOTFIX_ALLOW_SHADOW=1 (--allow-shadow): otherwise whoever can set HOTFIX_CATALOG would
+        silently decide what `apply` writes and what doctor advises for a known crash."""
         env = os.environ if env is None else env
         dirs = [CatalogDir(builtin_dir(), "built-in")]
         dirs += [CatalogDir(Path(d), "--catalog") for d in extra_dirs]
         dirs += [CatalogDir(Path(d), ENV_VAR) for d in env.get(ENV_VAR, "").split(os.pathsep) if d]
         manifests: list[Manifest] = []
+        origins: dict[int, CatalogDir] = {}
+        builtin_ids: dict[str, Manifest] = {}
         for catalog_dir in dirs:
-            manifests.extend(_load_dir(catalog_dir))
-        return cls(manifests, dirs)
+            for manifest in _load_dir(catalog_dir):
+                if catalog_dir.builtin:
+                    builtin_ids.setdefault(manifest.id, manifest)
+                elif manifest.id in builtin_ids and env.get(SHADOW_ENV) != "1":
+                    raise InvalidInput(
+                        f"{manifest.source}: hotfix {manifest.id} from {catalog_dir.describe()} shadows the built-in "
+                        f"{builtin_ids[manifest.id].source}",
+                        hint=f"rename it, or pass --allow-shadow (or set {SHADOW_ENV}=1) to let it stand beside the "
+                             f"built-in one")
+                manifests.append(manifest)
+                origins[id(manifest)] = catalog_dir
+        return cls(manifests, dirs, origins)
+
+    def origin(self, manifest: Manifest) -> CatalogDir | None:
+        """The catalog directory ``manifest`` was loaded from."""
+        return self._origins.get(id(manifest))
+
+    def shadows(self, manifest: Manifest) -> bool:
+        """``manifest`` comes from a user catalog and has the id of a built-in hotfix (allowed by the user)."""
+        origin = self.origin(manifest)
+        return bool(origin and not origin.builtin and any(
+            self.origin(m) and self.origin(m).builtin for m in self._manifests if m.id == manifest.id))
 
     def all(self) -> tuple[Manifest, ...]:
         """Every manifest, by id, oldest version first."""

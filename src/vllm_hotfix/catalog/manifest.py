@@ -7,8 +7,6 @@ e.g. ``manifests/x.toml: patches[1].sha256: expected 64 hex characters`` (array 
 
 from __future__ import annotations
 
-import re
-import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -20,43 +18,24 @@ from vllm_hotfix.catalog.model import (
 )
 from vllm_hotfix.catalog.signatures import _signature
 from vllm_hotfix.catalog.table import _Table, _type_name
+from vllm_hotfix.core.data import load_toml
 from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix.inputs import read_bounded as read_input
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on python 3.10 only
-    import tomli as tomllib
+MANIFEST_CAP = 1024 * 1024  # the built-in manifests are 4-6 KB; a 200 MB one took 47 s and 600 MB to refuse
 
 
 def load_manifest(path: Path | str, *, patches_dir: Path | None = None) -> Manifest:
     """Read and validate one manifest file; ``patches_dir`` defaults to ``<manifests>/../patches``."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_input(path, cap=MANIFEST_CAP, what="manifest")
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read manifest: {exc.strerror or exc}") from None
-    data = parse_toml(raw, str(path))
+    data = load_toml(raw, str(path))
     if patches_dir is None:
         patches_dir = path.parent.parent / "patches"
     return manifest_from_dict(data, str(path), source_path=path, patches_dir=patches_dir)
-
-
-def parse_toml(raw: bytes, source: str) -> dict[str, Any]:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{source}: not UTF-8 text (byte {exc.start})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
-        if found:
-            where = f"line {found.group(1)}, column {found.group(2)}: "
-            message = message[: found.start()]
-        else:
-            where = ""
-        raise InvalidInput(f"{source}: {where}invalid TOML: {message}") from None
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -209,7 +188,20 @@ def _reference(path: str, raw: Any, source: str) -> Reference:
 
 _TOP_KEYS = ("schema", "id", "version", "title", "description", "symptoms", "fixed_in", "supersedes",
              "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by",
-             "compiled_changes")
+             "compiled_changes", "conflicts", "after")
+
+
+def _ids(top: "_Table", key: str, own: str) -> tuple[str, ...]:
+    """``conflicts`` / ``after``: other hotfix ids, each following the id rule."""
+    raw = top.value(key, (list,), default=[])
+    ids = []
+    for index, value in enumerate(raw):
+        if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+            raise top.error(f"{key}[{index}]", f"expected a hotfix id (lowercase letters, digits, '-'), got {value!r}")
+        if value == own:
+            raise top.error(f"{key}[{index}]", f"a hotfix cannot name itself ({value!r})")
+        ids.append(value)
+    return tuple(dict.fromkeys(ids))
 
 
 def _kind_fields(top: _Table) -> tuple[str, str | None, str | None]:
@@ -252,7 +244,15 @@ def manifest_from_dict(data: Mapping[str, Any], source: str, *, source_path: Pat
     if any(str(v) == str(version) for v in supersedes):
         raise top.error("supersedes", f"version {version} cannot supersede itself")
     kind, workaround, fixed_by = _kind_fields(top)
+    conflicts, after = _ids(top, "conflicts", hotfix_id), _ids(top, "after", hotfix_id)
+    both = sorted(set(conflicts) & set(after))
+    if both:
+        raise top.error("after", f"{both[0]!r} is also in conflicts: a hotfix cannot go on top of one it conflicts with")
+    if kind == "advisory" and (conflicts or after):
+        raise top.error("conflicts" if conflicts else "after", "an advisory has no patches to order")
     return Manifest(
+        conflicts=conflicts,
+        after=after,
         schema=schema,
         id=hotfix_id,
         version=version,

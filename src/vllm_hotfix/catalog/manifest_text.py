@@ -14,7 +14,8 @@ import re
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from vllm_hotfix.catalog.manifest import manifest_from_dict, parse_toml
+from vllm_hotfix.catalog.manifest import manifest_from_dict
+from vllm_hotfix.core.data import load_toml
 from vllm_hotfix.catalog.model import Manifest, PatchSpec
 from vllm_hotfix.errors import InvalidInput
 
@@ -88,7 +89,7 @@ def edit_patches(text: str, source: str, manifest: Manifest, *, versions: Mappin
 
 
 def _check(result: str, source: str, manifest: Manifest, versions: Mapping[int, str | None], added: int) -> None:
-    loaded = manifest_from_dict(parse_toml(result.encode(), source), source, patches_dir=manifest.patches_dir)
+    loaded = manifest_from_dict(load_toml(result.encode(), source), source, patches_dir=manifest.patches_dir)
     wanted = tuple(replace(p, versions=versions[i]) if i in versions else p for i, p in enumerate(manifest.patches))
     if loaded.patches[:len(wanted)] != wanted or len(loaded.patches) != len(wanted) + added:
         raise InvalidInput(f"{source}: could not add the ported patches without changing other keys; edit it by hand")

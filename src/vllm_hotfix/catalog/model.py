@@ -193,6 +193,8 @@ class Manifest:
     fixed_by: str | None = None  # advisories: "ID@VERSION", the catalog hotfix (from that version on) that fixes it
     fixed_in: FixedIn | None = None
     supersedes: tuple[int | str, ...] = ()
+    conflicts: tuple[str, ...] = ()  # hotfix ids that must not be applied together with this one
+    after: tuple[str, ...] = ()      # hotfix ids this one goes on top of when both are applied (may share lines)
     references: tuple[Reference, ...] = ()
     requires: tuple[Requirement, ...] = ()
     checks: tuple[PostCheck, ...] = ()
@@ -211,6 +213,17 @@ class Manifest:
             if canonicalize_name(target.distribution) == wanted:
                 return target
         return None
+
+    def spec_for(self, target: Any) -> TargetSpec | None:
+        """The one rule for which of this manifest's targets an install or checkout is (every command,
+        the survey and doctor ask this): by distribution, names compared normalised, when the target
+        knows its distribution; else -- a checkout without metadata -- by the import name, when the
+        checkout has that package."""
+        if target.distribution:
+            return self.target_for(target.distribution)
+        if getattr(target, "origin", None) is None:
+            return None
+        return next((s for s in self.targets if s.package == target.package), None)
 
     def is_fixed_in(self, version: str | Version | None, commit_checker: Callable[[str, str | None], bool] | None = None) -> bool:
         """True when the target already contains the upstream fix.

@@ -9,7 +9,7 @@ from typing import Sequence
 from vllm_hotfix.core.apply import FileEdit, Plan
 from vllm_hotfix.core.diff import DiffStat
 from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, quote_path, say
 
 LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
 
@@ -25,6 +25,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         return apply_raw(patch_file, root, strip=strip, reverse=reverse, dry_run=dry_run, hotfix_id=adhoc_id,
                          as_json=as_json)
     strip = 1 if strip is None else strip
+    origin = None  # the catalog directory a catalog hotfix comes from
     if reverse:
         raise UsageError("--reverse is for a raw --patch with --root; to undo a hotfix use `hotfix rollback ID`")
     from vllm_hotfix.flow.apply import apply_hotfix
@@ -46,7 +47,9 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         if not hotfix_id:
             raise UsageError("name a hotfix (`hotfix list` shows them) or give --patch FILE")
         ref_id, version = parse_ref(hotfix_id)
-        manifest = Catalog.load(catalogs).get(ref_id, version)
+        catalog = Catalog.load(catalogs)
+        manifest = catalog.get(ref_id, version)
+        origin = catalog.origin(manifest)
         if manifest.kind == "advisory":
             manifest.patches_for(None)  # refuses (exit 3, "is an advisory"), before any target is resolved
         target, spec = resolver.for_manifest(manifest)
@@ -55,12 +58,15 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         hotfix = catalog_hotfix(manifest, target, patch_files=patch_files, upstream_repo=upstream_repo)
     for warning in target.warnings:
         note(warning)
-    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run)
-    _report_hotfix(outcome, as_json=as_json)
+    manifest_of = None
+    if patch_file is None:
+        manifest_of = lambda other: catalog.get(other) if other in catalog.ids() else None  # noqa: E731
+    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run, manifest_of=manifest_of)
+    _report_hotfix(outcome, origin, as_json=as_json)
     return 0
 
 
-def _report_hotfix(outcome, *, as_json: bool) -> None:
+def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
     from vllm_hotfix.flow.resolve import target_option, target_summary
 
     proposal = outcome.proposal
@@ -73,13 +79,27 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
             "applied": not outcome.dry_run and not proposal.already,
             "dry_run": outcome.dry_run, "already_applied": proposal.already,
             "superseded": proposal.superseded.version if proposal.superseded else None,
+            "contained_in": list(proposal.contained_in), "dropped": list(proposal.dropped),
+            "catalog": origin.to_json() if origin is not None else None,
+            "patches": [{"patch": p.label, "versions": p.versions, "sha256": p.sha256} for p in _picked(hotfix, target)],
             "files": [_edit_json(e) for e in edits],
         })
         return
+    if origin is not None and hotfix.manifest is not None:
+        say(f"{hotfix.ref} from {origin.describe()} ({hotfix.manifest.source})")
     where = f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
+    if proposal.contained_in:
+        say(f"already in effect as part of what the recorded series ({', '.join(proposal.contained_in)}) put in "
+            f"{where}: {hotfix.ref} makes the same change; nothing to do, and it is not recorded itself")
+        return
     if proposal.already:
         say(f"already applied: {hotfix.ref} on {where}; nothing to do")
         return
+    if proposal.dropped:
+        note(f"the record was made on another release: {', '.join(proposal.dropped)} are not in effect on "
+             f"{target.version} and are dropped from it; apply them again for this release")
+    if hotfix.manifest is not None:  # which of the manifest's diffs (one per release range) goes on
+        say(_picked_line(hotfix, target))
     if proposal.superseded is not None:
         say(f"upgrade: {hotfix.id}@{proposal.superseded.version} is reversed and {hotfix.ref} applied, in one transaction")
     for edit in edits:
@@ -89,6 +109,23 @@ def _report_hotfix(outcome, *, as_json: bool) -> None:
     else:
         say(f"applied {hotfix.ref} to {where}: {len(edits)} file(s), all-or-nothing; "
             f"check with `hotfix verify {hotfix.id} {target_option(target)}`")
+
+
+def _picked(hotfix, target) -> tuple:
+    """The manifest patches chosen for the target's version (a hotfix may carry one diff per release range)."""
+    manifest = hotfix.manifest
+    return manifest.patches_for(target.version) if manifest is not None else ()
+
+
+def _picked_line(hotfix, target) -> str:
+    """'patch: ID/0.27.patch (vllm >=0.27.0,<0.32.0, picked for 0.30.0 out of 0.25.patch, ...)', or the ad-hoc diff."""
+    picked = _picked(hotfix, target)
+    choices = hotfix.manifest.patches
+    name = target.distribution or target.package
+    out_of = (f", picked for {target.version} out of {', '.join(p.label.rsplit('/', 1)[-1] for p in choices)}"
+              if sum(1 for p in choices if p.versions) > 1 else "")
+    parts = [p.label + (f" ({name} {p.versions}{out_of})" if p.versions else "") for p in picked]
+    return f"patch{'es' if len(picked) > 1 else ''}: {', '.join(parts)}"
 
 
 def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool, dry_run: bool, hotfix_id: str | None,
@@ -112,7 +149,9 @@ def _offsets(edit: FileEdit) -> list[int]:
 
 
 def _describe(edit: FileEdit) -> str:
-    name = f"{edit.old_path} -> {edit.path}" if edit.action == "rename" else edit.path
+    name = quote_path(edit.path)
+    if edit.action == "rename":
+        name = f"{quote_path(edit.old_path)} -> {name}"
     hunks = len(edit.placements)
     details = [f"{hunks} hunk{'s' if hunks != 1 else ''}"] if hunks else []
     if edit.new_mode is not None and edit.old_mode is not None and edit.old_mode & 0o777 != edit.new_mode:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from vllm_hotfix.errors import ExitCode, Refused
-from vllm_hotfix.output import emit_json, note, progress, say
+from vllm_hotfix.output import emit_json, note, progress, quote_path, say
 from vllm_hotfix.install import record
 from vllm_hotfix.flow.resolve import Resolver
 
@@ -43,7 +43,7 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
         })
     else:
         for difference in report.differences:
-            say(f"{difference.flags:<10} {difference.path}")
+            say(f"{difference.flags:<10} {quote_path(difference.path)}")
         for warning in target.warnings:
             note(f"warning: {warning}")
         if report.bytecode_missing:

@@ -1,6 +1,7 @@
 """`hotfix bake`: write a build context (Containerfile + vllm-hotfix/bake.sh) for a derived image with
 the hotfixes applied and verified at build time: the immutable route for fleets and for patches too
-big for ConfigMaps."""
+big for ConfigMaps. The context carries a wheel of the running vllm-hotfix (containers/tool_wheel.py),
+so the image needs no package index that has it."""
 
 from __future__ import annotations
 
@@ -11,16 +12,20 @@ from typing import Optional, Sequence
 from vllm_hotfix import __version__
 from vllm_hotfix.containers import bake
 from vllm_hotfix.errors import Refused, UsageError, WriteFailed
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.output import emit_json, note, say
 
 
 def run(*, hotfix_ids: Sequence[str], base: str, out_dir: Path, wheel: Optional[Path] = None,
         catalogs: Sequence[Path] = (), patch_files: Sequence[Path] = (), python: str = "python3",
-        strict: bool = True, as_json: bool = False) -> int:
+        strict: bool = True, from_index: bool = False, dry_run: bool = False, as_json: bool = False) -> int:
+    """The image gets the running vllm-hotfix as a wheel in the context (``--wheel`` names another one;
+    ``--from-index`` installs this version from the image's package index instead)."""
     from vllm_hotfix.catalog.index import Catalog, parse_ref
 
     if not base.strip() or any(c.isspace() for c in base):
         raise UsageError(f"--base must be an image reference, got {base!r}")
+    if wheel is not None and from_index:
+        raise UsageError("give --wheel FILE or --from-index, not both")
     catalog = Catalog.load(tuple(catalogs))
     for ref in hotfix_ids:
         catalog.get(*parse_ref(ref))  # an unknown id fails here, not in the middle of a build
@@ -30,10 +35,19 @@ def run(*, hotfix_ids: Sequence[str], base: str, out_dir: Path, wheel: Optional[
         raise Refused(f"{existing} exists and was not written by `hotfix bake`; nothing was written",
                       hint="pass --to a new directory for the build context")
     copies: dict[str, Path] = {}
+    source = None
     if wheel is not None:
         if not wheel.name.endswith(".whl"):
             raise UsageError(f"--wheel {wheel}: not a wheel file")
         copies[f"wheels/{wheel.name}"] = wheel
+        install, origin = f"wheels/{wheel.name}", f"--wheel {wheel}"
+    elif from_index:
+        install, origin = f"vllm-hotfix=={__version__}", "the image's package index"
+    else:
+        from vllm_hotfix.containers.tool_wheel import find_tool_source
+
+        source = find_tool_source()  # refused before anything is written
+        install, origin = f"wheels/{source.wheel_name}", f"this vllm-hotfix, {source.describe()}"
     names = []
     for i, directory in enumerate(catalogs):
         names.append(f"catalog-{i}")
@@ -42,30 +56,57 @@ def run(*, hotfix_ids: Sequence[str], base: str, out_dir: Path, wheel: Optional[
     for path in patch_files:
         patches.append(f"patch-files/{path.name}")
         copies[patches[-1]] = path
-    spec = bake.Bake(base=base, hotfix_ids=tuple(hotfix_ids),
-                     install=f"wheels/{wheel.name}" if wheel is not None else f"vllm-hotfix=={__version__}",
+    spec = bake.Bake(base=base, hotfix_ids=tuple(hotfix_ids), install=install,
                      catalogs=tuple(names), patch_files=tuple(patches), python=python, strict=strict,
                      generator=f"vllm-hotfix {__version__}")
-    try:
-        if context.exists():
-            shutil.rmtree(context)
-        context.mkdir(parents=True)
-        (out_dir / "Containerfile").write_text(bake.containerfile(spec), encoding="utf-8")
-        (context / "bake.sh").write_text(bake.script(spec), encoding="utf-8")
-        (context / "bake.sh").chmod(0o755)
-        for rel, source in copies.items():
-            dest = context / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if source.is_dir():
-                shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"))
-            else:
-                shutil.copy2(source, dest)
-    except OSError as exc:
-        raise WriteFailed(f"{getattr(exc, 'filename', None) or out_dir}: cannot write the build context: {exc.strerror}") from None
+    files = ["Containerfile", f"{bake.CONTEXT_DIR}/bake.sh", *(f"{bake.CONTEXT_DIR}/{rel}" for rel in copies)]
+    if source is not None:
+        files.append(f"{bake.CONTEXT_DIR}/{install}")
+    if not dry_run:
+        _write(out_dir, context, spec, copies, source)
     if as_json:
         emit_json({"context": str(out_dir), "containerfile": str(out_dir / "Containerfile"), "base": base,
-                   "hotfixes": list(hotfix_ids), "install": spec.install})
+                   "hotfixes": list(hotfix_ids), "install": spec.install, "install_from": origin,
+                   "dry_run": dry_run, "files": files})
         return 0
-    say(f"wrote {out_dir}/Containerfile and {context}/bake.sh: {', '.join(hotfix_ids)} on {base}")
-    say(f"next: docker build -f {out_dir}/Containerfile -t IMAGE {out_dir}")
+    verb = "would write" if dry_run else "wrote"
+    say(f"{verb} {out_dir}/Containerfile and {context}/bake.sh: {', '.join(hotfix_ids)} on {base}")
+    say(f"the image installs {spec.install} ({origin})")
+    if dry_run:
+        say("dry run: nothing was written")
+    else:
+        say(f"next: docker build -f {out_dir}/Containerfile -t IMAGE {out_dir}")
     return 0
+
+
+def _write(out_dir: Path, context: Path, spec: bake.Bake, copies: dict[str, Path], source) -> None:
+    """The build context; the tool's wheel is made first, so a failure there leaves everything as it was."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="hotfix-bake-") as staging:
+            made = None
+            if source is not None:
+                from vllm_hotfix.containers.tool_wheel import make_wheel
+
+                note(f"making the wheel of this vllm-hotfix: {source.describe()}")
+                made = make_wheel(source, Path(staging))
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if context.exists():
+                shutil.rmtree(context)
+            context.mkdir(parents=True)
+            (out_dir / "Containerfile").write_text(bake.containerfile(spec), encoding="utf-8")
+            (context / "bake.sh").write_text(bake.script(spec), encoding="utf-8")
+            (context / "bake.sh").chmod(0o755)
+            if made is not None:
+                (context / "wheels").mkdir()
+                shutil.move(made, context / spec.install)
+            for rel, path in copies.items():
+                dest = context / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if path.is_dir():
+                    shutil.copytree(path, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+                else:
+                    shutil.copy2(path, dest)
+    except OSError as exc:
+        raise WriteFailed(f"{getattr(exc, 'filename', None) or out_dir}: cannot write the build context: {exc.strerror}") from None

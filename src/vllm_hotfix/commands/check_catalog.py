@@ -22,7 +22,7 @@ from vllm_hotfix.core import verdict
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED
 from vllm_hotfix.errors import ExitCode, HotfixError, Unavailable
 from vllm_hotfix.flow.releases import judge, parse_versions, releases_in_scope, skip_reason
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, quote_path, say
 
 # Per release: the hotfix's own states (core.verdict) where it does not belong, else what the dry run found.
 FIXED, NOT_APPLICABLE = verdict.FIXED_UPSTREAM, verdict.NOT_APPLICABLE
@@ -100,7 +100,7 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
 def _cell(manifest: Manifest, target: TargetSpec, release: str, found) -> Cell:
     """The content answer as a cell: applies (exact / at offsets), else fails with why."""
     if found.state == APPLICABLE:
-        offsets = [f"{path} {p.header.split(' @@')[0]} @@ {p.offset:+d}" for path, p in found.plan.offsets]
+        offsets = [f"{quote_path(path)} {p.header.split(' @@')[0]} @@ {p.offset:+d}" for path, p in found.plan.offsets]
         detail = f"offset {'; '.join(offsets)}" if offsets else "exact"
         return Cell(manifest.ref, target.distribution, release, APPLIES, detail)
     detail = found.detail

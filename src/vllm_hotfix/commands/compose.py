@@ -8,7 +8,8 @@ from pathlib import Path
 
 from vllm_hotfix.containers import compose, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
-from vllm_hotfix.containers.lockfile import load_lock
+from vllm_hotfix.inputs import read_bounded as read_input
+from vllm_hotfix.txn.lockfile import load_lock
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.txn.atomic import atomic_write
 
@@ -80,8 +81,8 @@ def _defining(files: list[Path], service: str) -> Path:
     """The first of the loaded compose files that defines ``service`` (else the first)."""
     for path in files:
         try:
-            text = path.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError):
+            text = _read(path, required=True)
+        except (InvalidInput, UsageError):
             continue
         if composefiles.defines_service(text, service):
             return path
@@ -89,9 +90,11 @@ def _defining(files: list[Path], service: str) -> Path:
 
 
 def _read(path: Path, *, required: bool) -> str:
-    """The file's exact text: no newline translation (CRLF stays CRLF)."""
+    """The file's exact text: no newline translation (CRLF stays CRLF); a regular file, at most
+    composefiles.COMPOSE_CAP bytes."""
     try:
-        return path.read_bytes().decode("utf-8")
+        return read_input(path, cap=composefiles.COMPOSE_CAP, what="compose file",
+                          hint="hotfix edits compose files as written by people; split this one").decode("utf-8")
     except FileNotFoundError:
         if required:
             raise UsageError(f"{path}: compose file not found", hint="pass --file PATH or --override FILE") from None

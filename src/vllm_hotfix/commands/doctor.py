@@ -95,6 +95,9 @@ def blocks(stream: BinaryIO, size: int = BLOCK, *, reuse: bool = False) -> Itera
 def _open(name: str) -> tuple[str, BinaryIO, BinaryIO]:
     """(label, the stream of log bytes, the file to close); gzip is recognised by its magic bytes."""
     if name == "-":
+        if sys.stdin is None:  # `<&-`: there is no standard input at all
+            raise UsageError("-: standard input is closed, there is no log to read",
+                             hint="pipe the log in (docker logs vllm 2>&1 | hotfix doctor -) or name the log files")
         raw: BinaryIO = sys.stdin.buffer
         label = "<stdin>"
     else:
@@ -224,27 +227,29 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
     looked at: the release the log names decides only fixed-upstream / not-applicable, else unknown.
     """
     from vllm_hotfix.catalog.index import parse_ref, version_key
-    from vllm_hotfix.flow.applicability import applicability
+    from vllm_hotfix.flow.applicability import applicability, release_target
     from vllm_hotfix.flow.resolve import Resolver
     from vllm_hotfix.flow.status import Survey
 
     fix_id, fix_version = parse_ref(manifest.fixed_by) if manifest.fixed_by else (manifest.id, None)
     subject = catalog.get(fix_id) if manifest.fixed_by else manifest
     option = f"--root {root}" if root is not None else f"--python {python}" if python else None
-    dist = subject.targets[0]
+    logged = [(s, log_versions[s.distribution]) for s in subject.targets if s.distribution in log_versions]
+    dist = logged[0][0] if logged else subject.targets[0]  # the target the log names, for the advice
     apply = (f"hotfix apply {subject.id} {option or ('--root DIR' if dist.git else '--python PY')}"
              + (" --patch-file PATH" if any(p.kind == "external" for p in subject.patches) else ""))
     if subject.kind == "advisory":
         apply = f"follow the workaround (hotfix show {manifest.id})"
     if option is None:
-        version = log_versions.get(dist.distribution)
-        if version is None:
+        if not logged:
             return "unknown", "no --python/--root given and the log does not name its release", apply
-        where = f"the log's {dist.distribution} {version}"
-        if subject.is_fixed_in(version):
-            return "fixed-upstream", f"{where} already contains the fix ({subject.fixed_in.describe()})", None
-        if not dist.contains(version):
-            return "not-applicable", f"{where} is outside {dist.versions}", None
+        spec, version = logged[0]
+        where = f"the log's {spec.distribution} {version}"
+        why_not = applicability(subject, spec, release_target(spec, version))  # the rule apply and status use
+        if why_not is not None and why_not.state == "fixed-upstream":
+            return why_not.state, f"{where} already contains the fix ({subject.fixed_in.describe()})", None
+        if why_not is not None:
+            return why_not.state, f"{where} is outside {spec.versions}", None
         return "unknown", f"{where} is affected; give --python/--root to check the install", apply
     try:
         if subject.kind == "advisory":

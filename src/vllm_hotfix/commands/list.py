@@ -8,32 +8,75 @@ from typing import Any, Sequence
 
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.catalog.model import Manifest
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, say, terminal_width, wrap
 
 
 def run(*, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:
     catalog = Catalog.load(catalogs)
     latest = set(id(m) for m in catalog.latest())
     if as_json:
-        emit_json([summary(m, latest=id(m) in latest) for m in catalog.all()])
+        emit_json([dict(summary(m, latest=id(m) in latest), catalog=_origin(catalog, m).to_json())
+                   for m in catalog.all()])
         return 0
     if not catalog.all():
         say("no hotfixes in the catalog")
         note("add a catalog directory (manifests/ and patches/) with --catalog DIR or HOTFIX_CATALOG")
         return 0
-    rows = [("ID", "VERSION", "TARGET", "FIXED IN", "TITLE")]
+    rows = [("ID", "VERSION", "TARGET", "FIXED IN", "FROM", "TITLE")]
     rows += [(m.id, str(m.version), "; ".join(t.describe() for t in m.targets),
               m.fixed_in.describe() if m.fixed_in else f"{m.fixed_by}+" if m.fixed_by else "-",
-              f"[advisory] {m.title}" if m.kind == "advisory" else m.title) for m in catalog.latest()]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        say("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+              _from(catalog, m), f"[advisory] {m.title}" if m.kind == "advisory" else m.title)
+             for m in catalog.latest()]
+    width = terminal_width()
+    for line in table(rows, width):
+        say(line)
     older = [f"{hotfix_id} {', '.join(str(v) for v in catalog.versions(hotfix_id)[:-1])}"
              for hotfix_id in catalog.ids() if len(catalog.versions(hotfix_id)) > 1]
     if older:
         say()
-        say(f"older versions: {'; '.join(older)} (hotfix show ID@VERSION)")
+        for line in wrap(f"older versions: {'; '.join(older)} (hotfix show ID@VERSION)", width, "  "):
+            say(line)
+    say()
+    for line in wrap("catalogs: " + "; ".join(d.describe() for d in catalog.dirs), width, "  ", first=""):
+        say(line)
     return 0
+
+
+def _origin(catalog: Catalog, manifest: Manifest):
+    return catalog.origin(manifest) or catalog.dirs[0]
+
+
+def _from(catalog: Catalog, manifest: Manifest) -> str:
+    """'built-in', or the user catalog's directory (and that it shadows a built-in id)."""
+    origin = _origin(catalog, manifest)
+    if origin.builtin:
+        return "built-in"
+    return str(origin.path) + (" (shadows built-in)" if catalog.shadows(manifest) else "")
+
+
+TITLE_MIN = 30  # narrower than this left for the title, the target and title go on lines of their own
+
+
+def table(rows: list[tuple[str, ...]], width: int | None) -> list[str]:
+    """The catalog table fitted to ``width`` as pip and git fit theirs (None: one line per hotfix).
+    Wide enough: the title wraps under its own column. Narrower: ID, VERSION and FIXED IN on the
+    row, the target and the title on indented lines below it, wrapped."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    prefix = sum(widths) + 2 * len(widths)
+    if width is None or prefix + TITLE_MIN <= width:
+        lines = []
+        for row in rows:
+            head = "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  "
+            lines += [line.rstrip() for line in wrap(row[-1], width, " " * prefix, first=head)]
+        return lines
+    short = [(row[0], row[1], row[3]) for row in rows]
+    narrow = [max(len(r[i]) for r in short) for i in range(2)]
+    lines = []
+    for row, cells in zip(rows, short):  # the header too: TARGET and TITLE below ID, VERSION, FIXED IN
+        lines.append(("  ".join(c.ljust(w) for c, w in zip(cells, narrow)) + "  " + cells[2]).rstrip())
+        lines += wrap(f"{row[2]}  {row[4]}", width, "      ", first="    ")  # target, then where it is from
+        lines += wrap(row[-1], width, "      ", first="    ")
+    return lines
 
 
 def summary(manifest: Manifest, *, latest: bool) -> dict[str, Any]:

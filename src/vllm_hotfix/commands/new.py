@@ -17,8 +17,9 @@ from vllm_hotfix.core.diff import exclude_paths, parse_patch
 from vllm_hotfix.core.render import file_diff
 from vllm_hotfix.errors import Refused, UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
-from vllm_hotfix.catalog.manifest import manifest_from_dict, parse_toml
+from vllm_hotfix.catalog.manifest import manifest_from_dict
 from vllm_hotfix.catalog.manifest_text import toml_value
+from vllm_hotfix.core.data import load_toml
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.install.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write
@@ -80,7 +81,7 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         entries = [_patch_entry(draft.hotfix_id, p) for p in draft.patches]
         text = _render_manifest(draft.hotfix_id, draft.fields, entries)
         # Validate with the real loader before writing anything: a manifest we cannot load is never written.
-        manifest_from_dict(parse_toml(text.encode(), str(manifest_path)), str(manifest_path))
+        manifest_from_dict(load_toml(text.encode(), str(manifest_path)), str(manifest_path))
         written.append((draft, manifest_path, Path(out_dir) / "patches" / draft.hotfix_id, entries, text))
     if not dry_run:
         for draft, manifest_path, patch_dir, _, text in written:
@@ -115,7 +116,12 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         say("dry run: nothing was written")
         return 0
     first = drafts[0].hotfix_id
-    note(f"check it: hotfix show {first} --catalog {out_dir}; then fill in [[signatures]] and description")
+    if commit is not None:
+        where = " --root CHECKOUT"
+    else:
+        where = f" --python {python}" if python else (" --python PY" if from_release else "")
+    note(f"try it: hotfix show {first} --catalog {out_dir} && hotfix apply {first} --catalog {out_dir}{where} "
+         "--dry-run; then fill in [[signatures]] (the commented example at the top of the manifest) and description")
     return 0
 
 
@@ -329,7 +335,7 @@ def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[
              '#   explain = "why this line means this bug"',
              "schema = 1", f"id = {toml_value(hotfix_id)}", "version = 1",
              f"title = {toml_value(fields['title'])}", f"description = {toml_value(fields['description'])}",
-             "symptoms = []", "supersedes = []"]
+             "supersedes = []"]
     lines += [f"{key} = {toml_value(value)}" for key, value in fields.get("top", {}).items()]
     for table, rows in (("references", fields["references"]), ("targets", fields["targets"]), ("patches", patches)):
         for row in rows:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.output import emit_json, quote_path, say
 from vllm_hotfix.txn.recovery import RecoveryReport
 
 
@@ -36,6 +36,7 @@ def run(*, python: str | None, root: Path | None, catalogs: Sequence[Path], dry_
             "recovered": bool(recovered),
             "restored": [str(r.root / rel) for r in recovered for rel in r.restored],
             "removed": [str(r.root / rel) for r in recovered for rel in r.removed],
+            "temp_files": [str(r.root / rel) for r in recovered for rel in r.temps],
         })
         return 0
     if dry_run:
@@ -52,9 +53,12 @@ def run(*, python: str | None, root: Path | None, catalogs: Sequence[Path], dry_
 
 
 def _say_recovered(report: RecoveryReport) -> None:
-    say(f"recovered an interrupted apply on {report.root}: every file and the record are back to their state "
-        f"before that apply")
+    if report.restored or report.removed or not report.temps:
+        say(f"recovered an interrupted apply on {report.root}: every file and the record are back to their "
+            f"state before that apply")
+    for rel in report.temps:
+        say(f"  removed  {quote_path(rel)} (a temp file an interrupted transaction left)")
     for rel in report.restored:
-        say(f"  restored {rel}")
+        say(f"  restored {quote_path(rel)}")
     for rel in report.removed:
-        say(f"  removed  {rel} (created by the interrupted apply)")
+        say(f"  removed  {quote_path(rel)} (created by the interrupted apply)")

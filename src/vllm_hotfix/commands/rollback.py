@@ -7,7 +7,7 @@ from typing import Sequence
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.errors import Refused
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.output import emit_json, quote_path, say
 
 
 def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool, catalogs: Sequence[Path],
@@ -22,19 +22,23 @@ def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool,
     except Refused as not_recorded:
         return _nothing_to_roll_back(survey, hotfix_id, not_recorded, dry_run, as_json)
     target_root = Path(target.root)
-    outcome = rollback(hotfix_id, target_root, dry_run=dry_run)
+    outcome = rollback(hotfix_id, target_root, dry_run=dry_run, target=target)
     recorded = outcome.recorded
     if as_json:
         emit_json({
             "id": hotfix_id, "version": recorded.version, "target": str(target_root),
-            "dry_run": outcome.dry_run, "method": outcome.method,
+            "dry_run": outcome.dry_run, "method": outcome.method, "rebased": list(outcome.rebased),
             "files": [{"path": e.path, "action": e.action} for e in outcome.plan.edits],
         })
         return 0
     for edit in outcome.plan.edits:
-        say(f"{'restore' if edit.action != 'delete' else 'remove '} {edit.path}")
+        say(f"{'restore' if edit.action != 'delete' else 'remove '} {quote_path(edit.path)}")
     how = {"backups": "from the recorded backups", "reverse": "by reverse-applying the recorded patch",
+           "in-place": "by reversing its hunks under " + ", ".join(outcome.rebased),
            "none": "(every file was already at its baseline)"}[outcome.method]
+    if outcome.rebased:
+        say(f"{', '.join(outcome.rebased)} stay{'s' if len(outcome.rebased) == 1 else ''} applied: "
+            f"{'its record was' if len(outcome.rebased) == 1 else 'their records were'} re-derived without {hotfix_id}")
     if outcome.dry_run:
         say(f"dry run: would roll back {hotfix_id}@{recorded.version} in {target_root} {how}; nothing was written")
     else:

@@ -19,13 +19,25 @@ def run(*, hotfix_id: str, catalogs: Sequence[Path] = (), as_json: bool = False)
         data = manifest.to_dict()
         data["latest"] = manifest is catalog.get(manifest.id)
         data["versions"] = list(versions)
+        data["catalog"] = dict(catalog.origin(manifest).to_json(), shadows_builtin=catalog.shadows(manifest))
         for patch, spec in zip(data["patches"], manifest.patches):
             patch["path"] = str(manifest.patch_path(spec)) if spec.kind == "file" else None
         emit_json(data)
         return 0
-    for line in render(manifest, versions):
+    lines = render(manifest, versions)
+    lines.insert(1, provenance(catalog, manifest))
+    for line in lines:
         say(line)
     return 0
+
+
+def provenance(catalog: Catalog, manifest: Manifest) -> str:
+    """'From: built-in (…/manifests/x.toml)' / 'From: --catalog DIR (…)', and whether it shadows a built-in."""
+    origin = catalog.origin(manifest)
+    where = origin.describe() if origin is not None else "?"
+    shadow = "; it shadows the built-in hotfix of the same id (allowed by --allow-shadow / HOTFIX_ALLOW_SHADOW)" \
+        if catalog.shadows(manifest) else ""
+    return f"From: {where} ({manifest.source}){shadow}"
 
 
 def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:

@@ -10,16 +10,18 @@ from vllm_hotfix.output import emit_json, say
 MARKS = {"applied": "ok", "fixed-upstream": "ok", "not-applied": "--", "not-applicable": "--"}
 
 
-def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
-           with_catalog: bool) -> list:
-    """Statuses of the named hotfixes, or of every recorded one (+ matching catalog ones)."""
-    from vllm_hotfix.catalog.index import Catalog, parse_ref
-    from vllm_hotfix.flow.status import Survey
+def derived_versions(targets: list) -> dict[str, str]:
+    """root -> 'vllm 0.30.0 at ROOT: version derived from git tag v0.30.0' for targets whose version is
+    derived from a checkout (install/version.py), not read from installed metadata."""
+    return {str(t.root): f"{t.distribution or t.package} {t.version} at {t.root}: version derived from {t.version_from}"
+            for t in targets if t.version_from and t.version}
 
-    surveyor = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs))
-    if hotfix_ids:
-        return surveyor.named(parse_ref(i) for i in hotfix_ids)
-    return surveyor.everything(with_catalog=with_catalog)
+
+def version_fields(status, targets: list) -> dict:
+    """The target's version as the survey resolved it, and what it was derived from (None: installed metadata)."""
+    target = next((t for t in targets if str(t.root) == status.target), None)
+    return {"installed_version": status.installed_version,
+            "version_from": target.version_from if target is not None else None}
 
 
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
@@ -30,25 +32,32 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
 
     from vllm_hotfix.flow.status import fingerprint
 
-    statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True)
+    from vllm_hotfix.flow.status import survey
+
+    targets: list = []
+    statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True,
+                      targets=targets)
     named = bool(hotfix_ids)
     counted = [s for s in statuses if named or s.recorded]  # these decide the exit code, and the fingerprint
     code = int(NotInEffect.exit_code) if any(s.state not in IN_EFFECT for s in counted) else 0
     digest = fingerprint(counted)
     if as_json:
-        emit_json([dict(s.to_json(), fingerprint=digest) for s in statuses])
+        emit_json([dict(s.to_json(), fingerprint=digest, **version_fields(s, targets)) for s in statuses])
         return code
     if not statuses:
         say("no hotfix recorded, and no catalog hotfix targets a package of this interpreter")
         return 0
     width = max(len(s.id) for s in statuses)
-    for s in statuses:
+    for s in statuses:  # recorded ones in series order (their place in it first, like `quilt applied`)
         version = f"@{s.version}" if s.version is not None else ""
-        say(f"{MARKS.get(s.state, '!!')} {s.id:<{width}} {s.state:<14} {version} {s.target}".rstrip())
+        place = f"{s.position}." if s.position is not None else ""
+        say(f"{MARKS.get(s.state, '!!')} {place:>3} {s.id:<{width}} {s.state:<14} {version} {s.target}".rstrip())
         if s.detail:
             say(f"     {s.detail}")
         if s.advice and s.state not in IN_EFFECT:
             say(f"     to do: {s.advice}")
+    for line in derived_versions(targets).values():
+        say(line)
     if counted:
         say(f"fingerprint: {digest}")
     return code

@@ -17,8 +17,8 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, loc
 
 def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> int:
     """Every named (else every recorded) hotfix must be applied or fixed upstream."""
-    from vllm_hotfix.commands.status import survey
     from vllm_hotfix.core.verdict import IN_EFFECT
+    from vllm_hotfix.flow.status import survey
     from vllm_hotfix.output import emit_json, say
 
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=False)
@@ -39,11 +39,19 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
             if s.state in IN_EFFECT:
                 say(f"in effect: {s.id}@{s.version} ({s.state}, {s.target})")
             else:
-                say(f"NOT IN EFFECT: {s.id} is {s.state}: {s.detail}".rstrip(": "))
+                say(f"NOT IN EFFECT: {s.id} is {s.state}: {_without_state(s.state, s.detail)}".rstrip(": "))
                 if s.advice:
                     say(f"  to do: {s.advice}")
         say(f"fingerprint: {digest}")
     return int(NotInEffect.exit_code) if problems else 0
+
+
+def _without_state(state: str, detail: str) -> str:
+    """The detail without a leading repeat of the state word ("not-applicable: not applicable: ...")."""
+    for word in (state, state.replace("-", " ")):
+        if detail.lower().startswith(word + ":"):
+            return detail[len(word) + 1:].lstrip()
+    return detail
 
 
 # -- --lock: the container entrypoint guard --------------------------------------------------------
@@ -52,12 +60,16 @@ DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` defau
 
 
 def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, as_json: bool) -> int:
+    if "\0" in str(lock_file):
+        from vllm_hotfix.errors import InvalidInput
+
+        raise InvalidInput(f"--lock / HOTFIX_LOCK {str(lock_file)!r}: holds a NUL byte; no file has such a name")
     from vllm_hotfix.flow.resolve import Resolver
 
     resolver = Resolver(python)
     resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
 
-    from vllm_hotfix.containers import lockfile
+    from vllm_hotfix.txn import lockfile
     from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
     from vllm_hotfix.output import emit_json, say
 
@@ -67,7 +79,8 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
         from vllm_hotfix.paths import TargetDir
 
         target = resolver.package(package)  # the one resolution every command uses
-        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending())
+        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+                                  target.distribution)
 
     def mount_line(locked: lockfile.LockedFile, check: lockfile.FileCheck) -> str:
         beside_lock = lock_file.absolute().parent / locked.export
@@ -105,7 +118,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
             elif check.state == FIXED_UPSTREAM:
                 say(f"fixed-upstream: {h.id}: {advice}")
             else:
-                say(f"NOT IN EFFECT: {h.id}@{h.version} is {check.state}: {check.detail}")
+                say(f"NOT IN EFFECT: {h.id}@{h.version} is {check.state}: {_without_state(check.state, check.detail)}")
                 for line in (advice or "").splitlines():
                     say(f"  {line}")
         if not checks:
@@ -125,7 +138,9 @@ def _guard_environment(resolver, as_json: bool) -> bool:
     from vllm_hotfix.output import note, say
 
     problems = environment_problems(entry_points=resolver.runs_here())  # entry points: this interpreter's only
-    wanted = any(os.environ.get(name, "").strip() for name in ("HOTFIX_LOCK", "HOTFIX_REQUIRE"))
+    from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV
+
+    wanted = any(os.environ.get(name, "").strip() for name in (LOCK_ENV, REQUIRE_ENV))
     for problem in problems:
         line = f"NOT IN EFFECT: guard: {problem}" if wanted else f"the in-process guard would not load: {problem}"
         (note if as_json or not wanted else say)(line)

@@ -11,7 +11,8 @@ def describe(target: Target) -> list[tuple[str, str]]:
     """Label/value rows shared by human output of where and audit."""
     rows = [
         ("package", target.package),
-        ("distribution", f"{target.distribution or '(none)'} {target.version or ''}".rstrip()),
+        ("distribution", f"{target.distribution or '(none)'} {target.version or ''}".rstrip()
+         + (f" (derived from {target.version_from})" if target.version_from else "")),
         ("kind", target.kind),
         ("path", str(target.package_dir)),
         ("root", str(target.root)),

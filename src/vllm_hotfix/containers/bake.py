@@ -13,6 +13,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+
+from vllm_hotfix.settings import LOCK_ENV, LOCK_NAME, STATE_DIR_ENV, STRICT_ENV
+
 CONTEXT_DIR = "vllm-hotfix"  # inside the build context
 IN_IMAGE = "/opt/vllm-hotfix"
 BUILD_DIR = f"{IN_IMAGE}/build"
@@ -41,11 +44,11 @@ def containerfile(bake: Bake) -> str:
 # The build fails unless `hotfix verify` passes against the image's own interpreter.
 # Build: docker build -f Containerfile -t IMAGE .   (or: podman build -t IMAGE .)
 FROM {bake.base}
-ENV HOTFIX_STATE_DIR={STATE_DIR}
+ENV {STATE_DIR_ENV}={STATE_DIR}
 COPY {CONTEXT_DIR} {BUILD_DIR}
 RUN ["/bin/sh", "{BUILD_DIR}/bake.sh"]
-ENV HOTFIX_LOCK={EXPORT_DIR}/hotfix.lock \\
-    HOTFIX_STRICT={'1' if bake.strict else '0'}
+ENV {LOCK_ENV}={EXPORT_DIR}/{LOCK_NAME} \\
+    {STRICT_ENV}={'1' if bake.strict else '0'}
 """
 
 
@@ -74,6 +77,6 @@ $PIP install --no-cache-dir {install}
 # Fail the build unless every hotfix is in effect for the image's own interpreter.
 hotfix verify {ids} --python "$PY"{catalogs}
 hotfix export {ids} --to "$EXPORT" --python "$PY"{catalogs}
-hotfix verify --lock "$EXPORT/hotfix.lock" --python "$PY"
+hotfix verify --lock "$EXPORT/{LOCK_NAME}" --python "$PY"
 echo "vllm-hotfix bake: done"
 """

@@ -17,22 +17,27 @@ from typing import Any, Optional
 
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.containers import yamledit as ye
-from vllm_hotfix.containers.lockfile import Lock, LockedHotfix
+from vllm_hotfix.txn.lockfile import Lock, LockedHotfix
 
-LOCK_IN_CONTAINER = "/etc/vllm-hotfix/hotfix.lock"
-LOCK_ENV = "HOTFIX_LOCK"
+from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_ENV, LOCK_NAME  # noqa: F401 - named once
 
 
 @dataclass(frozen=True)
 class Mount:
     """One read-only bind mount of an exported file over the install."""
 
-    source: str  # host path as written in the compose file
+    source: str  # host path
     target: str  # absolute path inside the container
 
     @property
     def spec(self) -> str:
-        return f"{self.source}:{self.target}:ro"
+        """The short-syntax entry as written in the file (``$`` doubled: compose interpolates it)."""
+        return f"{escaped(self.source)}:{escaped(self.target)}:ro"
+
+
+def escaped(value: str) -> str:
+    """``value`` as compose reads it back after interpolation: ``$`` written as ``$$``."""
+    return value.replace("$", "$$")
 
 
 @dataclass(frozen=True)
@@ -73,35 +78,18 @@ def mounts_for(lock: Lock, hotfixes: tuple[LockedHotfix, ...], export_source: st
     site = (container_site_packages or lock.site_packages).rstrip("/")
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
-    files = tuple(
-        Mount(f"{export_source}/{f.export}", f"{site}/{f.path}") for h in hotfixes for f in h.files
+    files = tuple(  # one mount per path: the top of its series (one file cannot be mounted twice)
+        Mount(f"{export_source}/{f.export}", f"{site}/{f.path}") for f in lock.mounted_files(hotfixes)
     )
-    return Mounts(files, Mount(f"{export_source}/hotfix.lock", LOCK_IN_CONTAINER), export_source)
+    for mount in files:
+        for path in (mount.source, mount.target):
+            if ":" in path:  # SOURCE:TARGET:MODE cannot say where such a path ends
+                raise Refused(f"{path}: a path with ':' cannot be written in compose's short volume syntax",
+                              hint="export to a directory whose path has no ':' (hotfix export --to DIR)")
+    return Mounts(files, Mount(f"{export_source}/{LOCK_NAME}", LOCK_IN_CONTAINER), export_source)
 
 
 # -- where to write ----------------------------------------------------------------------------
-
-
-def _detect_indent(text: str) -> tuple[int, int, int]:
-    """(mapping indent, sequence indent, dash offset) as used by the file, compose-style defaults."""
-    mapping, sequence, offset = 2, 4, 2
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    for prev, line in zip(lines, lines[1:]):
-        prev_indent = len(prev) - len(prev.lstrip(" "))
-        indent = len(line) - len(line.lstrip(" "))
-        if not prev.rstrip().endswith(":") or indent <= prev_indent and not line.lstrip().startswith("- "):
-            continue
-        if line.lstrip().startswith("- "):
-            offset = indent - prev_indent
-            sequence = offset + 2
-            break
-    for prev, line in zip(lines, lines[1:]):
-        prev_indent = len(prev) - len(prev.lstrip(" "))
-        indent = len(line) - len(line.lstrip(" "))
-        if prev.rstrip().endswith(":") and indent > prev_indent and not line.lstrip().startswith("- "):
-            mapping = indent - prev_indent
-            break
-    return mapping, max(sequence, offset + 2), offset
 
 
 @dataclass
@@ -144,6 +132,7 @@ def _find(text: str, service: str, source: str, *, create: bool) -> _Service:
                       "editing it would change them too", hint=_override_hint(service))
     if ye.is_null(node):
         return _Service(doc, None, service, source, ye.line_end(text, key.end_mark.index), key.start_mark.column + 2)
+    _check_tag(_Service(doc, node, service, source), node, f"services.{service}")
     if not ye.is_mapping(node):
         raise InvalidInput(f"{source}: key 'services.{service}' is not a mapping")
     if node.flow_style:
@@ -221,7 +210,28 @@ def _effective(svc: _Service, key: str) -> Any:
     if svc.node is None:
         return None
     found = ye.get(svc.node, key) or ye.merged(svc.node, key)
-    return None if found is None else found[1]
+    if found is None:
+        return None
+    _check_tag(svc, found[1], f"services.{svc.name}.{key}")
+    return found[1]
+
+
+# compose v2's merge tags (compose-spec "merge"): `!override` replaces what earlier files set with this
+# value, so our entries belong inside it like in any list; `!reset` drops the value altogether (only
+# what earlier files set is reset), so entries written there would never be mounted.
+OVERRIDE_TAG, RESET_TAG = "!override", "!reset"
+
+
+def _check_tag(svc: _Service, node: Any, where: str) -> None:
+    tag = getattr(node, "tag", "") or ""
+    if tag == RESET_TAG:
+        raise Refused(f"{svc.source}: {where} is tagged !reset (line {svc.doc.line_of(node)}): compose drops its "
+                      f"value, so mounts written into it would never be mounted",
+                      hint=f"put the mounts in an override file loaded after this one (--override FILE: its "
+                           f"entries add to the reset value), or drop the tag")
+    if tag.startswith("!") and tag != OVERRIDE_TAG:
+        raise Refused(f"{svc.source}: {where} carries the YAML tag {tag} (line {svc.doc.line_of(node)}), which "
+                      f"compose does not define: not edited", hint=_override_hint(svc.name))
 
 
 def _spans(node: Any) -> list[tuple[Any, int, int]]:
@@ -234,7 +244,7 @@ def _spans(node: Any) -> list[tuple[Any, int, int]]:
 def _append(svc: _Service, node: Any, key_node: Any, entries: list[str]) -> ye.Change:
     """Lines (block) or items (flow) appended to an existing collection, or under a ``key:`` left empty."""
     text, nl = svc.doc.text, svc.doc.newline
-    mapping, _, offset = _detect_indent(text)
+    mapping, _, offset = ye.detect_indent(text)
     if ye.is_null(node):
         col = key_node.start_mark.column
         lines = "".join(f"{' ' * (col + offset)}- {e}{nl}" for e in entries)
@@ -243,8 +253,11 @@ def _append(svc: _Service, node: Any, key_node: Any, entries: list[str]) -> ye.C
         items = [e if not any(c in e for c in ",[]{}") or e.startswith('"') else _quoted(e) for e in entries]
         at = node.end_mark.index - 1
         return ye.Change(at, at, (", " if node.value else "") + ", ".join(items))
-    if ye.is_sequence(node):
-        prefix = " " * node.start_mark.column + "- "
+    if ye.is_sequence(node):  # the first item's dash (the node itself starts at a tag such as !override)
+        first = node.value[0].start_mark.index
+        before = text[ye.line_start(text, first):first]
+        dash = before.find("-") if before.strip() == "-" else node.start_mark.column
+        prefix = " " * dash + "- "
     else:
         prefix = " " * node.value[0][0].start_mark.column
     return _at_line(text, _after(text, node), "".join(f"{prefix}{e}{nl}" for e in entries), nl)
@@ -267,7 +280,7 @@ def _quoted(value: str) -> str:
 def _new_keys(svc: _Service, volumes: list[str], env: Optional[str]) -> ye.Change:
     """A block of new keys for the service (and the service itself when it is missing)."""
     text, nl = svc.doc.text, svc.doc.newline
-    mapping, _, offset = _detect_indent(text)
+    mapping, _, offset = ye.detect_indent(text)
     indent, header = svc.indent, ""
     if indent < 0:  # empty file
         header, indent = f"services:{nl}{' ' * mapping}{ye.plain(svc.name, key=True)}:{nl}", 2 * mapping
@@ -298,7 +311,7 @@ def add_mounts(text: str, service: str, mounts: Mounts, *, source: str = "docker
     present = {str(v) for v in volumes}
     targets = {_volume_target(v): v for v in volumes}
     for mount in wanted:
-        other = targets.get(mount.target)
+        other = targets.get(escaped(mount.target))
         if mount.spec not in present and other is not None:
             raise Refused(
                 f"{source}: services.{service}.volumes already mounts {mount.target} from another source: {other}",
@@ -362,16 +375,17 @@ def remove_mounts(text: str, service: str, mounts: Mounts, *, source: str = "doc
         raise InvalidInput(f"{source}: key 'services.{service}.volumes' is not a list")
     items = volumes_node.value if ye.is_sequence(volumes_node) else []
     # matched by host source and read-only mode, so a different --container-site-packages still finds them
-    ours = {m.source for m in mounts.hotfix}
-    prefix = mounts.export_source + "/"
+    ours = {escaped(m.source) for m in mounts.hotfix}
+    prefix = escaped(mounts.export_source) + "/"
+    lock_source = escaped(mounts.lock.source)
     sources = {id(n): (n.value, _read_only_source(n.value)) for n in items if n.id == "scalar"}
     remaining_hotfix = [v for v, src in sources.values()
-                        if src and src not in ours and src.startswith(prefix) and src != mounts.lock.source]
+                        if src and src not in ours and src.startswith(prefix) and src != lock_source]
     drop = set(ours)
     env_node = _effective(svc, "environment")
     drop_env = False
     if not remaining_hotfix:
-        drop.add(mounts.lock.source)
+        drop.add(lock_source)
         drop_env = _env_has(ye.scalar_value(env_node), LOCK_ENV) == mounts.env_value
     removed = {i: v for i, (v, src) in sources.items() if src in drop}
     if not removed and not drop_env:

@@ -13,6 +13,7 @@ from vllm_hotfix.errors import InvalidInput, UsageError
 
 # -- which file, and where inside the container ----------------------------------------------------
 
+COMPOSE_CAP = 256 * 1024  # a real one is a few KB; ruamel composes ~140 KB/s here (1.7 MB took 94 s)
 COMPOSE_NAMES = ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
 OVERRIDE_NAMES = ("compose.override.yaml", "compose.override.yml", "docker-compose.override.yaml",
                   "docker-compose.override.yml")

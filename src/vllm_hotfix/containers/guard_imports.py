@@ -17,15 +17,16 @@ import logging
 import os
 import sys
 
+from vllm_hotfix.containers.guard_model import HotfixNotInEffect, Verdict
+from vllm_hotfix.containers.guard_process import emit, module_line, serving_process, strict
+
 _verified: dict[str, str] = {}  # module -> path it was loaded from, checked (inherited by forked children)
 _finder: "_WatchFinder | None" = None
 
 
 def watch(watched) -> tuple:
-    """Watch these guard.Watched modules from now on; return guard.Verdicts for those this process
+    """Watch these guard_model.Watched modules from now on; return guard_model.Verdicts for those this process
     already imported without the check (their code cannot be proven any more)."""
-    from vllm_hotfix.containers.guard import Verdict
-
     global _finder
     modules = {w.module: w for w in watched}
     if _finder is None:
@@ -83,10 +84,8 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
         w = self.watched
         same_place = os.path.normpath(self.path) == os.path.normpath(w.path) or _same_file(self.path, w.path)
         if sha == w.sha256 and same_place:
-            from vllm_hotfix.containers.guard import _emit, module_line
-
             _verified[fullname] = self.path
-            _emit(logging.INFO, module_line(fullname, self.path, f"the patched source of {w.hotfix_id} "
+            emit(logging.INFO, module_line(fullname, self.path, f"the patched source of {w.hotfix_id} "
                                                                  f"(sha256 {sha[:12]}), compiled from source"))
         else:
             problems = []
@@ -109,9 +108,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _mismatch(w, path: str | None, text: str) -> None:
-    from vllm_hotfix.containers.guard import HotfixNotInEffect, _emit, module_line, serving_process, strict
-
-    _emit(logging.ERROR, module_line(w.module, path, f"{w.hotfix_id} NOT IN EFFECT: {text}"))
+    emit(logging.ERROR, module_line(w.module, path, f"{w.hotfix_id} NOT IN EFFECT: {text}"))
     if strict() and serving_process():
         raise HotfixNotInEffect(f"vllm-hotfix: {w.hotfix_id} not in effect in this process (pid {os.getpid()}): "
                                 f"module {w.module} from {path}: {text}; refusing to serve (HOTFIX_STRICT=1; unset it to only log)")

@@ -5,30 +5,68 @@ and where does a line go so that someone sees it. Stdlib only.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
+
+from vllm_hotfix.settings import STRICT_ENV
 
 logger = logging.getLogger("vllm.vllm_hotfix")  # under "vllm": vLLM's own handler and format
 
 # `vllm SUBCOMMAND`s that serve nothing: strict mode warns there instead of stopping them
 NON_SERVING_SUBCOMMANDS = frozenset({"collect-env", "chat", "complete"})
 NON_SERVING_FLAGS = frozenset({"-h", "--help", "-v", "--version"})
+STRICT_VALUES = ("1", "true", "yes", "on")
+
+_fork_role: str | None = None  # set in a forked child: the multiprocessing.Process it is about to become
 
 
-def _forked_process_name() -> str | None:
-    """The name of the multiprocessing.Process being forked (the hook runs before it takes its name)."""
-    frame = sys._getframe(1)
-    for _ in range(12):
-        if frame is None:
-            return None
-        process = frame.f_locals.get("process_obj") if frame.f_code.co_name == "_launch" else None
-        if process is not None:
-            return getattr(process, "name", None)
-        frame = frame.f_back
-    return None
+def strict() -> bool:
+    return os.environ.get(STRICT_ENV, "").strip().lower() in STRICT_VALUES
 
 
-def _flush() -> None:
+def set_fork_role(name: str | None) -> None:
+    """In a forked child: the name of the process it is about to become (process_role says it)."""
+    global _fork_role
+    _fork_role = name
+
+
+def process_role() -> str:
+    """Best guess of what this vLLM process is: EngineCore_DP0, VllmWorker-1, ApiServer_0, main."""
+    if _fork_role:  # first: in the fork hook, multiprocessing's name is still the parent's
+        return _fork_role
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None:
+        name = multiprocessing.current_process().name
+        if name != "MainProcess":
+            return name
+    if os.environ.get("RANK"):
+        return f"rank {os.environ['RANK']}"
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]]) if sys.argv and sys.argv[0] else "python"
+    return f"main ({command})"
+
+
+def module_line(module: str, path: str | None, text: str) -> str:
+    """One line per watched module import (guard_imports.py)."""
+    where = f" from {path}" if path else ""
+    return f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: module {module}{where}: {text}"
+
+
+def forked_process_name() -> str | None:
+    """The name of the multiprocessing.Process being forked (the hook runs before it takes its name).
+    Only the frame that called os.fork counts: it is multiprocessing's ``Popen._launch`` for a Process,
+    while a bare os.fork inside a forked Process still has that Process's ``_launch`` further down."""
+    try:
+        frame = sys._getframe(2)  # 0 here, 1 the fork hook, 2 whoever called os.fork
+    except ValueError:
+        return None
+    if frame.f_code.co_name != "_launch":
+        return None
+    process = frame.f_locals.get("process_obj")
+    return getattr(process, "name", None) if process is not None else None
+
+
+def flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -52,14 +90,14 @@ def serving_process() -> bool:
     return subcommand is not None and subcommand not in NON_SERVING_SUBCOMMANDS
 
 
-def _command() -> str:
+def command_line() -> str:
     return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
 
 
 _FALLBACK_FORMAT = "%(levelname)s %(asctime)s [vllm-hotfix guard] %(message)s"
 
 
-def _emit(level: int, message: str) -> None:
+def emit(level: int, message: str) -> None:
     """Log through vLLM's logger, so the line looks like every other vLLM line (vLLM's handler writes
     to stdout). Where that would say nothing (``VLLM_CONFIGURE_LOGGING=0``: no handler at all) or would
     mix into a command's output (``vllm --version``), write the line to stderr ourselves."""

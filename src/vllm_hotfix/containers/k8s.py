@@ -25,13 +25,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from vllm_hotfix.containers.compose import LOCK_ENV, LOCK_IN_CONTAINER
-from vllm_hotfix.containers.lockfile import Lock
+from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_ENV, LOCK_NAME, STRICT_ENV
+from vllm_hotfix.txn.lockfile import Lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)
 MAX_CONFIGMAPS = 8  # beyond this, mounting from ConfigMaps is the wrong tool: bake an image
-LOCK_KEY = "hotfix.lock"
+LOCK_KEY = LOCK_NAME
 LWS = "LeaderWorkerSet"
 LWS_TEMPLATES = ("leaderTemplate", "workerTemplate")
 BUILTIN_KINDS = {
@@ -41,6 +41,7 @@ BUILTIN_KINDS = {
     "job": ("Job", "batch/v1"),
     "leaderworkerset": (LWS, "leaderworkerset.x-k8s.io/v1"),
 }
+WORKLOAD_HINT = "pass --workload KIND/NAME of the workload that runs vLLM, as the base names it"
 BAKE_HINT = "use the image route instead: `hotfix bake ID... --base IMAGE` builds the patched files into a derived image"
 
 
@@ -82,6 +83,8 @@ class Overlay:
     files: dict[str, bytes] = field(default_factory=dict)  # path in the overlay directory -> bytes
     configmaps: tuple[ConfigMapPlan, ...] = ()
     patched: tuple[str, ...] = ()  # "leaderTemplate/vllm" ... for messages
+    mounts: dict[str, bytes] = field(default_factory=dict)  # mountPath -> the bytes a container must see there
+    env: dict[str, str] = field(default_factory=dict)  # the guard's variables every patched container gets
 
 
 def parse_workload(spec: Optional[str], kind: Optional[str], name: Optional[str]) -> Workload:
@@ -137,7 +140,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
     items, files = [], {}
-    for index, locked in enumerate(f for h in lock.hotfixes for f in h.files):
+    for index, locked in enumerate(lock.mounted_files()):  # one per path: the top of its series
         data = exported.get(locked.export)
         if data is None:
             raise InvalidInput(f"the export has no file {locked.export} (listed in hotfix.lock)",
@@ -152,9 +155,13 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key, "readOnly": True}
               for cm in configmaps for item in cm.items]
     volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
-    env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": "HOTFIX_STRICT", "value": "1" if strict else "0"}]
+    env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": STRICT_ENV, "value": "1" if strict else "0"}]
 
+    manifests = list(manifests)
     found = find(manifests, workload)
+    if found is None:
+        raise Refused(f"{workload.kind.lower()}/{workload.name} is not in the manifests given; nothing was written"
+                      f" ({contents(manifests)})", hint=WORKLOAD_HINT)
     kustomization: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -165,9 +172,6 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     }
     target = {"kind": workload.kind, "name": workload.name}
     if workload.kind == LWS:
-        if found is None:
-            raise UsageError(f"{workload.kind}/{workload.name} not found in the manifests given",
-                             hint="a LeaderWorkerSet is patched by index: pass --base with the file that defines it")
         ops, patched = lws_operations(found, containers, mounts, volumes, env)
         files["lws-patch.yaml"] = dump([ops])
         files["kustomizeconfig.yaml"] = dump([lws_name_references()])
@@ -182,7 +186,8 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         files["hotfix-patch.yaml"] = dump([patch])
         kustomization["patches"] = [{"path": "hotfix-patch.yaml", "target": target}]
     files["kustomization.yaml"] = dump([kustomization])
-    return Overlay(files, configmaps, tuple(patched))
+    expected = {item.mount_path or LOCK_IN_CONTAINER: files[item.source] for cm in configmaps for item in cm.items}
+    return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env})
 
 
 def find(manifests: Iterable[dict], workload: Workload) -> Optional[dict]:
@@ -197,15 +202,22 @@ def _container_names(pod_spec: dict) -> list[str]:
     return [c.get("name") for c in (pod_spec or {}).get("containers") or ()]
 
 
-def check_containers(found: Optional[dict], workload: Workload, containers: tuple[str, ...]) -> list[str]:
-    """The named containers, checked against the workload's pod template when the manifest was read."""
-    if found is None:
-        return list(containers)
+def contents(manifests: Iterable[dict], limit: int = 12) -> str:
+    """'it contains Deployment/vllm, Service/vllm-engine' -- what a base holds, for a refusal."""
+    names = [f"{d.get('kind')}/{(d.get('metadata') or {}).get('name')}" for d in manifests if isinstance(d, dict)]
+    if not names:
+        return "it contains no Kubernetes object"
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return "it contains " + ", ".join(names[:limit]) + more
+
+
+def check_containers(found: dict, workload: Workload, containers: tuple[str, ...]) -> list[str]:
+    """The named containers, checked against the workload's pod template (Refused: one is not there)."""
     names = _container_names(((found.get("spec") or {}).get("template") or {}).get("spec") or {})
     missing = [c for c in containers if c not in names]
     if missing:
-        raise UsageError(f"{workload.kind}/{workload.name} has no container {', '.join(missing)}",
-                         hint=f"its containers: {', '.join(map(str, names)) or '(none)'}")
+        raise Refused(f"{workload.kind}/{workload.name} has no container {', '.join(missing)}; nothing was written",
+                      hint=f"its containers: {', '.join(map(str, names)) or '(none)'}")
     return list(containers)
 
 
@@ -222,8 +234,9 @@ def lws_operations(found: dict, containers: tuple[str, ...], mounts: list, volum
         names = _container_names(pod)
         chosen = [i for i, n in enumerate(names) if n in containers]
         if not chosen:
-            raise UsageError(f"the LeaderWorkerSet's {template} has none of the containers {', '.join(containers)}",
-                             hint=f"its containers: {', '.join(map(str, names)) or '(none)'}; every node must carry the hotfix")
+            raise Refused(f"the LeaderWorkerSet's {template} has none of the containers {', '.join(containers)}; "
+                          "nothing was written",
+                          hint=f"its containers: {', '.join(map(str, names)) or '(none)'}; every node must carry the hotfix")
         for i in chosen:
             container = pod["containers"][i]
             ops += _append(f"{base}/containers/{i}/volumeMounts", container.get("volumeMounts"), mounts)
@@ -231,10 +244,11 @@ def lws_operations(found: dict, containers: tuple[str, ...], mounts: list, volum
             patched.append(f"{template}/{names[i]}")
         ops += _append(f"{base}/volumes", pod.get("volumes"), volumes)
     if not patched:
-        raise UsageError("the LeaderWorkerSet has no leaderWorkerTemplate.workerTemplate")
+        raise Refused("the LeaderWorkerSet has no leaderWorkerTemplate.workerTemplate; nothing was written")
     unused = [c for c in containers if not any(p.endswith(f"/{c}") for p in patched)]
     if unused:
-        raise UsageError(f"the LeaderWorkerSet has no container {', '.join(unused)}")
+        raise Refused(f"the LeaderWorkerSet has no container {', '.join(unused)}; nothing was written",
+                      hint="name the containers of its leaderTemplate and workerTemplate")
     return ops, patched
 
 
@@ -256,6 +270,52 @@ def lws_name_references() -> dict:
     """kustomize configuration: where a LeaderWorkerSet names ConfigMaps (so the hash suffix follows)."""
     return {"nameReference": [{"kind": "ConfigMap", "version": "v1", "fieldSpecs": [
         {"kind": LWS, "path": f"spec/leaderWorkerTemplate/{t}/spec/volumes/configMap/name"} for t in LWS_TEMPLATES]}]}
+
+
+def check_render(objects: list, workload: Workload, overlay: Overlay) -> list[str]:
+    """What the rendered overlay (``kubectl kustomize`` output, parsed) lacks: every patched container of
+    the workload must mount every file read-only from a rendered ConfigMap holding exactly the exported
+    bytes, and carry the guard's variables. An empty list: the render is what `hotfix k8s` meant."""
+    import base64
+
+    found = find(objects, workload)
+    if found is None:
+        return [f"the render has no {workload.kind}/{workload.name}"]
+    configmaps = {(o.get("metadata") or {}).get("name"): o for o in objects
+                  if isinstance(o, dict) and o.get("kind") == "ConfigMap"}
+    templates = dict(pod_templates(found))
+    problems = []
+    for patched in overlay.patched:
+        where, _, name = patched.rpartition("/")
+        pod = ((templates.get(where or "template") or {}).get("spec")) or {}
+        container = next((c for c in pod.get("containers") or () if c.get("name") == name), None)
+        label = f"{workload.kind}/{workload.name} {patched if where else 'container ' + name}"
+        if container is None:
+            problems.append(f"{label}: not in the render")
+            continue
+        volumes = {v.get("name"): (v.get("configMap") or {}).get("name") for v in pod.get("volumes") or ()}
+        mounts = {m.get("mountPath"): m for m in container.get("volumeMounts") or ()}
+        for path, data in overlay.mounts.items():
+            mount = mounts.get(path)
+            if mount is None:
+                problems.append(f"{label}: no mount at {path}")
+                continue
+            cm = configmaps.get(volumes.get(mount.get("name")))
+            if cm is None or mount.get("readOnly") is not True or not mount.get("subPath"):
+                problems.append(f"{label}: {path} is not a read-only subPath mount of a rendered ConfigMap")
+                continue
+            key = mount["subPath"]
+            text = (cm.get("data") or {}).get(key)
+            binary = (cm.get("binaryData") or {}).get(key)
+            held = text.encode("utf-8") if isinstance(text, str) else base64.b64decode(binary) if binary else None
+            if held != data:
+                problems.append(f"{label}: {path} would not hold the exported bytes (ConfigMap "
+                                f"{cm['metadata']['name']} key {key})")
+        env = {e.get("name"): e.get("value") for e in container.get("env") or ()}
+        for variable, value in overlay.env.items():
+            if env.get(variable) != value:
+                problems.append(f"{label}: {variable} is {env.get(variable)!r}, not {value!r}")
+    return problems
 
 
 def pod_templates(obj: dict) -> list[tuple[str, dict]]:

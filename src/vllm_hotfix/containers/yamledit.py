@@ -112,6 +112,28 @@ def scalar_value(node: Any) -> Any:
     return {scalar_value(k): scalar_value(v) for k, v in node.value if k.tag != MERGE_TAG}
 
 
+def detect_indent(text: str) -> tuple[int, int, int]:
+    """(mapping indent, sequence indent, dash offset) as used by the file, compose-style defaults."""
+    mapping, sequence, offset = 2, 4, 2
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    for prev, line in zip(lines, lines[1:]):
+        prev_indent = len(prev) - len(prev.lstrip(" "))
+        indent = len(line) - len(line.lstrip(" "))
+        if not prev.rstrip().endswith(":") or indent <= prev_indent and not line.lstrip().startswith("- "):
+            continue
+        if line.lstrip().startswith("- "):
+            offset = indent - prev_indent
+            sequence = offset + 2
+            break
+    for prev, line in zip(lines, lines[1:]):
+        prev_indent = len(prev) - len(prev.lstrip(" "))
+        indent = len(line) - len(line.lstrip(" "))
+        if prev.rstrip().endswith(":") and indent > prev_indent and not line.lstrip().startswith("- "):
+            mapping = indent - prev_indent
+            break
+    return mapping, max(sequence, offset + 2), offset
+
+
 # --- positions ---------------------------------------------------------------------------------------
 
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from vllm_hotfix.core.diff import FilePatch, Hunk, Patch, reverse_patch
-from vllm_hotfix.core.safety import normalised_relative_path
+from vllm_hotfix.core.safety import check_patch_path
 from vllm_hotfix.errors import DoesNotApply, Refused
+from vllm_hotfix.output import quote_path
 
 _HINT = "the target differs from what the patch expects; nothing was written"
 
@@ -85,7 +86,7 @@ def _show(line: bytes) -> str:
 
 
 def _does_not_apply(path: str, hunk: Hunk, why: str) -> DoesNotApply:
-    return DoesNotApply(f"{path}: hunk {hunk.range_header} does not apply: {why}", hint=_HINT)
+    return DoesNotApply(f"{quote_path(path)}: hunk {hunk.range_header} does not apply: {why}", hint=_HINT)
 
 
 def _found_at(lines: tuple[bytes, ...], index: int) -> str:
@@ -97,8 +98,9 @@ def _found_at(lines: tuple[bytes, ...], index: int) -> str:
 
 
 def _explain(path: str, lines: tuple[bytes, ...], hunk: Hunk, expected: int, previous_end: int,
-             at_start: bool, at_end: bool) -> DoesNotApply:
-    """The first difference at the hunk's own line, worded like ``git apply --check -v``."""
+             at_start: bool, at_end: bool, searched: str = "") -> DoesNotApply:
+    """The first difference at the hunk's own line, worded like ``git apply --check -v``, and the lines
+    the search for its context covered (``searched``)."""
     old = hunk.old_side
     last = len(lines) - 1
     for j, want in enumerate(old):
@@ -106,7 +108,8 @@ def _explain(path: str, lines: tuple[bytes, ...], hunk: Hunk, expected: int, pre
         unterminated = hunk.old_eof and j == len(old) - 1
         if index > last or lines[index] != want or (index == last) != unterminated:
             shown = _show(want) + (" (no newline at end of file)" if unterminated else "")
-            return _does_not_apply(path, hunk, f"expected line {index + 1} {shown}, found {_found_at(lines, index)}")
+            return _does_not_apply(path, hunk, f"expected line {index + 1} {shown}, found {_found_at(lines, index)}"
+                                               + searched)
     if expected < previous_end:
         return _does_not_apply(path, hunk, "it overlaps the previous hunk")
     if at_start and expected != 0:
@@ -118,14 +121,22 @@ def _explain(path: str, lines: tuple[bytes, ...], hunk: Hunk, expected: int, pre
 
 
 def _locate(path: str, lines: tuple[bytes, ...], hunk: Hunk, previous_end: int) -> int:
-    """0-based index in ``lines`` where ``hunk.old_side`` starts; DoesNotApply if nowhere."""
+    """0-based index in ``lines`` where ``hunk.old_side`` starts; DoesNotApply if nowhere.
+
+    git apply's find_pos: the search starts at the header's line, clamped to the end of the file (so
+    a huge number costs nothing), and goes outwards, one line forward, then one back."""
     old = hunk.old_side
     k = len(old)
     n = len(lines)
+    if hunk.old_eof and k and not old[-1]:
+        # '\ No newline' after an empty line: a line of no bytes, which no file holds (git's image
+        # has no zero-length line), so git never matches it; it must not match a file's final '\n'.
+        raise _does_not_apply(path, hunk, "its last line is empty and has no newline, which no file has")
     expected = hunk.old_start - 1 if hunk.old_len else hunk.old_start
     file_lines = n - 1 if not lines[-1] else n
-    if expected > file_lines:  # refused at once: the search below never depends on the claimed number
-        raise _does_not_apply(path, hunk, f"line {hunk.old_start} is beyond the end of the file ({file_lines} lines)")
+    beyond = expected > file_lines
+    if beyond:
+        expected = file_lines
     at_start = hunk.old_start <= 1
     at_end = hunk.old_eof or hunk.new_eof or hunk.trailing_context == 0
     highest = n - k if hunk.old_eof else n - 1 - k
@@ -144,7 +155,12 @@ def _locate(path: str, lines: tuple[bytes, ...], hunk: Hunk, previous_end: int) 
             for p in (expected + distance, expected - distance):
                 if lowest <= p <= highest and (first is None or lines[p] == first) and lines[p:p + k] == old:
                     return p
-    raise _explain(path, lines, hunk, max(expected, 0), previous_end, at_start, at_end)
+    if beyond:
+        raise _does_not_apply(path, hunk, f"line {hunk.old_start} is beyond the end of the file ({file_lines} "
+                                          f"lines) and its lines are nowhere in it")
+    searched = (f" (at its nominal line {expected + 1}; its {k} old line(s) were searched for in lines "
+                f"{lowest + 1}-{highest + k} and not found)" if lowest < highest and k else "")
+    raise _explain(path, lines, hunk, max(expected, 0), previous_end, at_start, at_end, searched)
 
 
 def _apply_in_place(data: bytes, hunks: tuple[Hunk, ...]) -> tuple[bytes, tuple[Placement, ...]] | None:
@@ -239,12 +255,12 @@ class _Planner:
     def existing(self, path: str, what: str) -> FileState:
         found = self.state(path)
         if found is None:
-            raise DoesNotApply(f"{path}: does not exist (the patch {what} it)", hint=_HINT)
+            raise DoesNotApply(f"{quote_path(path)}: does not exist (the patch {what} it)", hint=_HINT)
         return found
 
     def absent(self, path: str, what: str) -> None:
         if self.state(path) is not None and path not in self.vacated:
-            raise DoesNotApply(f"{path}: already exists (the patch {what} it)", hint=_HINT)
+            raise DoesNotApply(f"{quote_path(path)}: already exists (the patch {what} it)", hint=_HINT)
 
     def patched(self, path: str, data: bytes, f: FilePatch) -> bytes:
         result, placements = apply_hunks(path, data, f.hunks)
@@ -259,12 +275,14 @@ class _Planner:
 
     def check_mode(self, path: str, found: FileState, f: FilePatch) -> None:
         if f.old_mode is not None and f.new_mode is not None and (found.mode & 0o111) != (f.old_mode & 0o111):
-            raise DoesNotApply(f"{path}: mode is {found.mode & 0o777:o}, the patch expects {f.old_mode & 0o777:o}",
+            raise DoesNotApply(f"{quote_path(path)}: mode is {found.mode & 0o777:o}, the patch expects {f.old_mode & 0o777:o}",
                                hint=_HINT)
 
     def file(self, f: FilePatch) -> None:
-        old = None if f.old_path is None else normalised_relative_path(f.old_path)
-        new = None if f.new_path is None else normalised_relative_path(f.new_path)
+        old, new = f.old_path, f.new_path
+        for path in (old, new):
+            if path is not None:
+                check_patch_path(path)
         if old is None:
             self.absent(new, "creates")  # type: ignore[arg-type]
             self.set(new, self.patched(new, b"", f), 0o644, f.new_mode)  # type: ignore[arg-type]
@@ -272,18 +290,18 @@ class _Planner:
         elif new is None:
             found = self.existing(old, "deletes")
             if self.patched(old, found.data, f):
-                raise DoesNotApply(f"{old}: the patch deletes it but it holds more than the patch removes", hint=_HINT)
+                raise DoesNotApply(f"{quote_path(old)}: the patch deletes it but it holds more than the patch removes", hint=_HINT)
             self.current[old] = None
         elif f.copy_reversed:
             copy = self.existing(old, "removes the copy")
             source = self.existing(new, "is the source of a copy in")
             if self.patched(old, copy.data, f) != source.data:
-                raise DoesNotApply(f"{old}: is not the copy of {new} the patch made", hint=_HINT)
+                raise DoesNotApply(f"{quote_path(old)}: is not the copy of {quote_path(new)} the patch made", hint=_HINT)
             self.current[old] = None
         elif old != new:
             found = self.original_state(old)
             if found is None:
-                raise DoesNotApply(f"{old}: does not exist (the patch {'renames' if f.is_rename else 'copies'} it)",
+                raise DoesNotApply(f"{quote_path(old)}: does not exist (the patch {'renames' if f.is_rename else 'copies'} it)",
                                    hint=_HINT)
             self.check_mode(old, found, f)
             self.absent(new, "renames a file to" if f.is_rename else "copies a file to")
@@ -311,7 +329,7 @@ class _Planner:
             cut = path.rfind("/")
             while cut > 0:
                 if path[:cut] in existing:
-                    raise Refused(f"{path}: cannot be written, the patch leaves {path[:cut]} a file")
+                    raise Refused(f"{quote_path(path)}: cannot be written, the patch leaves {quote_path(path[:cut])} a file")
                 cut = path.rfind("/", 0, cut)
 
     def edits(self) -> tuple[FileEdit, ...]:
@@ -355,7 +373,7 @@ def plan_patch(patch: Patch, read: Reader, *, reverse: bool = False) -> Plan:
     files = (reverse_patch(patch) if reverse else patch).files
     # Only a rename source may already exist as a destination: its bytes move on with its own rename.
     # (A file the patch deletes later is not: its original content would go unchecked.)
-    planner.vacated = {normalised_relative_path(f.old_path) for f in files if f.is_rename and f.old_path is not None}
+    planner.vacated = {f.old_path for f in files if f.is_rename and f.old_path is not None}
     for f in files:
         try:
             planner.file(f)

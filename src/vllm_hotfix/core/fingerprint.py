@@ -6,12 +6,14 @@ equal fingerprints whatever their paths, and one differing byte in one patched f
 
 What goes in, in this order (the canonical text, UTF-8, lines joined by "\\n" with a final "\\n"):
 
-    vllm-hotfix-fingerprint/1
+    vllm-hotfix-fingerprint/2
     hotfix <id> <version> <distribution> <installed version>
     file <path> <sha256>
     ...
 
-- one ``hotfix`` line per hotfix, sorted by id (then version); after it its ``file`` lines sorted by path;
+- one ``hotfix`` line per hotfix, grouped by distribution (sorted by name) and, within one, in series
+  order -- the order they were applied (a record) or exported (a lock): the same files patched in
+  another order are another fingerprint; after each hotfix its ``file`` lines sorted by path;
 - ``version`` is the hotfix's version as written in the manifest / lock (``str()``);
 - ``distribution`` and ``installed version`` are those of the baseline the files are in (the
   distribution the hotfix targets and the version installed there; ``-`` when unknown);
@@ -20,6 +22,7 @@ What goes in, in this order (the canonical text, UTF-8, lines joined by "\\n" wi
 
 No absolute path, host name, time or state word goes in. The fingerprint is ``hf1-`` followed by the
 first 16 hex digits of the sha256 of that text; ``NONE`` (``hf1-none``) when there is no hotfix.
+(``/2``: the series order; ``/1`` sorted hotfixes by id. The ``hf1-`` prefix names the digest's form.)
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-FORMAT = "vllm-hotfix-fingerprint/1"
+FORMAT = "vllm-hotfix-fingerprint/2"
 PREFIX = "hf1-"
 NONE = PREFIX + "none"
 DIGITS = 16
@@ -53,7 +56,7 @@ def _field(value: object) -> str:
 def canonical(entries: Iterable[Entry]) -> str:
     """The exact text that is hashed (see the module docstring)."""
     lines = [FORMAT]
-    for e in sorted(entries, key=lambda e: (e.id, str(e.version))):
+    for e in sorted(entries, key=lambda e: e.distribution or ""):  # stable: the series order stays
         lines.append(f"hotfix {_field(e.id)} {_field(e.version)} {_field(e.distribution)} {_field(e.installed_version)}")
         for path, sha in sorted(e.files, key=lambda f: f[0]):
             lines.append(f"file {_field(path)} {_field(sha)}")

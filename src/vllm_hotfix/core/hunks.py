@@ -9,10 +9,12 @@ from vllm_hotfix.core.patchmodel import (
     _AFTER_FIRST_BYTE, _BACKSLASH, _FIRST_BYTE, _HUNK_HEADER, _MINUS, _NEW_SIDE_MASK, _OLD_SIDE_MASK, _PLUS, _SPACE,
     Hunk,
 )
+from vllm_hotfix.output import quote_path
 
 
 class _Hunks:
     def _hunks(self, i: int, path: str) -> tuple[tuple[Hunk, ...], int]:
+        path = quote_path(path)  # the name is only ever used in messages below
         hunks = []
         lines, count = self.lines, self.count
         while i < count and lines[i].startswith(b"@@ -"):

@@ -3,9 +3,13 @@ the `diff --git` name pair. A mixin of core.parse._Parser (it reads the parser's
 
 from __future__ import annotations
 
+import re
+
 from vllm_hotfix.core.patchmodel import _BACKSLASH, _C_ESCAPES, _NAME_END, _TIMESTAMP
-from vllm_hotfix.core.safety import check_relative_path
+from vllm_hotfix.core.safety import check_patch_path
 from vllm_hotfix.errors import Refused
+
+_SLASHES = re.compile(rb"//+")
 
 
 class _Names:
@@ -54,15 +58,16 @@ class _Names:
         return name or None
 
     def _checked(self, rest: bytes, index: int) -> str:
-        """Refuse a stripped name that is absolute or leaves the root; 'a//b' -> 'a/b'."""
-        parts = [p for p in rest.split(b"/") if p]
-        if not parts:
+        """The stripped name ``rest`` as git apply takes it: runs of '/' squashed to one (git's
+        squash_slash), then refused unless git's ``verify_path`` accepts it (core/safety.py)."""
+        if not rest.strip(b"/"):
             raise self.fail(index, f"no file name left in '{rest.decode('utf-8', 'replace')}' (check -p)")
+        path = _SLASHES.sub(b"/", rest).decode("utf-8", "surrogateescape")
         try:
-            check_relative_path(rest.decode("utf-8", "surrogateescape"))
+            check_patch_path(path)
         except Refused as unsafe:
             raise Refused(f"{self.source}:{index + 1}: {unsafe.message}", hint=unsafe.hint) from None
-        return b"/".join(parts).decode("utf-8", "surrogateescape")
+        return path
 
     def _strip_path(self, name: bytes, strip: int, index: int) -> str:
         rest = self._stripped(name, strip)

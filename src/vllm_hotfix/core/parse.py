@@ -12,6 +12,7 @@ from vllm_hotfix.core.patchmodel import _ABSENT, _EPOCH, _FILE_TYPE, _GIT_EXTEND
 from vllm_hotfix.core.hunks import _Hunks
 from vllm_hotfix.core.names import _Names
 from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix.output import quote_path
 
 
 def _is_epoch(line: bytes) -> bool:
@@ -136,6 +137,14 @@ class _Parser(_Names, _Hunks):
             known_new = self._strip_path(rename_to, sub_strip, start)
         elif new_name is not None:
             known_new = self._strip_path(new_name, self.strip, start)
+        if minus is _ABSENT and plus is _ABSENT and rename_from is None and rename_to is None and (
+                known_old is None or known_old != known_new):
+            # Only the 'diff --git' line names the file (a mode change, an empty file created or
+            # deleted): git takes a name from it only when both sides name the same path after -p
+            # (its def_name); at -p0, 'a/f b/f' are two names.
+            s = "" if self.strip == 1 else "s"
+            raise self.fail(start, f"git diff header lacks filename information when removing {self.strip} "
+                                   f"leading pathname component{s}")
         if (minus is _ABSENT) != (plus is _ABSENT):
             raise self.fail(start, "git diff header lacks filename information: a '---' line without its "
                                    "'+++' line, or the reverse")
@@ -154,17 +163,17 @@ class _Parser(_Names, _Hunks):
             new_path = None
         if old_path and new_path and old_path != new_path and not (is_rename or is_copy):
             if self.strip:
-                raise self.fail(plus_at, f"inconsistent file names {old_path} and {new_path} without "
+                raise self.fail(plus_at, f"inconsistent file names {quote_path(old_path)} and {quote_path(new_path)} without "
                                          f"'rename' or 'copy' lines (check -p)")
             old_path = new_path  # -p0 keeps git's a/ and b/ prefixes: two names for one file
         hunks, i = self._hunks(i, new_path or old_path or "?")
         for mode in (old_mode, new_mode):
             if mode is not None and mode & _FILE_TYPE in (_SYMLINK, _GITLINK):
                 what = "symbolic link" if mode & _FILE_TYPE == _SYMLINK else "submodule (gitlink)"
-                raise Refused(f"{self.source}:{start + 1}: {new_path or old_path}: a {what} "
+                raise Refused(f"{self.source}:{start + 1}: {quote_path(new_path or old_path)}: a {what} "
                               f"(mode {mode:o}) is not supported; only regular files are patched")
         if not hunks and not (is_new or is_delete or is_rename or is_copy) and old_mode == new_mode:
-            raise self.fail(start, f"patch with only garbage for {new_path or old_path}: no hunk and no "
+            raise self.fail(start, f"patch with only garbage for {quote_path(new_path or old_path)}: no hunk and no "
                                    f"mode, rename, copy, creation or deletion")
         self.files.append(FilePatch(
             old_path=old_path, new_path=new_path, hunks=hunks, old_mode=old_mode, new_mode=new_mode,
@@ -234,11 +243,11 @@ class _Parser(_Names, _Hunks):
                 new_path, is_delete = None, True
         hunks, end = self._hunks(start + 2, new_path or old_path or "?")
         if not hunks:
-            raise self.fail(start + 2, f"no hunks after the header of {new_path or old_path}")
+            raise self.fail(start + 2, f"no hunks after the header of {quote_path(new_path or old_path)}")
         if is_new and any(h.old_len for h in hunks):
-            raise self.fail(start, f"new file {new_path} depends on old contents")
+            raise self.fail(start, f"new file {quote_path(new_path)} depends on old contents")
         if is_delete and any(h.new_len for h in hunks):
-            raise self.fail(start, f"deleted file {old_path} still has contents")
+            raise self.fail(start, f"deleted file {quote_path(old_path)} still has contents")
         maybe_new = not (is_new or is_delete) and len(hunks) == 1 and hunks[0].old_len == 0
         self.files.append(FilePatch(old_path=old_path, new_path=new_path, hunks=hunks, lineno=start + 1,
                                     maybe_new=maybe_new))

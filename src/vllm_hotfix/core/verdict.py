@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
+
+from vllm_hotfix.output import quote_path
 
 # -- hotfix states ----------------------------------------------------------------------------------
 APPLIED = "applied"                # every file holds the bytes the hotfix writes
@@ -42,48 +44,160 @@ def exit_code(states: Iterable[str]) -> int:
 
 @dataclass(frozen=True)
 class FileCheck:
-    """One file of a hotfix against its recorded or locked hashes (the input of the verdict)."""
+    """One file of a hotfix against the bytes its series should have put there (the input of the verdict)."""
 
     path: str                 # as recorded / locked (relative to the target root or site-packages)
     state: str                # PATCHED | BASELINE | CHANGED | MISSING
     sha256: Optional[str]     # what is there now (None: absent)
-    expected: Optional[str]   # what the hotfix writes (None: it deletes the file)
-    baseline: Optional[str]   # what was there before (None: the hotfix creates the file)
+    expected: Optional[str]   # what must be there now: the top of the file's series (None: deleted)
+    baseline: Optional[str]   # what was there before this hotfix (None: the hotfix creates the file)
     where: Optional[str] = None  # the real path that was read, for messages
+    above: tuple = ()         # ids of the hotfixes applied on top of this one to the same file, in order
 
     def to_json(self) -> dict:
         return {"path": self.path, "state": self.state, "sha256": self.sha256,
-                "after_sha256": self.expected, "before_sha256": self.baseline, "real_path": self.where}
+                "after_sha256": self.expected, "before_sha256": self.baseline, "real_path": self.where,
+                "under": list(self.above)}
 
 
 def check_file(path: str, current: Optional[str], expected: Optional[str], baseline: Optional[str],
                where: Optional[str] = None) -> FileCheck:
-    """The state of one file from its current sha256 and the two it may legitimately have."""
-    if current == expected:
-        state = PATCHED
-    elif current == baseline:
-        state = BASELINE
-    elif current is None:
-        state = MISSING
-    else:
-        state = CHANGED
-    return FileCheck(path, state, current, expected, baseline, where)
+    """The state of one file changed by one hotfix alone (a series of one step)."""
+    return chain_checks(path, ((None, baseline, expected),), current, where)[0]
+
+
+class BrokenSeries(ValueError):
+    """Two hotfixes recorded one after the other on a file disagree on the bytes between them."""
+
+
+def chain_checks(path: str, steps: Sequence, current: Optional[str], where: Optional[str] = None
+                 ) -> tuple[FileCheck, ...]:
+    """One FileCheck per step of a file's series: ``steps`` are (hotfix id, sha256 before, sha256 after)
+    in the order the hotfixes were applied, each one's "before" the previous one's "after".
+
+    The file may hold any state of the series: the bytes before the first hotfix (every step BASELINE),
+    after the last (every step PATCHED), or in between (the steps up to there PATCHED, the rest BASELINE:
+    the upper hotfixes' changes are lost). Anything else is CHANGED (MISSING when absent). When the
+    file is at no state, every step gets that word. BrokenSeries when the steps do not chain."""
+    states = [steps[0][1]]
+    for index, (hotfix_id, before, after) in enumerate(steps):
+        if index and before != states[-1]:
+            raise BrokenSeries(f"{path}: {hotfix_id} was applied on bytes {_short(before)}, but "
+                               f"{steps[index - 1][0]} left {_short(states[-1])}")
+        states.append(after)
+    reached = next((j for j in range(len(states) - 1, -1, -1) if states[j] == current), None)
+    top = states[-1]
+    checks = []
+    for index, (hotfix_id, before, after) in enumerate(steps):
+        if reached is None:
+            state = MISSING if current is None else CHANGED
+        else:
+            state = PATCHED if reached > index else BASELINE
+        above = tuple(s[0] for s in steps[index + 1:] if s[0] is not None)
+        checks.append(FileCheck(path, state, current, top, before, where, above))
+    return tuple(checks)
+
+
+def _short(sha: Optional[str]) -> str:
+    return "(absent)" if sha is None else sha[:12]
+
+
+def series_checks(series: Sequence, current: Callable) -> dict:
+    """The FileChecks of every hotfix of a series: ``series`` is [(hotfix id, [(path, before, after), ...])]
+    in the order applied; ``current(path)`` gives (sha256 now or None, real path) and is asked once
+    per path. Returns {hotfix id: (FileCheck, ...)} in each hotfix's own file order. The one rule for
+    records (status, apply, the guard's HOTFIX_REQUIRE) and for locks (`verify --lock`, the guard)."""
+    steps: dict = {}
+    for hotfix_id, files in series:
+        for path, before, after in files:
+            steps.setdefault(path, []).append((hotfix_id, before, after))
+    by_step: dict = {}
+    for path, chain in steps.items():
+        sha, where = current(path)
+        for (hotfix_id, _, _), check in zip(chain, chain_checks(path, chain, sha, where)):
+            by_step[(hotfix_id, path)] = check
+    return {hotfix_id: tuple(by_step[(hotfix_id, path)] for path, _, _ in files) for hotfix_id, files in series}
+
+
+def origin_problem(series: Sequence, pristine: dict) -> Optional[str]:
+    """Why the series of a record does not start from the install's own files: for each path with a known
+    pristine sha256 (``pristine``: path -> RECORD's sha256, or None when RECORD does not list it), the
+    first hotfix touching it must have been applied on exactly those bytes. A forged record that calls the
+    pristine file "patched" fails here, without reading a patch. None when every known path starts right."""
+    first: dict = {}
+    for hotfix_id, files in series:
+        for path, before, _after in files:
+            first.setdefault(path, (hotfix_id, before))
+    for path, (hotfix_id, before) in first.items():
+        if path in pristine and pristine[path] != before:
+            what = "a file it does not list" if pristine[path] is None else f"sha256 {pristine[path][:12]}"
+            return (f"{hotfix_id}'s record says {path} had sha256 {_short(before)} before it, but pip's RECORD "
+                    f"gives {what}: the record does not describe this install")
+    return None
 
 
 def files_verdict(files: Sequence[FileCheck]) -> tuple[str, str]:
-    """(state, detail) of a hotfix from its files: APPLIED, LOST or DRIFTED. The one rule for every caller."""
+    """(state, detail) of a hotfix from its files: APPLIED, LOST or DRIFTED."""
     states = [f.state for f in files]
+    under = sorted({h for f in files for h in f.above})
     if all(s == PATCHED for s in states):
+        if under:
+            return APPLIED, f"{len(files)} file(s) hold its change, under {', '.join(under)}"
         return APPLIED, f"{len(files)} file(s) hold the patched bytes"
     if all(s == BASELINE for s in states):
         return LOST, "every file is back to its baseline (reinstalled, rebuilt, or the mount is gone)"
     odd = [f for f in files if f.state in (CHANGED, MISSING)]
     if odd:
-        names = ", ".join(f"{f.path} ({'missing' if f.state == MISSING else 'neither baseline nor patched'})"
+        names = ", ".join(f"{quote_path(f.path)} ({'missing' if f.state == MISSING else 'neither baseline nor patched'})"
                           for f in odd)
         return DRIFTED, names
-    back = ", ".join(f.path for f in files if f.state == BASELINE)
+    back = ", ".join(quote_path(f.path) for f in files if f.state == BASELINE)
     return DRIFTED, f"{back}: back to baseline while the other file(s) are patched (partly lost)"
+
+
+def release_rule(installed: Optional[str], *, fixed_in: Optional[str], versions: Optional[str],
+                 distribution: str) -> Optional[tuple[str, str]]:
+    """(FIXED_UPSTREAM | NOT_APPLICABLE, detail) from a release alone (a lock's ``fixed_in`` / ``versions``),
+    or None. The catalog's rule (flow/applicability) also knows commits and checkouts; both feed ``judge``."""
+    if installed is None:
+        return None
+    if fixed_in and version_at_least(installed, fixed_in):
+        return FIXED_UPSTREAM, f"{distribution} {installed} >= {fixed_in}"
+    if versions and not version_in(installed, versions):
+        return NOT_APPLICABLE, f"{distribution} {installed} is outside {versions}"
+    return None
+
+
+def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package: Optional[str] = None,
+          inapplicable: Optional[tuple[str, str]] = None, recorded_release: Optional[str] = None,
+          installed_release: Optional[str] = None, distribution: str = "the package",
+          broken: Optional[str] = None) -> tuple[str, str]:
+    """THE verdict on one hotfix that a record or a lock says must be in effect, with one precedence:
+
+    1. INTERRUPTED: a transaction on the target is pending (its files may be half-written);
+    2. UNKNOWN: the package is not importable here (``missing_package``: why), or the record / lock's
+       series does not chain (``broken``);
+    3. ``inapplicable`` (FIXED_UPSTREAM or NOT_APPLICABLE, from the release or the checkout);
+    4. LOST: the package is another release than the one the record / lock was made on, whatever the
+       files hold (their bytes belong to the other release);
+    5. UNKNOWN when there is no file to check, else ``files_verdict``: APPLIED, LOST or DRIFTED.
+
+    Every reader calls this: status and apply (flow/status, flow/plan), `verify --lock` and the guard
+    (txn/lockfile), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor."""
+    if pending:
+        return INTERRUPTED, "an apply or rollback on this target was interrupted and is not recovered"
+    if missing_package is not None:
+        return UNKNOWN, missing_package
+    if broken is not None:
+        return UNKNOWN, f"the recorded series is inconsistent: {broken}"
+    if inapplicable is not None:
+        return inapplicable
+    if recorded_release and installed_release and not same_release(recorded_release, installed_release):
+        return LOST, (f"{distribution} was changed from {recorded_release} to {installed_release} under the record: "
+                      f"the hotfix applied to {recorded_release} is not in effect")
+    if not files:
+        return UNKNOWN, "no file is recorded for this hotfix"
+    return files_verdict(files)
 
 
 # -- PEP 440 ordering without `packaging` (the guard runs on the stdlib only) -----------------------

@@ -57,6 +57,14 @@ def applicability(manifest: Manifest, spec: TargetSpec | None, target: Target) -
     return None
 
 
+def release_target(spec: TargetSpec, release: str) -> Target:
+    """A published release as a target (a wheel read from the index, or the release a log names): what
+    ``applicability`` judges when there is no install to look at (check-catalog, doctor)."""
+    where = Path(f"<{spec.distribution}-{release}.whl>")
+    return Target(package=spec.package, distribution=spec.distribution, version=release, kind="wheel",
+                  package_dir=where / spec.package, root=where, dist_info=None, python=None, git=None, warnings=())
+
+
 def check_applicable(manifest: Manifest, spec: TargetSpec | None, target: Target) -> None:
     verdict = applicability(manifest, spec, target)
     if verdict is None:

@@ -13,16 +13,19 @@ from typing import TYPE_CHECKING, Callable
 
 from vllm_hotfix.core.apply import Plan, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
-from vllm_hotfix.errors import DoesNotApply, HotfixError, Refused
+from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
-from vllm_hotfix.flow.plan import Proposal, _flatten, check_after, propose, prove_baseline
-from vllm_hotfix.flow.resolve import target_summary
-from vllm_hotfix.install.locate import Target, locate_root
+from vllm_hotfix.flow.plan import (Proposal, _flatten, check_after, propose, prove_baseline, prove_bytes_pristine,
+                                   refuse_overlaps, shared_with_series)
+from vllm_hotfix.flow.series import steps_by_path
+from vllm_hotfix.flow.resolve import Resolver, target_summary
+from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.fsops import _parallel
-from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState, now
+from vllm_hotfix.paths import read_own_file
+from vllm_hotfix.txn.state import BACKUP_LIMIT, RecordedFile, RecordedHotfix, TargetState, now
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
     from vllm_hotfix.catalog.model import TargetSpec
@@ -58,8 +61,11 @@ def _backups(state: TargetState, tree: Tree, hotfix_id: str, baseline: dict[str,
         if data is None:
             continue
         rel = TargetState.backup_rel(hotfix_id, path)
-        existing = state.directory / rel
-        if existing.is_file() and sha256(existing.read_bytes()) == sha256(data):
+        try:  # read as input: a regular file, no symlink followed
+            kept = read_own_file(state.directory / rel, limit=BACKUP_LIMIT)
+        except (OSError, InvalidInput):
+            kept = None
+        if kept is not None and sha256(kept) == sha256(data):
             continue
         keep[rel] = path if current.get(path) == data else data
     return keep
@@ -85,20 +91,24 @@ def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: 
 
 
 def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: bool,
-                 lock_timeout: float | None = None) -> ApplyOutcome:
-    """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing, recorded in the same transaction."""
+                 lock_timeout: float | None = None, manifest_of=None) -> ApplyOutcome:
+    """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing on top of the target's series,
+    recorded in the same transaction. ``manifest_of(id)``: the catalog manifest of a recorded id
+    (its ``conflicts`` / ``after``)."""
 
     def prepare(state: TargetState, tree: Tree) -> transaction.Change:
-        proposal = propose(hotfix, target, state, tree)
-        if proposal.already and hotfix.id in state.hotfixes:
+        proposal = propose(hotfix, target, state, tree, manifest_of=manifest_of or (lambda _id: None))
+        if proposal.already and ((hotfix.id in state.hotfixes and not proposal.reset) or proposal.contained_in):
             return transaction.Change(Plan((), False), state, record_changed=False, result=proposal)
         if not proposal.already:
-            prove_baseline(proposal, spec)
+            prove_baseline(proposal, spec, state)
         current = {p: before for p, before, _ in _flatten(proposal.plan)}
-        if proposal.already:  # applied by hand (or by another tool): adopt it, change no file
-            current = {p: after for p, _, after in _flatten(proposal.plan)}
+        if proposal.already:  # applied by hand (or by another tool): adopt it, change no file --
+            current = {p: after for p, _, after in _flatten(proposal.plan)}  # once what it undoes is pristine
+            prove_bytes_pristine(target, spec, proposal.baseline)
+        base = TargetState(state.directory, dict(state.target), {}) if proposal.reset else state
         new_state, keep = _record(
-            state, tree, hotfix_id=hotfix.id, version=hotfix.version, source=hotfix.source,
+            base, tree, hotfix_id=hotfix.id, version=hotfix.version, source=hotfix.source,
             patches=[(p.data, p.strip, p.exclude) for p in hotfix.patches], files=proposal.recorded_files(),
             baseline=proposal.baseline, current=current, package=hotfix.package, target_doc=target_summary(target))
         plan = Plan((), False) if proposal.already else proposal.plan
@@ -130,7 +140,7 @@ class RawOutcome:
 def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool, dry_run: bool, hotfix_id: str | None,
               progress: Callable[[Tree, int], Callable] | None = None) -> RawOutcome:
     """A raw diff on a directory, recorded under ``hotfix_id`` (default: the file stem) like any hotfix."""
-    target = locate_root(root)
+    target = Resolver(root=Path(root)).package(None)
     data = read_patch_file(patch_file)
     hotfix_id = hotfix_id or Path(patch_file).stem
     version = sha256(data)[:12]
@@ -146,12 +156,27 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
                 raise Refused(f"{hotfix_id}: another diff is recorded under this id on {target.root}",
                               hint=f"roll it back (`hotfix rollback {hotfix_id} --root {target.root}`) or pass --id NAME")
             summary = (plan, stats, already)
+            chains = steps_by_path(state)
+            others = steps_by_path(TargetState(state.directory, state.target,
+                                               {k: v for k, v in state.hotfixes.items() if k != hotfix_id}))
+            if reverse and recorded is not None and any(p in others for p, _, _ in recorded.steps()):
+                # under (or over) other hotfixes of the series: the series rollback takes out exactly its hunks
+                from vllm_hotfix.flow.rollback import rollback_change
+
+                change = rollback_change(state, tree, hotfix_id, target.root, dry_run, target)
+                return transaction.Change(change.plan, change.state, True, result=(change.plan, stats, False))
             if reverse:
                 forget = recorded is not None  # taking a recorded diff out is its rollback
                 new_state = _next_state(state, dict(state.target), None, forget=hotfix_id) if forget else state
                 return transaction.Change(Plan((), True) if already else plan, new_state, forget, result=summary)
             if already and recorded is not None:
                 return transaction.Change(Plan((), False), state, record_changed=False, result=summary)
+            shared = shared_with_series(hotfix_id, plan, others if recorded is not None else chains, tree, target)
+            if already and shared:  # what the recorded series already wrote: nothing of its own to record
+                return transaction.Change(Plan((), False), state, record_changed=False, result=summary)
+            if not already and shared:
+                whole = patch if child is None else parse_patch(data, strip=strip, source=patch.source)  # not a half
+                refuse_overlaps(hotfix_id, whole, frozenset(), state, tree, shared, target)
             flat = _flatten(plan)
             digests = _parallel(sha256, [data for _, before, after in flat for data in (before, after)])
             if already:  # the reverse plan: its "before" is what is on disk (patched), its "after" the baseline

@@ -118,6 +118,32 @@ def checked_patch(spec: PatchSpec, data: bytes, label: str) -> LoadedPatch:
     return load_patch_bytes(data, label=label, strip=spec.strip, exclude=spec.exclude, parsed=whole)
 
 
+def pin_problem(manifest: Manifest, recorded: RecordedHotfix, state: TargetState, target: Target) -> str | None:
+    """Why a catalog hotfix's record does not hold the patch bytes its manifest pins for this version (the
+    bytes kept in the state directory must be exactly the pinned ones), or None. Another version recorded
+    (an upgrade pending) is not judged here."""
+    from vllm_hotfix.catalog.index import same_version
+    from vllm_hotfix.catalog.model import verify_patch_bytes
+
+    if recorded.source != "catalog" or not same_version(recorded.version, manifest.version):
+        return None
+    try:
+        specs = manifest.patches_for(target.version)
+    except Refused:
+        return None  # no patch for this release: applicability says why
+    if len(specs) != len(recorded.patches):
+        return f"{recorded.id}: the record keeps {len(recorded.patches)} patch(es), {manifest.ref} pins {len(specs)}"
+    for spec, rel in zip(specs, recorded.patches):
+        data = state.read_patch(rel)
+        if data is None:
+            return f"{state.directory / rel}: the recorded patch of {recorded.id} is gone"
+        try:
+            verify_patch_bytes(spec, data, str(state.directory / rel))
+        except Refused as exc:
+            return f"{exc.message} (the catalog's pin of {manifest.ref})"
+    return None
+
+
 def recorded_series(state: TargetState, recorded: RecordedHotfix) -> Patch:
     """The exact patches a record says were applied, parsed as they were then."""
     files = []

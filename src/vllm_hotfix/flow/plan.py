@@ -5,21 +5,22 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from vllm_hotfix.core.apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, reverse_patch
-from vllm_hotfix.core.verdict import DRIFTED, LOST, FileCheck, check_file, files_verdict, same_release
-from vllm_hotfix.errors import DoesNotApply, HotfixError, Refused
+from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST, same_release
+from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import Hotfix, recorded_series, sha256
-from vllm_hotfix.flow.resolve import target_option
-from vllm_hotfix.install.locate import Target, locate_package
+from vllm_hotfix.flow.series import Series, file_checks, judge_recorded, level, steps_by_path
+from vllm_hotfix.flow.resolve import Resolver, target_option
+from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.output import note
+from vllm_hotfix.output import note, quote_path
 from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
-    from vllm_hotfix.catalog.model import TargetSpec
+    from vllm_hotfix.catalog.model import Manifest, TargetSpec
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,12 @@ class Proposal:
     target: Target
     plan: Plan
     already: bool  # the series is in the files already; plan is then its reverse (unused)
-    baseline: dict[str, bytes | None]  # path -> bytes before any version of this hotfix
+    baseline: dict[str, bytes | None]  # path -> bytes just before this hotfix (the series below it left them)
     superseded: RecordedHotfix | None = None
+    contained_in: tuple[str, ...] = ()  # its change is already there, as part of these recorded hotfixes
+    in_series: frozenset = frozenset()  # paths the series below it touches too (their pristine bytes derive)
+    dropped: tuple[str, ...] = ()       # records of another release replaced by this apply (all lost)
+    reset: bool = False                 # the record was made on another release: a new series starts
 
     @property
     def after(self) -> dict[str, bytes | None]:
@@ -73,30 +78,15 @@ def _supersedes(hotfix: Hotfix, recorded: RecordedHotfix) -> bool:
     return hotfix.manifest is not None and any(_same_version(recorded.version, v) for v in hotfix.manifest.supersedes)
 
 
-def check_record(recorded: RecordedHotfix, tree: Tree) -> list[FileCheck]:
-    """Each recorded file against the bytes the hotfix wrote and the baseline: the input of the verdict."""
-    checks = []
-    for f in recorded.files:
-        found = tree.read(f.path)
-        checks.append(check_file(f.path, sha256(found.data if found else None), f.after_sha256, f.before_sha256,
-                                 str(Path(tree.root) / f.path)))
-    return checks
-
-
 def release_changed(was: str | None, target: Target) -> bool:
     """The package is another release than the one the record was made on (pip install, image rebuild)."""
     return bool(target.version and was and not same_release(was, target.version))
 
 
 def judge_record(state: TargetState, recorded: RecordedHotfix, target: Target, tree: Tree) -> tuple[str, str]:
-    """The one verdict on a recorded hotfix (apply and status both ask this): LOST when the package was
-    changed to another release under the record (pip install, image rebuild), else core.verdict's rule
-    on the recorded files."""
-    was = state.target.get("version")
-    if release_changed(was, target):
-        return LOST, (f"{target.distribution or target.package} was changed from {was} to {target.version} under "
-                      f"the record (pip install / image rebuild): the hotfix applied to {was} is not in effect")
-    return files_verdict(check_record(recorded, tree))
+    """The verdict on one recorded hotfix in its series (apply and status both ask this): core.verdict.judge."""
+    checks, broken = file_checks(state, tree, target)
+    return judge_recorded(state, recorded.id, target, checks, broken)
 
 
 def refuse_drifted(hotfix_id: str, detail: str, target: Target) -> Refused:
@@ -105,20 +95,58 @@ def refuse_drifted(hotfix_id: str, detail: str, target: Target) -> Refused:
                         f"{target_option(target)}` when only baseline files differ), then apply again")
 
 
-def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | None = None) -> Proposal:
-    """Plan the series on the current files: forward, 'already applied', or an upgrade in one plan.
+def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | None = None, *,
+            manifest_of: Callable[[str], "Manifest | None"] = lambda _id: None) -> Proposal:
+    """Plan the hotfix on the current files, on top of the target's series: forward, 'already applied',
+    re-applied in place (lost), or an upgrade in one plan.
 
     A recorded hotfix is judged by the same verdict as `hotfix status`: applied -> nothing to do,
-    drifted -> refused (exit 3), lost -> planned afresh like a first apply."""
+    drifted -> refused (exit 3), lost -> planned again at its place in the series. A new one goes on
+    top: the files it shares with the series must hold the series' bytes, its hunks must not meet the
+    lines of the hotfixes below (unless its manifest's ``after`` names them), and neither side may
+    declare the other in ``conflicts``. ``manifest_of(id)`` gives the catalog manifest of a recorded id."""
     tree = tree if tree is not None else Tree(target.root)
+    checks, broken = file_checks(state, tree, target)
+    if broken is not None:
+        raise InvalidInput(f"{state.path}: the recorded series is inconsistent: {broken}",
+                           hint="see `hotfix status`; restore the files (reinstall / git checkout), then apply again")
     recorded = state.hotfixes.get(hotfix.id)
     series = hotfix.series
+    dropped: tuple[str, ...] = ()
+    reset = bool(state.hotfixes) and release_changed(state.target.get("version"), target)
+    if reset:
+        # every record describes another release's files: none is in effect, a new series starts here
+        dropped = tuple(h for h in state.hotfixes if h != hotfix.id)
+        state = TargetState(state.directory, dict(state.target), {})
+        checks, recorded = {}, None
+    below = state  # the series this hotfix goes on top of (without its own record when it is planned again)
     if recorded is not None:
-        word, detail = judge_record(state, recorded, target, tree)
+        word, detail = judge_recorded(state, hotfix.id, target, checks, None)
         if word == DRIFTED:
             raise refuse_drifted(hotfix.id, detail, target)
+        uppers = sorted({u for c in checks.get(hotfix.id, ()) for u in c.above})
+        if word == APPLIED and _same_version(recorded.version, hotfix.version):
+            return Proposal(hotfix, target, Plan((), False), True, {})
+        if uppers and not _same_version(recorded.version, hotfix.version):
+            raise Refused(f"{hotfix.id}: version {recorded.version} is under {', '.join(uppers)} in the series of "
+                          f"{target.root}; {hotfix.ref} cannot replace it there",
+                          hint=f"roll back {', '.join(reversed(uppers))} first, upgrade {hotfix.id}, then apply them again")
         if word == LOST:
-            recorded = None  # every file is at its baseline: plan as a first apply, the new record replaces it
+            _refuse_lost_below(hotfix.id, steps_by_path(state), tree)
+            if not uppers:  # every file at its baseline: plan as a first apply, the new record replaces it
+                recorded, below = None, _without(state, hotfix.id)
+            else:  # under others: again at its place, which needs exactly the bytes it recorded
+                detection = detect(series, tree.read)
+                if detection.state != "applicable":
+                    raise detection.error or Refused(f"{hotfix.id}: does not apply again at its place in the series")
+                before = {p: b for p, b, _ in _flatten(detection.plan)}
+                others = steps_by_path(_without(state, hotfix.id))
+                proposal = Proposal(hotfix, target, detection.plan, False, before,
+                                    in_series=frozenset(p for p in before if p in others))
+                if {(f.path, f.before_sha256, f.after_sha256) for f in proposal.recorded_files()} != set(recorded.steps()):
+                    raise Refused(f"{hotfix.id}: applying it again does not give the bytes it recorded under "
+                                  f"{', '.join(uppers)}", hint=f"roll back {', '.join(reversed(uppers))} first")
+                return proposal
     if recorded is not None and not _same_version(recorded.version, hotfix.version):
         if not _supersedes(hotfix, recorded):
             raise Refused(f"{hotfix.id}: version {recorded.version} is applied to {target.root}; "
@@ -135,17 +163,107 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
         plan = plan_patch(combined, tree.read)
         for p, before, _ in _flatten(plan):
             baseline.setdefault(p, before)
-        return Proposal(hotfix, target, plan, False, baseline, recorded)
+        others = steps_by_path(_without(state, hotfix.id))
+        return Proposal(hotfix, target, plan, False, baseline, recorded,
+                        in_series=frozenset(p for p in baseline if p in others))
+    _refuse_conflicts(hotfix, below, manifest_of)
+    chains = steps_by_path(below)
     detection = detect(series, tree.read)
+    shared = shared_with_series(hotfix.id, detection.plan, chains, tree, target)
     if detection.state == "conflict":
-        raise detection.error
+        error = detection.error
+        hit = next((p for p in chains if error.message.startswith(p + ":")), None)
+        if hit is not None:
+            names = ", ".join(s[0] for s in chains[hit])
+            raise DoesNotApply(f"{hotfix.ref} does not apply on top of {names} (recorded on {target.root}): "
+                               f"{error.message}", hint=f"it conflicts with {names}: roll back {names} first, or make "
+                                                        "one hotfix of both") from None
+        raise error
     if detection.state == "applied":
-        return Proposal(hotfix, target, detection.plan, True, {p: after for p, _, after in _flatten(detection.plan)})
-    return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in _flatten(detection.plan)})
+        if shared:  # its change is what the recorded series already wrote: nothing of its own to record
+            owners = tuple(dict.fromkeys(s[0] for p in shared for s in chains[p]))
+            return Proposal(hotfix, target, detection.plan, True, {}, contained_in=owners)
+        return Proposal(hotfix, target, detection.plan, True, {p: after for p, _, after in _flatten(detection.plan)},
+                        dropped=dropped, reset=reset)
+    refuse_overlaps(hotfix.id, series, frozenset(_declared(hotfix.manifest, "after")), below, tree, shared, target)
+    return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in _flatten(detection.plan)},
+                    in_series=frozenset(shared), dropped=dropped, reset=reset)
 
 
-def prove_baseline(proposal: Proposal, spec: TargetSpec | None) -> None:
-    """The files the plan changes are pristine: RECORD (wheels) or git (checkouts), else refuse."""
+def _without(state: TargetState, hotfix_id: str) -> TargetState:
+    return TargetState(state.directory, state.target, {k: v for k, v in state.hotfixes.items() if k != hotfix_id})
+
+
+def _refuse_lost_below(hotfix_id: str, chains: dict, tree: Tree) -> None:
+    """A lost hotfix goes back at its place only when every file holds exactly what it was applied on."""
+    for path, chain in chains.items():
+        index = next((i for i, s in enumerate(chain) if s[0] == hotfix_id), None)
+        if index is None:
+            continue
+        found = tree.read(path)
+        at = level(chain, sha256(found.data if found else None))
+        if at is not None and at < index:
+            lost = [s[0] for s in chain[at:index]]
+            raise Refused(f"{hotfix_id}: {path} is back to before {', '.join(lost)}, which {hotfix_id} was applied on",
+                          hint="apply them again first, in series order: " + ", then ".join(f"hotfix apply {h}" for h in lost))
+
+
+def _declared(manifest, key: str) -> tuple[str, ...]:
+    return tuple(getattr(manifest, key, ()) or ()) if manifest is not None else ()
+
+
+def _refuse_conflicts(hotfix: Hotfix, state: TargetState, manifest_of) -> None:
+    """``conflicts`` (either side declares the other) and ``after`` (a recorded one must stay above)."""
+    mine = hotfix.manifest
+    for other_id in state.hotfixes:
+        if other_id == hotfix.id:
+            continue
+        theirs = manifest_of(other_id)
+        if other_id in _declared(mine, "conflicts") or hotfix.id in _declared(theirs, "conflicts"):
+            who = mine if other_id in _declared(mine, "conflicts") else theirs
+            raise Refused(f"{hotfix.id} conflicts with {other_id}, which is applied to {state.target.get('root')} "
+                          f"(declared in {who.ref})", hint=f"roll back {other_id} first, or keep {other_id}")
+        if hotfix.id in _declared(theirs, "after"):
+            raise Refused(f"{other_id} declares after = [{hotfix.id!r}]: it must stay above {hotfix.id} in the series",
+                          hint=f"roll back {other_id}, apply {hotfix.id}, then apply {other_id} again")
+
+
+def shared_with_series(hotfix_id: str, plan: Plan | None, chains: dict, tree: Tree, target: Target) -> list[str]:
+    """The paths ``plan`` touches that the recorded series touches too; each must hold the top of its
+    series (the new hotfix goes on top of what is in effect), else Refused."""
+    touched = {p for p, _, _ in _flatten(plan)} if plan is not None else set()
+    shared = sorted(p for p in touched if p in chains)
+    for path in shared:
+        found = tree.read(path)
+        if level(chains[path], sha256(found.data if found else None)) != len(chains[path]):
+            names = ", ".join(s[0] for s in chains[path])
+            raise Refused(f"{path}: does not hold what the series ({names}) put there, so {hotfix_id} cannot go on "
+                          f"top of it", hint=f"see `hotfix status {target_option(target)}`; re-apply or roll back {names} first")
+    return shared
+
+
+def refuse_overlaps(hotfix_id: str, series: Patch, ordered: frozenset, state: TargetState, tree: Tree,
+                    shared: list[str], target: Target) -> None:
+    """Two hotfixes whose hunks meet are refused, naming both, unless the new one orders them (``ordered``:
+    its manifest's ``after``). The one rule for catalog, ad-hoc and raw applies."""
+    if not shared:
+        return
+    chain_of = Series(state, tree)
+    for path in shared:
+        found = tree.read(path)
+        part = Patch(tuple(fp for fp in series.files if path in (fp.old_path, fp.new_path)), hotfix_id)
+        hits = chain_of.overlapping(hotfix_id, path, found.data if found else None,
+                                    found.mode if found else 0o100644, part, ordered)
+        if hits:
+            raise Refused(f"{hotfix_id} and {', '.join(hits)} change the same lines of {path}",
+                          hint=f"if {hotfix_id} is meant to go on top of {hits[0]}, declare after = [\"{hits[0]}\"] in "
+                               f"its manifest; else roll back {hits[0]} (`hotfix rollback {hits[0]} {target_option(target)}`)")
+
+
+def prove_baseline(proposal: Proposal, spec: TargetSpec | None, state: TargetState | None = None) -> None:
+    """The files the plan changes are pristine -- RECORD (wheels) or git (checkouts), else refuse --
+    or, for files the series below it touches, their pristine bytes (derived from the series, every
+    step checked against its recorded patch) are: the baseline is "pristine + the recorded series"."""
     target = proposal.target
     old_paths = {f.path: f for f in proposal.superseded.files} if proposal.superseded else {}
     tree = Tree(target.root)
@@ -154,12 +272,49 @@ def prove_baseline(proposal: Proposal, spec: TargetSpec | None) -> None:
         if sha256(found.data if found else None) != recorded.after_sha256:
             raise Refused(f"{path}: changed since {proposal.hotfix.id}@{proposal.superseded.version} was applied",
                           hint="see `hotfix status`; restore the file before upgrading")
-    prove_files_pristine(target, spec, [p for p in proposal.baseline if p not in old_paths])
+    in_series = proposal.in_series if state is not None else frozenset()
+    recorded = steps_by_path(state) if state is not None else {}  # the series' own changes are no dirt
+    prove_files_pristine(target, spec, [p for p in proposal.baseline if p not in old_paths and p not in in_series],
+                         series_paths=recorded)
+    if in_series:
+        prove_bytes_pristine(target, spec, Series(state, tree).pristine(sorted(in_series)))
 
 
-def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterable[str]) -> None:
+def glob_escape(path: str) -> str:
+    """A path as an fnmatch pattern matching only itself."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in path)
+
+
+def prove_bytes_pristine(target: Target, spec: TargetSpec | None, pristine: dict[str, bytes | None]) -> None:
+    """The bytes each path had before the series are the release's (RECORD) or HEAD's (git)."""
+    if target.kind == "wheel" and target.dist_info is not None:
+        from vllm_hotfix.install.record import read_record, verify_bytes
+
+        differences = verify_bytes(read_record(target.dist_info), pristine)
+        if differences:
+            d = differences[0]
+            raise Refused(f"baseline not pristine: {d.path}: the series on it started from other bytes than "
+                          f"RECORD's ({d.kind})", hint="see `hotfix status`; reinstall the package and apply the series again")
+    elif target.git is not None:
+        from vllm_hotfix.install import git as gitmod
+
+        top = target.git.root
+        rel = {path: os.path.relpath(Path(target.root) / path, top) for path in pristine}
+        at_head = gitmod.head_blobs(top, rel.values())
+        for path, data in pristine.items():
+            wanted = None if data is None else gitmod.blob_id(data)
+            if at_head.get(rel[path]) != wanted:
+                raise Refused(f"baseline not pristine: {path}: the series on it started from other bytes than HEAD's",
+                              hint="see `hotfix status`; restore the checkout and apply the series again")
+    else:
+        note(f"{target.root}: a {target.kind} install with no RECORD or git: the baseline cannot be proven")
+
+
+def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterable[str],
+                         series_paths: Iterable[str] = ()) -> None:
     """``paths`` (relative to the target root; absent ones are about to be created) are pristine:
-    RECORD (wheels) or git (checkouts), else refuse."""
+    RECORD (wheels) or git (checkouts), else refuse. In a checkout that must be clean, the files the
+    recorded series changed (``series_paths``) are allowed to be modified."""
     paths = sorted(paths)
     if target.kind == "wheel" and target.dist_info is not None:
         from vllm_hotfix.install.record import read_record, verify
@@ -170,7 +325,7 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
             why = {"digest": "digest differs from RECORD", "size": "size differs from RECORD",
                    "missing": "missing", "unrecorded": "not listed in RECORD"}.get(d.kind, d.kind)
             more = f" (+{len(differences) - 1} more)" if len(differences) > 1 else ""
-            raise Refused(f"baseline not pristine: {d.path} ({why}){more}",
+            raise Refused(f"baseline not pristine: {quote_path(d.path)} ({why}){more}",
                           hint=f"reinstall it: pip install --force-reinstall --no-deps "
                                f"{target.distribution}=={target.version}; `hotfix audit {target.package}` lists all")
     elif target.git is not None:
@@ -181,8 +336,9 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
         if spec is not None and spec.git is not None:
             rev = spec.git.rev
             clean = spec.git.clean
-        problems = gitmod.check_baseline(target.root, rev, allow=() if clean else ("*",))
         top = target.git.root
+        mine = tuple(glob_escape(os.path.relpath(Path(target.root) / p, top)) for p in series_paths)
+        problems = gitmod.check_baseline(target.root, rev, allow=mine if clean else ("*",))
         touched = {os.path.relpath(Path(target.root) / p, top) for p in paths}
         problems += [f"{top}: {line[3:]} is modified (git status: {line[:2].strip()})"
                      for line in target.git.dirty if line[3:] in touched]
@@ -210,7 +366,7 @@ def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:
         raise Refused(f"{proposal.hotfix.id}: none of the changed files is inside {target.package_dir}, "
                       f"the {target.package} that is loaded")
     if target.python is not None:
-        again = locate_package(target.package, target.python)
+        again = Resolver(target.python).package(target.package)  # a fresh resolution, the one every command uses
         if os.path.realpath(again.package_dir) != os.path.realpath(target.package_dir):
             raise Refused(f"{target.package} now resolves to {again.package_dir}, not the patched {target.package_dir}",
                           hint=f"`hotfix where {target.package} --python {target.python} --import` shows why")
@@ -221,7 +377,7 @@ def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:
 def _warn_if_checkout_not_loaded(target: Target) -> None:
     """A --root checkout is only in effect if the server's interpreter imports it: say what this one does."""
     try:
-        loaded = locate_package(target.package, None)
+        loaded = Resolver().package(target.package)
     except HotfixError:
         note(f"cannot tell from here which {target.package} the server loads; check with "
              f"`hotfix where {target.package} --python <the server's python> --import`")

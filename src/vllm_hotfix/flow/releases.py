@@ -19,9 +19,8 @@ from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.apply import Reader
 from vllm_hotfix.core.presence import Presence, presence
 from vllm_hotfix.errors import UsageError
-from vllm_hotfix.flow.applicability import Inapplicable, applicability
+from vllm_hotfix.flow.applicability import Inapplicable, applicability, release_target
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix
-from vllm_hotfix.install.locate import Target
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,13 +79,6 @@ def releases_in_scope(manifest: Manifest, target: TargetSpec, wanted: Wanted, pu
     return wanted.pick(chosen)
 
 
-def release_target(distribution: str, package: str, release: str) -> Target:
-    """A published release as a target (read from its wheel, never installed)."""
-    where = Path(f"<{distribution}-{release}.whl>")
-    return Target(package=package, distribution=distribution, version=release, kind="wheel",
-                  package_dir=where / package, root=where, dist_info=None, python=None, git=None, warnings=())
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OnRelease:
     """A catalog hotfix on one published release: out of its scope (``why_not``), else its series and content."""
@@ -103,7 +95,7 @@ def judge(manifest: Manifest, spec: TargetSpec, release: str, read: Reader | Non
     ``read`` may be None only to ask the first question (the wheel is not needed when the answer is there);
     loading the series raises what ``catalog_hotfix`` raises (no patch for this version, pins).
     """
-    target = release_target(spec.distribution, spec.package, release)
+    target = release_target(spec, release)
     why_not = applicability(manifest, spec, target)
     if why_not is not None or read is None:
         return OnRelease(release=release, why_not=why_not)

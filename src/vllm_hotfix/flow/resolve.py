@@ -13,7 +13,6 @@ without vLLM): hotfix's own interpreter if it imports the package, else the inte
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -66,6 +65,14 @@ class Resolver:
             raise found
         return found
 
+    def resolved(self) -> list[Target]:
+        """The targets resolved so far (each once), for commands that describe them after a survey."""
+        found: dict[str, Target] = {}
+        for target in self._cache.values():
+            if isinstance(target, Target):
+                found.setdefault(str(target.root), target)
+        return list(found.values())
+
     def runs_here(self) -> bool:
         """Whether the packages are resolved in the interpreter running hotfix (after a resolution:
         the one it settled on, e.g. the `vllm` command's when hotfix's own has no vLLM)."""
@@ -99,13 +106,12 @@ class Resolver:
             return locate_package(package, python, do_import)
 
     def for_manifest(self, manifest: Manifest) -> tuple[Target, TargetSpec | None]:
-        """The target the manifest is about, and the manifest target entry that matches it (None: none)."""
+        """The target the manifest is about, and the manifest target entry that matches it
+        (``Manifest.spec_for``; None: none)."""
         if self.root is not None:
             specs = [s for s in manifest.targets if (self.root / s.package).is_dir()] or list(manifest.targets)
             target = self.package(specs[0].package)
-            if target.distribution is None:  # a checkout without metadata: the package name decides
-                return target, specs[0] if (self.root / specs[0].package).is_dir() else None
-            return target, manifest.target_for(target.distribution)
+            return target, manifest.spec_for(target)
         error: HotfixError | None = None
         for spec in manifest.targets:
             try:
@@ -113,7 +119,7 @@ class Resolver:
             except Refused as exc:
                 error = exc
                 continue
-            return target, manifest.target_for(target.distribution) if target.distribution else None
+            return target, manifest.spec_for(target)
         assert error is not None
         raise error
 
@@ -154,17 +160,19 @@ def _catalog_packages(catalog: Catalog | None) -> Iterable[str]:
 
 
 def recorded_packages() -> list[str]:
-    """Import names that records in this state directory are about (state.json's target.package)."""
-    names = set()
+    """Import names that records in this state directory are about (state.json's target.package), read
+    by the one reader of the format; a record that cannot be read names none."""
+    from vllm_hotfix.errors import InvalidInput
     from vllm_hotfix.paths import all_target_dirs  # here: `verify --lock` pays for hashlib after its probe started
+    from vllm_hotfix.txn.state import TargetState
 
+    names = set()
     for tdir in all_target_dirs():
         try:
-            doc = json.loads(tdir.state_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            package = TargetState.load(tdir.directory).target.get("package")
+        except InvalidInput:
             continue
-        package = (doc.get("target") or {}).get("package") if isinstance(doc, dict) else None
-        if isinstance(package, str) and package:
+        if package:
             names.add(package)
     return sorted(names)
 

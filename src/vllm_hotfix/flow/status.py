@@ -13,17 +13,16 @@ from typing import Iterable, Sequence
 from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
-from vllm_hotfix.core.verdict import (
-    APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN,
-    files_verdict,
-)
+from vllm_hotfix.core.verdict import APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN
 from vllm_hotfix.errors import HotfixError, Refused, UsageError
-from vllm_hotfix.flow.applicability import applicability
-from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix
-from vllm_hotfix.flow.plan import _flatten, check_record, judge_record, release_changed
+from vllm_hotfix.flow.applicability import Inapplicable, applicability
+from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
+from vllm_hotfix.flow.plan import _flatten, release_changed
+from vllm_hotfix.flow.series import file_checks, judge_recorded, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import TargetDir
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
@@ -42,6 +41,7 @@ class Status:
     recorded: bool = False
     distribution: str | None = None  # of the target (for the fingerprint)
     installed_version: str | None = None
+    position: int | None = None  # its place in the target's series (1 = applied first); None: not recorded
 
     @property
     def in_effect(self) -> bool:
@@ -49,7 +49,8 @@ class Status:
 
     def to_json(self) -> dict:
         return {"id": self.id, "version": self.version, "state": self.state, "target": self.target,
-                "recorded": self.recorded, "detail": self.detail, "advice": self.advice, "files": list(self.files)}
+                "recorded": self.recorded, "series": self.position, "detail": self.detail, "advice": self.advice,
+                "files": list(self.files)}
 
 
 def _apply_command(recorded: RecordedHotfix, option: str) -> str:
@@ -60,42 +61,85 @@ def _apply_command(recorded: RecordedHotfix, option: str) -> str:
     return f"hotfix apply --patch PATCH --id {recorded.id} {option} --package {recorded.package or 'PACKAGE'}"
 
 
-def status_from_record(recorded: RecordedHotfix, root: Path, option: str, *, state: TargetState | None = None,
-                       target: Target | None = None) -> Status:
-    """A recorded hotfix judged by plan.judge_record (the same verdict `apply` acts on)."""
-    tree = Tree(root)
-    checks = check_record(recorded, tree)
-    if state is not None and target is not None:
-        word, detail = judge_record(state, recorded, target, tree)
-    else:
-        word, detail = files_verdict(checks)
+@dataclass(frozen=True)
+class SeriesView:
+    """One target's record and what its files say about every recorded hotfix (one read of each file)."""
+
+    target: Target
+    state: TargetState
+    checks: dict
+    broken: str | None
+
+    @classmethod
+    def of(cls, target: Target, state: TargetState | None = None) -> "SeriesView":
+        state = state if state is not None else TargetState.for_root(target.root)
+        checks, broken = file_checks(state, Tree(target.root), target)  # the record checked, not trusted
+        return cls(target, state, checks, broken)
+
+
+def status_from_record(view: SeriesView, recorded: RecordedHotfix, *,
+                       inapplicable: Inapplicable | None = None) -> Status:
+    """A recorded hotfix in its series, judged by core.verdict.judge (the verdict `apply` acts on)."""
+    target, option = view.target, target_option(view.target)
+    word, detail = judge_recorded(view.state, recorded.id, target, view.checks, view.broken,
+                                  inapplicable=(inapplicable.state, inapplicable.message) if inapplicable else None)
+    checks = view.checks.get(recorded.id, ())
     files = tuple(c.to_json() for c in checks)
-    common = dict(id=recorded.id, version=recorded.version, target=str(root), files=files, recorded=True)
+    common = dict(id=recorded.id, version=recorded.version, target=str(target.root), files=files, recorded=True)
     redo = _apply_command(recorded, option)
     if word == APPLIED:
         return Status(state=APPLIED, detail=detail, **common)
+    if word == INTERRUPTED:
+        return replace(interrupted(recorded.id, recorded.version, target.root, option), files=files)
+    if inapplicable is not None and word == inapplicable.state:
+        was = view.state.target.get("version")
+        if release_changed(was, target):
+            detail = f"{target.distribution} was changed from {was} to {target.version} under the record; {detail}"
+        return Status(state=word, detail=detail, advice=inapplicable.advice, **common)
     if word == LOST:
+        if release_changed(view.state.target.get("version"), target):
+            return Status(state=LOST, detail=detail, advice=f"re-run `{redo}` (it picks the patch for {target.version})",
+                          **common)
         return Status(state=LOST, detail=f"recorded as applied, but {detail}", advice=f"re-run `{redo}`", **common)
-    first = next(c.path for c in checks if c.state != "patched")
+    if word == UNKNOWN:
+        return Status(state=UNKNOWN, detail=detail, advice="see `hotfix where` and the record; restore the files, "
+                                                           "then apply again", **common)
+    first = quote_path(next((c.path for c in checks if c.state != "patched"), "the files"))
     return Status(state=DRIFTED, detail=detail,
                   advice=f"restore {first} (reinstall the package / git checkout, or `hotfix rollback {recorded.id} "
                          f"{option}` if only baseline files differ), then `{redo}`", **common)
 
 
-def status_from_files(hotfix: Hotfix, target: Target) -> Status:
-    """An unrecorded hotfix: does its series plan forward (not applied) or in reverse (applied)?"""
+def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = None) -> Status:
+    """An unrecorded hotfix: does its series plan forward (not applied) or in reverse (applied) on the
+    files as they are -- on top of what the target's recorded series put there?"""
     common = dict(id=hotfix.id, version=hotfix.version, target=str(target.root))
     option = target_option(target)
+    chains = steps_by_path(view.state) if view is not None else {}
     found = presence(hotfix.series, Tree(target.root).read)  # the content rule `hotfix contains` answers with
+    touched = [p for p, _, _ in _flatten(found.plan)] if found.plan is not None else []
+    owners = tuple(dict.fromkeys(s[0] for p in touched for s in chains.get(p, ())))
     if found.state == APPLICABLE:
         return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",
-                      files=tuple({"path": p, "state": "baseline"} for p, _, _ in _flatten(found.plan)), **common)
+                      detail=f"applies on top of {', '.join(owners)}" if owners else "",
+                      files=tuple({"path": p, "state": "baseline"} for p in touched), **common)
     if found.state != CONTAINED:  # partly / conflicts
+        hit = next((f.path for f in found.files if f.state != CONTAINED and f.path in chains), None)
+        if hit is not None:
+            names = ", ".join(s[0] for s in chains[hit])
+            return Status(state=NOT_APPLIED, detail=f"does not apply on top of {names} (recorded): {found.detail}",
+                          advice=f"it conflicts with {names}: roll back {names} first, or make one hotfix of both",
+                          **common)
         return Status(state=DRIFTED, detail=found.detail,
                       advice="the file is neither baseline nor patched: restore it, then apply", **common)
+    files = tuple({"path": p, "state": "patched"} for p in touched)
+    if owners:
+        return Status(state=APPLIED, detail=f"its change is in effect as part of what the recorded series "
+                                            f"({', '.join(owners)}) put there; it is not recorded itself",
+                      files=files, **common)
     return Status(state=APPLIED, detail="the files hold the patch, but it is not recorded here (applied by hand?); "
                                         f"`hotfix apply {hotfix.id} {option}` records it without changing a file",
-                  files=tuple({"path": p, "state": "patched"} for p, _, _ in _flatten(found.plan)), **common)
+                  files=files, **common)
 
 
 def interrupted(hotfix_id: str, version, root: Path, option: str) -> Status:
@@ -104,37 +148,31 @@ def interrupted(hotfix_id: str, version, root: Path, option: str) -> Status:
                   f"run `hotfix recover {option}` (it puts every file and the record back as before)", recorded=True)
 
 
-def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, recorded: RecordedHotfix | None,
-                   *, recorded_version: str | None = None, patch_files: Sequence[Path] = (),
-                   state: TargetState | None = None) -> Status:
-    """The state of a catalog hotfix on a target, with its record (if any) and the release the record was made on."""
-    option = target_option(target)
-    if TargetDir.of(target.root).pending():
-        return interrupted(manifest.id, manifest.version, target.root, option)
-    upgraded = recorded is not None and release_changed(recorded_version, target)
+def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, view: SeriesView,
+                   *, patch_files: Sequence[Path] = ()) -> Status:
+    """The state of a catalog hotfix on a target: its record (if any) judged in the series, else its files."""
+    recorded = view.state.hotfixes.get(manifest.id)
     why_not = applicability(manifest, spec, target)
-    if why_not is not None:
-        detail = why_not.message
-        if upgraded:
-            detail = (f"{target.distribution} was changed from {recorded_version} to {target.version} under the "
-                      f"record; " + detail)
-        return Status(manifest.id, manifest.version, why_not.state, str(target.root), detail,
-                      why_not.advice, recorded=recorded is not None)
     if recorded is not None:
-        state = state if state is not None else TargetState.for_root(target.root)
-        found = status_from_record(recorded, target.root, option, state=state, target=target)
-        if upgraded:
-            return replace(found, advice=f"re-run `hotfix apply {manifest.id} {option}` (it picks the patch for "
-                                         f"{target.version})")
+        problem = pin_problem(manifest, recorded, view.state, target)
+        if problem is not None:  # not the bytes the catalog pins: the record proves nothing
+            return Status(manifest.id, recorded.version, UNKNOWN, str(target.root), problem,
+                          "the record does not describe what `hotfix apply` wrote: restore the files "
+                          "(reinstall the package) and move the state folder aside", recorded=True)
+        found = status_from_record(view, recorded, inapplicable=why_not)
         if not same_version(recorded.version, manifest.version) and found.state == APPLIED:
             return replace(found, detail=f"version {recorded.version} is applied; the catalog has {manifest.version}",
-                           advice=f"upgrade: `hotfix apply {manifest.id} {option}`")
+                           advice=f"upgrade: `hotfix apply {manifest.id} {target_option(target)}`")
         return found
+    if TargetDir.of(target.root).pending():
+        return interrupted(manifest.id, manifest.version, target.root, target_option(target))
+    if why_not is not None:
+        return Status(manifest.id, manifest.version, why_not.state, str(target.root), why_not.message, why_not.advice)
     try:
         hotfix = catalog_hotfix(manifest, target, patch_files=patch_files)
     except HotfixError as exc:
         return Status(manifest.id, manifest.version, UNKNOWN, str(target.root), exc.message, exc.hint)
-    return status_from_files(hotfix, target)
+    return status_from_files(hotfix, target, view)
 
 
 @dataclass
@@ -148,28 +186,26 @@ class Survey:
 
     def __post_init__(self) -> None:
         self.resolver = Resolver(self.python, self.root)
+        self._views: dict[str, SeriesView] = {}
+
+    def view(self, target: Target, state: TargetState | None = None) -> SeriesView:
+        """The series of one target, read once per survey (every status of it shares the file reads)."""
+        key = str(target.root)
+        if key not in self._views:
+            self._views[key] = SeriesView.of(target, state)
+        return self._views[key]
 
     def _record_status(self, target: Target, state: TargetState, recorded: RecordedHotfix) -> Status:
-        return _of_target(self._record_status_of(target, state, recorded), target)
-
-    def _record_status_of(self, target: Target, state: TargetState, recorded: RecordedHotfix) -> Status:
+        view = self.view(target, state)
         if recorded.source == "catalog" and recorded.id in self.catalog.ids():
-            return self._catalog_one(self.catalog.get(recorded.id), target, state)
-        option = target_option(target)
-        if TargetDir.of(target.root).pending():
-            return interrupted(recorded.id, recorded.version, target.root, option)
-        return status_from_record(recorded, Path(target.root), option, state=state, target=target)
+            manifest = self.catalog.get(recorded.id)
+            return _of_target(catalog_status(manifest, target, manifest.spec_for(target), view), target, view.state)
+        return _of_target(status_from_record(view, recorded), target, view.state)
 
-    def _catalog_one(self, manifest: Manifest, target: Target | None = None, state: TargetState | None = None) -> Status:
-        spec = None
-        if target is None:
-            target, spec = self.resolver.for_manifest(manifest)
-        else:
-            spec = manifest.target_for(target.distribution) if target.distribution else \
-                next((s for s in manifest.targets if s.package == target.package), None)
-        state = state if state is not None else TargetState.for_root(target.root)
-        return _of_target(catalog_status(manifest, target, spec, state.hotfixes.get(manifest.id),
-                                         recorded_version=state.target.get("version"), state=state), target)
+    def _catalog_one(self, manifest: Manifest) -> Status:
+        target, spec = self.resolver.for_manifest(manifest)
+        view = self.view(target)
+        return _of_target(catalog_status(manifest, target, spec, view), target, view.state)
 
     def named(self, refs: Iterable[tuple[str, str | None]]) -> list[Status]:
         out = []
@@ -191,7 +227,7 @@ class Survey:
         for target, state in self.resolver.records(self.catalog):
             if not state.hotfixes:  # only an interrupted first apply
                 out.append(interrupted("(unrecorded apply)", None, target.root, target_option(target)))
-            for hotfix_id, recorded in sorted(state.hotfixes.items()):
+            for hotfix_id, recorded in state.hotfixes.items():  # the series, in applied order
                 seen.add(hotfix_id)
                 out.append(self._record_status(target, state, recorded))
         if with_catalog:
@@ -204,7 +240,7 @@ class Survey:
                     continue  # its package is not installed for this interpreter
                 if spec is None:
                     continue
-                out.append(_of_target(catalog_status(manifest, target, spec, None), target))
+                out.append(_of_target(catalog_status(manifest, target, spec, self.view(target)), target))
         return out
 
     def holding(self, hotfix_id: str) -> tuple[Target, TargetState]:
@@ -221,10 +257,28 @@ class Survey:
         return holding[0]
 
 
-def _of_target(status: Status, target: Target) -> Status:
-    from dataclasses import replace
+def _of_target(status: Status, target: Target, state: TargetState | None = None) -> Status:
+    position = None
+    if state is not None and status.recorded and status.id in state.hotfixes:
+        position = list(state.hotfixes).index(status.id) + 1
+    return replace(status, distribution=target.distribution, installed_version=target.version, position=position)
 
-    return replace(status, distribution=target.distribution, installed_version=target.version)
+
+def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
+           with_catalog: bool, targets: list | None = None) -> list[Status]:
+    """`status` and `verify`: the named hotfixes, or every recorded one in series order (+ the catalog's
+    others whose distribution this interpreter has, when ``with_catalog``). ``targets``, when given,
+    receives the targets the survey resolved (to say where a version was derived)."""
+    from vllm_hotfix.catalog.index import parse_ref
+
+    surveyor = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs))
+    if hotfix_ids:
+        statuses = surveyor.named(parse_ref(i) for i in hotfix_ids)
+    else:
+        statuses = surveyor.everything(with_catalog=with_catalog)
+    if targets is not None:
+        targets.extend(surveyor.resolver.resolved())
+    return statuses
 
 
 def fingerprint(statuses: Iterable[Status]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -24,9 +24,9 @@ from vllm_hotfix.output import note
 from vllm_hotfix.paths import TargetDir
 from vllm_hotfix.txn.atomic import atomic_write, fsync_dir, unlink_if_present
 from vllm_hotfix.flow.plan import invert
-from vllm_hotfix.txn.fsops import Interrupted, _parallel, signals_as_exceptions
+from vllm_hotfix.txn.fsops import Interrupted, _parallel, hold_late_signals, late_signal, signals_as_exceptions
 from vllm_hotfix.txn.journal import commit, nothing_changed
-from vllm_hotfix.txn.recovery import RecoveryReport, recover
+from vllm_hotfix.txn.recovery import RecoveryReport, recover, remove_stray_temps
 from vllm_hotfix.txn.lock import DEFAULT_TIMEOUT, target_lock
 from vllm_hotfix.txn.state import TargetState
 from vllm_hotfix.txn.writable import state_dir_writable, target_writable
@@ -70,6 +70,10 @@ def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None
         if change.plan.edits:
             target_writable(root, _written_paths(change.plan))
         return change
+    late = late_signal()
+    if late is not None:  # a signal came after an earlier transaction of this command: start no other
+        raise nothing_changed(Interrupted(late), str(root))
+    hold_late_signals()  # after the commit point a signal changes nothing: the command ends with what it did
     state_dir_writable(tdir.directory)
     with target_lock(tdir.directory, DEFAULT_TIMEOUT if lock_timeout is None else lock_timeout):
         recover_locked(root)
@@ -118,7 +122,7 @@ def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None
 def recover_locked(root: Path) -> RecoveryReport | None:
     """Undo an interrupted transaction of ``root`` (files and record), then drop orphans; lock held."""
     tdir = TargetDir.of(root)
-    report = recover(tdir.journal)
+    report = recover(tdir.journal, root)  # the journal must name this very target
     if report is not None:
         note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
              f"{len(report.removed)} created file(s) removed, record as before")
@@ -128,13 +132,21 @@ def recover_locked(root: Path) -> RecoveryReport | None:
 
 
 def recover_target(root: Path) -> RecoveryReport | None:
-    """`hotfix recover`: take the lock, then ``recover_locked``."""
+    """`hotfix recover`: take the lock, then ``recover_locked``; also remove stray temp files of ours
+    beside the files the record names (left by an interrupted transaction of an older vllm-hotfix)."""
     tdir = TargetDir.of(root)
     if not tdir.directory.is_dir():
         return None
     state_dir_writable(tdir.directory)
     with target_lock(tdir.directory, DEFAULT_TIMEOUT):
-        return recover_locked(root)
+        report = recover_locked(root)
+        recorded = [f.path for hotfix in TargetState.load(tdir.directory).hotfixes.values() for f in hotfix.files]
+        temps = remove_stray_temps(root, recorded)
+    if not temps:
+        return report
+    if report is None:
+        return RecoveryReport(tdir.journal / "journal.json", Path(root), (), (), (), tuple(temps))
+    return replace(report, temps=tuple(sorted(set(report.temps) | set(temps))))
 
 
 def _written_paths(plan: Plan) -> list[str]:

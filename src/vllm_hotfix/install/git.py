@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from vllm_hotfix.errors import Refused
+from vllm_hotfix.install.facts import find_work_tree  # noqa: F401 - the one rule, re-exported
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,6 @@ class GitInfo:
 
 def git_available() -> bool:
     return shutil.which(os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git")) is not None
-
-
-def find_work_tree(path: Path) -> Path | None:
-    """Top of the git work tree containing ``path`` (found from .git entries; needs no git binary)."""
-    here = Path(path).resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / ".git").exists():
-            return candidate
-    return None
 
 
 def _repo(root: Path, purpose: str):
@@ -125,6 +117,30 @@ def is_ancestor(root: Path, rev: str) -> bool:
     if sha is None or current is None:
         return False
     return sha == current or repo.is_ancestor(sha, current)
+
+
+def blob_id(data: bytes) -> str:
+    """The id git gives a file's bytes (``git hash-object``)."""
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def head_blobs(root: Path, paths: Iterable[str]) -> dict[str, str | None]:
+    """The blob id of each path (relative to the work tree's top) at HEAD; None when HEAD lacks it."""
+    repo = _repo(root, "files at HEAD")
+    try:
+        tree = repo.head.commit.tree
+    except ValueError:  # no commit yet
+        return {path: None for path in paths}
+    out = {}
+    for path in paths:
+        try:
+            item = tree / path
+            out[path] = item.hexsha if item.type == "blob" else None
+        except KeyError:
+            out[path] = None
+    return out
 
 
 def info(root: Path) -> GitInfo:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import sys
 from dataclasses import dataclass, field
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_hotfix.errors import Refused, UsageError, WriteFailed
+from vllm_hotfix.install import facts as install_facts
 from vllm_hotfix.install import probe as probe_module
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class Target:
     python_version: str | None = None
     copies: tuple[Path, ...] = field(default=())   # every copy on sys.path, the loaded one first
     sys_path: tuple[str, ...] = field(default=())
+    version_from: str | None = None  # a checkout's derived version: what from, e.g. 'git tag v0.30.0' (install/version.py)
 
     @property
     def has_record(self) -> bool:
@@ -48,6 +50,8 @@ class Target:
             "package": self.package,
             "distribution": self.distribution,
             "version": self.version,
+            "version_derived": self.version_from is not None,
+            "version_from": self.version_from,
             "kind": self.kind,
             "path": str(self.package_dir),
             "origin": str(self.origin) if self.origin else None,
@@ -121,6 +125,9 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
 
     try:
         process = _started.pop((interpreter, do_import), None) or _spawn_probe(interpreter, do_import)
+    except (OSError, ValueError) as exc:
+        raise _cannot_start(interpreter, exc) from None
+    try:
         with process:
             try:
                 stdout, stderr = process.communicate(package + "\n", timeout=PROBE_TIMEOUT)
@@ -128,11 +135,6 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
                 process.kill()
                 raise Refused(f"probing {package} with {interpreter} took over {PROBE_TIMEOUT:.0f}s"
                               + (" (the real import hangs?)" if do_import else "")) from None
-    except FileNotFoundError:
-        raise UsageError(f"--python {interpreter}: no such interpreter",
-                         hint="give the path of the python that runs vLLM, e.g. /opt/venv/bin/python") from None
-    except PermissionError:
-        raise UsageError(f"--python {interpreter}: not executable") from None
     except OSError as exc:  # handing the name to the probe, reading its answer: a pipe write or read
         raise WriteFailed(f"--python {interpreter}: cannot talk to the probe process ({exc.strerror or exc}); nothing was changed") from None
     facts = probe_module.read_facts(stdout)
@@ -143,21 +145,24 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False) 
                      hint="it must be a Python 3.10-3.13 interpreter")
 
 
-def _under(path: Path, parent: Path) -> bool:
-    try:
-        path.resolve().relative_to(parent.resolve())
-        return True
-    except ValueError:
-        return False
+def _cannot_start(interpreter: str, exc: Exception) -> UsageError:
+    """Why ``interpreter`` could not be started, as a usage error (exit 2): it is what --python named."""
+    hint = "give the path of the python that runs vLLM, e.g. /opt/venv/bin/python"
+    if isinstance(exc, FileNotFoundError):
+        return UsageError(f"--python {interpreter}: no such interpreter", hint=hint)
+    if os.path.isdir(interpreter):
+        return UsageError(f"--python {interpreter}: is a directory, not an interpreter (nor a venv with "
+                          f"bin/python)", hint=hint)
+    if isinstance(exc, PermissionError):
+        return UsageError(f"--python {interpreter}: not executable", hint=hint)
+    if isinstance(exc, OSError) and exc.errno == errno.ENOEXEC:
+        return UsageError(f"--python {interpreter}: not a program this system can run (Exec format error)",
+                          hint=hint)
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return UsageError(f"--python {interpreter}: cannot be started ({why})", hint=hint)
 
 
-def _file_url_path(url: str | None) -> Path | None:
-    if not url:
-        return None
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(url)
-    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+_under = install_facts.under
 
 
 def _path_source(entry: str, facts: dict[str, Any]) -> str:
@@ -174,27 +179,6 @@ def _path_source(entry: str, facts: dict[str, Any]) -> str:
     return f"sys.path entry {entry}"
 
 
-def _choose_distribution(facts: dict[str, Any], package_dir: Path) -> dict[str, Any] | None:
-    dists = facts["distributions"]
-    for dist in dists:
-        if dist["dist_info"] and _under(package_dir, Path(dist["dist_info"]).parent):
-            return dist
-    return dists[0] if dists else None
-
-
-def _editable_project(dist: dict[str, Any] | None) -> Path | None:
-    """The project directory of an editable install (PEP 610 direct_url.json, as the probe read it)."""
-    if not dist or not dist.get("direct_url"):
-        return None
-    try:
-        url = json.loads(dist["direct_url"])
-    except ValueError:
-        return None
-    if not isinstance(url, dict) or not isinstance(url.get("dir_info"), dict) or not url["dir_info"].get("editable"):
-        return None
-    return _file_url_path(url.get("url")) if isinstance(url.get("url"), str) else None
-
-
 def _git_info(root: Path, warnings: list[str]) -> GitInfo | None:
     from vllm_hotfix.install import git as gitmod
 
@@ -205,53 +189,33 @@ def _git_info(root: Path, warnings: list[str]) -> GitInfo | None:
         return None
 
 
-def _work_tree(path: Path) -> Path | None:
-    from vllm_hotfix.install import git as gitmod  # here: a wheel install (the common case) needs none
-
-    return gitmod.find_work_tree(path)
-
-
 def target_from_facts(facts: dict[str, Any]) -> Target:
     """Turn probe facts into a Target; pure apart from git and file-existence checks."""
     package = facts["package"]
-    spec = facts.get("spec")
-    if spec is None or (not spec.get("origin") and not spec.get("locations")):
-        why = f" ({facts['spec_error']})" if facts.get("spec_error") else ""
+    try:
+        decided = install_facts.decide(facts)  # the one rule for kind, root, distribution (the guard's too)
+    except install_facts.NotImportable as exc:
         raise Refused(
-            f"package {package} is not importable by {facts['python']}{why}",
+            str(exc),
             hint="pass --python with the interpreter that runs vLLM (e.g. /opt/venv/bin/python) or set HOTFIX_PYTHON; "
             "for a source checkout pass --root DIR (e.g. /vllm-workspace/vllm-ascend)",
-        )
-    origin = Path(spec["origin"]) if spec.get("origin") and spec["origin"] not in ("namespace", "built-in", "frozen") else None
-    if spec.get("locations"):
-        package_dir = Path(spec["locations"][0])
-    elif origin is not None:
-        package_dir = origin.parent
-    else:
-        raise Refused(f"package {package} has no files on disk ({spec.get('origin')}): nothing to patch")
+        ) from None
+    package_dir, origin, dist, dist_info = decided.package_dir, decided.origin, decided.dist, decided.dist_info
+    kind, root = decided.kind, decided.root
     warnings: list[str] = []
     if origin is None:
         warnings.append(f"{package} resolves to a namespace package (no __init__.py) at {package_dir}: "
                         "a directory of that name on sys.path may be shadowing the real package")
-
-    dist = _choose_distribution(facts, package_dir)
-    dist_info = Path(dist["dist_info"]) if dist and dist.get("dist_info") else None
-    editable = _editable_project(dist)
-    finder_paths = [Path(f["path"]) for f in facts["editable_finders"]]
-
-    if editable is not None and (_under(package_dir, editable) or any(_under(package_dir, p) for p in finder_paths)):
-        kind, root = "editable", editable
-    elif dist is not None and dist["has_record"] and dist_info is not None and _under(package_dir, dist_info.parent):
-        kind, root = "wheel", dist_info.parent
-        if not dist["record_lists_init"] and origin is not None:
-            warnings.append(f"{dist_info}/RECORD does not list {package}/{origin.name}: the loaded files are not the ones pip installed")
-    else:
-        top = _work_tree(package_dir)
-        kind, root = ("git", top) if top is not None else ("directory", package_dir.parent)
+    if kind == install_facts.WHEEL and not dist["record_lists_init"] and origin is not None:
+        warnings.append(f"{dist_info}/RECORD does not list {package}/{origin.name}: the loaded files are not the ones pip installed")
 
     git_info = None
-    if kind in ("editable", "git") and _work_tree(root) is not None:
+    if kind in ("editable", "git") and install_facts.find_work_tree(root) is not None:
         git_info = _git_info(root, warnings)
+    version, version_from = (dist["version"] if dist else None), None
+    if kind in ("editable", "git"):  # a checkout: what its build would produce, as --root says
+        version, version_from, _ = _checkout_version(root, package, version,
+                                                     str(dist_info / "METADATA") if dist_info else None)
 
     copies = [c for c in facts["copies"]]
     loaded = next((c for c in copies if _under(Path(c["path"]), package_dir) or Path(c["path"]).resolve() == package_dir.resolve()), None)
@@ -279,7 +243,7 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
     return Target(
         package=package,
         distribution=dist["name"] if dist else None,
-        version=dist["version"] if dist else None,
+        version=version,
         kind=kind,
         package_dir=package_dir,
         root=root,
@@ -293,6 +257,7 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
         python_version=facts.get("python_version"),
         copies=tuple(Path(c["path"]) for c in ([loaded] if loaded else []) + [c for c in copies if c is not loaded]),
         sys_path=tuple(facts["sys_path"]),
+        version_from=version_from,
     )
 
 
@@ -317,6 +282,10 @@ def locate_root(root: Path, package: str | None = None) -> Target:
     dist_info = None
     if package:
         dist_info, distribution, version = _checkout_metadata(root, package)
+    version, version_from, project = _checkout_version(root, package, version,
+                                                       str(_metadata_file(dist_info)) if dist_info else None)
+    if distribution is None and package:
+        distribution = project  # pyproject.toml's [project] name
     warnings: list[str] = []
     top = gitmod.find_work_tree(root)
     git_info = _git_info(root, warnings) if top is not None else None
@@ -332,14 +301,28 @@ def locate_root(root: Path, package: str | None = None) -> Target:
         git=git_info,
         warnings=tuple(warnings),
         origin=package_dir / "__init__.py" if (package_dir / "__init__.py").exists() else None,
+        version_from=version_from,
     )
+
+
+def _checkout_version(root: Path, package: str | None, metadata: str | None,
+                      metadata_from: str | None) -> tuple[str | None, str | None, str | None]:
+    """(version, what it was derived from, pyproject's project name) of a checkout: install/version.py's one rule."""
+    from vllm_hotfix.install.version import checkout_version
+
+    found = checkout_version(root, package, metadata=metadata, metadata_from=metadata_from)
+    return found.version, (found.detail if found.derived else None), found.distribution
+
+
+def _metadata_file(meta_dir: Path) -> Path:
+    return meta_dir / ("PKG-INFO" if meta_dir.suffix == ".egg-info" else "METADATA")
 
 
 def _checkout_metadata(root: Path, package: str) -> tuple[Path | None, str | None, str | None]:
     """Name and version from a *.dist-info / *.egg-info left in the checkout by an editable install."""
     for pattern in ("*.egg-info", "*.dist-info", "src/*.egg-info"):
         for meta_dir in sorted(root.glob(pattern)):
-            meta = meta_dir / ("PKG-INFO" if meta_dir.suffix == ".egg-info" else "METADATA")
+            meta = _metadata_file(meta_dir)
             top_level = meta_dir / "top_level.txt"
             if top_level.is_file() and package not in top_level.read_text(encoding="utf-8").split():
                 continue

@@ -315,20 +315,12 @@ def _is_site_entry(entry):
     return entry.endswith(("site-packages", "dist-packages")) or entry.endswith(".zip")
 
 
-def _facts(package, path_entries, do_import):
-    site_dirs = _site_dirs()
-    facts = {
-        "package": package,
-        "python": sys.executable,
-        "python_version": "%d.%d.%d" % sys.version_info[:3],
-        "prefix": sys.prefix,
-        "cwd": os.getcwd(),
-        "sys_path": path_entries,
-        "pythonpath": [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p],
-        "site_dirs": site_dirs,
-        "spec": None,
-        "spec_error": None,
-    }
+def install_facts(package, path_entries, site_dirs=None):
+    """What decides which install PACKAGE is loaded from (install/facts.py's ``decide``): find_spec's
+    answer, the distributions providing it, setuptools editable finders. The in-process guard gathers
+    exactly these in every vLLM process; the probe gathers them as part of its facts."""
+    site_dirs = _site_dirs() if site_dirs is None else site_dirs
+    facts = {"package": package, "python": sys.executable, "spec": None, "spec_error": None}
     try:
         spec = _find_spec(package)
     except Exception as exc:  # noqa: BLE001 - e.g. a parent package that fails to import
@@ -341,10 +333,25 @@ def _facts(package, path_entries, do_import):
             "loader": type(spec.loader).__name__ if spec.loader else None,
         }
     top = package.split(".")[0]
-    facts["copies"] = _copies(top, path_entries)
     facts["distributions"] = _distributions(top, path_entries)
-    facts["pth_files"] = _pth_files(site_dirs)
     facts["editable_finders"] = _editable_finders(site_dirs, top)
+    return facts
+
+
+def _facts(package, path_entries, do_import):
+    site_dirs = _site_dirs()
+    facts = install_facts(package, path_entries, site_dirs)
+    facts.update({
+        "python_version": "%d.%d.%d" % sys.version_info[:3],
+        "prefix": sys.prefix,
+        "cwd": os.getcwd(),
+        "sys_path": path_entries,
+        "pythonpath": [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p],
+        "site_dirs": site_dirs,
+    })
+    top = package.split(".")[0]
+    facts["copies"] = _copies(top, path_entries)
+    facts["pth_files"] = _pth_files(site_dirs)
     facts["import"] = _real_import(package) if do_import else None
     return facts
 

@@ -197,6 +197,27 @@ def verify(root: Path, entries: dict[str, RecordEntry], paths: Iterable[str]) ->
     return differences
 
 
+def verify_bytes(entries: dict[str, RecordEntry], expected: dict[str, bytes | None]) -> list[Difference]:
+    """Differences between bytes a file is known to have had and its RECORD entry (the pristine state a
+    series derived): None means the file did not exist, so RECORD must not list it."""
+    differences = []
+    for path, data in sorted(expected.items()):
+        key = posixpath.normpath(path)
+        entry = entries.get(key)
+        if entry is None:
+            if data is not None:
+                differences.append(Difference(key, "unrecorded", None, None))
+            continue
+        if data is None:
+            differences.append(Difference(key, "missing", entry.hash_text, None))
+        elif entry.size is not None and entry.size != len(data):
+            differences.append(Difference(key, "size", str(entry.size), str(len(data))))
+        elif entry.algorithm is not None and data_digest(data, entry.algorithm) != entry.digest:
+            differences.append(Difference(key, "digest", entry.hash_text,
+                                          f"{entry.algorithm}={data_digest(data, entry.algorithm)}"))
+    return differences
+
+
 def _top_level_dirs(root: Path, entries: dict[str, RecordEntry]) -> list[str]:
     firsts = set()
     for path in entries:

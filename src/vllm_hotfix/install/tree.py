@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 from vllm_hotfix.core.apply import FileState
-from vllm_hotfix.core.safety import normalised_relative_path
+from vllm_hotfix.core.safety import check_patch_path
 from vllm_hotfix.errors import Refused
+from vllm_hotfix.output import quote_path
 
 
 # Kernel file timestamps are coarse (a jiffy, at most 10 ms): a change made within that window of a
@@ -54,32 +55,32 @@ class Tree:
 
     def checked_path(self, relpath: str) -> str:
         """``path`` as a string (no pathlib object: this runs once per file of a 1,000-file patch)."""
-        normal = normalised_relative_path(relpath)
-        full = os.path.join(self._root_str, normal)
+        check_patch_path(relpath)  # git's verify_path: no '..', '.', empty or '.git' component
+        full = os.path.join(self._root_str, relpath)
         parent = os.path.dirname(full)
         if parent not in self._checked_dirs:
             self._check_inside(relpath, os.path.realpath(parent))
-            self._check_no_symlinked_dir(relpath, normal)
+            self._check_no_symlinked_dir(relpath)
         if os.path.islink(full):
             self._check_inside(relpath, os.path.realpath(full))
-            raise Refused(f"{relpath}: is a symbolic link under {self.root}; only regular files are patched")
+            raise Refused(f"{quote_path(relpath)}: is a symbolic link under {self.root}; only regular files are patched")
         return full
 
-    def _check_no_symlinked_dir(self, relpath: str, normal: str) -> None:
+    def _check_no_symlinked_dir(self, relpath: str) -> None:
         """Like git apply, refuse a path 'beyond a symbolic link': a symlinked directory inside the root
         would make two names for one file, and the journal would write through it."""
-        cut = normal.find("/")
+        cut = relpath.find("/")
         while cut > 0:
-            directory = os.path.join(self._root_str, normal[:cut])
+            directory = os.path.join(self._root_str, relpath[:cut])
             if directory not in self._checked_dirs:
                 if os.path.islink(directory):
-                    raise Refused(f"{relpath}: is beyond a symbolic link ({normal[:cut]}) under {self.root}")
+                    raise Refused(f"{quote_path(relpath)}: is beyond a symbolic link ({quote_path(relpath[:cut])}) under {self.root}")
                 self._checked_dirs.add(directory)
-            cut = normal.find("/", cut + 1)
+            cut = relpath.find("/", cut + 1)
 
     def _check_inside(self, relpath: str, real: str) -> None:
         if real != self._real_root and not real.startswith(self._real_root + os.sep):
-            raise Refused(f"{relpath}: leads outside {self.root} through a symlink (to {real})")
+            raise Refused(f"{quote_path(relpath)}: leads outside {self.root} through a symlink (to {real})")
 
     def read(self, relpath: str) -> FileState | None:
         path = self.checked_path(relpath)
@@ -88,16 +89,16 @@ class Tree:
             with open(path, "rb") as fh:
                 info = os.fstat(fh.fileno())
                 if not stat.S_ISREG(info.st_mode):
-                    raise Refused(f"{relpath}: not a regular file under {self.root}")
+                    raise Refused(f"{quote_path(relpath)}: not a regular file under {self.root}")
                 data = fh.read()
         except FileNotFoundError:
             return None
         except NotADirectoryError:
-            raise Refused(f"{relpath}: a parent of it is a regular file under {self.root}") from None
+            raise Refused(f"{quote_path(relpath)}: a parent of it is a regular file under {self.root}") from None
         except IsADirectoryError:
-            raise Refused(f"{relpath}: is a directory under {self.root}") from None
+            raise Refused(f"{quote_path(relpath)}: is a directory under {self.root}") from None
         except OSError as exc:
-            raise Refused(f"{relpath}: cannot read under {self.root}: {exc.strerror}") from None
+            raise Refused(f"{quote_path(relpath)}: cannot read under {self.root}: {exc.strerror}") from None
         if max(info.st_ctime_ns, info.st_mtime_ns) < started_ns - RACY_WINDOW_NS:
             self._read_signatures[relpath] = _signature(info)
         return FileState(data, info.st_mode)

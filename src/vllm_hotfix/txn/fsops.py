@@ -8,15 +8,18 @@ import hashlib
 import os
 import shutil
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from vllm_hotfix.output import note
+from vllm_hotfix.paths import JOURNAL_NAME
 from vllm_hotfix.txn.atomic import unlink_if_present
 from vllm_hotfix.txn.writable import describe
 
-JOURNAL = "journal.json"
+JOURNAL = JOURNAL_NAME  # the name is defined once, in paths
 BACKUPS = "backups"
 RECORD_BACKUP = "record"
 
@@ -34,29 +37,42 @@ def _parallel(function, items: list) -> list:
     """``map`` over threads for file system work (open/write/fsync/hash/unlink release the GIL).
 
     Plain threads rather than concurrent.futures: that import (with logging) costs ~8 ms per run.
-    Every thread is joined before anything is raised, even a signal turned into an exception, so no
-    worker still writes while the caller restores.
+    Every worker has finished before anything is raised, even a signal turned into an exception, so no
+    worker still writes (a temp file beside its target) while the caller restores. The workers start
+    with SIGINT/SIGTERM blocked (a signal cannot stop the start half-way, and no worker ever runs a
+    handler), and the wait is on each worker's own "finished" flag: ``Thread.join`` cannot be trusted
+    here, since a handler raising inside it marks a still-running thread as stopped (bpo-45274).
     """
     if len(items) < PARALLEL_MIN:
         return [function(item) for item in items]
     chunks = [items[start::WORKERS] for start in range(WORKERS)]
     done: list = [None] * WORKERS
     errors: list = [None] * WORKERS
+    finished = [threading.Event() for _ in range(WORKERS)]
 
     def work(index: int) -> None:
         try:
             done[index] = [function(item) for item in chunks[index]]
         except BaseException as exc:  # handed to the caller below
             errors[index] = exc
+        finally:
+            finished[index].set()
 
-    threads = [threading.Thread(target=work, args=(index,), daemon=True) for index in range(WORKERS)]
     pending: BaseException | None = None
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
+    try:
+        with _signals_blocked():
+            for index in range(WORKERS):
+                try:
+                    threading.Thread(target=work, args=(index,), daemon=True).start()
+                except RuntimeError as exc:  # "can't start new thread": this chunk never ran
+                    errors[index] = exc
+                    finished[index].set()
+    except BaseException as exc:  # a signal that came while blocked runs its handler on unblocking
+        pending = exc
+    for event in finished:
+        while not event.is_set():
             try:
-                thread.join()
+                event.wait()
             except BaseException as exc:  # a signal: remember it, keep waiting for the workers
                 pending = pending or exc
     failure = pending or next((exc for exc in errors if exc is not None), None)
@@ -106,32 +122,94 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-class _SignalGuard:
-    """While armed, SIGINT/SIGTERM raise ``Interrupted``; once disarmed (restoring) they are only noted."""
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
-        self.armed = True
+
+class _SignalGuard:
+    """While armed, the first SIGINT/SIGTERM raises ``Interrupted`` and disarms the guard, so the undo
+    that follows cannot be interrupted in turn; a signal while disarmed is only noted (``pending``)."""
+
+    def __init__(self, armed: bool = True) -> None:
+        self.armed = armed
         self.pending: int | None = None
 
     def handler(self, signum, frame) -> None:
         if self.armed:
+            self.armed = False
             raise Interrupted(signum)
         self.pending = self.pending or signum
 
 
+# After the commit point of a transaction, a signal must not undo it, nor make the command report a
+# failure for a change that stands. A command (flow.transaction.run calls ``hold_late_signals``) then
+# keeps SIGINT/SIGTERM noted-only for the rest of its process ("late"): it finishes with the code of
+# what it did, says the signal came late, and starts no other transaction. A third late signal is
+# obeyed (the default action): the change on disk is complete and recorded either way. Without the
+# hold (a library caller of journal.commit), a signal noted after the commit point is re-raised when
+# the commit returns, under the caller's own handler.
+_late: list[int] = []
+_hold = False
+_after_commit = False
+
+
+def hold_late_signals() -> None:
+    """This process is one command: after a commit point, signals wait for it to end (see above)."""
+    global _hold
+    _hold = True
+
+
+def _note_late(signum: int) -> None:
+    _late.append(signum)
+    if len(_late) == 1:
+        note(f"{signal.Signals(signum).name} arrived after the change was committed: it stands, and the "
+             f"command finishes (two more stop it anyway)")
+
+
+def _late_handler(signum, frame) -> None:
+    _note_late(signum)
+    if len(_late) >= 3:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+
+def late_signal() -> int | None:
+    """The first SIGINT/SIGTERM that arrived after a commit point of this command, if any."""
+    return _late[0] if _late else None
+
+
+def committed(guard: _SignalGuard) -> None:
+    """The commit point was passed: from here a signal is noted, never undoes (see above)."""
+    global _after_commit
+    guard.armed = False
+    if _hold:
+        _after_commit = True
+        if threading.current_thread() is threading.main_thread():
+            for sig in _SIGNALS:
+                signal.signal(sig, _late_handler)
+
+
 @contextmanager
 def signals_as_exceptions() -> Iterator[_SignalGuard]:
-    """Turn SIGINT/SIGTERM into an exception so the commit can restore before exiting."""
-    guard = _SignalGuard()
+    """Turn SIGINT/SIGTERM into an exception so the commit can restore before exiting (after a commit
+    point of a command they stay noted-only: see ``committed``)."""
+    guard = _SignalGuard(armed=not _after_commit)
     if threading.current_thread() is not threading.main_thread():
         yield guard
         return
-    previous = {sig: signal.signal(sig, guard.handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, _late_handler if _after_commit else guard.handler) for sig in _SIGNALS}
     try:
         yield guard
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        if _after_commit:
+            if guard.pending:
+                _note_late(guard.pending)
+            for sig in _SIGNALS:
+                signal.signal(sig, _late_handler)
+        else:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+            if guard.pending and not guard.armed and not sys.exc_info()[0]:
+                signal.raise_signal(guard.pending)  # noted after a commit point: the caller's to handle
 
 
 @contextmanager
@@ -139,7 +217,7 @@ def _signals_blocked() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(_SIGNALS))
     try:
         yield
     finally:

@@ -33,10 +33,11 @@ from typing import Iterable
 from vllm_hotfix.core.apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
 from vllm_hotfix.txn.atomic import UMASK, atomic_write, fsync_dir, temp_path_for, write_new_file
 from vllm_hotfix.txn.fsops import (
     BACKUPS, JOURNAL, RECORD_BACKUP, Interrupted, _backup, _describe, _discard_backups, _drop_bytecode,
-    _file_sha256, _parallel, _remove_emptied_dirs, _sha256, signals_as_exceptions,
+    _file_sha256, _parallel, _remove_emptied_dirs, _sha256, _signals_blocked, committed, signals_as_exceptions,
 )
 from vllm_hotfix.txn.recovery import SCHEMA, RecoveryReport, _restore
 from vllm_hotfix.txn.writable import WRITE_HINTS
@@ -95,17 +96,17 @@ def _check_current(fresh: Tree, planned: Tree, plan: Plan) -> tuple[dict[str, st
             except (FileNotFoundError, NotADirectoryError):
                 info = None
             if info is not None and stat.S_ISLNK(info.st_mode):
-                raise Refused(f"{rel}: is a symlink; hotfix replaces regular files only")
+                raise Refused(f"{quote_path(rel)}: is a symlink; hotfix replaces regular files only")
             if before is None:
                 if info is not None:
-                    raise Refused(f"{rel}: exists now but did not when the patch was planned (changed since planning)")
+                    raise Refused(f"{quote_path(rel)}: exists now but did not when the patch was planned (changed since planning)")
                 continue
             if info is None:
-                raise Refused(f"{rel}: missing now but existed when the patch was planned (changed since planning)")
+                raise Refused(f"{quote_path(rel)}: missing now but existed when the patch was planned (changed since planning)")
             if not planned.unchanged_since_read(rel, info):
                 now = fresh.read(rel)
                 if now is None or now.data != before:
-                    raise Refused(f"{rel}: changed since planning", hint="plan again (rerun the command)")
+                    raise Refused(f"{quote_path(rel)}: changed since planning", hint="plan again (rerun the command)")
             modes[rel] = info.st_mode & 0o7777
     return paths, modes
 
@@ -159,7 +160,7 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
         "files": [],
     }
     record_entry = None
-    written_journal = False
+    written_journal = done = False
     current = ""
     with signals_as_exceptions() as guard:
         try:
@@ -220,10 +221,17 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
                 _parallel(fsync_dir, sorted(parents - set(removed_dirs)))
             # step 7: commit point
             current = str(journal_dir / JOURNAL)
-            os.unlink(journal_dir / JOURNAL)
+            with _signals_blocked():  # the commit point and the switch to "only noted" are one step
+                os.unlink(journal_dir / JOURNAL)
+                done = True
+                committed(guard)  # from here a signal is only noted: it cannot undo a change that stands
             if fsync:
                 fsync_dir(journal_dir)
+            _discard_backups(journal_dir)
         except BaseException as exc:
+            if done:  # only the journal's directory fsync can fail here: the change is made and recorded
+                _discard_backups(journal_dir)
+                return
             guard.armed = False
             report = _restore(record, journal_dir) if written_journal else None
             if not written_journal:
@@ -231,7 +239,6 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
             if guard.pending and not isinstance(exc, Interrupted):
                 exc = Interrupted(guard.pending)
             _raise_after_restore(exc, current, report, root)
-    _discard_backups(journal_dir)
 
 
 def _back_up_record(record: tuple[Path, bytes], backups: Path) -> dict:

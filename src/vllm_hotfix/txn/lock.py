@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,10 +53,22 @@ def _note_holder(fd: int, pid: bytes) -> None:
 def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
                 on_wait: Callable[[str], None] = note) -> Iterator[None]:
     """Hold the target's exclusive lock for the ``with`` block; wait up to ``timeout`` s, then ``Busy``."""
+    from vllm_hotfix.errors import WriteFailed
+    from vllm_hotfix.paths import TargetDir, make_target_dir
+
     state_dir = Path(state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
+    make_target_dir(TargetDir(state_dir))
     lock_file = state_dir / "lock"
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:  # never through a symlink (a planted one would have us truncate the file it names), never a FIFO
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):
+            raise
+        raise WriteFailed(f"{lock_file}: is a symbolic link or not a regular file; nothing was changed",
+                          hint="remove it (vllm-hotfix creates a regular file there)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WriteFailed(f"{lock_file}: is not a regular file; nothing was changed", hint="remove it")
     try:
         if not _try_lock(fd):
             holder = _holder_pid(fd)

@@ -4,16 +4,22 @@ their state before the interrupted transaction. Idempotent, so itself crash-safe
 from __future__ import annotations
 
 import errno
-import json
 import os
+import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterable
 
-from vllm_hotfix.errors import InvalidInput, WriteFailed
+from vllm_hotfix.core.data import load_json
+from vllm_hotfix.core.docfields import Fields, relpath_problem
+from vllm_hotfix.errors import HotfixError, InvalidInput, WriteFailed
+from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
+from vllm_hotfix.paths import STATE_NAME
 from vllm_hotfix.txn.atomic import TEMP_SUFFIX, fsync_dir, temp_path_for, unlink_if_present
 from vllm_hotfix.txn.fsops import (
-    JOURNAL, _describe, _discard_backups, _drop_bytecode, _file_sha256, _signals_blocked,
+    BACKUPS, JOURNAL, RECORD_BACKUP, _describe, _discard_backups, _drop_bytecode, _file_sha256, _signals_blocked,
 )
 
 SCHEMA = 1
@@ -27,6 +33,7 @@ class RecoveryReport:
     restored: tuple[str, ...]  # put back to their "before" bytes
     removed: tuple[str, ...]  # created by the interrupted apply, removed again
     problems: tuple[str, ...]  # paths that could not be restored (journal kept)
+    temps: tuple[str, ...] = ()  # stray temp files of ours removed (beside the files the journal names)
 
 
 def _restore_record(entry: dict, journal_dir: Path, tag: str) -> None:
@@ -90,11 +97,11 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
                         restored.append(rel)
                     _put_back(path, backup, entry, tag, current_sha256)
                 elif _file_sha256(path) != entry["before_sha256"]:
-                    problems.append(f"{rel} (no backup)")
+                    problems.append(f"{quote_path(rel)} (no backup)")
             for temp in (temp_path_for(path, tag), temp_path_for(path, f"{tag}-restore")):
                 unlink_if_present(temp)
         except OSError as exc:
-            problems.append(f"{rel} ({_describe(exc)})")
+            problems.append(f"{quote_path(rel)} ({_describe(exc)})")
     for rel in reversed(record.get("created_dirs", [])):
         try:
             os.rmdir(root / rel)
@@ -122,13 +129,93 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
     return RecoveryReport(journal_dir / JOURNAL, root, tuple(restored), tuple(removed), tuple(problems))
 
 
+TAG = re.compile(r"[0-9]{1,10}-[0-9a-f]{8}")
+
+
+def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
+    """journal.json of ``journal_dir``, read as input and validated (the one reader of the format;
+    ``txn.journal.commit`` is its one writer): its root must be ``root`` (the target whose state folder
+    holds it, when the caller knows it), every path it names is confined (files relative to that root,
+    backups inside this journal or the target's kept originals beside it, the record the state.json beside
+    it). InvalidInput (exit 8) names the key path of the first problem; such a journal steers no write."""
+    from vllm_hotfix.paths import JOURNAL_LIMIT, read_own_file
+
+    journal_dir = Path(journal_dir)
+    path = journal_dir / JOURNAL
+    hint = "restore the files listed in it by hand from its backups/, then remove it"
+    try:
+        data = read_own_file(path, limit=JOURNAL_LIMIT)
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read the journal: {exc.strerror}", hint=hint) from None
+    if data is None:
+        raise InvalidInput(f"{path}: no journal", hint=hint)
+    f = Fields(str(path))
+    doc = f.mapping(load_json(data, str(path)), "")
+    if f.get(doc, "", "schema", int) != SCHEMA:
+        raise f.fail("schema", f"unsupported journal schema {doc.get('schema')!r} (this vllm-hotfix writes {SCHEMA})")
+    named = f.text(doc, "", "root")
+    state_dir = journal_dir.parent
+    if not os.path.isabs(named) or (root is not None and os.path.realpath(named) != os.path.realpath(root)):
+        raise f.fail("root", f"{named!r} is not the target {root} whose state folder holds this journal")
+    tag = f.text(doc, "", "tag")
+    if not TAG.fullmatch(tag):
+        raise f.fail("tag", f"expected PID-HEX, got {tag!r}")
+    for index, directory in enumerate(f.items(doc.get("created_dirs", []), "created_dirs")):
+        problem = relpath_problem(directory) if isinstance(directory, str) else "not a string"
+        if problem:
+            raise f.fail(f"created_dirs[{index}]", f"unsafe path {directory!r} ({problem})")
+    kept_dir = os.path.realpath(state_dir / "backups")
+
+    def backup(entry: dict, where: str) -> None:
+        value = f.text(entry, where, "backup", required=False)
+        if value is None:
+            return
+        if os.path.isabs(value):
+            real = os.path.realpath(value)
+            if os.path.commonpath([real, kept_dir]) != kept_dir or ".." in value.split("/"):
+                raise f.fail(f.at(where, "backup"), f"{value!r} is outside this target's kept originals")
+        elif not re.fullmatch(rf"{BACKUPS}/[0-9]+|{BACKUPS}/{RECORD_BACKUP}", value):
+            raise f.fail(f.at(where, "backup"), f"expected {BACKUPS}/N, got {value!r}")
+
+    record = doc.get("record")
+    if record is not None:
+        record = f.mapping(record, "record")
+        if os.path.realpath(f.text(record, "record", "path")) != os.path.realpath(state_dir / STATE_NAME):
+            raise f.fail("record.path", f"{record['path']!r} is not this target's {STATE_NAME}")
+        backup(record, "record")
+        f.sha256(record, "record", "before_sha256", required=False)
+        f.sha256(record, "record", "after_sha256", required=False)
+    for index, entry in enumerate(f.items(f.get(doc, "", "files", list), "files")):
+        where = f"files[{index}]"
+        entry = f.mapping(entry, where)
+        f.relpath(entry, where, "path")
+        backup(entry, where)
+        for key in ("before_sha256", "after_sha256"):
+            f.sha256(entry, where, key, required=False)
+        for key in ("before_mode", "after_mode"):
+            mode = f.get(entry, where, key, int, required=False)
+            if mode is not None and not 0 <= mode <= 0o7777:
+                raise f.fail(f.at(where, key), f"not a file mode: {mode}")
+        if entry.get("before_sha256") is not None and entry.get("before_mode") is None:
+            raise f.fail(f.at(where, "before_mode"), "missing")
+    return doc
+
+
+def journal_root(journal_dir: Path) -> str | None:
+    """The target root a pending journal names (validated), None when it cannot be read (gc)."""
+    try:
+        return read_journal(journal_dir)["root"]
+    except InvalidInput:
+        return None
+
+
 def _remove_stray_temps(journal_dir: Path) -> None:
     for name in os.listdir(journal_dir):
         if name.endswith(TEMP_SUFFIX):
             (journal_dir / name).unlink(missing_ok=True)
 
 
-def recover(journal_dir: Path) -> RecoveryReport | None:
+def recover(journal_dir: Path, root: Path | str | None = None) -> RecoveryReport | None:
     """After a kill -9: put the target back to its state before the interrupted apply.
 
     Returns None when there was nothing to recover (leftover backups of an apply that had reached its
@@ -142,19 +229,50 @@ def recover(journal_dir: Path) -> RecoveryReport | None:
     if not journal.exists():
         _discard_backups(journal_dir)
         return None
-    try:
-        record = json.loads(journal.read_bytes())
-        if record.get("schema") != SCHEMA:
-            raise ValueError(f"schema {record.get('schema')!r}")
-    except (ValueError, KeyError) as exc:
-        raise InvalidInput(f"{journal}: unreadable journal ({exc})",
-                           hint="restore the files listed in it by hand from its backups/") from None
+    record = read_journal(journal_dir, root)
     with _signals_blocked():
         report = _restore(record, journal_dir)
     if report.problems:
         raise WriteFailed(f"{journal}: could not restore {', '.join(report.problems)}",
                           hint="fix the cause (read-only or full file system?) and run `hotfix recover` again")
-    return report
+    paths = [entry["path"] for entry in record["files"] if isinstance(entry.get("path"), str)]
+    return replace(report, temps=tuple(remove_stray_temps(report.root, paths)))
+
+
+# What commit and recovery name their temp files: '.<name>.<pid>-<8 hex>.hotfix-tmp' (the journal's tag)
+# and '.<name>.<pid>-<8 hex>-restore.hotfix-tmp' (txn.atomic.temp_path_for).
+_OUR_TEMP = re.compile(r"\.(?P<name>.+)\.[0-9]+-[0-9a-f]{8}(?:-restore)?" + re.escape(TEMP_SUFFIX) + r"\Z", re.DOTALL)
+
+
+def remove_stray_temps(root: Path, paths: Iterable[str]) -> list[str]:
+    """Remove temp files a commit or a restore left beside the files ``paths`` names (an interrupted
+    transaction, or an older vllm-hotfix), whatever pid and tag they carry. Only what is certainly ours
+    goes: a regular file (not followed if a symlink) in the directory of a named file, under the root
+    and reached through no symlink (Tree's checks), whose name is exactly our pattern for that very
+    file's name. Returns the root-relative paths removed."""
+    tree = Tree(root)
+    wanted: dict[str, set[str]] = {}
+    for rel in paths:
+        try:
+            full = tree.checked_path(rel)
+        except HotfixError:  # a path no transaction of ours could have written: nothing of ours beside it
+            continue
+        wanted.setdefault(os.path.dirname(full), set()).add(os.path.basename(full))
+    removed = []
+    for directory, names in wanted.items():
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            found = _OUR_TEMP.match(entry.name)
+            if found and found.group("name") in names and entry.is_file(follow_symlinks=False):
+                try:
+                    unlink_if_present(entry.path)
+                except OSError:
+                    continue
+                removed.append(os.path.relpath(entry.path, root))
+    return sorted(removed)
 
 
 def recover_target(root: Path) -> None:

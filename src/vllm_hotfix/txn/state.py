@@ -8,22 +8,26 @@ files (txn.journal.commit(state_record=...)), so the record and the files can ne
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from vllm_hotfix.core.data import load_json
+from vllm_hotfix.core.docfields import Fields
 from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.paths import TargetDir
+from vllm_hotfix.paths import STATE_LIMIT, STATE_NAME, TargetDir, read_own_file
 
-SCHEMA = 1
+SCHEMA = 2  # 2: "series", an ordered list (1: "hotfixes", an object keyed by id; still read)
+SOURCES = ("catalog", "adhoc")
+BACKUP_NAMES = ("flat", "paths")
 
 
 @dataclass(frozen=True)
 class RecordedFile:
-    """One file a recorded hotfix changed: its sha256 before and after."""
+    """One file a recorded hotfix changed: its sha256 just before and just after it (in series order:
+    "before" is what the hotfixes under it left, so a file's records chain from the pristine bytes)."""
 
     path: str
     before_sha256: str | None
@@ -47,14 +51,16 @@ class RecordedHotfix:
     backup_names: str = "paths"  # "flat": backups/<id>/<flat_name(path)>; "paths" (older records): backups/<id>/<path>
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data.pop("id")
-        return data
+        return asdict(self)
+
+    def steps(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        """(path, sha256 before, sha256 after) per file: this hotfix's part of each file's series."""
+        return tuple((f.path, f.before_sha256, f.after_sha256) for f in self.files)
 
 
 @dataclass
 class TargetState:
-    """Mutable view of state.json; load(), change, save()."""
+    """Mutable view of state.json; load(), change, save(). ``hotfixes`` is the series: applied order."""
 
     directory: Path
     target: dict = field(default_factory=dict)
@@ -62,7 +68,7 @@ class TargetState:
 
     @property
     def path(self) -> Path:
-        return self.directory / "state.json"
+        return self.directory / STATE_NAME
 
     @classmethod
     def for_root(cls, root: Path) -> "TargetState":
@@ -70,40 +76,32 @@ class TargetState:
 
     @classmethod
     def load(cls, directory: Path) -> "TargetState":
-        path = directory / "state.json"
-        if not path.exists():
-            return cls(directory)
+        """The record of one target (empty when there is none), validated: InvalidInput (exit 8) names
+        the file and the key path of the first problem; a record that fails steers nothing."""
+        path = Path(directory) / STATE_NAME
+        TargetDir(Path(directory)).check()  # a record steers writes and deletes: never one another user wrote
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            hotfixes = {
-                hid: RecordedHotfix(
-                    id=hid,
-                    version=entry["version"],
-                    applied_at=entry["applied_at"],
-                    source=entry.get("source", "catalog"),
-                    patches=tuple(entry.get("patches", ())),
-                    files=tuple(RecordedFile(**f) for f in entry["files"]),
-                    strip=tuple(entry.get("strip", ())),
-                    exclude=tuple(tuple(globs) for globs in entry.get("exclude", ())),
-                    backups=entry.get("backups"),
-                    package=entry.get("package"),
-                    backup_names=entry.get("backup_names", "paths"),
-                )
-                for hid, entry in raw.get("hotfixes", {}).items()
-            }
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidInput(
-                f"{path}: recorded state is unreadable ({type(exc).__name__}: {exc})",
-                hint="move the file aside; status is decided from the files themselves",
-            ) from exc
-        return cls(directory, raw.get("target", {}), hotfixes)
+            data = read_own_file(path, limit=STATE_LIMIT)
+        except OSError as exc:
+            raise InvalidInput(f"{path}: cannot read the recorded state: {exc.strerror}",
+                               hint="fix its permissions (the user running hotfix must read it)") from None
+        if data is None:
+            return cls(Path(directory))
+        target, hotfixes = parse_state(data, str(path))
+        return cls(Path(directory), target, hotfixes)
+
+    def series(self) -> list[tuple[str, tuple]]:
+        """[(hotfix id, its steps)] in applied order: the input of core.verdict.series_checks."""
+        return [(hid, h.steps()) for hid, h in self.hotfixes.items()]
 
     def to_bytes(self) -> bytes:
-        """state.json as the transaction writes it."""
+        """state.json as the transaction writes it (the one writer of the format)."""
+        import json
+
         doc = {
             "schema": SCHEMA,
             "target": self.target,
-            "hotfixes": {hid: h.to_json() for hid, h in sorted(self.hotfixes.items())},
+            "series": [h.to_json() for h in self.hotfixes.values()],
         }
         return (json.dumps(doc, indent=2) + "\n").encode()
 
@@ -145,14 +143,17 @@ class TargetState:
 
         path = self.backup_path(recorded, file.path)
         try:
-            data = path.read_bytes()
-        except OSError:
+            data = read_own_file(path, limit=BACKUP_LIMIT)
+        except (OSError, InvalidInput):
             return None
-        return data if hashlib.sha256(data).hexdigest() == file.before_sha256 else None
+        return data if data is not None and hashlib.sha256(data).hexdigest() == file.before_sha256 else None
 
     def read_patch(self, rel: str) -> bytes | None:
-        path = self.directory / rel
-        return path.read_bytes() if path.exists() else None
+        """The kept bytes of a recorded patch (``rel`` was validated as patches/<id>/<name>), or None."""
+        try:
+            return read_own_file(self.directory / rel, limit=PATCH_LIMIT)
+        except OSError:
+            return None
 
     def prune(self) -> None:
         """Remove stored patches and backups that no record points at (left by a transaction that was
@@ -164,26 +165,53 @@ class TargetState:
             pass
 
     def _prune(self) -> None:
+        """Only ever inside this state directory: links are removed as links, never followed (a planted
+        ``backups/<id> -> /tmp/v`` loses the link, /tmp/v keeps its files)."""
         wanted = {rel for h in self.hotfixes.values() for rel in h.patches}
-        patches = self.directory / "patches"
-        for stored in sorted(patches.glob("*/*")) if patches.is_dir() else ():
-            if stored.relative_to(self.directory).as_posix() not in wanted:
-                stored.unlink(missing_ok=True)
         for kind in ("patches", "backups"):
-            for folder in sorted((self.directory / kind).glob("*")) if (self.directory / kind).is_dir() else ():
-                if folder.name not in self.hotfixes or (kind == "patches" and not any(folder.iterdir())):
-                    shutil.rmtree(folder, ignore_errors=True)
-        for recorded in self.hotfixes.values():  # a flat folder holds exactly the recorded files' originals
-            if recorded.backup_names != "flat":
+            base = self.directory / kind
+            if not _real_dir(base):
                 continue
+            for folder in _entries(base):
+                if not _real_dir(folder):
+                    os.unlink(folder)  # a stray file or link where a hotfix's folder belongs
+                elif folder.name not in self.hotfixes:
+                    shutil.rmtree(folder, ignore_errors=True)  # rmtree never follows links inside
+                elif kind == "patches":
+                    for stored in _entries(folder):
+                        if stored.relative_to(self.directory).as_posix() not in wanted:
+                            _remove(stored)
+                    if not any(os.scandir(folder)):
+                        os.rmdir(folder)
+        for recorded in self.hotfixes.values():  # a flat folder holds exactly the recorded files' originals
             folder = self._backup_folder(recorded)
+            if recorded.backup_names != "flat" or not _real_dir(folder):
+                continue
             wanted_names = {flat_name(f.path) for f in recorded.files}
-            for entry in os.scandir(folder) if folder.is_dir() else ():
+            for entry in _entries(folder):
                 if entry.name not in wanted_names:
-                    if entry.is_dir(follow_symlinks=False):  # the older layout's folders, from before an upgrade
-                        shutil.rmtree(entry.path, ignore_errors=True)
-                    else:
-                        os.unlink(entry.path)
+                    _remove(entry)  # the older layout's folders, from before an upgrade, too
+
+
+def _real_dir(path: Path) -> bool:
+    """A directory, and not through a symbolic link."""
+    import stat
+
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(Path(entry.path) for entry in os.scandir(folder))
+
+
+def _remove(path: Path) -> None:
+    if _real_dir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def flat_name(path: str) -> str:
@@ -199,3 +227,91 @@ def flat_name(path: str) -> str:
 
 def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+PATCH_LIMIT = 512 << 20   # a kept patch: the real 0.29 -> 0.30 diff is 8.5 MB, seed 004's v6 ~1 MB
+BACKUP_LIMIT = 256 << 20  # a kept original (vLLM's largest source file is ~1 MB)
+
+
+def parse_state(data: bytes, source: str) -> tuple[dict, dict[str, RecordedHotfix]]:
+    """(target, {id: RecordedHotfix} in series order) from state.json's bytes: the one reader of the
+    format (status, apply, rollback, recover, gc and the guard all load records through here)."""
+    f = Fields(source)
+    doc = f.mapping(load_json(data, source), "")
+    schema = f.get(doc, "", "schema", int)
+    if schema not in (1, SCHEMA):
+        raise f.fail("schema", f"unsupported record schema {schema} (this vllm-hotfix reads 1 and {SCHEMA})")
+    target = _target(f, f.get(doc, "", "target", dict, required=False, default={}))
+    if schema == 1:
+        raw = f.get(doc, "", "hotfixes", dict, required=False, default={})
+        entries = [(f"hotfixes.{hid}", dict(entry, id=hid) if isinstance(entry, dict) else entry)
+                   for hid, entry in raw.items()]
+        entries.sort(key=lambda item: (str(item[1].get("applied_at", "")) if isinstance(item[1], dict) else "", item[0]))
+    else:
+        entries = [(f"series[{i}]", entry) for i, entry in enumerate(f.get(doc, "", "series", list))]
+    hotfixes: dict[str, RecordedHotfix] = {}
+    for where, entry in entries:
+        recorded = _hotfix(f, entry, where)
+        if recorded.id in hotfixes:
+            raise f.fail(f"{where}.id", f"{recorded.id!r} is recorded twice")
+        hotfixes[recorded.id] = recorded
+    return target, hotfixes
+
+
+def _target(f: Fields, doc: dict) -> dict:
+    out = {}
+    for key in ("root", "package", "distribution", "version", "kind", "python"):
+        value = f.text(doc, "target", key, required=False)
+        if value is not None:
+            out[key] = value
+    if "root" in out and not os.path.isabs(out["root"]):
+        raise f.fail("target.root", f"expected an absolute path, got {out['root']!r}")
+    return out  # target.package names what was resolved (a checkout's folder name at worst): text, never imported
+
+
+def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
+    entry = f.mapping(entry, where)
+    hotfix_id = f.record_id(entry.get("id"), f.at(where, "id"))
+    source = f.text(entry, where, "source", required=False) or "catalog"
+    if source not in SOURCES:
+        raise f.fail(f.at(where, "source"), f"expected one of {', '.join(SOURCES)}, got {source!r}")
+    patches = []
+    for i, rel in enumerate(f.items(entry.get("patches", []), f.at(where, "patches"))):
+        at = f"{f.at(where, 'patches')}[{i}]"
+        folder, _, name = (rel if isinstance(rel, str) else "").rpartition("/")
+        if folder != f"patches/{hotfix_id}" or not name or name in (".", "..") or "\\" in name or "\x00" in name:
+            raise f.fail(at, f"expected patches/{hotfix_id}/NAME, got {rel!r}")
+        patches.append(rel)
+    files, seen = [], set()
+    for i, item in enumerate(f.items(entry.get("files"), f.at(where, "files"))):
+        at = f"{f.at(where, 'files')}[{i}]"
+        item = f.mapping(item, at)
+        path = f.relpath(item, at, "path")
+        if path in seen:
+            raise f.fail(f.at(at, "path"), f"{path!r} is listed twice")
+        seen.add(path)
+        before = f.sha256(item, at, "before_sha256", required=False)
+        after = f.sha256(item, at, "after_sha256", required=False)
+        if before == after:
+            raise f.fail(at, "before_sha256 and after_sha256 are equal: a hotfix changes every file it records")
+        files.append(RecordedFile(path, before, after))
+    strip = tuple(f.items(entry.get("strip", []), f.at(where, "strip")))
+    if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 64 for n in strip):
+        raise f.fail(f.at(where, "strip"), "expected small non-negative integers")
+    exclude = []
+    for i, globs in enumerate(f.items(entry.get("exclude", []), f.at(where, "exclude"))):
+        globs = f.items(globs, f"{f.at(where, 'exclude')}[{i}]")
+        if not all(isinstance(g, str) and len(g) < 1024 for g in globs):
+            raise f.fail(f"{f.at(where, 'exclude')}[{i}]", "expected strings")
+        exclude.append(tuple(globs))
+    backups = f.text(entry, where, "backups", required=False)
+    if backups is not None and backups != TargetState.backups_rel(hotfix_id):
+        raise f.fail(f.at(where, "backups"), f"expected {TargetState.backups_rel(hotfix_id)!r}, got {backups!r}")
+    backup_names = f.text(entry, where, "backup_names", required=False) or "paths"
+    if backup_names not in BACKUP_NAMES:
+        raise f.fail(f.at(where, "backup_names"), f"expected one of {', '.join(BACKUP_NAMES)}, got {backup_names!r}")
+    return RecordedHotfix(
+        id=hotfix_id, version=f.version(entry, where), applied_at=f.text(entry, where, "applied_at", limit=64),
+        source=source, patches=tuple(patches), files=tuple(files), strip=strip, exclude=tuple(exclude),
+        backups=backups, package=f.package(entry, where, "package", required=False), backup_names=backup_names,
+    )

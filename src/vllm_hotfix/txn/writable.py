@@ -73,13 +73,18 @@ def _mount_points() -> set[str]:
 def state_dir_writable(target_state: Path, *, create: bool = True) -> None:
     """Create ``target_state`` (a target's directory in the state dir) or refuse with exit 6.
     ``create=False`` (a dry run): only check that it could be created and written."""
+    from vllm_hotfix.paths import TargetDir, make_target_dir
+
+    tdir = TargetDir(Path(target_state))
     try:
         if create:
-            Path(target_state).mkdir(parents=True, exist_ok=True)
+            make_target_dir(tdir)  # 0o755 each, then checked: never one another user can write
         nearest = _nearest_directory(os.fspath(target_state))
         problem = nearest if isinstance(nearest, OSError) else _refusal(nearest)
     except OSError as exc:
         problem = exc
+    if problem is None and not create:
+        tdir.check()
     if problem is not None:
         which = "HOTFIX_STATE_DIR" if os.environ.get("HOTFIX_STATE_DIR") else "the state directory"
         raise WriteFailed(

@@ -1,0 +1,34 @@
+"""What the guard says about one hotfix in one process, and the modules it watches. Stdlib only.
+
+Plain and small on purpose: the guard imports this in every vLLM process (guard.py and guard_imports.py
+share it, so neither imports the other).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class HotfixNotInEffect(RuntimeError):
+    """Raised in strict mode so that vLLM stops this process before it serves."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The guard's answer for one hotfix id in this process (one part of its one line)."""
+
+    hotfix_id: str
+    in_effect: bool
+    detail: str = ""  # the state and what is wrong, naming the file (or why it needs nothing: fixed upstream)
+    remedy: str = ""  # what to do
+    source: str = ""  # where the requirement comes from: "lock", "require", "lock+require"
+
+
+class Watched:
+    """A module a hotfix patched: its import must compile ``sha256`` read from ``path``. (A plain class:
+    a dataclass costs ~1 ms to define, in every vLLM process.)"""
+
+    __slots__ = ("module", "hotfix_id", "path", "sha256")
+
+    def __init__(self, module: str, hotfix_id: str, path: str, sha256: str) -> None:
+        self.module, self.hotfix_id, self.path, self.sha256 = module, hotfix_id, path, sha256

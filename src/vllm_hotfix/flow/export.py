@@ -1,0 +1,201 @@
+"""Exporting hotfixes for bind mounts: the patched files of a series, computed from pristine bytes, and
+the lock that says what every container must have in effect. Nothing in the install is written.
+
+The series is built in the order the hotfixes are named, as `hotfix apply` would build it on that
+install: each hotfix planned on what the ones before it left, refused where `apply` would refuse
+(outside its range, fixed upstream, hunks that meet another's lines unless its manifest orders them).
+The pristine bytes are the install's files, proven against pip's RECORD -- or, for files a recorded
+series changed on this host, derived from that series (every step checked against its recorded patch)
+and proven against RECORD the same way, so export needs no reinstall where the hotfixes are applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from vllm_hotfix import __version__
+from vllm_hotfix.txn import lockfile
+from vllm_hotfix.core.apply import FileState, plan_patch
+from vllm_hotfix.core.diff import Patch
+from vllm_hotfix.core.regions import Overlaps, spans_of
+from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
+from vllm_hotfix.flow.applicability import check_applicable
+from vllm_hotfix.flow.hotfix import catalog_hotfix, sha256
+from vllm_hotfix.flow.plan import prove_bytes_pristine, prove_files_pristine
+from vllm_hotfix.flow.resolve import Resolver, target_option
+from vllm_hotfix.flow.series import Series, apply_part, steps_by_path
+from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
+from vllm_hotfix.paths import LOCK_NAME, TargetDir
+from vllm_hotfix.txn.state import TargetState
+
+
+@dataclass(frozen=True)
+class Export:
+    """What `hotfix export` writes: the lock, and the bytes of every exported file by export path."""
+
+    lock: lockfile.Lock
+    outputs: dict
+    lock_path: Path
+
+
+class _Pristine:
+    """A reader of the install as it was before any recorded hotfix: derived bytes for the files the
+    recorded series touches, the files on disk for the others."""
+
+    def __init__(self, target):
+        self.tree = Tree(target.root)
+        state = TargetState.for_root(target.root)
+        self.series = Series(state, self.tree)
+        self.derived: dict[str, bytes | None] = {}
+
+    def __call__(self, path: str):
+        if path in self.series.chains:
+            if path not in self.derived:
+                self.derived[path] = self.series.pristine([path])[path]
+            data = self.derived[path]
+            found = self.tree.read(path)
+            return None if data is None else FileState(data, found.mode if found else 0o100644)
+        return self.tree.read(path)
+
+
+def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path) -> Export:
+    """The lock and the files for ``manifests`` in this order (one series per target)."""
+    resolver = Resolver(python)
+    targets: dict[str, object] = {}
+    readers: dict[str, _Pristine] = {}
+    overlay: dict[str, dict[str, FileState | None]] = {}   # package -> path -> bytes after the series so far
+    chains: dict[tuple[str, str], list] = {}               # (package, path) -> [(id, before, after, part)]
+    locked: list[lockfile.LockedHotfix] = []
+    for manifest in manifests:
+        target, spec = resolver.for_manifest(manifest)  # the same resolution and applicability as `hotfix apply`
+        try:
+            check_applicable(manifest, spec, target)
+        except FixedUpstream as exc:
+            raise FixedUpstream(exc.message, hint="drop any bind mount of this hotfix from the compose file "
+                                                  f"(`hotfix compose {manifest.id} --remove`)") from None
+        where = f"{spec.distribution} {target.version} at {target.package_dir}"
+        if target.kind != "wheel" or target.dist_info is None:
+            raise Refused(f"{manifest.id}: {where} is a {target.kind} install; export needs a pip-installed wheel "
+                          f"whose RECORD proves the baseline", hint="run export against a pristine wheel install of the same version")
+        for patch_spec in manifest.patches_for(target.version):
+            if patch_spec.kind != "file":
+                raise Refused(f"{manifest.id}: patch {patch_spec.label} is a {patch_spec.kind} patch; export supports "
+                              f"catalog patch files", hint="apply it in the image with `hotfix apply` instead")
+        if TargetDir.of(target.root).pending():
+            raise Refused(f"{manifest.id}: an apply or rollback on {target.root} was interrupted: its files may be "
+                          f"half-written", hint=f"run `hotfix recover {target_option(target)}` first")
+        package = target.package
+        targets.setdefault(package, target)
+        pristine = readers.setdefault(package, _Pristine(target))
+        files = overlay.setdefault(package, {})
+
+        def read(path: str, files=files, pristine=pristine):
+            return files[path] if path in files else pristine(path)
+
+        series = catalog_hotfix(manifest, target).series
+        plan = plan_patch(series, read)
+        mine = []
+        for edit in plan.edits:
+            if edit.action not in ("modify", "create") or edit.after is None:
+                raise Refused(f"{manifest.id}: {quote_path(edit.path)} is {edit.action}d by the patch; only modified or created "
+                              f"files can be bind-mounted", hint="apply this hotfix in the image instead (`hotfix apply`)")
+            chain = chains.setdefault((package, edit.path), [])
+            part = Patch(tuple(fp for fp in series.files if edit.path in (fp.old_path, fp.new_path)), manifest.ref)
+            if chain:
+                _refuse_overlap(manifest, edit.path, chain, part, read)
+            chain.append((manifest.id, edit.before, edit.after, part))
+            mode = (files.get(edit.path) or pristine(edit.path) or FileState(b"", 0o100644)).mode
+            files[edit.path] = FileState(edit.after, mode)
+            mine.append(edit.path)
+        fixed_in = manifest.fixed_in.version if manifest.fixed_in else None
+        locked.append(lockfile.LockedHotfix(
+            manifest.id, manifest.version, spec.distribution, spec.package, str(target.version), fixed_in,
+            tuple(lockfile.LockedFile(path, "", None, "") for path in sorted(mine)), spec.versions))
+    for package, reader in readers.items():  # every path's bytes before the series: pristine, proven
+        paths = {path for (pkg, path) in chains if pkg == package}
+        target = targets[package]
+        prove_files_pristine(target, None, sorted(p for p in paths if p not in reader.series.chains))
+        derived = {p: reader(p) for p in paths if p in reader.series.chains}
+        if derived:
+            prove_bytes_pristine(target, None, {p: f.data if f else None for p, f in derived.items()})
+    outputs: dict[str, bytes] = {}
+    top_of: dict[tuple[str, str], str] = {}
+    for (package, path), chain in chains.items():
+        top_id, _, after, _ = chain[-1]
+        export = f"{top_id}/{path}"
+        outputs[export] = after
+        top_of[(package, path)] = export
+    final = []
+    for hotfix in locked:
+        files = []
+        for f in hotfix.files:
+            step = next(s for s in chains[(hotfix.package, f.path)] if s[0] == hotfix.id)
+            files.append(lockfile.LockedFile(f.path, sha256(step[2]), sha256(step[1]), top_of[(hotfix.package, f.path)]))
+        final.append(lockfile.LockedHotfix(hotfix.id, hotfix.version, hotfix.distribution, hotfix.package,
+                                           hotfix.baseline_version, hotfix.fixed_in, tuple(files), hotfix.versions))
+    site_packages = str(next(iter(targets.values())).root)
+    lock_path = Path(out_dir) / LOCK_NAME
+    lock = lockfile.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final),
+                         generator=f"vllm-hotfix {__version__}")
+    return Export(lock, outputs, lock_path)
+
+
+def _refuse_overlap(manifest, path: str, chain: list, part: Patch, read) -> None:
+    """The lock carries the series `apply` would build: the same overlap rule (flow/plan)."""
+    tracker = Overlaps()
+    found = read(path)
+    mode = found.mode if found else 0o100644
+    for owner, before, _, owner_part in chain:
+        _, placed = apply_part(owner_part, path, before, mode)
+        for fp, placements in placed:
+            tracker.step(owner, spans_of(fp.hunks, placements))
+    _, placed = apply_part(part, path, chain[-1][2], mode)
+    hits: list[str] = []
+    for fp, placements in placed:
+        hits += tracker.step(manifest.id, spans_of(fp.hunks, placements))
+    hits = [h for h in dict.fromkeys(hits) if h not in (manifest.after or ())]
+    if hits:
+        raise Refused(f"{manifest.id} and {', '.join(hits)} change the same lines of {quote_path(path)}",
+                      hint=f"declare after = [\"{hits[0]}\"] in {manifest.id}'s manifest if it goes on top of it, "
+                           "or export them separately")
+
+
+def _merge(lock_path: Path, site_packages: str, exported: list[lockfile.LockedHotfix]) -> tuple:
+    """Keep hotfixes exported earlier into the same directory (same site-packages) below the new ones,
+    as long as no file is shared (the series of a shared file is exported in one run)."""
+    if not lock_path.exists():
+        return tuple(exported)
+    previous = lockfile.load_lock(lock_path)
+    if previous.site_packages != site_packages:
+        raise Refused(f"{lock_path} was exported for site-packages {previous.site_packages}, not {site_packages}",
+                      hint="export into a new directory")
+    ids = {h.id for h in exported}
+    kept = tuple(h for h in previous.hotfixes if h.id not in ids)
+    mine = {f.path for h in exported for f in h.files}
+    for h in kept:
+        shared = sorted(mine & {f.path for f in h.files})
+        if shared:
+            raise Refused(f"{h.id} (exported earlier into {lock_path.parent}) and {', '.join(sorted(ids))} both "
+                          f"change {quote_path(shared[0])}", hint=f"export them in one run, in series order: hotfix export {h.id} "
+                                                      f"{' '.join(x.id for x in exported)} --to {lock_path.parent}")
+    return kept + tuple(exported)
+
+
+def write_export(out_dir: Path, export: Export) -> None:
+    """The files, then the lock (atomically each; the lock last, so it never names a missing file)."""
+    from vllm_hotfix.txn.atomic import atomic_write
+
+    tree = Tree(out_dir)
+    try:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        for path, data in export.outputs.items():
+            target = tree.path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(target, data, 0o644)
+        atomic_write(Path(out_dir) / LOCK_NAME, lockfile.dump_lock(export.lock), 0o644)
+    except OSError as exc:
+        raise WriteFailed(f"{getattr(exc, 'filename', None) or out_dir}: cannot write the export: {exc.strerror}",
+                          hint="the install was not touched; fix the directory and rerun") from None

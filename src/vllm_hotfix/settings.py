@@ -1,0 +1,13 @@
+"""The names other programs and people see -- files and environment variables -- defined once.
+
+No imports: the in-process guard reads these in every vLLM process, configured or not.
+"""
+
+STATE_DIR_ENV = "HOTFIX_STATE_DIR"  # where records, journals and kept originals live
+LOCK_ENV = "HOTFIX_LOCK"            # the guard and `hotfix verify`: the lock file to check
+REQUIRE_ENV = "HOTFIX_REQUIRE"      # the guard: ids that must be recorded as applied for the copy loaded
+STRICT_ENV = "HOTFIX_STRICT"        # the guard: stop a serving process whose hotfix is not in effect
+LOCK_NAME = "hotfix.lock"           # what `hotfix export` writes beside the exported files
+CONTAINER_LOCK = "/etc/vllm-hotfix/hotfix.lock"  # where compose, k8s and bake put it in the container
+STATE_NAME = "state.json"           # a target's record
+JOURNAL_NAME = "journal.json"       # a target's pending transaction
