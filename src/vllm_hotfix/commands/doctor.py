@@ -228,8 +228,6 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
     """
     from vllm_hotfix.catalog.index import parse_ref, version_key
     from vllm_hotfix.flow.applicability import applicability, release_target
-    from vllm_hotfix.flow.resolve import Resolver
-    from vllm_hotfix.flow.status import Survey
 
     fix_id, fix_version = parse_ref(manifest.fixed_by) if manifest.fixed_by else (manifest.id, None)
     subject = catalog.get(fix_id) if manifest.fixed_by else manifest
@@ -251,6 +249,9 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
         if why_not is not None:
             return why_not.state, f"{where} is outside {spec.versions}", None
         return "unknown", f"{where} is affected; give --python/--root to check the install", apply
+    from vllm_hotfix.flow.resolve import Resolver  # here: a log without a target needs no install's state
+    from vllm_hotfix.flow.status import Survey
+
     try:
         if subject.kind == "advisory":
             target, spec = Resolver(python, root).for_manifest(subject)
