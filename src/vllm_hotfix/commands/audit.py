@@ -6,12 +6,15 @@ import sys
 
 from vllm_hotfix.errors import ExitCode, Refused
 from vllm_hotfix.output import emit_json, note, progress, quote_path, say
-from vllm_hotfix.install import record
 from vllm_hotfix.flow.resolve import Resolver
 
 
 def run(*, package: str, python: str | None = None, as_json: bool = False) -> int:
-    target = Resolver(python).package(package)
+    resolver = Resolver(python)
+    resolver.prefetch()  # the probe's interpreter starts first, while the RECORD reader and hashing load
+    from vllm_hotfix.install import record
+
+    target = resolver.package(package)
     hint = "check a source checkout with `git status`; `hotfix where` shows what is loaded and its git state"
     if target.kind == "editable":
         raise Refused(f"{package} is an editable install from {target.root}: pip's RECORD does not cover its files, nothing to audit", hint=hint)

@@ -89,14 +89,8 @@ def _check_current(fresh: Tree, planned: Tree, plan: Plan) -> tuple[dict[str, st
         if edit.action == "rename":
             expected = {edit.old_path: edit.before, edit.path: None}
         for rel, before in expected.items():
-            path = fresh.checked_path(rel)
+            path, info = fresh.checked_lstat(rel)  # one lstat: the link check and the "unchanged" proof
             paths[rel] = path
-            try:
-                info = os.lstat(path)
-            except (FileNotFoundError, NotADirectoryError):
-                info = None
-            if info is not None and stat.S_ISLNK(info.st_mode):
-                raise Refused(f"{quote_path(rel)}: is a symlink; hotfix replaces regular files only")
             if before is None:
                 if info is not None:
                     raise Refused(f"{quote_path(rel)}: exists now but did not when the patch was planned (changed since planning)")
