@@ -2,7 +2,12 @@
 and GNU patch, on fresh copies of the 0.29.0 tree, several interleaved rounds (the order rotating each
 round); print medians and ratios.
 
-    python benchmarks/apply_large.py [--rounds 5] [--phase-rounds 3]
+    python benchmarks/apply_large.py [--rounds 5] [--phase-rounds 3] [--before OTHER_VENV_PYTHON]
+
+The peers: ``git apply`` and ``patch -p1`` (no fsync at all), and ``git apply+sync``: git apply, then an
+fsync of every file it gave new contents and every directory it changed (coreutils ``sync FILE...``,
+4 processes), i.e. git apply made as durable as hotfix's commit. ``--before`` times a second
+vllm-hotfix (e.g. main's venv) in the same rounds.
 
 hotfix keeps its full all-or-nothing guarantee here (lock, journal, hard-link backups, fsync).
 Every tool runs as a subprocess, so interpreter / process start-up is counted for all of them; hotfix
@@ -37,12 +42,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import realdata  # noqa: E402
 
 
-def tools(diff: Path) -> dict[str, list[str]]:
-    return {
+def tools(diff: Path, durable: Path, before: str | None = None) -> dict[str, list[str]]:
+    per_sync = -(-len(durable.read_text().splitlines()) // 4)
+    found = {
         "hotfix": [sys.executable, "-m", "vllm_hotfix", "apply", "--patch", str(diff), "--root", "."],
         "git apply": ["git", "apply", "--whitespace=nowarn", str(diff)],
         "patch -p1": ["patch", "-p1", "-s", "-i", str(diff)],
+        # git apply made as durable as hotfix's commit: an fsync of every new content and changed directory,
+        # from 4 processes at once as hotfix's 4 threads do (txn.fsops.WORKERS)
+        "git apply+sync": ["sh", "-c", 'git apply --whitespace=nowarn "$1" && '
+                           'xargs -d "\\n" -a "$2" -P 4 -n "$3" sync --', "sh", str(diff), str(durable), str(per_sync)],
     }
+    if before:  # another version of vllm-hotfix (an interpreter that imports it), timed in the same rounds
+        found["hotfix before"] = [before, *found["hotfix"][1:]]
+    return found
 
 
 def same_tree(a: Path, b: Path) -> bool:
@@ -57,6 +70,27 @@ def same_tree(a: Path, b: Path) -> bool:
             return False
         stack.extend(c.subdirs.values())
     return True
+
+
+def written_by(base: Path, diff: Path, probe: Path) -> list[str]:
+    """The files the diff gives new contents and the directories it changes (what hotfix fsyncs), from
+    one untimed git apply on a copy."""
+    shutil.copytree(base, probe, symlinks=True)
+    subprocess.run(["git", "apply", "--whitespace=nowarn", str(diff)], cwd=probe, check=True)
+    paths: set[str] = set()
+    for tree, other in ((probe, base), (base, probe)):
+        for dirpath, _, filenames in os.walk(tree):
+            for name in filenames:
+                rel = os.path.relpath(os.path.join(dirpath, name), tree)
+                there = other / rel
+                if tree == probe and (not there.exists() or not filecmp.cmp(tree / rel, there, shallow=False)):
+                    paths.add(rel)
+                if not there.exists() or rel in paths:
+                    parent = os.path.dirname(rel)
+                    if (probe / parent).is_dir():
+                        paths.add(parent or ".")
+    shutil.rmtree(probe)
+    return sorted(paths)
 
 
 PHASES = [  # (label, module, attribute): the function whose calls make the phase
@@ -125,6 +159,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--phase-rounds", type=int, default=3)
+    parser.add_argument("--before", metavar="PYTHON", help="also time the vllm-hotfix this interpreter imports "
+                        "(e.g. main's venv), in the same rounds, for a before/after")
     args = parser.parse_args()
     base = realdata.vllm_source_tree("0.29.0")
     diff = realdata.vllm_source_diff("0.29.0", "0.30.0")
@@ -136,9 +172,13 @@ def main() -> int:
         scratch = Path(scratch)
         env = dict(os.environ, HOTFIX_STATE_DIR=str(scratch / "state"))
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        commands = tools(diff)
-        subprocess.run([*commands["hotfix"][:-2], "--root", str(base), "--dry-run"], env=env,
-                       check=True, capture_output=True)
+        durable = scratch / "durable.txt"
+        durable.write_text("".join(f"{path}\n" for path in written_by(base, diff, scratch / "probe")))
+        commands = tools(diff, durable, args.before)
+        for name in ("hotfix", "hotfix before"):
+            if name in commands:  # bytecode written, as from an installed wheel
+                subprocess.run([*commands[name][:-2], "--root", str(base), "--dry-run"], env=env,
+                               check=True, capture_output=True)
         results: dict[str, Path] = {}
         names = list(commands)
         for round_no in range(args.rounds):
@@ -147,7 +187,7 @@ def main() -> int:
             order = names[round_no % len(names):] + names[:round_no % len(names)]
             copies = {}
             for name in order:
-                copies[name] = scratch / f"{name.split()[0]}-{round_no}"
+                copies[name] = scratch / f"{name.replace(' ', '-')}-{round_no}"
                 shutil.copytree(base, copies[name], symlinks=True)
             os.sync()  # the copies' writeback must not land inside a tool's timing
             for name in order:
@@ -168,17 +208,18 @@ def main() -> int:
                 else:
                     shutil.rmtree(copy)
             os.sync()
-        identical = same_tree(results["hotfix"], results["git apply"])
+        identical = all(same_tree(results[name], results["git apply"]) for name in ("hotfix", "hotfix before") if name in results)
         spent, in_process = phases(base, diff, scratch, args.phase_rounds)
     medians = {name: statistics.median(values) for name, values in times.items()}
     cpus = {name: statistics.median(values) for name, values in cpu.items()}
     for name, median in medians.items():
         runs = ", ".join(f"{t:.3f}" for t in times[name])
-        print(f"{name:10s} median {median:.3f} s   cpu {cpus[name]:.3f} s   ({runs})")
-    for peer in ("git apply", "patch -p1"):
-        print(f"hotfix / {peer:9s} = {medians['hotfix'] / medians[peer]:.2f}x wall, "
-              f"{cpus['hotfix'] / cpus[peer]:.2f}x cpu")
-    print(f"hotfix tree identical to git apply tree: {identical}")
+        print(f"{name:13s} median {median:.3f} s   cpu {cpus[name]:.3f} s   ({runs})")
+    for ours in [name for name in ("hotfix", "hotfix before") if name in medians]:
+        for peer in ("git apply", "git apply+sync", "patch -p1"):
+            print(f"{ours} / {peer:14s} = {medians[ours] / medians[peer]:.2f}x wall, "
+                  f"{cpus[ours] / cpus[peer]:.2f}x cpu")
+    print(f"hotfix tree{'s' if args.before else ''} identical to git apply tree: {identical}")
     print(f"phases of hotfix's apply (in this process, median of {args.phase_rounds}; wall):")
     print(f"  {'start-up (imports; subprocess - in-process)':40s} {max(medians['hotfix'] - in_process, 0.0) * 1e3:7.1f} ms")
     for label, seconds in spent.items():
