@@ -17,7 +17,7 @@ from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
-from vllm_hotfix.flow.plan import (Proposal, _flatten, check_after, propose, prove_baseline, prove_bytes_pristine,
+from vllm_hotfix.flow.plan import (Proposal, flatten, check_after, propose, prove_baseline, prove_bytes_pristine,
                                    refuse_overlaps, shared_with_series)
 from vllm_hotfix.flow.series import steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_summary
@@ -102,9 +102,9 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
             return transaction.Change(Plan((), False), state, record_changed=False, result=proposal)
         if not proposal.already:
             prove_baseline(proposal, spec, state)
-        current = {p: before for p, before, _ in _flatten(proposal.plan)}
+        current = {p: before for p, before, _ in flatten(proposal.plan)}
         if proposal.already:  # applied by hand (or by another tool): adopt it, change no file --
-            current = {p: after for p, _, after in _flatten(proposal.plan)}  # once what it undoes is pristine
+            current = {p: after for p, _, after in flatten(proposal.plan)}  # once what it undoes is pristine
             prove_bytes_pristine(target, spec, proposal.baseline)
         base = TargetState(state.directory, dict(state.target), {}) if proposal.reset else state
         new_state, keep = _record(
@@ -177,7 +177,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
             if not already and shared:
                 whole = patch if child is None else parse_patch(data, strip=strip, source=patch.source)  # not a half
                 refuse_overlaps(hotfix_id, whole, frozenset(), state, tree, shared, target)
-            flat = _flatten(plan)
+            flat = flatten(plan)
             digests = _parallel(sha256, [data for _, before, after in flat for data in (before, after)])
             if already:  # the reverse plan: its "before" is what is on disk (patched), its "after" the baseline
                 files = tuple(RecordedFile(p, digests[2 * i + 1], digests[2 * i]) for i, (p, _, _) in enumerate(flat))

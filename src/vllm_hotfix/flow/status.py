@@ -17,8 +17,8 @@ from vllm_hotfix.core.verdict import APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, L
 from vllm_hotfix.errors import HotfixError, Refused, UsageError
 from vllm_hotfix.flow.applicability import Inapplicable, applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
-from vllm_hotfix.flow.plan import _flatten, release_changed
-from vllm_hotfix.flow.series import file_checks, judge_recorded, steps_by_path
+from vllm_hotfix.flow.plan import flatten
+from vllm_hotfix.flow.series import file_checks, judge_recorded, release_changed, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
@@ -93,11 +93,11 @@ def status_from_record(view: SeriesView, recorded: RecordedHotfix, *,
         return replace(interrupted(recorded.id, recorded.version, target.root, option), files=files)
     if inapplicable is not None and word == inapplicable.state:
         was = view.state.target.get("version")
-        if release_changed(was, target):
+        if release_changed(view.state, target):
             detail = f"{target.distribution} was changed from {was} to {target.version} under the record; {detail}"
         return Status(state=word, detail=detail, advice=inapplicable.advice, **common)
     if word == LOST:
-        if release_changed(view.state.target.get("version"), target):
+        if release_changed(view.state, target):
             return Status(state=LOST, detail=detail, advice=f"re-run `{redo}` (it picks the patch for {target.version})",
                           **common)
         return Status(state=LOST, detail=f"recorded as applied, but {detail}", advice=f"re-run `{redo}`", **common)
@@ -117,7 +117,7 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
     option = target_option(target)
     chains = steps_by_path(view.state) if view is not None else {}
     found = presence(hotfix.series, Tree(target.root).read)  # the content rule `hotfix contains` answers with
-    touched = [p for p, _, _ in _flatten(found.plan)] if found.plan is not None else []
+    touched = [p for p, _, _ in flatten(found.plan)] if found.plan is not None else []
     owners = tuple(dict.fromkeys(s[0] for p in touched for s in chains.get(p, ())))
     if found.state == APPLICABLE:
         return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",

@@ -40,6 +40,7 @@ class Target:
     copies: tuple[Path, ...] = field(default=())   # every copy on sys.path, the loaded one first
     sys_path: tuple[str, ...] = field(default=())
     version_from: str | None = None  # a checkout's derived version: what from, e.g. 'git tag v0.30.0' (install/version.py)
+    version_file: str | None = None  # ... and the file under the root it was read from, if it was ('vllm/_version.py')
 
     @property
     def has_record(self) -> bool:
@@ -212,9 +213,9 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
     git_info = None
     if kind in ("editable", "git") and install_facts.find_work_tree(root) is not None:
         git_info = _git_info(root, warnings)
-    version, version_from = (dist["version"] if dist else None), None
+    version, version_from, version_file = (dist["version"] if dist else None), None, None
     if kind in ("editable", "git"):  # a checkout: what its build would produce, as --root says
-        version, version_from, _ = _checkout_version(root, package, version,
+        version, version_from, version_file, _ = _checkout_version(root, package, version,
                                                      str(dist_info / "METADATA") if dist_info else None)
 
     copies = [c for c in facts["copies"]]
@@ -258,6 +259,7 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
         copies=tuple(Path(c["path"]) for c in ([loaded] if loaded else []) + [c for c in copies if c is not loaded]),
         sys_path=tuple(facts["sys_path"]),
         version_from=version_from,
+        version_file=version_file,
     )
 
 
@@ -282,7 +284,7 @@ def locate_root(root: Path, package: str | None = None) -> Target:
     dist_info = None
     if package:
         dist_info, distribution, version = _checkout_metadata(root, package)
-    version, version_from, project = _checkout_version(root, package, version,
+    version, version_from, version_file, project = _checkout_version(root, package, version,
                                                        str(_metadata_file(dist_info)) if dist_info else None)
     if distribution is None and package:
         distribution = project  # pyproject.toml's [project] name
@@ -302,16 +304,18 @@ def locate_root(root: Path, package: str | None = None) -> Target:
         warnings=tuple(warnings),
         origin=package_dir / "__init__.py" if (package_dir / "__init__.py").exists() else None,
         version_from=version_from,
+        version_file=version_file,
     )
 
 
 def _checkout_version(root: Path, package: str | None, metadata: str | None,
-                      metadata_from: str | None) -> tuple[str | None, str | None, str | None]:
-    """(version, what it was derived from, pyproject's project name) of a checkout: install/version.py's one rule."""
+                      metadata_from: str | None) -> tuple[str | None, str | None, str | None, str | None]:
+    """(version, what it was derived from, the file it was read from, pyproject's project name) of a checkout:
+    install/version.py's one rule."""
     from vllm_hotfix.install.version import checkout_version
 
     found = checkout_version(root, package, metadata=metadata, metadata_from=metadata_from)
-    return found.version, (found.detail if found.derived else None), found.distribution
+    return found.version, (found.detail if found.derived else None), found.file, found.distribution
 
 
 def _metadata_file(meta_dir: Path) -> Path:
