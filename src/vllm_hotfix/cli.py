@@ -15,7 +15,7 @@ from vllm_hotfix import __version__
 from vllm_hotfix.cli_options import (
     CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, NEW_HELP, PORT_HELP, catalog_option,
     complete_ids,
-    dry_run_option, json_option, python_option, root_option,
+    dry_run_option, guard_options, json_option, python_option, root_option,
 )
 from vllm_hotfix.core.verdict import IN_EFFECT, STATES
 from vllm_hotfix.errors import ExitCode, HotfixError
@@ -367,20 +367,17 @@ def gc_cmd(older_than, confirm, dry_run, as_json) -> None:
 
 
 @cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard, or check this environment.")
-@click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard.")
-@click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS, the installed entry point) keeps vLLM from loading the guard.")
-@click.option("--lock", "lock_file", help="Lock file path inside the container.", default=CONTAINER_LOCK, show_default=True)
-@click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
-@click.option("--strict/--no-strict", default=True, show_default=True, help="Stop a vLLM process whose hotfix is not in effect.")
-@click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose", show_default=True)
+@guard_options
+@python_option
 @json_option
-def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, as_json) -> None:
+def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, python, as_json) -> None:
     """Print env lines for the vllm.general_plugins guard that checks every vLLM process (--print-env),
-    or check that vLLM started with this environment would load it (--check-env)."""
+    or check that vLLM started with this environment by the interpreter that runs it (--python /
+    HOTFIX_PYTHON, else the one behind `vllm` on PATH) would load it (--check-env)."""
     from vllm_hotfix.commands import guard as command
 
     _exit(command.run(print_env=print_env, check_env=check_env, lock_file=lock_file, require=require, strict=strict,
-                      fmt=fmt, as_json=as_json))
+                      fmt=fmt, python=python, as_json=as_json))
 
 
 def main(argv: list[str] | None = None) -> None:

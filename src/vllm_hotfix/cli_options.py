@@ -158,6 +158,26 @@ _allow_shadow_flag = click.option(
 def catalog_option(command):
     """--catalog DIR (repeatable) and --allow-shadow, on every command that reads the catalog."""
     return _catalog_dirs(_allow_shadow_flag(command))
+def guard_options(command):
+    """The options of `hotfix guard` (--print-env and its settings, --check-env)."""
+    from vllm_hotfix.settings import CONTAINER_LOCK
+
+    for option in reversed((
+        click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard."),
+        click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS) or the interpreter that "
+                     "runs vLLM (its entry points, read there) keeps vLLM from loading the guard."),
+        click.option("--lock", "lock_file", help="Lock file path inside the container.", default=CONTAINER_LOCK,
+                     show_default=True),
+        click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file."),
+        click.option("--strict/--no-strict", default=True, show_default=True,
+                     help="Stop a vLLM process whose hotfix is not in effect."),
+        click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose",
+                     show_default=True),
+    )):
+        command = option(command)
+    return command
+
+
 dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan everything, change nothing, say what would change.")
 
 

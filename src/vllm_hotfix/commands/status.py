@@ -18,10 +18,12 @@ def derived_versions(targets: list) -> dict[str, str]:
 
 
 def version_fields(status, targets: list) -> dict:
-    """The target's version as the survey resolved it, and what it was derived from (None: installed metadata)."""
+    """The target's version as the survey resolved it, what it was derived from (None: installed metadata),
+    and its warnings (a PYTHONPATH overlay shadowing the install, ...: flow.resolve.warn says them)."""
     target = next((t for t in targets if str(t.root) == status.target), None)
     return {"installed_version": status.installed_version,
-            "version_from": target.version_from if target is not None else None}
+            "version_from": target.version_from if target is not None else None,
+            "warnings": list(target.warnings) if target is not None else []}
 
 
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
@@ -32,11 +34,14 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
 
     from vllm_hotfix.flow.status import fingerprint
 
+    from vllm_hotfix.flow.resolve import warn
     from vllm_hotfix.flow.status import survey
 
     targets: list = []
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True,
                       targets=targets)
+    for target in targets:
+        warn(target)
     named = bool(hotfix_ids)
     counted = [s for s in statuses if named or s.recorded]  # these decide the exit code, and the fingerprint
     code = int(NotInEffect.exit_code) if any(s.state not in IN_EFFECT for s in counted) else 0

@@ -18,10 +18,15 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, loc
 def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> int:
     """Every named (else every recorded) hotfix must be applied or fixed upstream."""
     from vllm_hotfix.core.verdict import IN_EFFECT
+    from vllm_hotfix.flow.resolve import warn
     from vllm_hotfix.flow.status import survey
     from vllm_hotfix.output import emit_json, say
 
-    statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=False)
+    targets: list = []
+    statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=False,
+                      targets=targets)
+    for target in targets:
+        warn(target)
     if not statuses:
         # Passing on "nothing recorded" would hide exactly the rebuild that also lost the record.
         raise NotInEffect(
@@ -66,7 +71,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
         raise InvalidInput(f"--lock / HOTFIX_LOCK {str(lock_file)!r}: holds a NUL byte; no file has such a name")
     from vllm_hotfix.flow.resolve import Resolver
 
-    resolver = Resolver(python)
+    resolver = Resolver(python, guard=True)  # its probe also asks whether vLLM there would load the guard
     resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
 
     from vllm_hotfix.txn import lockfile
@@ -130,14 +135,23 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
 
 
 def _guard_environment(resolver, as_json: bool) -> bool:
-    """The in-process guard cannot report that vLLM never loads it: say so here. A problem fails the
-    check when this environment turns the guard on (HOTFIX_LOCK / HOTFIX_REQUIRE), else it is a note."""
+    """The in-process guard cannot report that vLLM never loads it: say so here, about the interpreter the
+    lock was checked in (its probe read the entry points there). A problem fails the check when this
+    environment turns the guard on (HOTFIX_LOCK / HOTFIX_REQUIRE), else it is a note."""
     import os
 
     from vllm_hotfix.containers.guard_env import environment_problems
+    from vllm_hotfix.errors import HotfixError
     from vllm_hotfix.output import note, say
 
-    problems = environment_problems(entry_points=resolver.runs_here())  # entry points: this interpreter's only
+    try:
+        target = resolver.guard_target()
+    except HotfixError:  # vLLM is not importable there: the lock's own check said so
+        target = None
+    facts = target.guard if target is not None else None
+    problems = environment_problems(entry_points=facts.entry_points if facts else None,
+                                    load_error=facts.load_error if facts else None,
+                                    python=target.python if target is not None else None)
     from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV
 
     wanted = any(os.environ.get(name, "").strip() for name in (LOCK_ENV, REQUIRE_ENV))

@@ -20,6 +20,14 @@ PROBE_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
+class GuardFacts:
+    """Whether vLLM run by the probed interpreter loads the guard (install/probe.guard_facts, gathered there)."""
+
+    entry_points: tuple[str, ...]   # the vllm.general_plugins entry points named vllm_hotfix_guard, first first
+    load_error: str | None          # what loading the first one raised (None: it loads, or there is none)
+
+
+@dataclass(frozen=True)
 class Target:
     """What `import PACKAGE` loads and from what install: the answer every command acts on."""
 
@@ -40,6 +48,7 @@ class Target:
     copies: tuple[Path, ...] = field(default=())   # every copy on sys.path, the loaded one first
     sys_path: tuple[str, ...] = field(default=())
     version_from: str | None = None  # a checkout's derived version: what from, e.g. 'git tag v0.30.0' (install/version.py)
+    guard: GuardFacts | None = None  # asked for (probe --guard): would vLLM load the guard in this interpreter?
 
     @property
     def has_record(self) -> bool:
@@ -78,7 +87,7 @@ def is_this_interpreter(interpreter: str) -> bool:
         return False
 
 
-_started: dict[tuple[str, bool], Any] = {}  # probe processes started ahead of need: (interpreter, import)
+_started: dict[tuple[str, bool, bool], Any] = {}  # probe processes started ahead of need: (interpreter, import, guard)
 
 
 def interpreter_path(python: str | None) -> str:
@@ -89,42 +98,43 @@ def interpreter_path(python: str | None) -> str:
     return interpreter
 
 
-def _spawn_probe(interpreter: str, do_import: bool):
+def _spawn_probe(interpreter: str, do_import: bool, guard: bool = False):
     """The probe process, waiting for the package name on stdin."""
     import subprocess  # here: in-process probing (the common case at container start) needs none
 
     source = Path(probe_module.__file__).read_text(encoding="utf-8")
-    argv = [interpreter, "-c", source, "-"] + (["--import"] if do_import else [])
+    argv = [interpreter, "-c", source, "-"] + (["--import"] if do_import else []) + (["--guard"] if guard else [])
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def start_probe(python: str | None = None, do_import: bool = False) -> None:
+def start_probe(python: str | None = None, do_import: bool = False, guard: bool = False) -> None:
     """Start the probe's interpreter now, before the package is known: its start-up (most of a
     probe's cost) runs while the command loads the rest of itself and reads its input, and
     ``run_probe`` hands it the package name (`verify --lock --python` at container start). Only the
     timing changes -- same argv, environment and working directory, same handling of the output; a
     process that cannot start here is left to ``run_probe`` to start and report."""
     interpreter = interpreter_path(python)
-    key = (interpreter, do_import)
+    key = (interpreter, do_import, guard)
     if key in _started or (not do_import and is_this_interpreter(interpreter)):
         return
     try:
-        _started[key] = _spawn_probe(interpreter, do_import)
+        _started[key] = _spawn_probe(interpreter, do_import, guard)
     except OSError:
         return
 
 
-def run_probe(package: str, python: str | None = None, do_import: bool = False) -> dict[str, Any]:
+def run_probe(package: str, python: str | None = None, do_import: bool = False, guard: bool = False) -> dict[str, Any]:
     """Run probe.py in the target interpreter (stdlib only there) and return its facts. When the target is
     the interpreter running hotfix (a baked image, `python -m vllm_hotfix` in the server's venv), the probe
-    runs in this process (same code, same sys.path minus the launcher's entry): no second interpreter."""
+    runs in this process (same code, same sys.path minus the launcher's entry): no second interpreter.
+    ``guard``: also whether vLLM would load the guard there (probe.guard_facts)."""
     interpreter = interpreter_path(python)
     if not do_import and is_this_interpreter(interpreter):
-        return probe_module.probe_here(package)
+        return probe_module.probe_here(package, guard=guard)
     import subprocess
 
     try:
-        process = _started.pop((interpreter, do_import), None) or _spawn_probe(interpreter, do_import)
+        process = _started.pop((interpreter, do_import, guard), None) or _spawn_probe(interpreter, do_import, guard)
     except (OSError, ValueError) as exc:
         raise _cannot_start(interpreter, exc) from None
     try:
@@ -258,12 +268,22 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
         copies=tuple(Path(c["path"]) for c in ([loaded] if loaded else []) + [c for c in copies if c is not loaded]),
         sys_path=tuple(facts["sys_path"]),
         version_from=version_from,
+        guard=_guard_facts(facts.get("guard")),
     )
 
 
-def locate_package(package: str, python: str | None = None, do_import: bool = False) -> Target:
+def _guard_facts(found: Any) -> GuardFacts | None:
+    if not isinstance(found, dict):
+        return None
+    entry_points = found.get("entry_points")
+    error = found.get("load_error")
+    return GuardFacts(tuple(str(e) for e in entry_points) if isinstance(entry_points, list) else (),
+                      str(error) if error is not None else None)
+
+
+def locate_package(package: str, python: str | None = None, do_import: bool = False, guard: bool = False) -> Target:
     """The Target ``import PACKAGE`` resolves to in ``python`` (default: this interpreter)."""
-    return target_from_facts(run_probe(package, python, do_import))
+    return target_from_facts(run_probe(package, python, do_import, guard))
 
 
 def locate_root(root: Path, package: str | None = None) -> Target:
