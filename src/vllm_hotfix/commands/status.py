@@ -59,8 +59,8 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
         say(f"{MARKS.get(s.state, '!!')} {place:>3} {s.id:<{width}} {s.state:<14} {version} {s.target}".rstrip())
         if s.detail:
             say(f"     {s.detail}")
-        if s.advice and s.state not in IN_EFFECT:
-            say(f"     to do: {s.advice}")
+        if s.to_do:
+            say(f"     to do: {s.to_do}")
     for line in derived_versions(targets).values():
         say(line)
     if counted:

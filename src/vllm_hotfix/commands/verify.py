@@ -33,7 +33,7 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
             "nothing to verify: no hotfix is named and none is recorded for this target",
             hint="name the hotfixes that must be in effect (`hotfix verify ID...`) or use `--lock FILE`",
         )
-    from vllm_hotfix.flow.status import fingerprint
+    from vllm_hotfix.flow.status import fingerprint, mount_sources
 
     problems = [s for s in statuses if s.state not in IN_EFFECT]
     digest = fingerprint(statuses)
@@ -42,11 +42,12 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
     else:
         for s in statuses:
             if s.state in IN_EFFECT:
-                say(f"in effect: {s.id}@{s.version} ({s.state}, {s.target})")
+                mounted = f" through a bind mount from {mount_sources(s.mounts)}" if s.mounts else ""
+                say(f"in effect: {s.id}@{s.version} ({s.state}, {s.target}){mounted}")
             else:
                 say(f"NOT IN EFFECT: {s.id} is {s.state}: {_without_state(s.state, s.detail)}".rstrip(": "))
-                if s.advice:
-                    say(f"  to do: {s.advice}")
+            if s.to_do:
+                say(f"  to do: {s.to_do}")
         say(f"fingerprint: {digest}")
     return int(NotInEffect.exit_code) if problems else 0
 
@@ -98,6 +99,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     digest = lockfile.fingerprint(checks)
 
     if as_json:
+        mount = _lock_mounts(resolver)
         emit_json([
             {
                 "id": c.hotfix.id,
@@ -107,7 +109,8 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
                 "detail": c.detail,
                 "files": [
                     {"path": f.path, "state": f.state, "real_path": f.where, "sha256": f.sha256,
-                     "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256}
+                     "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256,
+                     "mount": mount(c.hotfix.package, f.path)}
                     for f, locked in zip(c.files, c.hotfix.files)
                 ],
                 "advice": advice,
@@ -132,6 +135,24 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
             say(f"fingerprint: {digest}")
     guard_ok = _guard_environment(resolver, as_json)
     return 0 if all_in_effect and guard_ok else int(NotInEffect.exit_code)
+
+
+def _lock_mounts(resolver):
+    """(package, site-packages-relative path) -> where the file's bind mount comes from (None: not a mount)."""
+    from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix.install.mounts import mount_table, mounted_files
+
+    table = mount_table()
+
+    def mount(package: str, path: str) -> dict | None:
+        try:
+            base = Path(resolver.package(package).package_dir).parent  # what lock paths are relative to
+        except HotfixError:
+            return None
+        found = mounted_files(base, [path], table).get(path)
+        return found.to_json() if found is not None else None
+
+    return mount
 
 
 def _guard_environment(resolver, as_json: bool) -> bool:

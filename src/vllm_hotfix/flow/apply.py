@@ -114,8 +114,13 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
         plan = Plan((), False) if proposal.already else proposal.plan
         return transaction.Change(plan, new_state, True, keep, proposal)
 
-    change = transaction.run(target.root, prepare, dry_run=dry_run, lock_timeout=lock_timeout,
-                             after=lambda c: check_after(c.result, spec))
+    try:
+        change = transaction.run(target.root, prepare, dry_run=dry_run, lock_timeout=lock_timeout,
+                                 after=lambda c: check_after(c.result, spec))
+    except (Refused, DoesNotApply) as refused:
+        from vllm_hotfix.flow.status import refusal_through_mount
+
+        raise refusal_through_mount(refused, target, [f.path for f in hotfix.series.files]) from None
     return ApplyOutcome(change.result, dry_run)
 
 
