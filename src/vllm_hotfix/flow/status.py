@@ -231,15 +231,19 @@ class Survey:
             out.extend(self._record_status(t, s, s.hotfixes[hotfix_id]) for t, s in holding)
         return out
 
+    def recorded(self, target: Target, state: TargetState) -> list[Status]:
+        """Every recorded hotfix of one target, in series order (an interrupted first apply: one line)."""
+        if not state.hotfixes:  # only an interrupted first apply, or everything rolled back
+            pending = TargetDir.of(target.root).pending()
+            return [interrupted("(unrecorded apply)", None, target.root, target_option(target))] if pending else []
+        return [self._record_status(target, state, recorded) for recorded in state.hotfixes.values()]
+
     def everything(self, *, with_catalog: bool) -> list[Status]:
         out: list[Status] = []
         seen: set[str] = set()
         for target, state in self.resolver.records(self.catalog):
-            if not state.hotfixes:  # only an interrupted first apply
-                out.append(interrupted("(unrecorded apply)", None, target.root, target_option(target)))
-            for hotfix_id, recorded in state.hotfixes.items():  # the series, in applied order
-                seen.add(hotfix_id)
-                out.append(self._record_status(target, state, recorded))
+            seen.update(state.hotfixes)
+            out.extend(self.recorded(target, state))
         if with_catalog:
             for manifest in self.catalog.latest():
                 if manifest.id in seen or manifest.kind == "advisory":  # no patch: nothing to be in effect
