@@ -17,8 +17,13 @@ shape, ``grep -E 'ERROR|Error'`` (what an SRE types first). doctor runs end to e
 --json`: interpreter start, catalog load, scan, verdict) with its default prefilter (SIMD Aho-Corasick
 in-process, ``ahocorasick-rs``) and with ``HOTFIX_DOCTOR_PREFILTER=grep`` (``grep -F`` in a subprocess).
 Each round runs every tool, the order rotated every round; the file is read once first so all read it
-from the page cache. Medians of wall and CPU (user + system) time, and their ratios.
+from the page cache, and doctor's bytecode is compiled first (as pip does when it installs the wheel). Medians of wall and CPU (user + system) time, and their ratios.
 Goals (issue 23, info shape): doctor <= 1.5x grep -E with the catalog's patterns, <= 3x grep -E 'ERROR|Error'.
+
+Then, on the ``info`` shape, where doctor's CPU time goes, measured in this process with the command's
+own reader and the engine's own prefilter (medians, rotated; CPU seconds): reading the blocks,
+counting their newlines, the Aho-Corasick automata, the prefilter's own Python, matching the candidate
+lines (the engine's scan), and start-up + catalog + verdict (the command end to end on the log's first 64 KiB).
 """
 
 from __future__ import annotations
@@ -138,7 +143,60 @@ def measure(shape: str, size: int, rounds: int, work: Path, patterns: Path) -> N
     for name in ("hotfix doctor", "doctor, grep -F"):
         for peer, goal in peers:
             print(f"{name} / {peer}: wall {wall[name] / wall[peer]:.2f}x, cpu {cpu[name] / cpu[peer]:.2f}x (goal: <= {goal})")
+    if shape == "info":
+        phases(log, rounds, work, cpu["hotfix doctor"], cpu["grep -E ERROR|Error"])
     log.unlink()
+
+
+def phases(log: Path, rounds: int, work: Path, doctor_cpu: float, grep_cpu: float) -> None:
+    """doctor's CPU time on ``log`` by phase (see the module docstring), next to grep's."""
+    from vllm_hotfix.commands.doctor import blocks
+    from vllm_hotfix.doctor import scan
+    from vllm_hotfix.doctor.engine import Prefilter, needles_for
+
+    manifests = [m for m in Catalog.load(env={}).latest() if m.signatures]
+    needles = needles_for(manifests)
+    prefilter = Prefilter(needles)
+
+    def read():
+        with open(log, "rb") as stream:
+            yield from blocks(stream, reuse=True)
+
+    def each(work) -> None:
+        for block in read():
+            work(block)
+
+    runs = {
+        "read": lambda: each(lambda block: None),
+        "read + count": lambda: each(lambda block: block.count(b"\n")),
+        "read + automata": lambda: each(prefilter.starts),
+        "read + prefilter": lambda: sum(1 for _ in prefilter.stream(read())),
+        "engine scan": lambda: scan([(log.name, read())], manifests, prefilter_=prefilter),
+        "start-up": lambda: timed([sys.executable, "-m", "vllm_hotfix", "doctor", str(tiny), "--json"], (1,), {}, out),
+    }
+    tiny, out = work / "tiny.log", work / "out.txt"  # the log's first 64 KiB: the seed 001 start-up lines
+    with open(log, "rb") as stream:
+        tiny.write_bytes(stream.read(1 << 16).rsplit(b"\n", 1)[0] + b"\n" + (LOGS / "001-cuda-gdb.txt").read_bytes())
+    spent: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            start = time.process_time()
+            result = runs[name]()
+            spent[name].append(result[1] if name == "start-up" else time.process_time() - start)
+    m = {name: statistics.median(times) for name, times in spent.items()}
+    gib = log.stat().st_size / (1 << 30)
+    parts = [("read the blocks", m["read"]), ("count newlines", m["read + count"] - m["read"]),
+             (f"Aho-Corasick ({len(needles)} needles, {len(prefilter.groups)} automata)", m["read + automata"] - m["read"]),
+             ("prefilter's Python (line starts, copies)", m["read + prefilter"] - m["read + automata"] - (m["read + count"] - m["read"])),
+             ("matching candidate lines", m["engine scan"] - m["read + prefilter"]),
+             ("start-up, catalog, verdict (doctor on 64 KiB)", m["start-up"])]
+    print(f"where doctor's CPU time goes on this {gib:.2f} GiB log (medians of {rounds}); grep -E 'ERROR|Error' "
+          f"{grep_cpu:.2f} s, 3x that {3 * grep_cpu:.2f} s:")
+    for name, seconds in parts:
+        print(f"  {name:<48} {seconds:6.3f} s  {seconds / doctor_cpu * 100:5.1f}%")
+    print(f"  {'sum of the phases':<48} {sum(s for _, s in parts):6.3f} s")
+    print(f"  {'hotfix doctor end to end (the rounds above)':<48} {doctor_cpu:6.3f} s")
 
 
 def main() -> int:
@@ -147,6 +205,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--shape", choices=("traffic", "info", "both"), default="both")
     args = parser.parse_args()
+    # doctor runs as installed: pip compiles a wheel's bytecode at install, so compile it here too (an
+    # environment with PYTHONDONTWRITEBYTECODE=1 would otherwise compile the package on every run)
+    import vllm_hotfix
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(vllm_hotfix.__file__).parent)], check=True)
     work = Path(tempfile.mkdtemp(prefix="doctor-bench-"))
     try:
         patterns = work / "patterns.txt"

@@ -31,7 +31,8 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):
     state = tmp_path_factory.mktemp("hotfix-state")
-    for var in ("HOTFIX_PYTHON", "HOTFIX_CATALOG", "HOTFIX_LOCK", "HOTFIX_REQUIRE", "HOTFIX_STRICT", "PYTHONPATH"):
+    for var in ("HOTFIX_PYTHON", "HOTFIX_CATALOG", "HOTFIX_LOCK", "HOTFIX_REQUIRE", "HOTFIX_STRICT", "HOTFIX_ALLOW_SHADOW",
+                "PYTHONPATH"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOTFIX_STATE_DIR", str(state))
     monkeypatch.setenv("XDG_STATE_HOME", str(state / "xdg"))

@@ -135,3 +135,20 @@ def test_module_imports_only_the_stdlib():
         }
         assert imported <= {"__future__", "hashlib", "json", "os", "re", "stat", "dataclasses", "pathlib", "typing",
                             "enum", "vllm_hotfix"}, imported
+
+
+@pytest.mark.parametrize("change, key", [
+    (lambda h: h.update(id="fix\nINFO forged guard line"), "hotfixes[0].id: not a hotfix id"),
+    (lambda h: h.update(id="\x1b[32mfix"), "hotfixes[0].id: not a hotfix id"),
+    (lambda h: h.update(fixed_in="0"), "hotfixes[0].fixed_in: '0' is not after the exported baseline"),
+    (lambda h: h.update(package="this.x"), "hotfixes[0].package: expected a top-level import name"),
+    (lambda h: h.update(versions=">=0.31"), "hotfixes[0].versions: the exported baseline '0.30.0' is outside"),
+])
+def test_lock_fields_that_would_forge_a_line_pass_everything_or_import_a_module_are_refused(tmp_path, change, key):
+    doc = json.loads(lockfile.dump_lock(make_lock()))
+    change(doc["hotfixes"][0])
+    path = tmp_path / "hotfix.lock"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InvalidInput) as err:
+        lockfile.load_lock(path)
+    assert key in err.value.message, err.value.message

@@ -156,8 +156,11 @@ def check_trusted(*directories: Path | str) -> None:
 
 
 def make_target_dir(tdir: TargetDir) -> None:
-    """Create the state directory, targets/ and the target's folder (mode 0o755 each), then check them."""
+    """Create the state directory, targets/ and the target's folder (mode 0o755 each) where they are
+    missing, then check them. OSError when one cannot be created (the caller says why, exit 6)."""
     for directory in (state_dir(), targets_dir(), tdir.directory):
+        if os.path.isdir(directory):
+            continue
         try:
             os.mkdir(directory, STATE_DIR_MODE)
         except FileExistsError:

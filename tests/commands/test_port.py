@@ -18,6 +18,12 @@ RELEASES = ["0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0"
 pytestmark = pytest.mark.real
 
 
+@pytest.fixture(autouse=True)
+def _a_team_version_of_a_builtin_id(_isolated_state, monkeypatch):
+    """The test catalog is a team's version 100 of the built-in mamba-align-block-size: said, as users say it."""
+    monkeypatch.setenv("HOTFIX_ALLOW_SHADOW", "1")
+
+
 @pytest.fixture(scope="module")
 def ported(tmp_path_factory):
     """One port of the one-variant catalog over every release (shared by the tests of this module)."""
@@ -31,7 +37,8 @@ def ported(tmp_path_factory):
     out = tmp / "out"
     done = subprocess.run([sys.executable, "-m", "vllm_hotfix", "port", "mamba-align-block-size@100",
                            "--catalog", str(catalog), "--versions", ",".join(RELEASES), "--out", str(out), "--json"],
-                          capture_output=True, text=True, env={**os.environ, "HOTFIX_STATE_DIR": str(tmp / "state")})
+                          capture_output=True, text=True, env={**os.environ, "HOTFIX_STATE_DIR": str(tmp / "state"),
+                                                               "HOTFIX_ALLOW_SHADOW": "1"})
     return done, out
 
 

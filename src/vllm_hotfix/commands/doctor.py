@@ -1,9 +1,9 @@
 """`hotfix doctor [LOG ...]`: from a crash log to the hotfix (or advisory) that fixes it.
 
-Reads the logs (files, ``-`` for stdin, ``.gz`` by content) in blocks of whole lines, prefiltered in
-this process by the engine's ``Prefilter`` (SIMD Aho-Corasick; ``HOTFIX_DOCTOR_PREFILTER=grep`` pipes
-the blocks through ``grep -F`` instead, ``=python`` uses ``bytes.find``), hands them to the pure
-engine (``vllm_hotfix.doctor``), then decides each match's *level* by evidence tier:
+Reads the logs (files, ``-`` for stdin, ``.gz`` by content) in 8 MiB blocks, hands them to the pure
+engine (``vllm_hotfix.doctor``), which prefilters them in this process (``doctor.prefilter``: SIMD
+Aho-Corasick; ``HOTFIX_DOCTOR_PREFILTER=grep`` pipes the blocks through ``grep -F`` instead,
+``=python`` uses ``bytes.find``), then decides each match's *level* by evidence tier:
 
 - ``confident`` ("apply X"): specific evidence, no veto, and an in-range release from the log or the
   target; joined with the target in ONE place, ``_target_state``, which asks the code `hotfix status`
@@ -18,12 +18,8 @@ the fingerprints of every node agree; 9 no confident match.
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
-import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, Sequence
@@ -31,7 +27,7 @@ from typing import BinaryIO, Iterator, Sequence
 from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
 from vllm_hotfix.output import emit_json, say
 
-BLOCK = 8 << 20  # bytes read at a time: the engine sees whole lines, the file is never held
+BLOCK = 8 << 20  # bytes read at a time: the file is never held
 NEEDED = ("not-applied", "lost", "drifted", "unknown")
 IN_EFFECT = ("applied", "fixed-upstream")
 OUT_OF_RANGE = ("not-applicable", "fixed-upstream")
@@ -76,22 +72,24 @@ class Verdict:
                     for e in self.evidence]}
 
 
-def blocks(stream: BinaryIO, size: int = BLOCK) -> Iterator[bytes]:
-    """Chunks of whole lines (the last one may lack its newline)."""
-    rest = b""
+def blocks(stream: BinaryIO, size: int = BLOCK, *, reuse: bool = False) -> Iterator[bytes]:
+    """The stream's bytes in blocks of ``size``, cut anywhere (the engine joins a line that runs over
+    a block's end): each byte is copied once, by the read itself. ``reuse`` reads every block into one
+    buffer (no new memory per block): a block is then valid only until the next one is asked for,
+    which is how the engine reads them (it copies out the few lines it keeps)."""
+    if not reuse:
+        while True:
+            data = stream.read(size)
+            if not data:
+                return
+            yield data
+    buffer = bytearray(size)
+    view = memoryview(buffer)
     while True:
-        data = stream.read(size)
-        if not data:
-            if rest:
-                yield rest
+        got = stream.readinto(view)
+        if not got:
             return
-        data = rest + data
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            rest = data
-            continue
-        rest = data[cut:]
-        yield data[:cut]
+        yield buffer if got == size else bytes(view[:got])  # type: ignore[misc]
 
 
 def _open(name: str) -> tuple[str, BinaryIO, BinaryIO]:
@@ -109,15 +107,19 @@ def _open(name: str) -> tuple[str, BinaryIO, BinaryIO]:
             raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
         label = name
     head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    stream = gzip.GzipFile(fileobj=raw) if head == b"\x1f\x8b" else raw
-    return label, stream, raw  # type: ignore[return-value]
+    if head == b"\x1f\x8b":
+        import gzip
+
+        return label, gzip.GzipFile(fileobj=raw), raw  # type: ignore[return-value]
+    return label, raw, raw
 
 
 def _sources(names: Sequence[str], needles: tuple[bytes, ...], prefilter: str) -> Iterator[tuple[str, Iterator]]:
     for name in names:
         label, stream, raw = _open(name)
         try:
-            yield label, _checked(label, _parts(stream, needles, grep=shutil.which("grep") if prefilter == "grep" else ""))
+            grep = _grep() if prefilter == "grep" else ""
+            yield label, _checked(label, _parts(stream, needles, grep=grep, reuse=True))  # the engine reads in order
         finally:
             if raw is not sys.stdin.buffer:
                 raw.close()
@@ -138,16 +140,26 @@ def _prefilter_kind() -> str:
                          hint="pip install ahocorasick-rs, or leave HOTFIX_DOCTOR_PREFILTER unset")
     if wanted:
         return wanted
-    return "aho-corasick" if fast else "grep" if shutil.which("grep") else "python"
+    return "aho-corasick" if fast else "grep" if _grep() else "python"
 
 
-def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None) -> Iterator:
-    """The log as the engine takes it: blocks of whole lines (the engine prefilters them), or, given a
+def _grep() -> str | None:
+    import shutil  # only the grep prefilter needs shutil, subprocess and threading (they cost start-up)
+
+    return shutil.which("grep")
+
+
+def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None, *, reuse: bool = False) -> Iterator:
+    """The log as the engine takes it: blocks as read (the engine prefilters them), or, given a
     ``grep`` binary, prefiltered batches: ``grep -F`` finds the lines holding a needle while this
-    process only copies the bytes into its pipe and counts the lines. Same result either way."""
+    process only copies the bytes into its pipe and counts the lines. Same result either way.
+    ``reuse``: the blocks share one buffer (``blocks``), for a consumer that reads them in order."""
     if not grep:
-        yield from blocks(stream)
+        yield from blocks(stream, reuse=reuse)
         return
+    import subprocess
+    import threading
+
     from vllm_hotfix.doctor.engine import Prefiltered
 
     argv = [grep, "-F", "-n", "-a"] + [arg for needle in needles for arg in (b"-e", needle)]
@@ -156,17 +168,18 @@ def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None
     failure: list[BaseException] = []
 
     def pump() -> None:  # a thread: grep's output is read below while its input is written here
-        lines = 0
+        lines, last = 0, b"\n"
         try:
             for chunk in blocks(stream):
-                lines += chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
                 proc.stdin.write(chunk)
         except BrokenPipeError:
             pass
         except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
             failure.append(exc)
         finally:
-            counted.append(lines)
+            counted.append(lines + (last != b"\n"))  # a last line without a newline counts
             try:
                 proc.stdin.close()
             except BrokenPipeError:
@@ -215,8 +228,6 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
     """
     from vllm_hotfix.catalog.index import parse_ref, version_key
     from vllm_hotfix.flow.applicability import applicability, release_target
-    from vllm_hotfix.flow.resolve import Resolver
-    from vllm_hotfix.flow.status import Survey
 
     fix_id, fix_version = parse_ref(manifest.fixed_by) if manifest.fixed_by else (manifest.id, None)
     subject = catalog.get(fix_id) if manifest.fixed_by else manifest
@@ -238,6 +249,9 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
         if why_not is not None:
             return why_not.state, f"{where} is outside {spec.versions}", None
         return "unknown", f"{where} is affected; give --python/--root to check the install", apply
+    from vllm_hotfix.flow.resolve import Resolver  # here: a log without a target needs no install's state
+    from vllm_hotfix.flow.status import Survey
+
     try:
         if subject.kind == "advisory":
             target, spec = Resolver(python, root).for_manifest(subject)

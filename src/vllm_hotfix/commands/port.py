@@ -74,7 +74,7 @@ def run(*, hotfix_id: str, versions: str | None = None, catalogs: Sequence[Path]
     if as_json:
         emit_json(_to_json(manifest, spec, result, writes, out_dir, dry_run, code))
     else:
-        _print(manifest, spec, result, writes, dry_run, code)
+        _print(manifest, spec, result, writes, dry_run, code, Path(out_dir))
     return code
 
 
@@ -153,7 +153,8 @@ def _indent(data: bytes, limit: int = 12) -> list[str]:
     return shown
 
 
-def _print(manifest: Manifest, spec: TargetSpec, result: PortResult, writes, dry_run: bool, code: int) -> None:
+def _print(manifest: Manifest, spec: TargetSpec, result: PortResult, writes, dry_run: bool, code: int,
+           out_dir: Path | None = None) -> None:
     rows = [("RELEASE", "STATE", "VARIANT", "DETAIL")]
     rows += [(r.release, r.state, r.variant or "", r.detail) for r in result.releases]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
@@ -195,3 +196,13 @@ def _print(manifest: Manifest, spec: TargetSpec, result: PortResult, writes, dry
         say(f"{manifest.patches[index].label}: versions now {versions} (a ported variant covers the rest)")
     if dry_run:
         say("dry run: nothing was written")
+    elif writes and out_dir is not None:
+        shadow = " --allow-shadow" if manifest.id in _builtin_ids() else ""
+        say(f"next: hotfix check-catalog {manifest.id} --catalog {out_dir}{shadow}  (the ported catalog"
+            f"{' shadows a built-in id: say so with --allow-shadow' if shadow else ''})")
+
+
+def _builtin_ids() -> set[str]:
+    from vllm_hotfix.catalog.index import Catalog
+
+    return set(Catalog.load((), env={}).ids())

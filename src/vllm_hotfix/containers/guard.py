@@ -151,7 +151,8 @@ def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
     try:
         lock = load_lock(path)
     except InvalidInput as exc:
-        return [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {exc.message}",
+        message = exc.message.replace("\n", "\\n").replace("\r", "\\r").replace("\x1b", "\\e")  # one line, no escapes
+        return [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {message}",
                          exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK",
                          "lock"), None)], None
     checks = check_lock(lock, _installed)
@@ -246,8 +247,10 @@ def _unreadable(hotfix_id: str, problems: list[str]) -> Verdict:
 
 def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, installed_version, origin: str) -> Verdict:
     """core.verdict's state of one hotfix as one guard line: the state, the first file not in effect,
-    and what to do."""
+    and what to do. Names from a lock or a record are printed quoted (output.quote_path), so no input can
+    forge a line that `hotfix doctor` later reads."""
     from vllm_hotfix.core import verdict
+    from vllm_hotfix.output import quote_path
 
     if state == verdict.FIXED_UPSTREAM:
         return Verdict(hotfix_id, True, f"fixed-upstream: {detail}", source=origin)
@@ -261,10 +264,10 @@ def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, insta
             "re-export against this image (`hotfix export`), or run `hotfix verify --lock` for details"
         return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
     if file.sha256 is None:
-        problem = f"{state}: {file.where} is missing"
+        problem = f"{state}: {quote_path(file.where)} is missing"
     else:
         what = " (the unpatched original)" if file.state == verdict.BASELINE else ""
-        problem = f"{state}: {file.where} has sha256 {file.sha256[:12]}{what}, expected {(file.expected or '')[:12]}"
+        problem = f"{state}: {quote_path(file.where)} has sha256 {file.sha256[:12]}{what}, expected {(file.expected or '')[:12]}"
     if origin == "lock":
         remedy = ("bind-mount the files from `hotfix export` over the copy this process imports (`hotfix compose`), "
                   "then check with `hotfix verify --lock`")

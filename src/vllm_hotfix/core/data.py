@@ -21,12 +21,16 @@ def _too_much(source: str, exc: BaseException) -> InvalidInput:
     return InvalidInput(f"{source}: {exc}")  # "Exceeds the limit (4300 digits) for integer string conversion..."
 
 
+def _text(data: bytes, source: str, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{source}: not UTF-8{what} (byte {exc.start})") from None
+
+
 def load_json(data: bytes, source: str) -> Any:
     """``data`` (UTF-8 JSON) as Python values."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{source}: not UTF-8 (byte {exc.start})") from None
+    text = _text(data, source, "")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -44,10 +48,7 @@ def load_toml(data: bytes, source: str) -> dict[str, Any]:
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
 
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    text = _text(data, source, " text")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

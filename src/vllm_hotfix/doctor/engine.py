@@ -1,12 +1,13 @@
-"""The log engine: chunks of whole lines in, first errors, the log's facts and tiered matches out. No I/O.
+"""The log engine: blocks of log bytes in, first errors, the log's facts and tiered matches out. No I/O.
 
-``scan(sources, manifests)`` takes ``(name, chunks)`` pairs, each chunk a ``bytes`` of complete lines
-(one line is a chunk too), so a caller can stream gigabytes in blocks. Only the lines that contain one of
-a few literal needles (the signatures' anchors, the words of an error line, the facts' words) are
-decoded and looked at; finding them is one multi-needle search (``Prefilter``: Aho-Corasick with SIMD
-when ``ahocorasick-rs`` is installed, else ``bytes.find`` per needle), which keeps doctor near
-``grep``. A line is normalised and matched on its first ``MATCH_LIMIT`` characters only (the rest is
-counted), and signatures are compiled by RE2 (``catalog.signatures.compile_pattern``): no line hangs it.
+``scan(sources, manifests)`` takes ``(name, chunks)`` pairs, each chunk a ``bytes`` block cut anywhere
+(a line may run over into the next block; a block that ends in a newline ends its line), so a caller
+can stream gigabytes as it reads them. Only the lines that contain one of a few literal needles
+(``needles_for``: the words of an error line, the facts' words, the signatures' anchors) are decoded and
+looked at; finding them is the prefilter's job (``doctor.prefilter``: SIMD Aho-Corasick when
+``ahocorasick-rs`` is installed, else ``bytes.find`` per needle), which keeps doctor near ``grep``. A
+line is normalised and matched on its first ``MATCH_LIMIT`` characters only (the rest is counted), and
+signatures are compiled by RE2 (``catalog.signatures.compile_pattern``): no line hangs it.
 
 Per process (``(EngineCore_DP0 pid=…)``, a plog's pid, or the file itself) the first error line that is
 not known noise is that process's *first error*; a ``first-error`` signature counts only on it and the
@@ -27,9 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from vllm_hotfix.catalog.model import Manifest
-from vllm_hotfix.catalog.signatures import Signature, compile_pattern, literal_runs
+from vllm_hotfix.catalog.signatures import Signature, compile_pattern
 from vllm_hotfix.doctor.facts import FACT_NEEDLES, RANK, read_facts
 from vllm_hotfix.doctor.normalise import ERROR_NEEDLES, MATCH_LIMIT, NOT_AN_ERROR, is_error, normalise
+from vllm_hotfix.doctor.prefilter import Prefilter, Prefiltered, covers
+
+__all__ = ["EPISODE", "Evidence", "Fact", "Findings", "Line", "Match", "Prefilter", "Prefiltered", "Veto", "judge",
+           "needles_for", "scan", "scan_text"]
 
 EPISODE = 200  # lines after a process's first error that still belong to it
 TEXT_LIMIT = 240
@@ -38,6 +43,11 @@ GUARD_LINE = re.compile(r"vllm-hotfix guard pid=(\d+) role=(.*?)(?: fingerprint=
 XID_NEEDLES = ("MMU Fault", "Fault is of type")  # a dmesg Xid message continued on the next line(s)
 XID_CONTINUATION = 3  # lines after an Xid line that may continue it
 OTHER_ENGINES = ("sglang", "tensorrt-llm")
+# Shorter needles that stand for longer ones of ERROR_NEEDLES, FACT_NEEDLES and XID_NEEDLES (each is part
+# of them, so the lines found are a superset). One for several keeps the prefilter to fewer automata;
+# "_scheduling" and "he size" do not begin like vLLM's every-request "async_llm.py" and every-metrics-line
+# "GPU KV cache usage" (Teddy fingerprints a needle on its first 4 bytes; each false hit costs a check).
+SHORTER = ("xception", "RT-LLM", "_config=", "Fault", "vllm-ascend", "_scheduling", "he size")
 
 
 @dataclass(frozen=True)
@@ -190,84 +200,19 @@ class _Rule:
     search: Callable[[str], Any] = field(compare=False)
 
 
-@dataclass(frozen=True)
-class Prefiltered:
-    """The lines of a chunk worth looking at: (0-based index of the line in the chunk, its bytes)."""
-
-    lines: tuple[tuple[int, bytes], ...]
-    count: int  # lines in the chunk (a last line without a newline counts)
-
-
 def needles_for(manifests: Sequence[Manifest]) -> tuple[bytes, ...]:
     """Few literals such that every line that can matter contains one: an error line, a fact, a
-    continued Xid message, a guard line, a line a signature matches. A signature whose literal text
-    already contains a needle adds none."""
-    needles = list(ERROR_NEEDLES) + list(FACT_NEEDLES) + list(XID_NEEDLES) + [GUARD_NEEDLE]
-    for signature in sorted((s for m in manifests for s in m.signatures), key=lambda s: -len(s.anchor)):
-        runs = literal_runs(signature.pattern)
-        if not any(n in run for run in runs for n in needles):
+    continued Xid message, a guard line, a line a signature matches. A signature that an existing
+    needle already covers (``prefilter.covers``: every match of it holds one) adds none; a noise
+    signature adds none either (it only matters on a line that is an error line or that a
+    first-error signature matches, which hold their own needles)."""
+    needles = list(ERROR_NEEDLES) + list(FACT_NEEDLES) + list(XID_NEEDLES) + [GUARD_NEEDLE] + list(SHORTER)
+    signatures = (s for m in manifests for s in m.signatures if s.role != "noise")
+    for signature in sorted(signatures, key=lambda s: -len(s.anchor)):
+        if not covers(signature.pattern, needles):
             needles.append(signature.anchor)
     minimal = {n for n in needles if not any(o != n and o in n for o in needles)}
     return tuple(sorted(n.encode() for n in minimal))
-
-
-def _aho_corasick(needles: Sequence[bytes]) -> Callable[[bytes], list] | None:
-    try:
-        import ahocorasick_rs
-    except ImportError:
-        return None
-    automaton = ahocorasick_rs.BytesAhoCorasick(list(needles), matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-    return automaton.find_matches_as_indexes
-
-
-class Prefilter:
-    """Finds the lines of a chunk that hold one of ``needles``: one SIMD Aho-Corasick pass
-    (``ahocorasick-rs``, leftmost-first so that it may use its Teddy searcher) when installed and
-    ``python`` is False, else one ``bytes.find`` pass per needle. Pure; the same lines either way."""
-
-    def __init__(self, needles: Sequence[bytes], *, python: bool = False):
-        self.needles = tuple(needles)
-        self._find_all = None if python else _aho_corasick(self.needles)
-
-    @property
-    def kind(self) -> str:
-        return "aho-corasick" if self._find_all is not None else "python"
-
-    def __call__(self, chunk: bytes) -> Prefiltered:
-        find, rfind = chunk.find, chunk.rfind
-        starts: list[int] = []
-        if self._find_all is not None:
-            line_end = -1
-            for _, at, _ in self._find_all(chunk):
-                if at > line_end:  # a new line (matches come in order; one per line is enough)
-                    starts.append(rfind(b"\n", 0, at) + 1)
-                    line_end = find(b"\n", at)
-                    if line_end == -1:
-                        break
-        else:
-            seen: set[int] = set()
-            for needle in self.needles:
-                at = find(needle)
-                while at != -1:
-                    seen.add(rfind(b"\n", 0, at) + 1)
-                    end = find(b"\n", at)
-                    if end == -1:
-                        break
-                    at = find(needle, end + 1)
-            starts = sorted(seen)
-        lines, counted, index = [], 0, 0
-        for start in starts:
-            index += chunk.count(b"\n", counted, start)
-            counted = start
-            end = find(b"\n", start)
-            lines.append((index, chunk[start:] if end == -1 else chunk[start:end]))
-        total = index + chunk.count(b"\n", counted) + (0 if not chunk or chunk.endswith(b"\n") else 1)
-        return Prefiltered(tuple(lines), total)
-
-
-def prefilter(chunk: bytes, needles: Iterable[bytes]) -> Prefiltered:
-    """The lines of ``chunk`` (whole lines) that contain one of ``needles`` (``Prefilter`` once)."""
-    return Prefilter(tuple(needles))(chunk)
 
 
 class _Scan:
@@ -289,9 +234,8 @@ class _Scan:
         self.long_lines = 0
 
     def feed(self, source: str, chunks: Iterable[bytes | Prefiltered]) -> None:
-        base = 0  # lines of this source before the current chunk
-        for chunk in chunks:
-            part = chunk if isinstance(chunk, Prefiltered) else self.prefilter(chunk)
+        base = 0  # lines of this source before the current part
+        for part in self.prefilter.stream(chunks):
             for index, raw in part.lines:
                 self.line(source, base + index + 1, raw)
             base += part.count
@@ -380,10 +324,10 @@ def judge(manifest: Manifest, evidence: Iterable[Evidence], findings: Findings) 
 
 def scan(sources: Iterable[tuple[str, Iterable[bytes | Prefiltered]]], manifests: Sequence[Manifest], *,
          prefilter_: Prefilter | None = None) -> Findings:
-    """Read every source (name, chunks of whole lines) once, in order; match ``manifests``' signatures.
+    """Read every source (name, blocks of its bytes) once, in order; match ``manifests``' signatures.
 
-    A chunk may also come prefiltered (``Prefilter(needles_for(manifests))(chunk)``, e.g. computed in
-    another process): the result is the same."""
+    A chunk may also come prefiltered (``Prefilter(needles_for(manifests))(chunk)`` of whole lines, e.g.
+    ``grep -F`` in another process): the result is the same."""
     state = _Scan(manifests, prefilter_)
     names = []
     for name, chunks in sources:

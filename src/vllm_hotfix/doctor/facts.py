@@ -63,7 +63,7 @@ ARCHITECTURE = re.compile(r"(?:Resolved architecture: |architectures?['\"]?\s*[=
 KERNEL = re.compile(r"The exception was triggered at PC 0x\S* +([A-Za-z_][\w:]*)|^#0 +(?:0x\S+ in )?([A-Za-z_]\w*)(?:<<<|\s*\()"
                     r"|^Kernel: ([A-Za-z_]\w*)")
 # literals one of which every fact line holds (the prefilter's needles for facts)
-FACT_NEEDLES = ("ersion", "vllm==", "vllm-ascend==", "vllm_ascend==", "vllm-openai:", "/vllm-ascend:",
+FACT_NEEDLES = ("ersion", "vllm==", "vllm-ascend==", "vllm_ascend", "vllm-openai:", "/vllm-ascend:", "LLM engine (",
                 "Dumping input data", "architecture", "enable_prefix_caching", "cudagraph_mode", "num_spec",
                 "speculative_config=", "async_scheduling", "data_parallel_size", "sglang", "tensorrt_llm", "TRT-LLM",
                 "TensorRT-LLM", "exception was triggered at PC", "#0 ", "Kernel: ", "Platform plugin ascend",

@@ -9,11 +9,15 @@ from typing import TYPE_CHECKING, Sequence
 
 from vllm_hotfix.core.diff import Patch, exclude_paths, parse_patch
 from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix.inputs import read_bounded
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
     from vllm_hotfix.catalog.model import Manifest, PatchSpec
+
+
+PATCH_CAP = 64 << 20  # seed 004's 135-file vendor patch is ~1 MB; the real 0.29 -> 0.30 source diff 8.5 MB
 
 
 def sha256(data: bytes | None) -> str | None:
@@ -78,10 +82,10 @@ def adhoc_hotfix(patch_file: Path, *, hotfix_id: str | None, strip: int, package
 
 def _manifest_patch_bytes(manifest: Manifest, spec: PatchSpec, patch_files: Sequence[Path],
                           upstream_repo: Path | None, target: Target) -> tuple[str, bytes]:
-    if spec.kind == "file":
+    if spec.kind == "file":  # a catalog's patch is input: a regular file of its own, capped, never a link
         path = manifest.patch_path(spec)
         try:
-            return str(path), path.read_bytes()
+            return str(path), read_bounded(path, cap=PATCH_CAP, what="catalog patch file", follow_symlinks=False)
         except OSError as exc:
             raise InvalidInput(f"{path}: cannot read patch: {exc.strerror}") from None
     if spec.kind == "external":
@@ -127,8 +131,8 @@ def pin_problem(manifest: Manifest, recorded: RecordedHotfix, state: TargetState
 
     if recorded.source != "catalog" or not same_version(recorded.version, manifest.version):
         return None
-    try:
-        specs = manifest.patches_for(target.version)
+    try:  # the patches of the release the record was made on (the package may have changed since)
+        specs = manifest.patches_for(state.target.get("version") or target.version)
     except Refused:
         return None  # no patch for this release: applicability says why
     if len(specs) != len(recorded.patches):

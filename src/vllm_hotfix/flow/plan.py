@@ -323,7 +323,8 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
         if differences:
             d = differences[0]
             why = {"digest": "digest differs from RECORD", "size": "size differs from RECORD",
-                   "missing": "missing", "unrecorded": "not listed in RECORD"}.get(d.kind, d.kind)
+                   "missing": "missing", "unrecorded": "not listed in RECORD", "symlink": "a symbolic link where pip installed a file",
+                   "not-a-file": "not a regular file"}.get(d.kind, d.kind)
             more = f" (+{len(differences) - 1} more)" if len(differences) > 1 else ""
             raise Refused(f"baseline not pristine: {quote_path(d.path)} ({why}){more}",
                           hint=f"reinstall it: pip install --force-reinstall --no-deps "

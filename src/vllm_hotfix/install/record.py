@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import errno
 import csv
 import hashlib
 import io
 import mmap
 import os
 import posixpath
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +40,7 @@ class Difference:
     """One file that differs from pip's RECORD, and how."""
 
     path: str
-    kind: str                  # 'missing' | 'size' | 'digest' | 'unrecorded' ('unreadable' in audits)
+    kind: str                  # 'missing' | 'size' | 'digest' | 'unrecorded' | 'symlink' | 'not-a-file' ('unreadable' in audits)
     expected: str | None
     actual: str | None
 
@@ -150,10 +152,17 @@ def data_digest(data: bytes, algorithm: str = "sha256") -> str:
 
 def check_entry(root: Path | str, entry: RecordEntry, buffer: bytearray | None = None) -> Difference | None:
     """Compare one file under ``root`` (site-packages) with its RECORD entry: size first, then digest."""
-    try:
-        fd = os.open(os.path.join(root, entry.path), os.O_RDONLY | _CLOEXEC)
+    try:  # a symlink where pip installed a file is a difference, never followed (nor its target's hash shown)
+        fd = os.open(os.path.join(root, entry.path), os.O_RDONLY | _CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return Difference(entry.path, "missing", entry.hash_text, None)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            return Difference(entry.path, "symlink", entry.hash_text, None)
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return Difference(entry.path, "not-a-file", entry.hash_text, None)
     try:
         if entry.algorithm is not None and entry.size is not None and entry.size <= CHUNK:
             # the common small file: one read of size + 1 bytes tells the size and gives the bytes

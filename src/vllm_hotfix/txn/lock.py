@@ -55,13 +55,16 @@ def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
     """Hold the target's exclusive lock for the ``with`` block; wait up to ``timeout`` s, then ``Busy``."""
     from vllm_hotfix.errors import WriteFailed
     from vllm_hotfix.paths import TargetDir, make_target_dir
-
     from vllm_hotfix.txn.writable import WRITE_HINTS, describe
 
     state_dir = Path(state_dir)
+    try:
+        make_target_dir(TargetDir(state_dir))
+    except OSError as exc:
+        raise WriteFailed(f"{state_dir}: cannot create the target's state folder ({exc.strerror}); nothing was "
+                          f"changed", hint="set HOTFIX_STATE_DIR to a writable directory") from None
     lock_file = state_dir / "lock"
     try:  # never through a symlink (a planted one would have us truncate the file it names), never a FIFO
-        make_target_dir(TargetDir(state_dir))
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.ENXIO):  # a full or read-only state directory: nothing was changed
