@@ -57,12 +57,15 @@ def test_a_guard_that_fails_to_import_is_named(tmp_path):
     (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{guard_env.PLUGIN_NAME} = "
                                            "vllm_hotfix.containers.guard:no_such_name\n")
     facts = probe.guard_facts([str(tmp_path)])
-    assert facts["entry_points"] == ["vllm_hotfix.containers.guard:no_such_name"]
+    assert facts["entry_points"] == ["vllm_hotfix.containers.guard:no_such_name"] and facts["loaded"]
     assert facts["load_error"].startswith("AttributeError:")
-    (problem,) = guard_env.environment_problems({}, python="/venv/bin/python", **facts)
+    assert probe.guard_facts([str(tmp_path)], load=False) == {"entry_points": facts["entry_points"], "load_error": None,
+                                                              "loaded": False}
+    (problem,) = guard_env.environment_problems({}, python="/venv/bin/python", entry_points=facts["entry_points"],
+                                                load_error=facts["load_error"])
     assert problem.startswith("the guard fails to import in /venv/bin/python "
                               "(vllm_hotfix.containers.guard:no_such_name): AttributeError:")
-    assert probe.guard_facts([str(tmp_path / "nothing")]) == {"entry_points": [], "load_error": None}
+    assert probe.guard_facts([str(tmp_path / "nothing")]) == {"entry_points": [], "load_error": None, "loaded": False}
     (problem,) = guard_env.environment_problems({}, python="/venv/bin/python", entry_points=[])
     assert problem.startswith("no vllm.general_plugins entry point vllm_hotfix_guard in /venv/bin/python")
     assert guard_env.environment_problems({}, python="/venv/bin/python") == []  # entry points not known

@@ -68,7 +68,9 @@ def check_environment(python: str | None, *, as_json: bool = False) -> int:
     from vllm_hotfix.containers.guard_env import environment_problems
     from vllm_hotfix.flow.resolve import Resolver
 
-    target = Resolver(python, guard=True).guard_target()
+    from vllm_hotfix.install.probe import GUARD_LOAD
+
+    target = Resolver(python, guard=GUARD_LOAD).guard_target()  # entry points read, and the first loaded, there
     facts = target.guard
     assert facts is not None
     problems = environment_problems(entry_points=facts.entry_points, load_error=facts.load_error,
@@ -76,7 +78,8 @@ def check_environment(python: str | None, *, as_json: bool = False) -> int:
     turned_on = [name for name in (LOCK_ENV, REQUIRE_ENV) if os.environ.get(name, "").strip()]
     if as_json:
         emit_json({"ok": not problems, "python": target.python, "package": target.package,
-                   "plugin": PLUGIN_NAME, "entry_points": list(facts.entry_points), "load_error": facts.load_error,
+                   "plugin": PLUGIN_NAME, "entry_points": list(facts.entry_points), "loaded": facts.loaded,
+                   "load_error": facts.load_error,
                    "vllm_plugins": os.environ.get("VLLM_PLUGINS"), "problems": problems,
                    "checks": turned_on, "strict": strict()})
         return int(NotInEffect.exit_code) if problems else 0

@@ -72,7 +72,11 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
         raise InvalidInput(f"--lock / HOTFIX_LOCK {str(lock_file)!r}: holds a NUL byte; no file has such a name")
     from vllm_hotfix.flow.resolve import Resolver
 
-    resolver = Resolver(python, guard=True)  # its probe also asks whether vLLM there would load the guard
+    from vllm_hotfix.install.probe import GUARD_ENTRY_POINTS
+
+    # its probe also reads the guard's entry points there (loading it would cost a probe process ~35 ms at
+    # every container start: `hotfix guard --check-env` does; in this process it is loaded, at no cost)
+    resolver = Resolver(python, guard=GUARD_ENTRY_POINTS)
     resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
 
     from vllm_hotfix.txn import lockfile

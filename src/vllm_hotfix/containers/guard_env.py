@@ -2,7 +2,7 @@
 
 Stdlib only; used by `hotfix guard --check-env` and `hotfix verify --lock`. The entry points and whether
 the first one loads are facts of the interpreter that runs vLLM: the probe gathers them there
-(install/probe.guard_facts, ``Resolver(guard=True)``), never in the interpreter running hotfix.
+(install/probe.guard_facts, ``Resolver(guard=...)``), never in the interpreter running hotfix.
 """
 
 from __future__ import annotations

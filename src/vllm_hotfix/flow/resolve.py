@@ -60,10 +60,11 @@ def target_summary(target: Target) -> dict:
 class Resolver:
     """Resolves packages for one `--python` / `--root`, each at most once (a probe is a process)."""
 
-    def __init__(self, python: str | None = None, root: Path | None = None, *, guard: bool = False):
+    def __init__(self, python: str | None = None, root: Path | None = None, *, guard: str | None = None):
         self.python = python
         self.root = Path(root) if root is not None else None
-        self.guard = guard  # every probe also answers whether vLLM would load the guard there (Target.guard)
+        self.guard = guard  # probe.GUARD_ENTRY_POINTS / GUARD_LOAD: every probe also answers whether vLLM
+        # would load the guard there (Target.guard)
         self._cache: dict[tuple, Target | HotfixError] = {}
 
     def package(self, package: str | None, *, do_import: bool = False) -> Target:
@@ -96,7 +97,7 @@ class Resolver:
         return self.root is None and (self.python is None or is_this_interpreter(interpreter_path(self.python)))
 
     def guard_target(self, package: str = SERVER_PACKAGE) -> Target:
-        """A target resolved with the guard's facts (``Resolver(guard=True)``): any one resolved so far
+        """A target resolved with the guard's facts (``Resolver(guard=...)``): any one resolved so far
         (they all come from the one interpreter this resolver settled on), else ``package``'s."""
         assert self.guard and self.root is None
         for target in self.resolved():

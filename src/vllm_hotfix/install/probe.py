@@ -16,6 +16,7 @@ import sys
 MARKER = "@@vllm-hotfix-probe@@"
 GUARD_PLUGIN = "vllm_hotfix_guard"       # the entry point vLLM's plugin loader must find ...
 GUARD_GROUP = "vllm.general_plugins"     # ... in this group (pyproject.toml declares it)
+GUARD_ENTRY_POINTS, GUARD_LOAD = "entry-points", "load"  # what the probe asks about the guard (--guard, --guard-load)
 
 
 def _site_dirs():
@@ -253,18 +254,20 @@ def load_entry_point(value):
     return obj
 
 
-def guard_facts(path_entries):
-    """Would vLLM started with this interpreter load the guard? Its entry points (first first) and what
-    loading the first one raises (None: it loads) -- asked in the interpreter that runs vLLM, since the
-    entry points of the one running hotfix (a pipx / `uv tool` venv) say nothing about it."""
+def guard_facts(path_entries, load=True):
+    """Would vLLM started with this interpreter load the guard? Its entry points (first first) and, with
+    LOAD, what loading the first one raises (None: it loads) -- asked in the interpreter that runs vLLM,
+    since the entry points of the one running hotfix (a pipx / `uv tool` venv) say nothing about it.
+    Loading imports the guard and what it imports (~35 ms in a fresh interpreter), so the probe
+    only does it when asked (``--guard-load``: `hotfix guard --check-env`)."""
     found = guard_entry_points(path_entries)
     error = None
-    if found:
+    if found and load:
         try:
             load_entry_point(found[0])
         except Exception as exc:  # noqa: BLE001 - exactly what vLLM's loader would hit
             error = "%s: %s" % (type(exc).__name__, exc)
-    return {"entry_points": found, "load_error": error}
+    return {"entry_points": found, "load_error": error, "loaded": bool(found and load)}
 
 
 def _distributions(package, path_entries):
@@ -339,14 +342,14 @@ def _real_import(package):
         return {"file": None, "error": f"{type(exc).__name__}: {message}".rstrip(": ")}
 
 
-def probe(package, do_import=False, guard=False):
+def probe(package, do_import=False, guard=None):
     # `python -c` puts the current directory first; a launched server (vllm serve) does not.
     path_entries = [p for i, p in enumerate(sys.path) if not (i == 0 and p == "")]
     sys.path[:] = path_entries
     return _facts(package, path_entries, do_import, guard)
 
 
-def probe_here(package, guard=False):
+def probe_here(package, guard=None):
     """The same facts for *this* running interpreter, without a process: sys.path without the entry the
     launcher put first (a script's directory, or the current directory for -m), as a fresh
     `python -c` sees it once the probe dropped its ''. sys.path is put back afterwards."""
@@ -387,7 +390,7 @@ def install_facts(package, path_entries, site_dirs=None):
     return facts
 
 
-def _facts(package, path_entries, do_import, guard=False):
+def _facts(package, path_entries, do_import, guard=None):
     site_dirs = _site_dirs()
     facts = install_facts(package, path_entries, site_dirs)
     facts.update({
@@ -402,7 +405,7 @@ def _facts(package, path_entries, do_import, guard=False):
     facts["copies"] = _copies(top, path_entries)
     facts["pth_files"] = _pth_files(site_dirs)
     facts["import"] = _real_import(package) if do_import else None
-    facts["guard"] = guard_facts(path_entries) if guard else None
+    facts["guard"] = guard_facts(path_entries, load=guard == GUARD_LOAD) if guard else None
     return facts
 
 
@@ -412,7 +415,8 @@ def main(argv):
         package = sys.stdin.readline().strip()
         if not package:
             return
-    facts = probe(package, do_import="--import" in argv[1:], guard="--guard" in argv[1:])
+    guard = GUARD_LOAD if "--guard-load" in argv[1:] else GUARD_ENTRY_POINTS if "--guard" in argv[1:] else None
+    facts = probe(package, do_import="--import" in argv[1:], guard=guard)
     sys.stdout.write(MARKER + repr(facts) + "\n")  # str, int, bool, None, list, dict: a literal
     sys.stdout.flush()
 
