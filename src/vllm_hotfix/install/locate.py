@@ -20,6 +20,15 @@ PROBE_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
+class GuardFacts:
+    """Whether vLLM run by the probed interpreter loads the guard (install/probe.guard_facts, gathered there)."""
+
+    entry_points: tuple[str, ...]   # the vllm.general_plugins entry points named vllm_hotfix_guard, first first
+    load_error: str | None          # what loading the first one raised (None: it loads, or it was not loaded)
+    loaded: bool = False            # the first one was loaded (probe --guard-load, or in this process)
+
+
+@dataclass(frozen=True)
 class Target:
     """What `import PACKAGE` loads and from what install: the answer every command acts on."""
 
@@ -41,6 +50,7 @@ class Target:
     sys_path: tuple[str, ...] = field(default=())
     version_from: str | None = None  # a checkout's derived version: what from, e.g. 'git tag v0.30.0' (install/version.py)
     version_file: str | None = None  # ... and the file under the root it was read from, if it was ('vllm/_version.py')
+    guard: GuardFacts | None = None  # asked for (probe --guard): would vLLM load the guard in this interpreter?
 
     @property
     def has_record(self) -> bool:
@@ -79,7 +89,7 @@ def is_this_interpreter(interpreter: str) -> bool:
         return False
 
 
-_started: dict[tuple[str, bool], Any] = {}  # probe processes started ahead of need: (interpreter, import)
+_started: dict[tuple[str, bool, str | None], Any] = {}  # probes started ahead of need: (interpreter, import, guard)
 
 
 def interpreter_path(python: str | None) -> str:
@@ -90,42 +100,46 @@ def interpreter_path(python: str | None) -> str:
     return interpreter
 
 
-def _spawn_probe(interpreter: str, do_import: bool):
+def _spawn_probe(interpreter: str, do_import: bool, guard: str | None = None):
     """The probe process, waiting for the package name on stdin."""
     import subprocess  # here: in-process probing (the common case at container start) needs none
 
     source = Path(probe_module.__file__).read_text(encoding="utf-8")
-    argv = [interpreter, "-c", source, "-"] + (["--import"] if do_import else [])
+    argv = [interpreter, "-c", source, "-"] + (["--import"] if do_import else []) + (["--guard"] if guard else []) \
+        + (["--guard-load"] if guard == probe_module.GUARD_LOAD else [])
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def start_probe(python: str | None = None, do_import: bool = False) -> None:
+def start_probe(python: str | None = None, do_import: bool = False, guard: str | None = None) -> None:
     """Start the probe's interpreter now, before the package is known: its start-up (most of a
     probe's cost) runs while the command loads the rest of itself and reads its input, and
     ``run_probe`` hands it the package name (`verify --lock --python` at container start). Only the
     timing changes -- same argv, environment and working directory, same handling of the output; a
     process that cannot start here is left to ``run_probe`` to start and report."""
     interpreter = interpreter_path(python)
-    key = (interpreter, do_import)
+    key = (interpreter, do_import, guard)
     if key in _started or (not do_import and is_this_interpreter(interpreter)):
         return
     try:
-        _started[key] = _spawn_probe(interpreter, do_import)
+        _started[key] = _spawn_probe(interpreter, do_import, guard)
     except OSError:
         return
 
 
-def run_probe(package: str, python: str | None = None, do_import: bool = False) -> dict[str, Any]:
+def run_probe(package: str, python: str | None = None, do_import: bool = False,
+              guard: str | None = None) -> dict[str, Any]:
     """Run probe.py in the target interpreter (stdlib only there) and return its facts. When the target is
     the interpreter running hotfix (a baked image, `python -m vllm_hotfix` in the server's venv), the probe
-    runs in this process (same code, same sys.path minus the launcher's entry): no second interpreter."""
+    runs in this process (same code, same sys.path minus the launcher's entry): no second interpreter.
+    ``guard``: also whether vLLM would load the guard there (probe.guard_facts): its entry points
+    (``probe.GUARD_ENTRY_POINTS``), and loaded (``GUARD_LOAD``; in this process always: no extra cost)."""
     interpreter = interpreter_path(python)
     if not do_import and is_this_interpreter(interpreter):
-        return probe_module.probe_here(package)
+        return probe_module.probe_here(package, guard=probe_module.GUARD_LOAD if guard else None)
     import subprocess
 
     try:
-        process = _started.pop((interpreter, do_import), None) or _spawn_probe(interpreter, do_import)
+        process = _started.pop((interpreter, do_import, guard), None) or _spawn_probe(interpreter, do_import, guard)
     except (OSError, ValueError) as exc:
         raise _cannot_start(interpreter, exc) from None
     try:
@@ -260,12 +274,23 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
         sys_path=tuple(facts["sys_path"]),
         version_from=version_from,
         version_file=version_file,
+        guard=_guard_facts(facts.get("guard")),
     )
 
 
-def locate_package(package: str, python: str | None = None, do_import: bool = False) -> Target:
+def _guard_facts(found: Any) -> GuardFacts | None:
+    if not isinstance(found, dict):
+        return None
+    entry_points = found.get("entry_points")
+    error = found.get("load_error")
+    return GuardFacts(tuple(str(e) for e in entry_points) if isinstance(entry_points, list) else (),
+                      str(error) if error is not None else None, found.get("loaded") is True)
+
+
+def locate_package(package: str, python: str | None = None, do_import: bool = False,
+                   guard: str | None = None) -> Target:
     """The Target ``import PACKAGE`` resolves to in ``python`` (default: this interpreter)."""
-    return target_from_facts(run_probe(package, python, do_import))
+    return target_from_facts(run_probe(package, python, do_import, guard))
 
 
 def locate_root(root: Path, package: str | None = None) -> Target:
