@@ -8,25 +8,20 @@ wholly before or wholly after, and status agrees with them: every recorded hotfi
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 
-import realdata
 from fixtures import crash
-from fixtures.series import MAMBA, MAMBA_ID, make_series_catalog
+from fixtures.series import MAMBA, MAMBA_ID, series_catalog
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(crash.STRACE is None, reason="strace not installed")]
 
-REPO = Path(__file__).resolve().parents[1]
 TOP = "pr77-postprocess"
 
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory):
-    template = realdata.vllm_template("0.30.0")
-    return make_series_catalog(template.site_packages, tmp_path_factory.mktemp("series"), REPO)
+    return series_catalog(tmp_path_factory)
 
 
 def recorded(run_hotfix, options) -> list[tuple[str, str]]:
@@ -48,33 +43,18 @@ def test_sigkill_at_every_call_of_a_series_change_then_recover(command, catalog,
     else:
         argv = crash.hotfix_argv("apply", TOP, *options)
         series_before, series_after = [(MAMBA_ID, "applied")], [(MAMBA_ID, "applied"), (TOP, "applied")]
-    saved = tmp_path / "saved-state"
-    shutil.copytree(_isolated_state / "targets", saved, symlinks=True)
-    before = target.read_bytes()
-
-    def reset() -> None:
-        target.write_bytes(before)
-        shutil.rmtree(_isolated_state / "targets")
-        shutil.copytree(saved, _isolated_state / "targets", symlinks=True)
-
+    start = crash.Start(target, _isolated_state / "targets", tmp_path / "saved-state")
     points = crash.points(argv, tmp_path / "trace.log")
     after = target.read_bytes()
-    assert after != before and recorded(run_hotfix, options) == series_after
-    reset()
+    assert after != start.before and recorded(run_hotfix, options) == series_after
+    start.reset()
     assert len(points) >= 15, points
-    seen = set()
-    for syscall, n in points:
-        killed = crash.run_with(argv, syscall, n, "signal=SIGKILL")
-        if killed.returncode == 0:  # this run made fewer such calls than the traced one
-            reset()
-            continue
-        done = run_hotfix("recover", *options)
-        assert done.returncode == 0, (syscall, n, done.stderr)
-        now = target.read_bytes()
-        assert now in (before, after), f"{syscall} #{n}: the file is between before and after"
+
+    def after_kill(syscall, n) -> str:
+        now = crash.recovered(run_hotfix, options, start, after, (syscall, n))
         series = recorded(run_hotfix, options)
-        assert series == (series_before if now == before else series_after), (syscall, n, series)
+        assert series == (series_before if now == start.before else series_after), (syscall, n, series)
         assert run_hotfix("verify", *options).returncode == 0, (syscall, n)
-        seen.add("after" if now == after else "before")
-        reset()
-    assert seen == {"before", "after"}
+        return "after" if now == after else "before"
+
+    assert crash.kill_at_every_point(argv, points, start.reset, after_kill) == {"before", "after"}

@@ -47,13 +47,28 @@ def test_vllm_plugins_that_leave_the_guard_out_are_named(value, problem):
         assert problem in found
 
 
-def test_a_guard_that_fails_to_import_is_named(monkeypatch):
-    monkeypatch.setattr(guard_env, "guard_entry_points", lambda: ["vllm_hotfix.containers.guard:no_such_name"])
-    (problem,) = guard_env.environment_problems({})
-    assert problem.startswith("the guard fails to import (vllm_hotfix.containers.guard:no_such_name): AttributeError:")
-    monkeypatch.setattr(guard_env, "guard_entry_points", lambda: [])
-    (problem,) = guard_env.environment_problems({})
-    assert problem.startswith(f"no vllm.general_plugins entry point vllm_hotfix_guard in {sys.executable}")
+def test_a_guard_that_fails_to_import_is_named(tmp_path):
+    """The facts the probe gathers in the interpreter that runs vLLM (install/probe.guard_facts), and the
+    problems guard_env words from them."""
+    from vllm_hotfix.install import probe
+
+    info = tmp_path / "broken_guard-1.0.dist-info"
+    info.mkdir()
+    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{guard_env.PLUGIN_NAME} = "
+                                           "vllm_hotfix.containers.guard:no_such_name\n")
+    facts = probe.guard_facts([str(tmp_path)])
+    assert facts["entry_points"] == ["vllm_hotfix.containers.guard:no_such_name"] and facts["loaded"]
+    assert facts["load_error"].startswith("AttributeError:")
+    assert probe.guard_facts([str(tmp_path)], load=False) == {"entry_points": facts["entry_points"], "load_error": None,
+                                                              "loaded": False}
+    (problem,) = guard_env.environment_problems({}, python="/venv/bin/python", entry_points=facts["entry_points"],
+                                                load_error=facts["load_error"])
+    assert problem.startswith("the guard fails to import in /venv/bin/python "
+                              "(vllm_hotfix.containers.guard:no_such_name): AttributeError:")
+    assert probe.guard_facts([str(tmp_path / "nothing")]) == {"entry_points": [], "load_error": None, "loaded": False}
+    (problem,) = guard_env.environment_problems({}, python="/venv/bin/python", entry_points=[])
+    assert problem.startswith("no vllm.general_plugins entry point vllm_hotfix_guard in /venv/bin/python")
+    assert guard_env.environment_problems({}, python="/venv/bin/python") == []  # entry points not known
 
 
 def test_guard_entry_points_are_what_importlib_metadata_gives_vllms_loader(tmp_path):
@@ -75,16 +90,31 @@ def test_guard_entry_points_are_what_importlib_metadata_gives_vllms_loader(tmp_p
 
 
 @pytest.mark.parametrize("value, code", [(None, 0), ("vllm_hotfix_guard", 0), ("", 1), (" vllm_hotfix_guard", 1)])
-def test_check_env_command(run_hotfix, value, code):
+def test_check_env_command(run_hotfix, tmp_path, value, code):
+    """hotfix's own interpreter runs vLLM here (a stand-in vllm on PYTHONPATH): its entry points are read."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
     env = {k: v for k, v in os.environ.items() if k != "VLLM_PLUGINS"}
     if value is not None:
         env["VLLM_PLUGINS"] = value
     env["HOTFIX_LOCK"] = "/etc/vllm-hotfix/hotfix.lock"
+    env["PYTHONPATH"] = str(tmp_path)
     result = run_hotfix("guard", "--check-env", env=env)
     assert result.returncode == code, result.stdout + result.stderr
     first = result.stdout.splitlines()[0]
     assert first.startswith("ok: vLLM will load vllm_hotfix_guard" if code == 0 else "NOT IN EFFECT: guard: VLLM_PLUGINS=")
     assert "guard: checks HOTFIX_LOCK" in result.stdout
+    as_json = run_hotfix("guard", "--check-env", "--json", env=env)
+    assert as_json.returncode == code
+    doc = json.loads(as_json.stdout)
+    assert doc["ok"] is (code == 0) and doc["python"] == sys.executable and doc["checks"] == ["HOTFIX_LOCK"]
+    assert doc["entry_points"][0] == "vllm_hotfix.containers.guard:register" and len(doc["problems"]) == 1 - (code == 0)
+
+
+def test_check_env_asks_the_interpreter_that_runs_vllm_not_its_own(run_hotfix, tmp_path):
+    """With neither --python nor a vllm that hotfix's own interpreter imports: the refusal of every command."""
+    result = run_hotfix("guard", "--check-env", "--json", env={"PATH": str(tmp_path)})
+    assert result.returncode == 3 and "package vllm is not importable by" in json.loads(result.stdout)["error"]["message"]
 
 
 def test_guard_needs_print_env_or_check_env(run_hotfix):

@@ -29,7 +29,7 @@ def test_ci_runs_the_readme_test_command():
 def test_version_and_help_list_every_command():
     out = subprocess.run([sys.executable, "-m", "vllm_hotfix", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
-    for name in ("apply", "status", "verify", "rollback", "recover", "where", "audit", "list", "show",
+    for name in ("apply", "status", "log", "verify", "rollback", "recover", "where", "audit", "list", "show",
                  "new", "check-catalog", "port", "contains", "export", "compose", "guard", "k8s", "bake"):
         assert re.search(rf"^\s+{re.escape(name)}\s+\S", out.stdout, re.M), name
     assert "Exit codes" in out.stdout

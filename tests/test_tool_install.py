@@ -119,3 +119,47 @@ def test_bake_from_a_tool_install_carries_the_installed_tool_as_a_wheel(tool, tm
         installed.write_bytes(kept)
     assert refused.returncode == 3 and f"{installed}: not what " in refused.stderr, refused.stderr
     assert not (tmp_path / "ctx2").exists()
+
+
+def test_check_env_and_verify_lock_ask_the_vllm_venv_not_the_tools_own(tool, vllm_install, tmp_path):
+    """Issue 24 item 2: hotfix from `uv tool install` (its venv has the guard's entry point), vLLM in a
+    separate real venv without vllm-hotfix. `guard --check-env` and `verify --lock` (HOTFIX_LOCK set)
+    read the entry points in vLLM's interpreter: no entry point there is NOT IN EFFECT (exit 1); once
+    vllm-hotfix is installed there, ok; a guard that fails to import there is named."""
+    venv = vllm_install("0.30.0")
+    env = {"HOTFIX_PYTHON": str(venv.python)}
+    export = tmp_path / "export"
+    assert _run([tool, "export", "mamba-align-block-size", "--to", export], env=env).returncode == 0
+    assert _run([tool, "apply", "mamba-align-block-size"], env=env).returncode == 0  # the lock is in effect
+    lock_env = {**env, "HOTFIX_LOCK": str(export / "hotfix.lock")}
+    missing = f"no vllm.general_plugins entry point vllm_hotfix_guard in {venv.python}"
+
+    checked = _run([tool, "guard", "--check-env"], env=lock_env)
+    assert checked.returncode == 1 and checked.stdout.startswith(f"NOT IN EFFECT: guard: {missing}"), checked.stdout
+    as_json = _run([tool, "guard", "--check-env", "--json"], env=lock_env)
+    doc = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and doc["ok"] is False and doc["python"] == str(venv.python)
+    assert doc["entry_points"] == [] and doc["problems"][0].startswith(missing) and doc["checks"] == ["HOTFIX_LOCK"]
+    verified = _run([tool, "verify"], env=lock_env)
+    assert verified.returncode == 1 and "in effect: mamba-align-block-size@" in verified.stdout
+    assert f"NOT IN EFFECT: guard: {missing}" in verified.stdout
+    as_json = _run([tool, "verify", "--json"], env=lock_env)
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)[0]["state"] == "applied"
+    assert missing in as_json.stderr
+
+    (wheel,) = (tool.parent.parent / "build" / "dist").glob("vllm_hotfix-*.whl")
+    realdata.pip_install(venv, str(wheel))  # now vLLM's interpreter has the guard
+    checked = _run([tool, "guard", "--check-env"], env=lock_env)
+    assert checked.returncode == 0, checked.stdout
+    assert checked.stdout.startswith(f"ok: vLLM will load vllm_hotfix_guard in every process started with this "
+                                     f"environment by {venv.python}")
+    assert _run([tool, "verify"], env=lock_env).returncode == 0
+
+    guard_module = venv.site_packages / "vllm_hotfix" / "containers" / "guard.py"
+    guard_module.unlink()
+    checked = _run([tool, "guard", "--check-env", "--json"], env=lock_env)
+    doc = json.loads(checked.stdout)
+    assert checked.returncode == 1 and doc["load_error"].startswith("ModuleNotFoundError: No module named "
+                                                                    "'vllm_hotfix.containers.guard'")
+    assert doc["problems"][0].startswith(f"the guard fails to import in {venv.python} "
+                                         f"(vllm_hotfix.containers.guard:register)")

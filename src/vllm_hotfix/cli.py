@@ -13,9 +13,9 @@ import click
 
 from vllm_hotfix import __version__
 from vllm_hotfix.cli_options import (
-    CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, NEW_HELP, PORT_HELP, catalog_option,
-    complete_ids,
-    dry_run_option, json_option, python_option, root_option,
+    AUDIT_HELP, CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, LOG_HELP, NEW_HELP,
+    PORT_HELP, WHERE_HELP, all_targets_option, catalog_option, complete_ids, dry_run_option, guard_options, json_option,
+    python_option, root_option,
 )
 from vllm_hotfix.core.verdict import IN_EFFECT, STATES
 from vllm_hotfix.errors import ExitCode, HotfixError
@@ -80,12 +80,26 @@ def apply_cmd(hotfix_id, patch_file, root, python, package, adhoc_id, strip, pat
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @python_option
 @root_option
+@all_targets_option("Every target recorded in the state directory, its series and words; gone ones marked STALE.")
 @catalog_option
 @json_option
-def status_cmd(hotfix_ids, python, root, catalogs, as_json) -> None:
+def status_cmd(hotfix_ids, python, root, all_targets, catalogs, as_json) -> None:
     from vllm_hotfix.commands import status as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), as_json=as_json))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), all_targets=all_targets, as_json=as_json))
+
+
+@cli.command("log", help=LOG_HELP, short_help="Who applied, upgraded or rolled back what, and when (history.jsonl).")
+@click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
+@python_option
+@root_option
+@all_targets_option("The history of every target recorded in the state directory.")
+@catalog_option
+@json_option
+def log_cmd(hotfix_id, python, root, all_targets, catalogs, as_json) -> None:
+    from vllm_hotfix.commands import log as command
+
+    _exit(command.run(hotfix_id=hotfix_id, python=python, root=root, all_targets=all_targets, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("verify")
@@ -132,43 +146,22 @@ def recover_cmd(python, root, catalogs, dry_run, as_json) -> None:
     _exit(command.run(python=python, root=root, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("where", short_help="Show which files `import PACKAGE` really loads, and shadowing.")
+@cli.command("where", help=WHERE_HELP, short_help="Show which files `import PACKAGE` really loads, and shadowing.")
 @click.argument("package")
 @python_option
 @click.option("--import", "do_import", is_flag=True, help="Also run the real `import PACKAGE` in that interpreter and compare.")
 @json_option
 def where_cmd(package, python, do_import, as_json) -> None:
-    """Show which files `import PACKAGE` really loads, from what install, and any shadowing.
-
-    Asks the interpreter that runs vLLM (--python, a venv directory works too), not the one running
-    hotfix. Kinds: wheel, editable, git, directory. Warns about PYTHONPATH / .pth overlays and
-    duplicate copies on sys.path.
-
-    \b
-    Examples:
-      hotfix where vllm --python /opt/venv/bin/python --import
-      hotfix where vllm_ascend --json
-    """
     from vllm_hotfix.commands import where as command
 
     _exit(command.run(package=package, python=python, do_import=do_import, as_json=as_json))
 
 
-@cli.command("audit", short_help="Check every installed file of PACKAGE against pip's RECORD.")
+@cli.command("audit", help=AUDIT_HELP, short_help="Check every installed file of PACKAGE against pip's RECORD.")
 @click.argument("package")
 @python_option
 @json_option
 def audit_cmd(package, python, as_json) -> None:
-    """Check every installed file of PACKAGE against pip's RECORD (exit 1 if not pristine).
-
-    Prints only differences, `rpm -V` style: `S.5......` size, `..5......` digest, `missing`,
-    `unrecorded` (a file in the package directory RECORD does not list; __pycache__/*.pyc ignored).
-
-    \b
-    Examples:
-      hotfix audit vllm --python /opt/venv/bin/python
-      hotfix audit vllm --json | jq .differences
-    """
     from vllm_hotfix.commands import audit as command
 
     _exit(command.run(package=package, python=python, as_json=as_json))
@@ -367,20 +360,17 @@ def gc_cmd(older_than, confirm, dry_run, as_json) -> None:
 
 
 @cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard, or check this environment.")
-@click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard.")
-@click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS, the installed entry point) keeps vLLM from loading the guard.")
-@click.option("--lock", "lock_file", help="Lock file path inside the container.", default=CONTAINER_LOCK, show_default=True)
-@click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file.")
-@click.option("--strict/--no-strict", default=True, show_default=True, help="Stop a vLLM process whose hotfix is not in effect.")
-@click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose", show_default=True)
+@guard_options
+@python_option
 @json_option
-def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, as_json) -> None:
+def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, python, as_json) -> None:
     """Print env lines for the vllm.general_plugins guard that checks every vLLM process (--print-env),
-    or check that vLLM started with this environment would load it (--check-env)."""
+    or check that vLLM started with this environment by the interpreter that runs it (--python /
+    HOTFIX_PYTHON, else the one behind `vllm` on PATH) would load it (--check-env)."""
     from vllm_hotfix.commands import guard as command
 
     _exit(command.run(print_env=print_env, check_env=check_env, lock_file=lock_file, require=require, strict=strict,
-                      fmt=fmt, as_json=as_json))
+                      fmt=fmt, python=python, as_json=as_json))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -121,6 +121,47 @@ which a named container lacks a mount or the guard's variables is refused with n
 """
 
 
+WHERE_HELP = """Show which files `import PACKAGE` really loads, from what install, and any shadowing.
+
+Asks the interpreter that runs vLLM (--python, a venv directory works too), not the one running
+hotfix. Kinds: wheel, editable, git, directory. Warns about PYTHONPATH / .pth overlays and
+duplicate copies on sys.path, and names the files that come through a bind mount.
+
+\b
+Examples:
+  hotfix where vllm --python /opt/venv/bin/python --import
+  hotfix where vllm_ascend --json
+"""
+
+AUDIT_HELP = """Check every installed file of PACKAGE against pip's RECORD (exit 1 if not pristine).
+
+Prints only differences, `rpm -V` style: `S.5......` size, `..5......` digest, `missing`,
+`unrecorded` (a file in the package directory RECORD does not list; __pycache__/*.pyc ignored).
+
+\b
+Examples:
+  hotfix audit vllm --python /opt/venv/bin/python
+  hotfix audit vllm --json | jq .differences
+"""
+
+LOG_HELP = """Show who applied, upgraded, adopted or rolled back which hotfix on a target, and when.
+
+Each change is one line of the target's history.jsonl in the state directory, written by the
+same all-or-nothing transaction as the files and the record: time, user (and SUDO_USER), host,
+the command line, the outcome, the hotfix and version, and the fingerprint of the series after
+it. Exit 8 names a broken history file or line.
+
+\b
+Examples:
+  hotfix log --python /opt/venv/bin/python
+  hotfix log mamba-align-block-size --all --json
+"""
+
+
+def all_targets_option(text: str):
+    return click.option("--all", "all_targets", is_flag=True, help=text)
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 python_option = click.option(
     "--python",
@@ -158,6 +199,26 @@ _allow_shadow_flag = click.option(
 def catalog_option(command):
     """--catalog DIR (repeatable) and --allow-shadow, on every command that reads the catalog."""
     return _catalog_dirs(_allow_shadow_flag(command))
+def guard_options(command):
+    """The options of `hotfix guard` (--print-env and its settings, --check-env)."""
+    from vllm_hotfix.settings import CONTAINER_LOCK
+
+    for option in reversed((
+        click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard."),
+        click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS) or the interpreter that "
+                     "runs vLLM (its entry points, read there) keeps vLLM from loading the guard."),
+        click.option("--lock", "lock_file", help="Lock file path inside the container.", default=CONTAINER_LOCK,
+                     show_default=True),
+        click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file."),
+        click.option("--strict/--no-strict", default=True, show_default=True,
+                     help="Stop a vLLM process whose hotfix is not in effect."),
+        click.option("--format", "fmt", type=click.Choice(["compose", "k8s", "shell"]), default="compose",
+                     show_default=True),
+    )):
+        command = option(command)
+    return command
+
+
 dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan everything, change nothing, say what would change.")
 
 

@@ -11,7 +11,8 @@ import stat
 from pathlib import Path
 
 from vllm_hotfix.settings import (  # noqa: F401 - the names, defined once there
-    CONTAINER_LOCK, JOURNAL_NAME, LOCK_ENV, LOCK_NAME, REQUIRE_ENV, STATE_DIR_ENV, STATE_NAME, STRICT_ENV)
+    CONTAINER_LOCK, HISTORY_NAME, HISTORY_ROTATED, JOURNAL_NAME, LOCK_ENV, LOCK_NAME, REQUIRE_ENV, STATE_DIR_ENV,
+    STATE_NAME, STRICT_ENV)
 from vllm_hotfix.values import Value
 
 # Size caps for the files we read back: far above what we write, far below what hurts a process.
@@ -44,8 +45,8 @@ def targets_dir() -> Path:
 class TargetDir(Value):
     """The state of one target (the directory patches are applied to), keyed by its real path.
 
-    ``state.json`` (the record), ``journal/`` (an in-flight transaction), ``lock``, ``gone.json`` (gc's
-    "first seen missing"), ``backups/<id>/``
+    ``state.json`` (the record), ``history.jsonl`` (+ ``history.1.jsonl``: the changes), ``journal/`` (an
+    in-flight transaction), ``lock``, ``gone.json`` (gc's "first seen missing"), ``backups/<id>/``
     (originals) and ``patches/<id>/`` (the exact patch bytes applied); what lies inside those two is
     txn.state.TargetState's (``backup_rel`` / ``backup_path``, ``patch_rel``)."""
 
@@ -60,6 +61,15 @@ class TargetDir(Value):
     @property
     def state_file(self) -> Path:
         return self.directory / STATE_NAME
+
+    @property
+    def history_file(self) -> Path:
+        """history.jsonl: one line per change (txn/history.py), written inside the change's transaction."""
+        return self.directory / HISTORY_NAME
+
+    @property
+    def history_rotated(self) -> Path:
+        return self.directory / HISTORY_ROTATED
 
     @property
     def journal(self) -> Path:

@@ -11,3 +11,5 @@ LOCK_NAME = "hotfix.lock"           # what `hotfix export` writes beside the exp
 CONTAINER_LOCK = "/etc/vllm-hotfix/hotfix.lock"  # where compose, k8s and bake put it in the container
 STATE_NAME = "state.json"           # a target's record
 JOURNAL_NAME = "journal.json"       # a target's pending transaction
+HISTORY_NAME = "history.jsonl"      # a target's changes, one JSON line each (`hotfix log`)
+HISTORY_ROTATED = "history.1.jsonl" # the lines before those, once history.jsonl was full

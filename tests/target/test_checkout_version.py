@@ -220,3 +220,38 @@ def test_real_vllm_checkout_at_v0_30_0(vllm_checkout, tmp_path, run_hotfix):
     (tarball / "vllm" / "_version.py").write_text((realdata.vllm_source_tree("0.30.0") / "vllm" / "_version.py").read_text())
     found = locate_root(tarball)
     assert (found.version, found.version_from, found.kind) == ("0.30.0", str(tarball / "vllm" / "_version.py"), "directory")
+
+
+BUMP = (b"--- a/scm_demo/_version.py\n+++ b/scm_demo/_version.py\n@@ -1 +1 @@\n-__version__ = version = '0.29.0'\n"
+        b"+__version__ = version = '0.30.0'\n")
+
+
+def test_a_hotfix_that_bumps_the_version_file_is_not_a_release_change_under_its_own_record(tmp_path, run_hotfix):
+    """A diff between two releases (the real 0.29.0 -> 0.30.0 one in tests/test_interrupt_real.py) changes
+    the file the checkout's version is read from: the release it then reports is the series' own doing, so
+    the record stands and the files decide. The same version change made by anything else is a release
+    change: lost, and the next apply starts a new series."""
+    root, env = tmp_path / "tree", {"HOTFIX_STATE_DIR": str(tmp_path / "state")}
+    (root / "scm_demo").mkdir(parents=True)
+    (root / "scm_demo" / "__init__.py").write_text("")
+    (root / "scm_demo" / "_version.py").write_text("__version__ = version = '0.29.0'\n")
+    (tmp_path / "bump.diff").write_bytes(BUMP)
+
+    def state() -> tuple[str, str]:
+        done = run_hotfix("status", "--root", root, "--json", env=env)
+        return next((s["state"], s["detail"]) for s in json.loads(done.stdout) if s["recorded"])
+
+    done = run_hotfix("apply", "--patch", tmp_path / "bump.diff", "--root", root, "--package", "scm_demo", env=env)
+    assert done.returncode == 0, done.stderr
+    assert checkout_version(root, "scm_demo").version == "0.30.0"
+    assert state()[0] == "applied"
+    done = run_hotfix("rollback", "bump", "--root", root, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (root / "scm_demo" / "_version.py").read_bytes() == b"__version__ = version = '0.29.0'\n"
+
+    (tmp_path / "other.diff").write_bytes(b"--- a/scm_demo/__init__.py\n+++ b/scm_demo/__init__.py\n@@ -0,0 +1 @@\n+x = 1\n")
+    done = run_hotfix("apply", "--patch", tmp_path / "other.diff", "--root", root, "--package", "scm_demo", env=env)
+    assert done.returncode == 0, done.stderr
+    (root / "scm_demo" / "_version.py").write_text("__version__ = version = '0.30.0'\n")  # a reinstall / a checkout
+    word, detail = state()
+    assert word == "lost" and "changed from 0.29.0 to 0.30.0" in detail

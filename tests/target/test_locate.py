@@ -122,10 +122,14 @@ def test_a_probe_started_ahead_answers_what_a_probe_started_on_demand_answers(vl
     python = str(vllm_template("0.30.0").python)
     on_demand = locate.run_probe("vllm", python)
     locate.start_probe(python)
-    assert (python, False) in locate._started
+    assert (python, False, None) in locate._started
     ahead = locate.run_probe("vllm", python)
     assert locate._started == {}
     assert ahead == on_demand and ahead["distributions"][0]["version"] == "0.30.0"
+    locate.start_probe(python, guard="entry-points")  # `verify --lock`: also the guard's entry points there
+    guarded = locate.run_probe("vllm", python, guard="entry-points")
+    assert locate._started == {} and {**guarded, "guard": None} == on_demand
+    assert guarded["guard"] == {"entry_points": [], "load_error": None, "loaded": False} and on_demand["guard"] is None
 
 
 def test_a_probe_started_ahead_of_a_missing_interpreter_is_reported_when_used(tmp_path):
@@ -150,6 +154,6 @@ def test_a_probe_started_ahead_and_never_used_exits_at_once(tmp_path):
 
     os.symlink(sys.executable, elsewhere)  # another interpreter: the base one behind this venv
     locate.start_probe(str(elsewhere))
-    process = locate._started.pop((str(elsewhere), False))
+    process = locate._started.pop((str(elsewhere), False, None))
     out, err = process.communicate("", timeout=30)
     assert (process.returncode, out, err) == (0, "", "")

@@ -29,7 +29,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
     if reverse:
         raise UsageError("--reverse is for a raw --patch with --root; to undo a hotfix use `hotfix rollback ID`")
     from vllm_hotfix.flow.apply import apply_hotfix
-    from vllm_hotfix.flow.resolve import Resolver
+    from vllm_hotfix.flow.resolve import Resolver, warn
 
     resolver = Resolver(python, root)
     if patch_file is not None:
@@ -56,8 +56,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         check_applicable(manifest, spec, target)
         check_requires(manifest, parse_checkouts(checkouts))
         hotfix = catalog_hotfix(manifest, target, patch_files=patch_files, upstream_repo=upstream_repo)
-    for warning in target.warnings:
-        note(warning)
+    warn(target)
     manifest_of = None
     if patch_file is None:
         manifest_of = lambda other: catalog.get(other) if other in catalog.ids() else None  # noqa: E731

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from vllm_hotfix.errors import ExitCode, Refused
-from vllm_hotfix.output import emit_json, note, progress, quote_path, say
-from vllm_hotfix.flow.resolve import Resolver
+from vllm_hotfix.output import emit_json, progress, quote_path, say
+from vllm_hotfix.flow.resolve import Resolver, warn
 
 
 def run(*, package: str, python: str | None = None, as_json: bool = False) -> int:
@@ -15,6 +15,7 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
     from vllm_hotfix.install import record
 
     target = resolver.package(package)
+    warn(target)  # before a refusal: a PYTHONPATH overlay is often why there is no RECORD to audit
     hint = "check a source checkout with `git status`; `hotfix where` shows what is loaded and its git state"
     if target.kind == "editable":
         raise Refused(f"{package} is an editable install from {target.root}: pip's RECORD does not cover its files, nothing to audit", hint=hint)
@@ -47,8 +48,6 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
     else:
         for difference in report.differences:
             say(f"{difference.flags:<10} {quote_path(difference.path)}")
-        for warning in target.warnings:
-            note(f"warning: {warning}")
         if report.bytecode_missing:
             say(f"{report.bytecode_missing} recorded __pycache__/*.pyc file(s) missing: "
                 "not a difference, Python recompiles them on import")

@@ -4,22 +4,20 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 
-import os
-
-from vllm_hotfix.errors import NotInEffect, UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
+from vllm_hotfix.containers.guard_env import PLUGIN_NAME
+from vllm_hotfix.errors import NotInEffect, UsageError
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STRICT_ENV
 
-PLUGIN_NAME = "vllm_hotfix_guard"
-
 
 def run(*, print_env: bool, check_env: bool, lock_file: str, require: str | None, strict: bool, fmt: str,
-        as_json: bool) -> int:
+        python: str | None, as_json: bool) -> int:
     if check_env:
-        return check_environment()
+        return check_environment(python, as_json=as_json)
     if not print_env:
         raise UsageError("give --print-env or --check-env", hint="`hotfix guard --help` shows both")
     env = guard_env(lock_file=lock_file, require=require, strict=strict)
@@ -60,18 +58,35 @@ def render(env: dict[str, str], fmt: str) -> list[str]:
     return ["environment:", *(f"  {name}: {json.dumps(value)}" for name, value in env.items())]
 
 
-def check_environment() -> int:
+def check_environment(python: str | None, *, as_json: bool = False) -> int:
     """The guard cannot say that it never ran (a VLLM_PLUGINS that leaves it out, an entry point that is
-    missing or fails to import): say it here, in the environment vLLM is started with."""
+    missing or fails to import): say it here, in the environment vLLM is started with, about the
+    interpreter that runs vLLM -- resolved as every command resolves it (``--python`` / HOTFIX_PYTHON,
+    else hotfix's own if it imports vllm, else the `vllm` command's on PATH), the entry points read and
+    the first one loaded *there* by the probe."""
     from vllm_hotfix.containers.guard import strict
     from vllm_hotfix.containers.guard_env import environment_problems
+    from vllm_hotfix.flow.resolve import Resolver
 
-    problems = environment_problems()
+    from vllm_hotfix.install.probe import GUARD_LOAD
+
+    target = Resolver(python, guard=GUARD_LOAD).guard_target()  # entry points read, and the first loaded, there
+    facts = target.guard
+    assert facts is not None
+    problems = environment_problems(entry_points=facts.entry_points, load_error=facts.load_error,
+                                    python=target.python)
     turned_on = [name for name in (LOCK_ENV, REQUIRE_ENV) if os.environ.get(name, "").strip()]
+    if as_json:
+        emit_json({"ok": not problems, "python": target.python, "package": target.package,
+                   "plugin": PLUGIN_NAME, "entry_points": list(facts.entry_points), "loaded": facts.loaded,
+                   "load_error": facts.load_error,
+                   "vllm_plugins": os.environ.get("VLLM_PLUGINS"), "problems": problems,
+                   "checks": turned_on, "strict": strict()})
+        return int(NotInEffect.exit_code) if problems else 0
     for problem in problems:
         say(f"NOT IN EFFECT: guard: {problem}")
     if not problems:
-        say(f"ok: vLLM will load {PLUGIN_NAME} in every process started with this environment")
+        say(f"ok: vLLM will load {PLUGIN_NAME} in every process started with this environment by {target.python}")
     if turned_on:
         say(f"guard: checks {' and '.join(turned_on)}{', strict (HOTFIX_STRICT)' if strict() else ', logs only (HOTFIX_STRICT unset)'}")
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix.output import emit_json, quote_path, say
 
 MARKS = {"applied": "ok", "fixed-upstream": "ok", "not-applied": "--", "not-applicable": "--"}
 
@@ -18,25 +18,38 @@ def derived_versions(targets: list) -> dict[str, str]:
 
 
 def version_fields(status, targets: list) -> dict:
-    """The target's version as the survey resolved it, and what it was derived from (None: installed metadata)."""
+    """The target's version as the survey resolved it, what it was derived from (None: installed metadata),
+    and its warnings (a PYTHONPATH overlay shadowing the install, ...: flow.resolve.warn says them)."""
     target = next((t for t in targets if str(t.root) == status.target), None)
     return {"installed_version": status.installed_version,
-            "version_from": target.version_from if target is not None else None}
+            "version_from": target.version_from if target is not None else None,
+            "warnings": list(target.warnings) if target is not None else []}
 
 
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
-        as_json: bool) -> int:
+        all_targets: bool, as_json: bool) -> int:
     """Exit 1 when a named or recorded hotfix is not in effect (catalog extras only inform)."""
     from vllm_hotfix.core.verdict import IN_EFFECT
     from vllm_hotfix.errors import NotInEffect
 
+    if all_targets:
+        if hotfix_ids or python or root:
+            from vllm_hotfix.errors import UsageError
+
+            raise UsageError("--all lists every recorded target: give no ID, --python or --root with it",
+                             hint="`hotfix status --python PY` / `--root DIR` shows one target")
+        return run_all(catalogs=catalogs, as_json=as_json)
+
     from vllm_hotfix.flow.status import fingerprint
 
+    from vllm_hotfix.flow.resolve import warn
     from vllm_hotfix.flow.status import survey
 
     targets: list = []
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True,
                       targets=targets)
+    for target in targets:
+        warn(target)
     named = bool(hotfix_ids)
     counted = [s for s in statuses if named or s.recorded]  # these decide the exit code, and the fingerprint
     code = int(NotInEffect.exit_code) if any(s.state not in IN_EFFECT for s in counted) else 0
@@ -49,15 +62,74 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
         return 0
     width = max(len(s.id) for s in statuses)
     for s in statuses:  # recorded ones in series order (their place in it first, like `quilt applied`)
-        version = f"@{s.version}" if s.version is not None else ""
-        place = f"{s.position}." if s.position is not None else ""
-        say(f"{MARKS.get(s.state, '!!')} {place:>3} {s.id:<{width}} {s.state:<14} {version} {s.target}".rstrip())
-        if s.detail:
-            say(f"     {s.detail}")
-        if s.advice and s.state not in IN_EFFECT:
-            say(f"     to do: {s.advice}")
+        say_status(s, width)
     for line in derived_versions(targets).values():
         say(line)
     if counted:
         say(f"fingerprint: {digest}")
     return code
+
+
+def say_status(s, width: int, *, indent: str = "", target: bool = True) -> None:
+    """One hotfix's lines: mark, place in the series, id, state word, version (and target), then why and what to do."""
+    version = f"@{s.version}" if s.version is not None else ""
+    place = f"{s.position}." if s.position is not None else ""
+    where = f" {s.target}" if target else ""
+    say(f"{indent}{MARKS.get(s.state, '!!')} {place:>3} {s.id:<{width}} {s.state:<14} {version}{where}".rstrip())
+    if s.detail:
+        say(f"{indent}     {s.detail}")
+    if s.to_do:
+        say(f"{indent}     to do: {s.to_do}")
+
+
+def run_all(*, catalogs: Sequence[Path], as_json: bool) -> int:
+    """`status --all`: every target the state directory records, with its series and words; gone ones
+    marked STALE. Exit 1 when a recorded hotfix of a live target is not in effect (or cannot be judged)."""
+    from vllm_hotfix.catalog.index import Catalog
+    from vllm_hotfix.core.verdict import IN_EFFECT
+    from vllm_hotfix.errors import NotInEffect
+    from vllm_hotfix.flow.overview import overview
+    from vllm_hotfix.flow.status import fingerprint
+    from vllm_hotfix.paths import state_dir
+
+    reports = overview(Catalog.load(catalogs))
+    failing = any((not r.stale and r.recorded and r.not_judged) or any(s.state not in IN_EFFECT for s in r.statuses)
+                  for r in reports)
+    code = int(NotInEffect.exit_code) if failing else 0
+    if as_json:
+        emit_json({"state_dir": str(state_dir()), "targets": [
+            dict(r.to_json(), fingerprint=fingerprint(r.statuses) if r.statuses else None) for r in reports]})
+        return code
+    if not reports:
+        say(f"nothing recorded in {state_dir()}")
+        return code
+    width = max((len(i) for r in reports for i in r.recorded), default=10)
+    for report in reports:
+        t = report.target
+        what = " ".join(quote_path(str(v)) for v in (t.get("distribution") or t.get("package"), t.get("version")) if v)
+        how = ", ".join(quote_path(str(v)) for v in (t.get("kind"), t.get("python")) if v)
+        say(quote_path(str(report.root or report.directory)) + (f"  {what}" if what else "") + (f" ({how})" if how else "")
+            + (f"  STALE: {_stale_words(report)}" if report.stale else ""))
+        if report.statuses:
+            for s in report.statuses:
+                say_status(s, width, indent="  ", target=False)
+            say(f"  fingerprint: {fingerprint(report.statuses)}")
+            continue
+        for place, hotfix_id in enumerate(report.recorded, 1):
+            say(f"  -- {place:>2}. {hotfix_id:<{width}} recorded")
+        if not report.recorded and not report.pending:
+            say("  nothing recorded (every hotfix was rolled back; `hotfix log` shows when)")
+        if report.not_judged and not report.stale:
+            say(f"     not judged: {report.not_judged}")
+    stale = sum(r.stale for r in reports)
+    say(f"{len(reports)} target(s) in {state_dir()}" + (f", {stale} stale (`hotfix gc --dry-run` shows what it "
+                                                        f"would remove)" if stale else ""))
+    return code
+
+
+def _stale_words(report) -> str:
+    from vllm_hotfix.flow.gc import GONE
+
+    if report.state == GONE:
+        return f"the target is gone ({report.reason})"
+    return f"{report.state}: {report.reason}"

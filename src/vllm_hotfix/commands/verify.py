@@ -18,17 +18,22 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, loc
 def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> int:
     """Every named (else every recorded) hotfix must be applied or fixed upstream."""
     from vllm_hotfix.core.verdict import IN_EFFECT
+    from vllm_hotfix.flow.resolve import warn
     from vllm_hotfix.flow.status import survey
     from vllm_hotfix.output import emit_json, say
 
-    statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=False)
+    targets: list = []
+    statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=False,
+                      targets=targets)
+    for target in targets:
+        warn(target)
     if not statuses:
         # Passing on "nothing recorded" would hide exactly the rebuild that also lost the record.
         raise NotInEffect(
             "nothing to verify: no hotfix is named and none is recorded for this target",
             hint="name the hotfixes that must be in effect (`hotfix verify ID...`) or use `--lock FILE`",
         )
-    from vllm_hotfix.flow.status import fingerprint
+    from vllm_hotfix.flow.status import fingerprint, mount_sources
 
     problems = [s for s in statuses if s.state not in IN_EFFECT]
     digest = fingerprint(statuses)
@@ -37,11 +42,12 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
     else:
         for s in statuses:
             if s.state in IN_EFFECT:
-                say(f"in effect: {s.id}@{s.version} ({s.state}, {s.target})")
+                mounted = f" through a bind mount from {mount_sources(s.mounts)}" if s.mounts else ""
+                say(f"in effect: {s.id}@{s.version} ({s.state}, {s.target}){mounted}")
             else:
                 say(f"NOT IN EFFECT: {s.id} is {s.state}: {_without_state(s.state, s.detail)}".rstrip(": "))
-                if s.advice:
-                    say(f"  to do: {s.advice}")
+            if s.to_do:
+                say(f"  to do: {s.to_do}")
         say(f"fingerprint: {digest}")
     return int(NotInEffect.exit_code) if problems else 0
 
@@ -66,7 +72,11 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
         raise InvalidInput(f"--lock / HOTFIX_LOCK {str(lock_file)!r}: holds a NUL byte; no file has such a name")
     from vllm_hotfix.flow.resolve import Resolver
 
-    resolver = Resolver(python)
+    from vllm_hotfix.install.probe import GUARD_ENTRY_POINTS
+
+    # its probe also reads the guard's entry points there (loading it would cost a probe process ~35 ms at
+    # every container start: `hotfix guard --check-env` does; in this process it is loaded, at no cost)
+    resolver = Resolver(python, guard=GUARD_ENTRY_POINTS)
     resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
 
     from vllm_hotfix.txn import lockfile
@@ -93,6 +103,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     digest = lockfile.fingerprint(checks)
 
     if as_json:
+        mount = _lock_mounts(resolver)
         emit_json([
             {
                 "id": c.hotfix.id,
@@ -102,7 +113,8 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
                 "detail": c.detail,
                 "files": [
                     {"path": f.path, "state": f.state, "real_path": f.where, "sha256": f.sha256,
-                     "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256}
+                     "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256,
+                     "mount": mount(c.hotfix.package, f.path)}
                     for f, locked in zip(c.files, c.hotfix.files)
                 ],
                 "advice": advice,
@@ -129,15 +141,42 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     return 0 if all_in_effect and guard_ok else int(NotInEffect.exit_code)
 
 
+def _lock_mounts(resolver):
+    """(package, site-packages-relative path) -> where the file's bind mount comes from (None: not a mount)."""
+    from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix.install.mounts import mount_table, mounted_files
+
+    table = mount_table()
+
+    def mount(package: str, path: str) -> dict | None:
+        try:
+            base = Path(resolver.package(package).package_dir).parent  # what lock paths are relative to
+        except HotfixError:
+            return None
+        found = mounted_files(base, [path], table).get(path)
+        return found.to_json() if found is not None else None
+
+    return mount
+
+
 def _guard_environment(resolver, as_json: bool) -> bool:
-    """The in-process guard cannot report that vLLM never loads it: say so here. A problem fails the
-    check when this environment turns the guard on (HOTFIX_LOCK / HOTFIX_REQUIRE), else it is a note."""
+    """The in-process guard cannot report that vLLM never loads it: say so here, about the interpreter the
+    lock was checked in (its probe read the entry points there). A problem fails the check when this
+    environment turns the guard on (HOTFIX_LOCK / HOTFIX_REQUIRE), else it is a note."""
     import os
 
     from vllm_hotfix.containers.guard_env import environment_problems
+    from vllm_hotfix.errors import HotfixError
     from vllm_hotfix.output import note, say
 
-    problems = environment_problems(entry_points=resolver.runs_here())  # entry points: this interpreter's only
+    try:
+        target = resolver.guard_target()
+    except HotfixError:  # vLLM is not importable there: the lock's own check said so
+        target = None
+    facts = target.guard if target is not None else None
+    problems = environment_problems(entry_points=facts.entry_points if facts else None,
+                                    load_error=facts.load_error if facts else None,
+                                    python=target.python if target is not None else None)
     from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV
 
     wanted = any(os.environ.get(name, "").strip() for name in (LOCK_ENV, REQUIRE_ENV))

@@ -37,11 +37,18 @@ def print_block(rows: list[tuple[str, str]], warnings: tuple[str, ...] = ()) -> 
 
 
 def run(*, package: str, python: str | None = None, do_import: bool = False, as_json: bool = False) -> int:
+    from vllm_hotfix.install.mounts import mounts_below
+
     target = Resolver(python).package(package, do_import=do_import)
+    mounts = list(mounts_below(target.package_dir).values())  # files that do not come from the install itself
     if as_json:
-        emit_json(target.to_json())
+        emit_json(dict(target.to_json(), mounts=[m.to_json() for m in mounts]))
         return 0
-    print_block(describe(target), target.warnings)
+    rows = describe(target)
+    for mount in mounts:
+        rows.append(("mounted", f"{mount.point}: a bind mount from {mount.source}"
+                                f"{' (read-only)' if mount.read_only else ''}; a rebuild without the mount loses it"))
+    print_block(rows, target.warnings)
     if target.git is not None and target.git.dirty:
         for line in target.git.dirty[:20]:
             say(f"  {line}")

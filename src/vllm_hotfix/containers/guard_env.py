@@ -1,56 +1,24 @@
 """What would keep vLLM from loading the guard at all (the guard cannot report that it never ran).
 
-Stdlib only; used by `hotfix guard --check-env` and `hotfix verify --lock`.
+Stdlib only; used by `hotfix guard --check-env` and `hotfix verify --lock`. The entry points and whether
+the first one loads are facts of the interpreter that runs vLLM: the probe gathers them there
+(install/probe.guard_facts, ``Resolver(guard=...)``), never in the interpreter running hotfix.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 
-from vllm_hotfix.install.probe import metadata_dirs, read_bytes
-
-PLUGIN_NAME = "vllm_hotfix_guard"
-PLUGIN_GROUP = "vllm.general_plugins"
+from vllm_hotfix.install.probe import GUARD_GROUP as PLUGIN_GROUP, GUARD_PLUGIN as PLUGIN_NAME
+from vllm_hotfix.install.probe import guard_entry_points  # noqa: F401 - the one reader of entry_points.txt
 
 
-def guard_entry_points(path_entries=None) -> list[str]:
-    """The values of the ``vllm.general_plugins`` entry points named vllm_hotfix_guard on sys.path, first
-    first (what ``importlib.metadata.entry_points(group=...)`` gives vLLM's loader), read straight from
-    each entry_points.txt that mentions the name: importing importlib.metadata and scanning every
-    distribution costs ~30 ms in a vLLM venv, paid at every container start."""
-    found = []
-    for info_dir in metadata_dirs(sys.path if path_entries is None else path_entries):
-        data = read_bytes(os.path.join(info_dir, "entry_points.txt"))
-        if data is None or PLUGIN_NAME.encode() not in data:
-            continue
-        section = None
-        for line in data.decode("utf-8", "replace").splitlines():
-            line = line.strip()
-            if line.startswith("[") and line.endswith("]"):
-                section = line.strip("[]")  # importlib.metadata's reading: spaces inside are kept
-            elif section == PLUGIN_GROUP and "=" in line:
-                name, _, value = line.partition("=")
-                if name.strip() == PLUGIN_NAME:
-                    found.append(value.strip())
-    return found
-
-
-def _load(value: str):
-    module, _, attr = value.partition(":")
-    obj = importlib.import_module(module.strip())
-    for part in filter(None, attr.strip().split(".")):
-        obj = getattr(obj, part)
-    return obj
-
-
-def environment_problems(environ=None, entry_points=True) -> list[str]:
-    """Why the guard would not run in a vLLM process started with this environment and interpreter:
-    a ``VLLM_PLUGINS`` that leaves it out, or an entry point that is missing or fails to import. The
-    guard cannot report these itself (it never runs), so `hotfix guard --check-env` and `hotfix verify
-    --lock` do. ENTRY_POINTS=False checks VLLM_PLUGINS only (the entry points of *this* interpreter say
-    nothing about another one's)."""
+def environment_problems(environ=None, *, entry_points=None, load_error: str | None = None,
+                         python: str | None = None) -> list[str]:
+    """Why the guard would not run in a vLLM process started with this environment by ``python``: a
+    ``VLLM_PLUGINS`` that leaves it out, or an entry point that is missing or fails to import
+    (``entry_points`` / ``load_error``: the probe's facts of that interpreter, ``Target.guard``;
+    ``entry_points=None``: not known, VLLM_PLUGINS only)."""
     environ = os.environ if environ is None else environ
     problems = []
     plugins = environ.get("VLLM_PLUGINS")
@@ -59,16 +27,13 @@ def environment_problems(environ=None, entry_points=True) -> list[str]:
         why = f" (vLLM does not strip spaces: {near[0]!r} is not {PLUGIN_NAME!r})" if near else ""
         problems.append(f"VLLM_PLUGINS={plugins!r} leaves out {PLUGIN_NAME}{why}: vLLM will not load the guard; "
                         f"add {PLUGIN_NAME} to it (comma-separated, no spaces) or unset it")
-    if not entry_points:
+    if entry_points is None:
         return problems
-    found = guard_entry_points()
+    found = list(entry_points)
     if not found:
-        problems.append(f"no {PLUGIN_GROUP} entry point {PLUGIN_NAME} in {sys.executable}: "
-                        f"install vllm-hotfix into the interpreter that runs vLLM")
-    else:
-        try:
-            _load(found[0])
-        except Exception as exc:  # noqa: BLE001 - exactly what vLLM's loader would hit
-            problems.append(f"the guard fails to import ({found[0]}): {type(exc).__name__}: {exc}; "
-                            f"vLLM logs that and runs without it: reinstall vllm-hotfix")
+        problems.append(f"no {PLUGIN_GROUP} entry point {PLUGIN_NAME} in {python}: "
+                        f"install vllm-hotfix into the interpreter that runs vLLM (`{python} -m pip install vllm-hotfix`)")
+    elif load_error is not None:
+        problems.append(f"the guard fails to import in {python} ({found[0]}): {load_error}; "
+                        f"vLLM logs that and runs without it: reinstall vllm-hotfix there")
     return problems

@@ -15,9 +15,10 @@ from vllm_hotfix.core.apply import Plan, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
+from vllm_hotfix.flow.history import Event
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
-from vllm_hotfix.flow.plan import (Proposal, _flatten, check_after, propose, prove_baseline, prove_bytes_pristine,
+from vllm_hotfix.flow.plan import (Proposal, flatten, check_after, propose, prove_baseline, prove_bytes_pristine,
                                    refuse_overlaps, shared_with_series)
 from vllm_hotfix.flow.series import steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_summary
@@ -102,9 +103,9 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
             return transaction.Change(Plan((), False), state, record_changed=False, result=proposal)
         if not proposal.already:
             prove_baseline(proposal, spec, state)
-        current = {p: before for p, before, _ in _flatten(proposal.plan)}
+        current = {p: before for p, before, _ in flatten(proposal.plan)}
         if proposal.already:  # applied by hand (or by another tool): adopt it, change no file --
-            current = {p: after for p, _, after in _flatten(proposal.plan)}  # once what it undoes is pristine
+            current = {p: after for p, _, after in flatten(proposal.plan)}  # once what it undoes is pristine
             prove_bytes_pristine(target, spec, proposal.baseline)
         base = TargetState(state.directory, dict(state.target), {}) if proposal.reset else state
         new_state, keep = _record(
@@ -112,10 +113,20 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
             patches=[(p.data, p.strip, p.exclude) for p in hotfix.patches], files=proposal.recorded_files(),
             baseline=proposal.baseline, current=current, package=hotfix.package, target_doc=target_summary(target))
         plan = Plan((), False) if proposal.already else proposal.plan
-        return transaction.Change(plan, new_state, True, keep, proposal)
+        outcome = "adopted" if proposal.already else "upgraded" if proposal.superseded is not None else "applied"
+        detail = (f"upgraded from {hotfix.id}@{proposal.superseded.version}; " if proposal.superseded else "") + (
+            f"dropped the records of another release: {', '.join(proposal.dropped)}" if proposal.dropped else "")
+        return transaction.Change(plan, new_state, True, keep, proposal,
+                                  event=Event(outcome=outcome, hotfix=hotfix.id, version=hotfix.version,
+                                              detail=detail.rstrip("; ")))
 
-    change = transaction.run(target.root, prepare, dry_run=dry_run, lock_timeout=lock_timeout,
-                             after=lambda c: check_after(c.result, spec))
+    try:
+        change = transaction.run(target.root, prepare, dry_run=dry_run, lock_timeout=lock_timeout,
+                                 after=lambda c: check_after(c.result, spec))
+    except (Refused, DoesNotApply) as refused:
+        from vllm_hotfix.flow.status import refusal_through_mount
+
+        raise refusal_through_mount(refused, target, [f.path for f in hotfix.series.files]) from None
     return ApplyOutcome(change.result, dry_run)
 
 
@@ -164,11 +175,15 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
                 from vllm_hotfix.flow.rollback import rollback_change
 
                 change = rollback_change(state, tree, hotfix_id, target.root, dry_run, target)
-                return transaction.Change(change.plan, change.state, True, result=(change.plan, stats, False))
+                return transaction.Change(change.plan, change.state, True, result=(change.plan, stats, False),
+                                          event=change.event)
             if reverse:
                 forget = recorded is not None  # taking a recorded diff out is its rollback
                 new_state = _next_state(state, dict(state.target), None, forget=hotfix_id) if forget else state
-                return transaction.Change(Plan((), True) if already else plan, new_state, forget, result=summary)
+                event = Event(outcome="rolled-back" if forget else "applied", hotfix=hotfix_id, version=version,
+                              detail="" if forget else "in reverse (-R); not recorded")
+                return transaction.Change(Plan((), True) if already else plan, new_state, forget, result=summary,
+                                          event=event if forget or not already else None)
             if already and recorded is not None:
                 return transaction.Change(Plan((), False), state, record_changed=False, result=summary)
             shared = shared_with_series(hotfix_id, plan, others if recorded is not None else chains, tree, target)
@@ -177,7 +192,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
             if not already and shared:
                 whole = patch if child is None else parse_patch(data, strip=strip, source=patch.source)  # not a half
                 refuse_overlaps(hotfix_id, whole, frozenset(), state, tree, shared, target)
-            flat = _flatten(plan)
+            flat = flatten(plan)
             digests = _parallel(sha256, [data for _, before, after in flat for data in (before, after)])
             if already:  # the reverse plan: its "before" is what is on disk (patched), its "after" the baseline
                 files = tuple(RecordedFile(p, digests[2 * i + 1], digests[2 * i]) for i, (p, _, _) in enumerate(flat))
@@ -189,7 +204,9 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
             new_state, keep = _record(state, tree, hotfix_id=hotfix_id, version=version, source="adhoc",
                                       patches=[(data, as_recorded, ())], files=files, baseline=baseline, current=current,
                                       package=None, target_doc=target_summary(target))
-            return transaction.Change(Plan((), False) if already else plan, new_state, True, keep, summary)
+            return transaction.Change(Plan((), False) if already else plan, new_state, True, keep, summary,
+                                      event=Event(outcome="adopted" if already else "applied", hotfix=hotfix_id,
+                                                  version=version))
 
         change = transaction.run(target.root, prepare, dry_run=dry_run)
     finally:

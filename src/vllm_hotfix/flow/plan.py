@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from vllm_hotfix.core.apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, reverse_patch
-from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST, same_release
+from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import Hotfix, recorded_series, sha256
-from vllm_hotfix.flow.series import Series, file_checks, judge_recorded, level, steps_by_path
+from vllm_hotfix.flow.series import Series, file_checks, judge_recorded, level, release_changed, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
@@ -50,13 +50,13 @@ class Proposal:
     def recorded_files(self) -> tuple[RecordedFile, ...]:
         if self.already:
             return tuple(RecordedFile(p, sha256(after), sha256(before))
-                         for p, before, after in _flatten(self.plan))
+                         for p, before, after in flatten(self.plan))
         after = self.after
         return tuple(RecordedFile(p, sha256(self.baseline.get(p)), sha256(after[p]))
                      for p in after if self.baseline.get(p) != after[p])
 
 
-def _flatten(plan: Plan) -> list[tuple[str, bytes | None, bytes | None]]:
+def flatten(plan: Plan) -> list[tuple[str, bytes | None, bytes | None]]:
     """(path, before, after) per path; a rename is its source removed plus its destination created."""
     out = []
     for edit in plan.edits:
@@ -76,11 +76,6 @@ def _same_version(a: int | str, b: int | str) -> bool:
 
 def _supersedes(hotfix: Hotfix, recorded: RecordedHotfix) -> bool:
     return hotfix.manifest is not None and any(_same_version(recorded.version, v) for v in hotfix.manifest.supersedes)
-
-
-def release_changed(was: str | None, target: Target) -> bool:
-    """The package is another release than the one the record was made on (pip install, image rebuild)."""
-    return bool(target.version and was and not same_release(was, target.version))
 
 
 def judge_record(state: TargetState, recorded: RecordedHotfix, target: Target, tree: Tree) -> tuple[str, str]:
@@ -113,7 +108,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     recorded = state.hotfixes.get(hotfix.id)
     series = hotfix.series
     dropped: tuple[str, ...] = ()
-    reset = bool(state.hotfixes) and release_changed(state.target.get("version"), target)
+    reset = bool(state.hotfixes) and release_changed(state, target)
     if reset:
         # every record describes another release's files: none is in effect, a new series starts here
         dropped = tuple(h for h in state.hotfixes if h != hotfix.id)
@@ -139,7 +134,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
                 detection = detect(series, tree.read)
                 if detection.state != "applicable":
                     raise detection.error or Refused(f"{hotfix.id}: does not apply again at its place in the series")
-                before = {p: b for p, b, _ in _flatten(detection.plan)}
+                before = {p: b for p, b, _ in flatten(detection.plan)}
                 others = steps_by_path(_without(state, hotfix.id))
                 proposal = Proposal(hotfix, target, detection.plan, False, before,
                                     in_series=frozenset(p for p in before if p in others))
@@ -158,10 +153,10 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
         except DoesNotApply as exc:
             raise Refused(f"{hotfix.id}: the applied version {recorded.version} cannot be reversed: {exc.message}",
                           hint="the files drifted from what that version wrote; see `hotfix status`") from None
-        baseline = {p: after for p, _, after in _flatten(undo)}
+        baseline = {p: after for p, _, after in flatten(undo)}
         combined = Patch(reverse_patch(old).files + series.files, hotfix.ref)
         plan = plan_patch(combined, tree.read)
-        for p, before, _ in _flatten(plan):
+        for p, before, _ in flatten(plan):
             baseline.setdefault(p, before)
         others = steps_by_path(_without(state, hotfix.id))
         return Proposal(hotfix, target, plan, False, baseline, recorded,
@@ -183,10 +178,10 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
         if shared:  # its change is what the recorded series already wrote: nothing of its own to record
             owners = tuple(dict.fromkeys(s[0] for p in shared for s in chains[p]))
             return Proposal(hotfix, target, detection.plan, True, {}, contained_in=owners)
-        return Proposal(hotfix, target, detection.plan, True, {p: after for p, _, after in _flatten(detection.plan)},
+        return Proposal(hotfix, target, detection.plan, True, {p: after for p, _, after in flatten(detection.plan)},
                         dropped=dropped, reset=reset)
     refuse_overlaps(hotfix.id, series, frozenset(_declared(hotfix.manifest, "after")), below, tree, shared, target)
-    return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in _flatten(detection.plan)},
+    return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in flatten(detection.plan)},
                     in_series=frozenset(shared), dropped=dropped, reset=reset)
 
 
@@ -231,7 +226,7 @@ def _refuse_conflicts(hotfix: Hotfix, state: TargetState, manifest_of) -> None:
 def shared_with_series(hotfix_id: str, plan: Plan | None, chains: dict, tree: Tree, target: Target) -> list[str]:
     """The paths ``plan`` touches that the recorded series touches too; each must hold the top of its
     series (the new hotfix goes on top of what is in effect), else Refused."""
-    touched = {p for p, _, _ in _flatten(plan)} if plan is not None else set()
+    touched = {p for p, _, _ in flatten(plan)} if plan is not None else set()
     shared = sorted(p for p in touched if p in chains)
     for path in shared:
         found = tree.read(path)

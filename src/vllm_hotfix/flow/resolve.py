@@ -22,6 +22,8 @@ from vllm_hotfix.install.locate import (SERVER_COMMAND, Target, candidate_interp
                                         server_interpreter, start_probe)
 from vllm_hotfix.output import note
 
+SERVER_PACKAGE = "vllm"  # what the interpreter that runs vLLM imports: the guard's plugin loader lives there
+
 if TYPE_CHECKING:  # types only: `verify --lock` at container start must not pay for `packaging` / TOML
     from vllm_hotfix.catalog.index import Catalog
     from vllm_hotfix.catalog.model import Manifest, TargetSpec
@@ -35,6 +37,20 @@ def target_option(target: Target) -> str:
     return f"--root {target.root}"
 
 
+def warn(target: Target) -> None:
+    """The one way a target's warnings reach the user (`apply`, `audit`, `status`, `verify`): one stderr
+    line each, ``hotfix: warning: ...`` -- a PYTHONPATH or .pth overlay shadowing the installed package,
+    several copies on sys.path, a RECORD that does not list what is loaded (install/locate.py words them).
+    Each is said once per process, however often the target is resolved."""
+    for warning in target.warnings:
+        if warning not in _warned:
+            _warned.add(warning)
+            note(f"warning: {warning}")
+
+
+_warned: set[str] = set()
+
+
 def target_summary(target: Target) -> dict:
     """The target as state.json records it and `apply --json` reports it."""
     return {"root": str(target.root), "package": target.package, "distribution": target.distribution,
@@ -44,9 +60,11 @@ def target_summary(target: Target) -> dict:
 class Resolver:
     """Resolves packages for one `--python` / `--root`, each at most once (a probe is a process)."""
 
-    def __init__(self, python: str | None = None, root: Path | None = None):
+    def __init__(self, python: str | None = None, root: Path | None = None, *, guard: str | None = None):
         self.python = python
         self.root = Path(root) if root is not None else None
+        self.guard = guard  # probe.GUARD_ENTRY_POINTS / GUARD_LOAD: every probe also answers whether vLLM
+        # would load the guard there (Target.guard)
         self._cache: dict[tuple, Target | HotfixError] = {}
 
     def package(self, package: str | None, *, do_import: bool = False) -> Target:
@@ -78,20 +96,29 @@ class Resolver:
         the one it settled on, e.g. the `vllm` command's when hotfix's own has no vLLM)."""
         return self.root is None and (self.python is None or is_this_interpreter(interpreter_path(self.python)))
 
+    def guard_target(self, package: str = SERVER_PACKAGE) -> Target:
+        """A target resolved with the guard's facts (``Resolver(guard=...)``): any one resolved so far
+        (they all come from the one interpreter this resolver settled on), else ``package``'s."""
+        assert self.guard and self.root is None
+        for target in self.resolved():
+            if target.guard is not None:
+                return target
+        return self.package(package)
+
     def prefetch(self) -> None:
         """A head start for a command that will resolve a package with --python: the probe's interpreter
         starts now, while the command loads the rest of itself, and ``package()`` hands it the name
         (the answer is the same; only the wait shrinks). Nothing to do for --root or hotfix's own
         interpreter."""
         if self.root is None and self.python is not None:
-            start_probe(self.python)
+            start_probe(self.python, guard=self.guard)
 
     def _locate(self, package: str | None, do_import: bool) -> Target:
         assert package is not None
         if self.python is not None:
-            return locate_package(package, self.python, do_import)
+            return locate_package(package, self.python, do_import, self.guard)
         try:
-            return locate_package(package, None, do_import)
+            return locate_package(package, None, do_import, self.guard)
         except Refused as own:
             server = server_interpreter()
             if server is None:
@@ -103,7 +130,7 @@ class Resolver:
             note(f"using {python}, the interpreter of {command} on PATH (hotfix's own python has no {package}; "
                  "--python or HOTFIX_PYTHON picks another)")
             self.python = python
-            return locate_package(package, python, do_import)
+            return locate_package(package, python, do_import, self.guard)
 
     def for_manifest(self, manifest: Manifest) -> tuple[Target, TargetSpec | None]:
         """The target the manifest is about, and the manifest target entry that matches it

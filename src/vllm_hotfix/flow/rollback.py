@@ -16,6 +16,7 @@ from pathlib import Path
 from vllm_hotfix.core.apply import FileEdit, Plan
 from vllm_hotfix.errors import InvalidInput, Refused
 from vllm_hotfix.flow import transaction
+from vllm_hotfix.flow.history import Event
 from vllm_hotfix.flow.series import Series, distrust, rebased_records
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
@@ -62,7 +63,10 @@ def rollback_change(state: TargetState, tree: Tree, hotfix_id: str, root: Path, 
     rebased = tuple(h for h in hotfixes if hotfixes[h] != state.hotfixes[h])
     method = "none" if not edits else "in-place" if series.in_place else "reverse" if series.reversed_any else "backups"
     after = TargetState(state.directory, dict(state.target), hotfixes)
-    return transaction.Change(plan, after, True, result=RollbackOutcome(recorded, plan, method, result_dry_run, rebased))
+    event = Event(outcome="rolled-back", hotfix=hotfix_id, version=recorded.version,
+                  detail=f"re-derived without it: {', '.join(rebased)}" if rebased else "")
+    return transaction.Change(plan, after, True, result=RollbackOutcome(recorded, plan, method, result_dry_run, rebased),
+                              event=event)
 
 
 def rollback(hotfix_id: str, root: Path, *, dry_run: bool, target=None) -> RollbackOutcome:

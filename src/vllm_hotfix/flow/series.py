@@ -18,7 +18,7 @@ from typing import Iterable
 from vllm_hotfix.core.apply import FileState, plan_patch
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
-from vllm_hotfix.core.verdict import BrokenSeries, FileCheck, judge, series_checks
+from vllm_hotfix.core.verdict import BrokenSeries, FileCheck, judge, same_release, series_checks
 from vllm_hotfix.errors import DoesNotApply, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import recorded_series, sha256
 from vllm_hotfix.install.tree import Tree
@@ -59,7 +59,7 @@ def distrust(state: TargetState, tree: Tree, target) -> str | None:
     for a wheel of the recorded release, each file's series must start from RECORD's sha256
     (core.verdict.origin_problem, the guard's rule too); and every state a file can be found at must follow
     from the kept original and the recorded patches (``Series.states``: a forged "after" fails there)."""
-    from vllm_hotfix.core.verdict import origin_problem, same_release
+    from vllm_hotfix.core.verdict import origin_problem
     from vllm_hotfix.install.facts import record_sha256s
 
     chains = steps_by_path(state)
@@ -80,12 +80,27 @@ def distrust(state: TargetState, tree: Tree, target) -> str | None:
     return None
 
 
+def release_seen(state: TargetState, target) -> str | None:
+    """The release the record is judged against: ``target.version``, except when a checkout's version is
+    read from a file the series itself changes (a diff that bumps ``vllm/_version.py`` or pyproject.toml's
+    version): that release is the series' own doing, so the recorded one stands and the files decide."""
+    if target.version_file and any(path == target.version_file for _, steps in state.series() for path, _, _ in steps):
+        return state.target.get("version")
+    return target.version
+
+
+def release_changed(state: TargetState, target) -> bool:
+    """The package is another release than the one the record was made on (pip install, image rebuild)."""
+    was, now = state.target.get("version"), release_seen(state, target)
+    return bool(now and was and not same_release(was, now))
+
+
 def judge_recorded(state: TargetState, hotfix_id: str, target, checks: dict, broken: str | None, *,
                    inapplicable: tuple[str, str] | None = None) -> tuple[str, str]:
     """core.verdict.judge for one recorded hotfix of this target (apply, status, export, doctor)."""
     return judge(checks.get(hotfix_id, ()), pending=TargetDir(state.directory).pending(), broken=broken,
                  inapplicable=inapplicable, recorded_release=state.target.get("version"),
-                 installed_release=target.version, distribution=target.distribution or target.package)
+                 installed_release=release_seen(state, target), distribution=target.distribution or target.package)
 
 
 def level(chain: list[Step], current: str | None) -> int | None:

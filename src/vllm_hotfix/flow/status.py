@@ -17,13 +17,14 @@ from vllm_hotfix.core.verdict import APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, L
 from vllm_hotfix.errors import HotfixError, Refused, UsageError
 from vllm_hotfix.flow.applicability import Inapplicable, applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
-from vllm_hotfix.flow.plan import _flatten, release_changed
-from vllm_hotfix.flow.series import file_checks, judge_recorded, steps_by_path
+from vllm_hotfix.flow.plan import flatten
+from vllm_hotfix.flow.series import file_checks, judge_recorded, release_changed, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
+from vllm_hotfix.install.mounts import MountedFile, mounted_files
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import TargetDir
+from vllm_hotfix.paths import LOCK_ENV, TargetDir
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
 
@@ -42,15 +43,22 @@ class Status:
     distribution: str | None = None  # of the target (for the fingerprint)
     installed_version: str | None = None
     position: int | None = None  # its place in the target's series (1 = applied first); None: not recorded
+    mounts: tuple[MountedFile, ...] = ()  # its files whose bytes come through a mount (install/mounts.py)
 
     @property
     def in_effect(self) -> bool:
         return self.state in IN_EFFECT
 
+    @property
+    def to_do(self) -> str | None:
+        """What to do, for people: the advice of a hotfix not in effect, or of one in effect only through
+        a mount that nothing hotfix wrote declares (a rebuild without it loses the fix)."""
+        return self.advice if not self.in_effect or self.mounts else None
+
     def to_json(self) -> dict:
         return {"id": self.id, "version": self.version, "state": self.state, "target": self.target,
                 "recorded": self.recorded, "series": self.position, "detail": self.detail, "advice": self.advice,
-                "files": list(self.files)}
+                "files": list(self.files), "mounts": [m.to_json() for m in self.mounts]}
 
 
 def _apply_command(recorded: RecordedHotfix, option: str) -> str:
@@ -93,11 +101,11 @@ def status_from_record(view: SeriesView, recorded: RecordedHotfix, *,
         return replace(interrupted(recorded.id, recorded.version, target.root, option), files=files)
     if inapplicable is not None and word == inapplicable.state:
         was = view.state.target.get("version")
-        if release_changed(was, target):
+        if release_changed(view.state, target):
             detail = f"{target.distribution} was changed from {was} to {target.version} under the record; {detail}"
         return Status(state=word, detail=detail, advice=inapplicable.advice, **common)
     if word == LOST:
-        if release_changed(view.state.target.get("version"), target):
+        if release_changed(view.state, target):
             return Status(state=LOST, detail=detail, advice=f"re-run `{redo}` (it picks the patch for {target.version})",
                           **common)
         return Status(state=LOST, detail=f"recorded as applied, but {detail}", advice=f"re-run `{redo}`", **common)
@@ -117,7 +125,7 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
     option = target_option(target)
     chains = steps_by_path(view.state) if view is not None else {}
     found = presence(hotfix.series, Tree(target.root).read)  # the content rule `hotfix contains` answers with
-    touched = [p for p, _, _ in _flatten(found.plan)] if found.plan is not None else []
+    touched = [p for p, _, _ in flatten(found.plan)] if found.plan is not None else []
     owners = tuple(dict.fromkeys(s[0] for p in touched for s in chains.get(p, ())))
     if found.state == APPLICABLE:
         return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",
@@ -131,7 +139,9 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
                           advice=f"it conflicts with {names}: roll back {names} first, or make one hotfix of both",
                           **common)
         return Status(state=DRIFTED, detail=found.detail,
-                      advice="the file is neither baseline nor patched: restore it, then apply", **common)
+                      advice="the file is neither baseline nor patched: restore it, then apply",
+                      files=tuple({"path": f.path, "state": "changed"} for f in found.files if f.state != CONTAINED),
+                      **common)
     files = tuple({"path": p, "state": "patched"} for p in touched)
     if owners:
         return Status(state=APPLIED, detail=f"its change is in effect as part of what the recorded series "
@@ -221,15 +231,19 @@ class Survey:
             out.extend(self._record_status(t, s, s.hotfixes[hotfix_id]) for t, s in holding)
         return out
 
+    def recorded(self, target: Target, state: TargetState) -> list[Status]:
+        """Every recorded hotfix of one target, in series order (an interrupted first apply: one line)."""
+        if not state.hotfixes:  # only an interrupted first apply, or everything rolled back
+            pending = TargetDir.of(target.root).pending()
+            return [interrupted("(unrecorded apply)", None, target.root, target_option(target))] if pending else []
+        return [self._record_status(target, state, recorded) for recorded in state.hotfixes.values()]
+
     def everything(self, *, with_catalog: bool) -> list[Status]:
         out: list[Status] = []
         seen: set[str] = set()
         for target, state in self.resolver.records(self.catalog):
-            if not state.hotfixes:  # only an interrupted first apply
-                out.append(interrupted("(unrecorded apply)", None, target.root, target_option(target)))
-            for hotfix_id, recorded in state.hotfixes.items():  # the series, in applied order
-                seen.add(hotfix_id)
-                out.append(self._record_status(target, state, recorded))
+            seen.update(state.hotfixes)
+            out.extend(self.recorded(target, state))
         if with_catalog:
             for manifest in self.catalog.latest():
                 if manifest.id in seen or manifest.kind == "advisory":  # no patch: nothing to be in effect
@@ -261,7 +275,77 @@ def _of_target(status: Status, target: Target, state: TargetState | None = None)
     position = None
     if state is not None and status.recorded and status.id in state.hotfixes:
         position = list(state.hotfixes).index(status.id) + 1
-    return replace(status, distribution=target.distribution, installed_version=target.version, position=position)
+    status = replace(status, distribution=target.distribution, installed_version=target.version, position=position)
+    return through_mounts(status, target)
+
+
+def declared_by_lock(hotfix_id: str, paths: Sequence[str]) -> str | None:
+    """The lock that ``HOTFIX_LOCK`` names when it locks ``hotfix_id`` with each of ``paths``: the mounts
+    were declared by `hotfix export` + `hotfix compose` / `k8s` / `bake` (and `verify --lock` checks them at
+    every start). None when it is unset, unreadable, or says nothing of them."""
+    import os
+
+    from vllm_hotfix.txn.lockfile import load_lock
+
+    named = os.environ.get(LOCK_ENV, "").strip()
+    if not named:
+        return None
+    try:
+        lock = load_lock(Path(named))
+    except HotfixError:
+        return None
+    locked = {f.path for h in lock.hotfixes if h.id == hotfix_id for f in h.files}
+    return named if locked and set(paths) <= locked else None
+
+
+def mount_sources(mounts: Sequence[MountedFile]) -> str:
+    """Where mounted files come from, for a line: ``/srv/hotfix-pr77/mamba_hybrid.py`` (one), else each
+    with the file it is mounted over."""
+    return ", ".join(m.source + (f" (for {quote_path(m.path)})" if len(mounts) > 1 else "") for m in mounts)
+
+
+def refusal_through_mount(exc: HotfixError, target: Target, paths: Iterable[str]) -> HotfixError:
+    """A refusal to apply (not pristine, does not apply) about a file whose bytes come through a mount:
+    the same error, naming the mount, with the one hint that can work (neither `pip install
+    --force-reinstall` nor apply can change a mounted file)."""
+    mounted = mounted_files(target.root, [p for p in paths if p])
+    if not mounted:
+        return exc
+    first = next(iter(mounted.values()))
+    return type(exc)(f"{exc.message}; {quote_path(first.path)} is a bind mount from {first.source}",
+                     hint=MOUNT_REMEDY)
+
+
+MOUNT_REMEDY = ("remove the mount (and its line in the compose file) to get the installed file back, or mount the "
+                "patched file instead (`hotfix export ID --to DIR` + `hotfix compose`)")
+
+
+def through_mounts(status: Status, target: Target) -> Status:
+    """A status whose files come through a mount below the target root (seed 001: a patched file
+    bind-mounted over site-packages) says so: in effect only while the mount is, which a rebuild from a
+    compose file without it undoes; not in effect, the bytes to fix are the mount's source's, and no
+    reinstall or apply can change them."""
+    mounted = mounted_files(target.root, [f["path"] for f in status.files])
+    if not mounted:
+        return status
+    mounts = tuple(mounted.values())
+    files = tuple(dict(f, mount=mounted[f["path"]].to_json()) if f["path"] in mounted else f for f in status.files)
+    sources = mount_sources(mounts)
+    export = f"`hotfix export {status.id} --to hotfix-export`"
+    declared = declared_by_lock(status.id, [m.path for m in mounts])
+    if status.in_effect and declared:
+        detail = f"in effect through a bind mount from {sources}, declared by the lock {declared} ({LOCK_ENV})"
+        advice = None
+    elif status.in_effect:
+        detail = f"in effect through a bind mount from {sources}: a rebuild or a compose file without the mount loses it"
+        advice = (f"declare the mount where the container is defined: {export} + `hotfix compose {status.id} "
+                  f"--service SERVICE` (or `hotfix k8s`), and check it at start with `hotfix verify --lock`")
+    else:
+        first = mounts[0]
+        detail = f"{status.detail}; {quote_path(first.path)} is a bind mount from {first.source}".lstrip("; ")
+        advice = (f"{quote_path(first.path)} comes from the bind mount of {first.source}, which neither a reinstall nor "
+                  f"`hotfix apply` can change: {MOUNT_REMEDY.replace('ID', status.id)}")
+    return replace(status, files=files, detail=detail, advice=advice, mounts=mounts)
 
 
 def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],

@@ -1,8 +1,9 @@
 """The one transaction runner: the only code that writes to a target.
 
 lock -> recover a pending transaction -> plan (``prepare``; a dry run stops here) -> keep backups and
-the patch bytes in the state dir -> journalled commit of the files AND the new record together ->
-post-checks, or undo (files and record) -> prune what no record points at.
+the patch bytes in the state dir -> journalled commit of the files AND the new record AND the history
+line (``Change.event``) together -> post-checks, or undo (files, record, history) -> prune what no
+record points at.
 
 Catalog apply, ad-hoc and raw ``--patch`` applies, upgrades, rollback and recover all run through here,
 so every write is recorded and every record describes files that were really written.
@@ -15,7 +16,7 @@ import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from vllm_hotfix.core.apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
@@ -26,11 +27,15 @@ from vllm_hotfix.txn.atomic import atomic_write, fsync_dir, unlink_if_present
 from vllm_hotfix.flow.plan import invert
 from vllm_hotfix.txn.fsops import (Interrupted, _parallel, digests_remembered, hold_late_signals, late_signal,
                                    signals_as_exceptions)
+from vllm_hotfix.txn import history
 from vllm_hotfix.txn.journal import commit, nothing_changed
 from vllm_hotfix.txn.recovery import RecoveryReport, recover, remove_stray_temps
 from vllm_hotfix.txn.lock import DEFAULT_TIMEOUT, target_lock
 from vllm_hotfix.txn.state import TargetState
 from vllm_hotfix.txn.writable import state_dir_writable, target_writable
+
+if TYPE_CHECKING:
+    from vllm_hotfix.flow.history import Event
 
 
 @dataclass
@@ -47,6 +52,7 @@ class Change:
     record_changed: bool = True
     keep: dict[str, bytes | str] = field(default_factory=dict)
     result: object = None       # what the caller reports (a Proposal, a rollback summary, ...)
+    event: Event | None = None  # what it does, for the target's history (None: nothing to log)
 
 
 Prepare = Callable[[TargetState, Tree], Change]
@@ -94,18 +100,21 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
         if not change.plan.edits and not change.record_changed:
             return change
         target_writable(root, _written_paths(change.plan))  # before any backup or journal is written
+        logged = _history(tdir, root, change, tree)  # the history files with this change's line
+        unlogged = history.as_before(logged)
         current = str(tdir.directory)
         with signals_as_exceptions():  # SIGINT/SIGTERM anywhere below: undo, then one line
             try:
                 current = _keep(tdir, root, change.keep)
                 current = str(tdir.state_file)
-                if not change.plan.edits:  # a record alone (an apply made by hand, adopted): one atomic write
+                if not change.plan.edits and not logged:  # a record alone, nothing to log: one atomic write
                     atomic_write(tdir.state_file, change.state.to_bytes())
-                else:
+                else:  # files, record and history line: one journalled commit
                     record = (tdir.state_file, change.state.to_bytes()) if change.record_changed else None
                     kept = {what: os.path.join(tdir.directory, rel) for rel, what in change.keep.items()
                             if isinstance(what, str)}  # hard links of the originals: the journal's backups too
-                    commit(root, change.plan, journal_dir=tdir.journal, tree=tree, state_record=record, kept=kept)
+                    commit(root, change.plan, journal_dir=tdir.journal, tree=tree, state_record=record, kept=kept,
+                           also=logged)
             except (OSError, Interrupted) as exc:
                 before.prune()  # what _keep wrote for a transaction that did not happen
                 raise nothing_changed(exc, current) from None
@@ -117,7 +126,8 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
                     after(change)
                 except (HotfixError, Interrupted) as failed:
                     undo_record = (tdir.state_file, before.to_bytes()) if change.record_changed else None
-                    commit(root, invert(change.plan), journal_dir=tdir.journal, state_record=undo_record)
+                    commit(root, invert(change.plan), journal_dir=tdir.journal, state_record=undo_record,
+                           also=unlogged)  # undone: the history as before, no line for what did not happen
                     before.prune()
                     if isinstance(failed, Interrupted):
                         raise nothing_changed(failed, str(root)) from None
@@ -128,6 +138,15 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
                                   hint=failed.hint) from None
         change.state.prune()
     return change
+
+
+def _history(tdir: TargetDir, root: Path, change: Change, tree: Tree) -> list[tuple[Path, bytes]]:
+    """The target's history files with the line of ``change`` appended (nothing when it logs no event)."""
+    if change.event is None:
+        return []
+    from vllm_hotfix.flow.history import entry
+
+    return history.appended(tdir, entry(change.event, change.state, change.plan, tree, str(root)))
 
 
 def recover_locked(root: Path) -> RecoveryReport | None:

@@ -20,6 +20,15 @@ PROBE_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
+class GuardFacts:
+    """Whether vLLM run by the probed interpreter loads the guard (install/probe.guard_facts, gathered there)."""
+
+    entry_points: tuple[str, ...]   # the vllm.general_plugins entry points named vllm_hotfix_guard, first first
+    load_error: str | None          # what loading the first one raised (None: it loads, or it was not loaded)
+    loaded: bool = False            # the first one was loaded (probe --guard-load, or in this process)
+
+
+@dataclass(frozen=True)
 class Target:
     """What `import PACKAGE` loads and from what install: the answer every command acts on."""
 
@@ -40,6 +49,8 @@ class Target:
     copies: tuple[Path, ...] = field(default=())   # every copy on sys.path, the loaded one first
     sys_path: tuple[str, ...] = field(default=())
     version_from: str | None = None  # a checkout's derived version: what from, e.g. 'git tag v0.30.0' (install/version.py)
+    version_file: str | None = None  # ... and the file under the root it was read from, if it was ('vllm/_version.py')
+    guard: GuardFacts | None = None  # asked for (probe --guard): would vLLM load the guard in this interpreter?
 
     @property
     def has_record(self) -> bool:
@@ -78,7 +89,7 @@ def is_this_interpreter(interpreter: str) -> bool:
         return False
 
 
-_started: dict[tuple[str, bool], Any] = {}  # probe processes started ahead of need: (interpreter, import)
+_started: dict[tuple[str, bool, str | None], Any] = {}  # probes started ahead of need: (interpreter, import, guard)
 
 
 def interpreter_path(python: str | None) -> str:
@@ -89,42 +100,46 @@ def interpreter_path(python: str | None) -> str:
     return interpreter
 
 
-def _spawn_probe(interpreter: str, do_import: bool):
+def _spawn_probe(interpreter: str, do_import: bool, guard: str | None = None):
     """The probe process, waiting for the package name on stdin."""
     import subprocess  # here: in-process probing (the common case at container start) needs none
 
     source = Path(probe_module.__file__).read_text(encoding="utf-8")
-    argv = [interpreter, "-c", source, "-"] + (["--import"] if do_import else [])
+    argv = [interpreter, "-c", source, "-"] + (["--import"] if do_import else []) + (["--guard"] if guard else []) \
+        + (["--guard-load"] if guard == probe_module.GUARD_LOAD else [])
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def start_probe(python: str | None = None, do_import: bool = False) -> None:
+def start_probe(python: str | None = None, do_import: bool = False, guard: str | None = None) -> None:
     """Start the probe's interpreter now, before the package is known: its start-up (most of a
     probe's cost) runs while the command loads the rest of itself and reads its input, and
     ``run_probe`` hands it the package name (`verify --lock --python` at container start). Only the
     timing changes -- same argv, environment and working directory, same handling of the output; a
     process that cannot start here is left to ``run_probe`` to start and report."""
     interpreter = interpreter_path(python)
-    key = (interpreter, do_import)
+    key = (interpreter, do_import, guard)
     if key in _started or (not do_import and is_this_interpreter(interpreter)):
         return
     try:
-        _started[key] = _spawn_probe(interpreter, do_import)
+        _started[key] = _spawn_probe(interpreter, do_import, guard)
     except OSError:
         return
 
 
-def run_probe(package: str, python: str | None = None, do_import: bool = False) -> dict[str, Any]:
+def run_probe(package: str, python: str | None = None, do_import: bool = False,
+              guard: str | None = None) -> dict[str, Any]:
     """Run probe.py in the target interpreter (stdlib only there) and return its facts. When the target is
     the interpreter running hotfix (a baked image, `python -m vllm_hotfix` in the server's venv), the probe
-    runs in this process (same code, same sys.path minus the launcher's entry): no second interpreter."""
+    runs in this process (same code, same sys.path minus the launcher's entry): no second interpreter.
+    ``guard``: also whether vLLM would load the guard there (probe.guard_facts): its entry points
+    (``probe.GUARD_ENTRY_POINTS``), and loaded (``GUARD_LOAD``; in this process always: no extra cost)."""
     interpreter = interpreter_path(python)
     if not do_import and is_this_interpreter(interpreter):
-        return probe_module.probe_here(package)
+        return probe_module.probe_here(package, guard=probe_module.GUARD_LOAD if guard else None)
     import subprocess
 
     try:
-        process = _started.pop((interpreter, do_import), None) or _spawn_probe(interpreter, do_import)
+        process = _started.pop((interpreter, do_import, guard), None) or _spawn_probe(interpreter, do_import, guard)
     except (OSError, ValueError) as exc:
         raise _cannot_start(interpreter, exc) from None
     try:
@@ -212,9 +227,9 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
     git_info = None
     if kind in ("editable", "git") and install_facts.find_work_tree(root) is not None:
         git_info = _git_info(root, warnings)
-    version, version_from = (dist["version"] if dist else None), None
+    version, version_from, version_file = (dist["version"] if dist else None), None, None
     if kind in ("editable", "git"):  # a checkout: what its build would produce, as --root says
-        version, version_from, _ = _checkout_version(root, package, version,
+        version, version_from, version_file, _ = _checkout_version(root, package, version,
                                                      str(dist_info / "METADATA") if dist_info else None)
 
     copies = [c for c in facts["copies"]]
@@ -258,12 +273,24 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
         copies=tuple(Path(c["path"]) for c in ([loaded] if loaded else []) + [c for c in copies if c is not loaded]),
         sys_path=tuple(facts["sys_path"]),
         version_from=version_from,
+        version_file=version_file,
+        guard=_guard_facts(facts.get("guard")),
     )
 
 
-def locate_package(package: str, python: str | None = None, do_import: bool = False) -> Target:
+def _guard_facts(found: Any) -> GuardFacts | None:
+    if not isinstance(found, dict):
+        return None
+    entry_points = found.get("entry_points")
+    error = found.get("load_error")
+    return GuardFacts(tuple(str(e) for e in entry_points) if isinstance(entry_points, list) else (),
+                      str(error) if error is not None else None, found.get("loaded") is True)
+
+
+def locate_package(package: str, python: str | None = None, do_import: bool = False,
+                   guard: str | None = None) -> Target:
     """The Target ``import PACKAGE`` resolves to in ``python`` (default: this interpreter)."""
-    return target_from_facts(run_probe(package, python, do_import))
+    return target_from_facts(run_probe(package, python, do_import, guard))
 
 
 def locate_root(root: Path, package: str | None = None) -> Target:
@@ -282,7 +309,7 @@ def locate_root(root: Path, package: str | None = None) -> Target:
     dist_info = None
     if package:
         dist_info, distribution, version = _checkout_metadata(root, package)
-    version, version_from, project = _checkout_version(root, package, version,
+    version, version_from, version_file, project = _checkout_version(root, package, version,
                                                        str(_metadata_file(dist_info)) if dist_info else None)
     if distribution is None and package:
         distribution = project  # pyproject.toml's [project] name
@@ -302,16 +329,18 @@ def locate_root(root: Path, package: str | None = None) -> Target:
         warnings=tuple(warnings),
         origin=package_dir / "__init__.py" if (package_dir / "__init__.py").exists() else None,
         version_from=version_from,
+        version_file=version_file,
     )
 
 
 def _checkout_version(root: Path, package: str | None, metadata: str | None,
-                      metadata_from: str | None) -> tuple[str | None, str | None, str | None]:
-    """(version, what it was derived from, pyproject's project name) of a checkout: install/version.py's one rule."""
+                      metadata_from: str | None) -> tuple[str | None, str | None, str | None, str | None]:
+    """(version, what it was derived from, the file it was read from, pyproject's project name) of a checkout:
+    install/version.py's one rule."""
     from vllm_hotfix.install.version import checkout_version
 
     found = checkout_version(root, package, metadata=metadata, metadata_from=metadata_from)
-    return found.version, (found.detail if found.derived else None), found.distribution
+    return found.version, (found.detail if found.derived else None), found.file, found.distribution
 
 
 def _metadata_file(meta_dir: Path) -> Path:

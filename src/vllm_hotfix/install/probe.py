@@ -15,6 +15,9 @@ import stat
 import sys
 
 MARKER = "@@vllm-hotfix-probe@@"
+GUARD_PLUGIN = "vllm_hotfix_guard"       # the entry point vLLM's plugin loader must find ...
+GUARD_GROUP = "vllm.general_plugins"     # ... in this group (pyproject.toml declares it)
+GUARD_ENTRY_POINTS, GUARD_LOAD = "entry-points", "load"  # what the probe asks about the guard (--guard, --guard-load)
 
 
 def _site_dirs():
@@ -289,6 +292,55 @@ def _open_record(info_dir, at=None):
     return _open_file(info_dir + "/RECORD", at, "RECORD") if info_dir.endswith(".dist-info") else None
 
 
+def guard_entry_points(path_entries):
+    """The values of the ``vllm.general_plugins`` entry points named vllm_hotfix_guard on PATH_ENTRIES, first
+    first (what ``importlib.metadata.entry_points(group=...)`` gives vLLM's loader), read straight from
+    each entry_points.txt that mentions the name: importing importlib.metadata and scanning every
+    distribution costs ~30 ms in a vLLM venv, paid at every container start."""
+    found = []
+    for info_dir in metadata_dirs(path_entries):
+        data = read_bytes(os.path.join(info_dir, "entry_points.txt"))
+        if data is None or GUARD_PLUGIN.encode() not in data:
+            continue
+        section = None
+        for line in data.decode("utf-8", "replace").splitlines():
+            line = line.strip()
+            if line.startswith("[") and line.endswith("]"):
+                section = line.strip("[]")  # importlib.metadata's reading: spaces inside are kept
+            elif section == GUARD_GROUP and "=" in line:
+                name, _, value = line.partition("=")
+                if name.strip() == GUARD_PLUGIN:
+                    found.append(value.strip())
+    return found
+
+
+def load_entry_point(value):
+    """What vLLM's loader does with an entry point (``EntryPoint.load()``): import MODULE, then each attribute."""
+    import importlib
+
+    module, _, attr = value.partition(":")
+    obj = importlib.import_module(module.strip())
+    for part in filter(None, attr.strip().split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def guard_facts(path_entries, load=True):
+    """Would vLLM started with this interpreter load the guard? Its entry points (first first) and, with
+    LOAD, what loading the first one raises (None: it loads) -- asked in the interpreter that runs vLLM,
+    since the entry points of the one running hotfix (a pipx / `uv tool` venv) say nothing about it.
+    Loading imports the guard and what it imports (~35 ms in a fresh interpreter), so the probe
+    only does it when asked (``--guard-load``: `hotfix guard --check-env`)."""
+    found = guard_entry_points(path_entries)
+    error = None
+    if found and load:
+        try:
+            load_entry_point(found[0])
+        except Exception as exc:  # noqa: BLE001 - exactly what vLLM's loader would hit
+            error = "%s: %s" % (type(exc).__name__, exc)
+    return {"entry_points": found, "load_error": error, "loaded": bool(found and load)}
+
+
 def _distributions(package, path_entries):
     """The installed distributions that provide PACKAGE, first on sys.path first -- the answer of
     importlib.metadata.packages_distributions() and distribution(), read straight from the metadata
@@ -372,14 +424,14 @@ def _real_import(package):
         return {"file": None, "error": f"{type(exc).__name__}: {message}".rstrip(": ")}
 
 
-def probe(package, do_import=False):
+def probe(package, do_import=False, guard=None):
     # `python -c` puts the current directory first; a launched server (vllm serve) does not.
     path_entries = [p for i, p in enumerate(sys.path) if not (i == 0 and p == "")]
     sys.path[:] = path_entries
-    return _facts(package, path_entries, do_import)
+    return _facts(package, path_entries, do_import, guard)
 
 
-def probe_here(package):
+def probe_here(package, guard=None):
     """The same facts for *this* running interpreter, without a process: sys.path without the entry the
     launcher put first (a script's directory, or the current directory for -m), as a fresh
     `python -c` sees it once the probe dropped its ''. sys.path is put back afterwards."""
@@ -388,7 +440,7 @@ def probe_here(package):
     path_entries = saved[1:] if skip_first else saved
     try:
         sys.path[:] = path_entries
-        return _facts(package, path_entries, False)
+        return _facts(package, path_entries, False, guard)
     finally:
         sys.path[:] = saved
 
@@ -420,7 +472,7 @@ def install_facts(package, path_entries, site_dirs=None):
     return facts
 
 
-def _facts(package, path_entries, do_import):
+def _facts(package, path_entries, do_import, guard=None):
     site_dirs = _site_dirs()
     facts = install_facts(package, path_entries, site_dirs)
     facts.update({
@@ -435,6 +487,7 @@ def _facts(package, path_entries, do_import):
     facts["copies"] = _copies(top, path_entries)
     facts["pth_files"] = _pth_files(site_dirs)
     facts["import"] = _real_import(package) if do_import else None
+    facts["guard"] = guard_facts(path_entries, load=guard == GUARD_LOAD) if guard else None
     return facts
 
 
@@ -444,7 +497,8 @@ def main(argv):
         package = sys.stdin.readline().strip()
         if not package:
             return
-    facts = probe(package, do_import="--import" in argv[1:])
+    guard = GUARD_LOAD if "--guard-load" in argv[1:] else GUARD_ENTRY_POINTS if "--guard" in argv[1:] else None
+    facts = probe(package, do_import="--import" in argv[1:], guard=guard)
     sys.stdout.write(MARKER + repr(facts) + "\n")  # str, int, bool, None, list, dict: a literal
     sys.stdout.flush()
 

@@ -43,6 +43,7 @@ class CheckoutVersion:
     source: str | None  # "pyproject" | "git-tag" | "git-describe" | "version-file" | "metadata" | None
     detail: str | None  # what was read, for people: "git tag v0.30.0", "vllm/_version.py", ...
     distribution: str | None = None  # [project] name in pyproject.toml, when there is one
+    file: str | None = None  # the file under the root it was read from ('pyproject.toml', 'vllm/_version.py')
 
     @property
     def derived(self) -> bool:
@@ -61,7 +62,7 @@ def checkout_version(root: Path, package: str | None, *, metadata: str | None = 
     static = project.get("version")
     if isinstance(static, str) and "version" not in dynamic and _normalise(static):
         return CheckoutVersion(version=_normalise(static), source="pyproject", detail=f"{root / 'pyproject.toml'} "
-                               "[project] version", distribution=name)
+                               "[project] version", distribution=name, file="pyproject.toml")
     from_git = _from_git(root)
     if from_git is not None:
         version, source, detail = from_git
@@ -70,7 +71,8 @@ def checkout_version(root: Path, package: str | None, *, metadata: str | None = 
         found = _from_version_file(root, package, project.get("_version_file"))
         if found is not None:
             version, path = found
-            return CheckoutVersion(version=version, source="version-file", detail=str(path), distribution=name)
+            return CheckoutVersion(version=version, source="version-file", detail=str(path), distribution=name,
+                                   file=path.relative_to(root).as_posix())
     if metadata:
         return CheckoutVersion(version=metadata, source="metadata", detail=metadata_from, distribution=name)
     return CheckoutVersion(version=None, source=None, detail=None, distribution=name)

@@ -8,11 +8,13 @@ Order of a commit (each step only after the previous one is durable):
 3. write every new content to a temp file beside its target;
 4. ``os.replace`` each temp over its target, unlink deleted files and renamed sources;
 5. drop ``__pycache__/<module>.*.pyc`` of every touched ``.py``;
-6. write the new record (``state.json`` of the target: what is applied, with which bytes), if given;
+6. write the new record (``state.json`` of the target: what is applied, with which bytes), if given,
+   and the state directory's other files of the change (``also``: history.jsonl with its new line);
 7. fsync, then unlink ``journal.json``: this is the commit point.
 
-The record is part of the transaction: its previous bytes are backed up with the files, so a crash
-anywhere before the commit point gives back the old files AND the old record, and after it both new.
+The record is part of the transaction: its previous bytes (and the history's) are backed up with the
+files, so a crash anywhere before the commit point gives back the old files AND the old record and
+history, and after it all new.
 
 While ``journal.json`` exists the target may be half-written; ``recover`` (and any failure or
 SIGINT/SIGTERM inside ``commit``) puts every file back to its "before" bytes from the backups.
@@ -28,7 +30,7 @@ import signal
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from vllm_hotfix.core.apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
@@ -125,12 +127,14 @@ def _missing_dirs(root: Path, paths: Iterable[str]) -> list[str]:
 
 
 def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tree: Tree | None = None,
-           state_record: tuple[Path, bytes] | None = None, kept: dict[str, str] | None = None) -> None:
+           state_record: tuple[Path, bytes] | None = None, kept: dict[str, str] | None = None,
+           also: Sequence[tuple[Path, bytes]] = ()) -> None:
     """Write ``plan`` under ``root`` all-or-nothing (see the module docstring). WriteFailed on OSError.
 
     ``tree``: the Tree the plan was read through, if at hand; files it read and that provably did not
     change since (same inode, size, mtime, ctime) are not read again.
-    ``state_record``: (path, bytes) of the target's record, replaced inside the same transaction.
+    ``state_record``: (path, bytes) of the target's record, replaced inside the same transaction;
+    ``also``: more (path, bytes) of the target's state folder replaced with it (its history files).
     ``kept``: target-relative path -> absolute path of a durable hard link of its original that the
     caller already made (the record's backups): the journal names it instead of linking its own, when
     it still is the very inode at the path (recovery runs before anything prunes those).
@@ -150,13 +154,14 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
         "root": str(root.absolute()),
         "tag": tag,
         "created_dirs": [os.path.relpath(d, root) for d in new_dirs],
-        "record": None,
+        "records": [],
         "files": [],
     }
+    records = ([state_record] if state_record is not None else []) + list(also)
     at = _Progress()
     with signals_as_exceptions() as guard:
         try:
-            _write_journal(ops, paths, record, journal_dir, state_record=state_record, kept=kept, fsync=fsync, at=at)
+            _write_journal(ops, paths, record, journal_dir, records=records, kept=kept, fsync=fsync, at=at)
             _write_temps(ops, paths, new_dirs, root, tag, fsync=fsync, at=at)
             _switch(ops, paths, tag, at=at)
             at.current = "emptied directories"
@@ -165,11 +170,11 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
             touched = [paths[op.path] for op in ops]
             at.current = "__pycache__"
             _drop_bytecode(touched)
-            # step 6: the record, inside the transaction
-            if state_record is not None:
-                at.current = str(state_record[0])
-                state_record[0].parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(state_record[0], state_record[1])
+            # step 6: the record (and the history), inside the transaction
+            for path, data in records:
+                at.current = str(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, data)
             if fsync:
                 at.current = "directories"
                 _fsync_dirs({os.path.dirname(p) for p in touched + new_dirs + removed_dirs} - set(removed_dirs))
@@ -206,7 +211,7 @@ class _Progress:
 
 
 def _write_journal(ops: list[FileOp], paths: dict[str, str], record: dict, journal_dir: Path, *,
-                   state_record: tuple[Path, bytes] | None, kept: dict[str, str] | None, fsync: bool,
+                   records: list[tuple[Path, bytes]], kept: dict[str, str] | None, fsync: bool,
                    at: _Progress) -> None:
     """Step 2: a backup of every original (the caller's durable hard link when it still is the inode at
     the path, else a link of our own), then ``journal.json`` naming them, durable."""
@@ -214,9 +219,9 @@ def _write_journal(ops: list[FileOp], paths: dict[str, str], record: dict, journ
     _discard_backups(journal_dir)
     backups.mkdir(parents=True)
     hashes = _parallel(sha256_hex, [op.before for op in ops] + [op.after for op in ops])  # once: remembered
-    if state_record is not None:
-        at.current = str(state_record[0])
-        record["record"] = _back_up_record(state_record, backups)
+    for number, own in enumerate(records):  # the state folder's files of the change (record, history)
+        at.current = str(own[0])
+        record["records"].append(_back_up_record(own, backups, number))
     for index, op in enumerate(ops):
         at.current = op.path
         backup = None
@@ -262,13 +267,14 @@ def _fsync_dirs(directories: set[str]) -> None:
     _parallel(fsync_dir, sorted(directories))
 
 
-def _back_up_record(record: tuple[Path, bytes], backups: Path) -> dict:
-    """Keep the record's current bytes (a hard link: atomic_write replaces, never edits) for a restore."""
+def _back_up_record(record: tuple[Path, bytes], backups: Path, number: int = 0) -> dict:
+    """Keep a state file's current bytes (a hard link: atomic_write replaces, never edits) for a restore."""
     path, data = record
     entry = {"path": str(path), "backup": None, "before_sha256": _file_sha256(path), "after_sha256": sha256_hex(data)}
     if entry["before_sha256"] is not None:
-        _backup(path, backups / RECORD_BACKUP)
-        entry["backup"] = f"{BACKUPS}/{RECORD_BACKUP}"
+        name = RECORD_BACKUP if number == 0 else f"{RECORD_BACKUP}-{number}"
+        _backup(path, backups / name)
+        entry["backup"] = f"{BACKUPS}/{name}"
     return entry
 
 

@@ -55,6 +55,7 @@ def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
     """Hold the target's exclusive lock for the ``with`` block; wait up to ``timeout`` s, then ``Busy``."""
     from vllm_hotfix.errors import WriteFailed
     from vllm_hotfix.paths import TargetDir, make_target_dir
+    from vllm_hotfix.txn.writable import WRITE_HINTS, describe
 
     state_dir = Path(state_dir)
     try:
@@ -66,8 +67,9 @@ def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
     try:  # never through a symlink (a planted one would have us truncate the file it names), never a FIFO
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.ENXIO):
-            raise
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):  # a full or read-only state directory: nothing was changed
+            raise WriteFailed(f"{exc.filename or lock_file}: {describe(exc)}; nothing was changed",
+                              hint=WRITE_HINTS.get(exc.errno)) from None
         raise WriteFailed(f"{lock_file}: is a symbolic link or not a regular file; nothing was changed",
                           hint="remove it (vllm-hotfix creates a regular file there)") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -16,13 +16,13 @@ from vllm_hotfix.core.docfields import Fields, relpath_problem
 from vllm_hotfix.errors import HotfixError, InvalidInput, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import STATE_NAME
+from vllm_hotfix.paths import HISTORY_NAME, HISTORY_ROTATED, STATE_NAME
 from vllm_hotfix.txn.atomic import TEMP_SUFFIX, fsync_dir, temp_path_for, unlink_if_present
 from vllm_hotfix.txn.fsops import (
     BACKUPS, JOURNAL, RECORD_BACKUP, _describe, _discard_backups, _drop_bytecode, _file_sha256, _signals_blocked,
 )
 
-SCHEMA = 1
+SCHEMA = 2  # 2: "records", the state folder's files of the change (state.json, history); 1: "record" (read too)
 
 @dataclass(frozen=True)
 class RecoveryReport:
@@ -107,11 +107,11 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
             os.rmdir(root / rel)
         except OSError:
             pass
-    if record.get("record"):
+    for own in _records(record):
         try:
-            _restore_record(record["record"], journal_dir, tag)
+            _restore_record(own, journal_dir, tag)
         except OSError as exc:
-            problems.append(f"{record['record']['path']} ({_describe(exc)})")
+            problems.append(f"{own['path']} ({_describe(exc)})")
     try:
         try:
             _drop_bytecode(touched)
@@ -130,6 +130,14 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
 
 
 TAG = re.compile(r"[0-9]{1,10}-[0-9a-f]{8}")
+OWN_FILES = (STATE_NAME, HISTORY_NAME, HISTORY_ROTATED)  # what a journal's "records" may name, beside it
+
+
+def _records(journal: dict) -> list[dict]:
+    """The state folder's files a journal restores: schema 2's "records", schema 1's one "record"."""
+    if "records" in journal:
+        return list(journal["records"])
+    return [journal["record"]] if journal.get("record") else []
 
 
 def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
@@ -151,7 +159,7 @@ def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
         raise InvalidInput(f"{path}: no journal", hint=hint)
     f = Fields(str(path))
     doc = f.mapping(load_json(data, str(path)), "")
-    if f.get(doc, "", "schema", int) != SCHEMA:
+    if f.get(doc, "", "schema", int) not in (1, SCHEMA):
         raise f.fail("schema", f"unsupported journal schema {doc.get('schema')!r} (this vllm-hotfix writes {SCHEMA})")
     named = f.text(doc, "", "root")
     state_dir = journal_dir.parent
@@ -174,17 +182,21 @@ def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
             real = os.path.realpath(value)
             if os.path.commonpath([real, kept_dir]) != kept_dir or ".." in value.split("/"):
                 raise f.fail(f.at(where, "backup"), f"{value!r} is outside this target's kept originals")
-        elif not re.fullmatch(rf"{BACKUPS}/[0-9]+|{BACKUPS}/{RECORD_BACKUP}", value):
+        elif not re.fullmatch(rf"{BACKUPS}/[0-9]+|{BACKUPS}/{RECORD_BACKUP}(-[0-9]{{1,3}})?", value):
             raise f.fail(f.at(where, "backup"), f"expected {BACKUPS}/N, got {value!r}")
 
-    record = doc.get("record")
-    if record is not None:
-        record = f.mapping(record, "record")
-        if os.path.realpath(f.text(record, "record", "path")) != os.path.realpath(state_dir / STATE_NAME):
-            raise f.fail("record.path", f"{record['path']!r} is not this target's {STATE_NAME}")
-        backup(record, "record")
-        f.sha256(record, "record", "before_sha256", required=False)
-        f.sha256(record, "record", "after_sha256", required=False)
+    if doc["schema"] == 1:
+        named_records = [("record", doc["record"])] if doc.get("record") is not None else []
+    else:
+        named_records = [(f"records[{i}]", r) for i, r in enumerate(f.items(f.get(doc, "", "records", list), "records"))]
+    own_files = {os.path.realpath(state_dir / name): name for name in OWN_FILES}
+    for where, record in named_records:
+        record = f.mapping(record, where)
+        if os.path.realpath(f.text(record, where, "path")) not in own_files:
+            raise f.fail(f.at(where, "path"), f"{record['path']!r} is not this target's {' or '.join(OWN_FILES)}")
+        backup(record, where)
+        f.sha256(record, where, "before_sha256", required=False)
+        f.sha256(record, where, "after_sha256", required=False)
     for index, entry in enumerate(f.items(f.get(doc, "", "files", list), "files")):
         where = f"files[{index}]"
         entry = f.mapping(entry, where)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 from pathlib import Path
 from typing import Iterable
 
 from vllm_hotfix.errors import WriteFailed
+from vllm_hotfix.install.mounts import mount_points
 from vllm_hotfix.paths import state_dir
 
 WRITE_HINTS = {
@@ -59,17 +59,6 @@ def _nearest_directory(path: str) -> str | OSError:
     return path if os.path.isdir(path) else _os_error(errno.ENOTDIR, path)
 
 
-def _mount_points() -> set[str]:
-    """Every mount point of this process (Linux /proc/self/mountinfo; empty elsewhere)."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
-            fields = [line.split(" ", 5) for line in fh]
-    except OSError:
-        return set()
-    unescape = lambda text: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)  # noqa: E731
-    return {unescape(f[4]) for f in fields if len(f) > 4}
-
-
 def state_dir_writable(target_state: Path, *, create: bool = True) -> None:
     """Create ``target_state`` (a target's directory in the state dir) or refuse with exit 6.
     ``create=False`` (a dry run): only check that it could be created and written."""
@@ -100,7 +89,7 @@ def target_writable(root: Path, paths: Iterable[str]) -> None:
     seen: set[str] = set()
     paths = list(paths)
     inside = os.path.realpath(root) + os.sep
-    mounted = {point for point in _mount_points() if point.startswith(inside)}
+    mounted = {point for point in mount_points() if point.startswith(inside)}
     for rel in paths if mounted else ():
         path = os.path.realpath(os.path.join(root, rel))
         if path in mounted:  # a file bind-mounted over the install: os.replace would give EBUSY

@@ -1,0 +1,117 @@
+"""The history line of one transaction (who, when, what, with which outcome and fingerprint), built by
+the transaction runner from the change it commits, and written by the same commit (txn/history.py).
+Reading it back is `hotfix log` (``targets_history``)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from vllm_hotfix.core.fingerprint import Entry as FingerprintEntry, fingerprint
+from vllm_hotfix.errors import HotfixError
+from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.txn import history
+from vllm_hotfix.txn.state import TargetState, now
+
+if TYPE_CHECKING:
+    from vllm_hotfix.core.apply import Plan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """What a transaction does, in the caller's words: history.jsonl's outcome, hotfix and version."""
+
+    outcome: str            # one of txn.history.OUTCOMES
+    hotfix: str
+    version: int | str
+    detail: str = ""
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that made the change, as a user would type it again (``hotfix ...``)."""
+    argv = list(sys.argv if argv is None else argv)
+    first = os.path.basename(argv[0]) if argv else "hotfix"
+    if first in ("__main__.py", "hotfix", "-m", "-c") or first.startswith("vllm_hotfix"):
+        first = "hotfix"
+    return shlex.join([first, *argv[1:]])
+
+
+def _user() -> tuple[str, int, str | None]:
+    uid = os.geteuid()
+    try:
+        import pwd
+
+        name = pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        name = f"uid {uid}"
+    return name, uid, os.environ.get("SUDO_USER") or None
+
+
+def series_fingerprint(state: TargetState, plan: Plan, tree: Tree) -> str:
+    """The fingerprint `status` prints for ``state``'s recorded series once ``plan`` is written: each
+    touched file holds the top of its series (what the plan writes, the same transaction's record says),
+    every other file what it holds now."""
+    from vllm_hotfix.flow.plan import flatten
+
+    top: dict[str, str | None] = {}
+    for recorded in state.hotfixes.values():
+        for file in recorded.files:
+            top[file.path] = file.after_sha256
+    touched = {path for path, _, _ in flatten(plan)}
+    read: dict[str, str | None] = {}
+
+    def now_sha(path: str) -> str | None:
+        if path in touched:
+            return top.get(path)
+        if path not in read:
+            import hashlib
+
+            try:
+                found = tree.read(path)
+            except HotfixError:
+                found = None
+            read[path] = hashlib.sha256(found.data).hexdigest() if found is not None else None
+        return read[path]
+
+    target = state.target
+    return fingerprint(FingerprintEntry(h.id, h.version, target.get("distribution"), target.get("version"),
+                                        tuple((f.path, now_sha(f.path)) for f in h.files))
+                       for h in state.hotfixes.values())
+
+
+def entry(event: Event, state: TargetState, plan: Plan, tree: Tree, root: str) -> history.Entry:
+    """The line of ``event``: the record after it (``state``) and what it writes (``plan``)."""
+    user, uid, sudo_user = _user()
+    target = state.target
+    return history.Entry(
+        time=now(), user=user, uid=uid, sudo_user=sudo_user, host=os.uname().nodename, pid=os.getpid(),
+        command=command_line(), outcome=event.outcome, hotfix=event.hotfix, version=event.version,
+        fingerprint=series_fingerprint(state, plan, tree), series=tuple(state.hotfixes), files=len(plan.edits),
+        root=str(root), distribution=target.get("distribution"), installed_version=target.get("version"),
+        detail=event.detail)
+
+
+def histories(*, python: str | None, root, everything: bool, catalogs=()) -> list[tuple[str, list[history.Entry]]]:
+    """(target root, its entries oldest first) for every target of this `--python` / `--root`, or of the
+    whole state directory (``everything``); InvalidInput (exit 8) names a broken file or line."""
+    from vllm_hotfix.paths import TargetDir, all_target_dirs
+
+    if everything:
+        found = []
+        for tdir in all_target_dirs():
+            entries = history.read_history(tdir)
+            try:
+                named = TargetState.load(tdir.directory).target.get("root")
+            except HotfixError:
+                named = None
+            found.append((named or (entries[-1].root if entries else str(tdir.directory)), entries))
+        return found
+    from vllm_hotfix.catalog.index import Catalog
+    from vllm_hotfix.flow.resolve import Resolver
+
+    resolver = Resolver(python, root)
+    catalog = Catalog.load(catalogs) if root is None else None
+    return [(str(t.root), history.read_history(TargetDir.of(t.root))) for t in resolver.targets(catalog)]
