@@ -55,6 +55,11 @@ class Value(metaclass=_ValueType):
     def _values(self) -> tuple:
         return tuple(getattr(self, field) for field in self._fields)
 
+    def as_dict(self) -> dict:
+        """The fields by name, in order (a slotted class has no ``__dict__``; cf. ``dataclasses.asdict``,
+        without its recursion)."""
+        return dict(zip(self._fields, self._values()))
+
     def __setattr__(self, name: str, value) -> None:
         raise AttributeError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
 
