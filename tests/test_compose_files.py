@@ -11,12 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.composefiles import validate
-from vllm_hotfix.txn.lockfile import Lock, LockedFile, LockedHotfix, dump_lock
+from fixtures.composefiles import HOTFIX, PATH, SITE, validate, write_export
+from vllm_hotfix.txn.lockfile import Lock, LockedFile, LockedHotfix
 
-PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
-SITE = "/usr/local/lib/python3.12/site-packages"
-HOTFIX = "mamba-align-block-size"
 
 ANCHORS = """\
 ---
@@ -58,12 +55,7 @@ services:
 @pytest.fixture
 def project(tmp_path):
     """A directory with an export (hotfix.lock + the patched file) and nothing else."""
-    export = tmp_path / "hotfix-export"
-    (export / HOTFIX / PATH).parent.mkdir(parents=True)
-    (export / HOTFIX / PATH).write_text("# patched\n")
-    locked = LockedFile(PATH, "0" * 64, "1" * 64, f"{HOTFIX}/{PATH}")
-    lock = Lock(site_packages=SITE, hotfixes=(LockedHotfix(HOTFIX, 1, "vllm", "vllm", "0.30.0", "0.32.0", (locked,)),))
-    (export / "hotfix.lock").write_bytes(dump_lock(lock))
+    write_export(tmp_path / "hotfix-export")
     return tmp_path
 
 

@@ -11,23 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.composefiles import config, validate
+from fixtures.composefiles import HOTFIX, PATH, SITE, config, validate, write_export
 from fixtures.trees import everything
-from vllm_hotfix.txn.lockfile import Lock, LockedFile, LockedHotfix, dump_lock
 
-PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
-SITE = "/usr/local/lib/python3.12/site-packages"
-HOTFIX = "mamba-align-block-size"
 LOCK_TARGET = "/etc/vllm-hotfix/hotfix.lock"
 
 
 def export(where: Path) -> Path:
-    (where / HOTFIX / PATH).parent.mkdir(parents=True)
-    (where / HOTFIX / PATH).write_text("# patched\n")
-    locked = LockedFile(PATH, "0" * 64, "1" * 64, f"{HOTFIX}/{PATH}")
-    lock = Lock(site_packages=SITE, hotfixes=(LockedHotfix(HOTFIX, 1, "vllm", "vllm", "0.30.0", "0.32.0", (locked,)),))
-    (where / "hotfix.lock").write_bytes(dump_lock(lock))
-    return where
+    return write_export(where)
 
 
 

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from fixtures.manifests import write_patch_catalog
+
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 
 
@@ -30,21 +32,8 @@ def _broken_catalog(root):
     """A manifest whose patch expects a line no vLLM release has, plus a git-target manifest."""
     patch = (f"diff --git a/{MAMBA} b/{MAMBA}\n--- a/{MAMBA}\n+++ b/{MAMBA}\n"
              "@@ -1,2 +1,2 @@\n-# this line is in no vLLM release\n+# replaced\n # SPDX\n").encode()
-    (root / "patches" / "broken").mkdir(parents=True)
-    (root / "patches" / "broken" / "0.patch").write_bytes(patch)
-    (root / "manifests").mkdir()
-    (root / "manifests" / "broken.toml").write_text(f"""\
-schema = 1
-id = "broken"
-version = 1
-title = "a hotfix that no longer applies"
-[[targets]]
-distribution = "vllm"
-versions = ">=0.31.0,<0.33.0"
-[[patches]]
-file = "broken/0.patch"
-sha256 = "{hashlib.sha256(patch).hexdigest()}"
-""")
+    write_patch_catalog(root, "broken", patch, distribution="vllm", versions=">=0.31.0,<0.33.0", fixed_in=None,
+                        title="a hotfix that no longer applies", file="0.patch")
     (root / "manifests" / "on-a-checkout.toml").write_text("""\
 schema = 1
 id = "on-a-checkout"

@@ -10,6 +10,7 @@ import os
 import pytest
 
 import realdata
+from fixtures.manifests import write_patch_catalog
 from fixtures.releases import (
     HAND_MADE, MAMBA, REPO, git_apply_check, one_variant_catalog, upstream_fix_diff, wheel_file,
 )
@@ -109,24 +110,9 @@ def test_a_conflicting_release_is_exit_4_naming_the_hunk_and_nothing_is_written(
 
 def test_fixed_upstream_by_content_proposes_fixed_in(run_hotfix, tmp_path):
     """The upstream fix itself as a hotfix with an open range and no fixed_in: 0.32.0 and 0.33.0 hold it."""
-    import hashlib
-
-    catalog = tmp_path / "catalog"
-    (catalog / "patches" / "upstream-divisor").mkdir(parents=True)
-    data = upstream_fix_diff(catalog / "patches" / "upstream-divisor" / "fix.diff").read_bytes()
-    (catalog / "manifests").mkdir()
-    (catalog / "manifests" / "upstream-divisor.toml").write_text(f"""\
-schema = 1
-id = "upstream-divisor"
-version = 1
-title = "the 0.32.0 divisor fix"
-[[targets]]
-distribution = "vllm"
-versions = ">=0.31.0"
-[[patches]]
-file = "upstream-divisor/fix.diff"
-sha256 = "{hashlib.sha256(data).hexdigest()}"
-""")
+    catalog = write_patch_catalog(tmp_path / "catalog", "upstream-divisor", upstream_fix_diff(tmp_path / "fix.diff").read_bytes(),
+                                  distribution="vllm", versions=">=0.31.0", fixed_in=None, title="the 0.32.0 divisor fix",
+                                  file="fix.diff")
     done = run_hotfix("port", "upstream-divisor", "--catalog", catalog, "--versions", "0.31.0,0.32.0,0.33.0",
                       "--out", tmp_path / "out", "--json")
     assert done.returncode == 0, done.stderr

@@ -16,8 +16,8 @@ from vllm_hotfix.catalog.model import (
     ID_PATTERN, KINDS, REFERENCE_KINDS, SCHEMA, FixedIn, GitBaseline, Manifest, PatchSpec, PatchStats, PostCheck,
     Reference, Requirement, TargetSpec,
 )
-from vllm_hotfix.catalog.signatures import _signature
-from vllm_hotfix.catalog.table import _Table, _type_name
+from vllm_hotfix.catalog.signatures import signature_from_table
+from vllm_hotfix.catalog.table import Table, type_name
 from vllm_hotfix.core.data import load_toml
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.inputs import read_bounded as read_input
@@ -41,14 +41,14 @@ def load_manifest(path: Path | str, *, patches_dir: Path | None = None) -> Manif
 # --- validation -------------------------------------------------------------------------------
 
 
-def _package(table: _Table, distribution: str) -> str:
+def _package(table: Table, distribution: str) -> str:
     package = table.text("package", default=distribution.replace("-", "_"))
     if not all(part.isidentifier() for part in package.split(".")):
         raise table.error("package", f"not an importable package name: {package!r}")
     return package
 
 
-def _git(table: _Table | None) -> GitBaseline | None:
+def _git(table: Table | None) -> GitBaseline | None:
     if table is None:
         return None
     baseline = GitBaseline(
@@ -62,15 +62,15 @@ def _git(table: _Table | None) -> GitBaseline | None:
     return baseline
 
 
-def _version_value(table: _Table, key: str, value: Any) -> int | str:
+def _version_value(table: Table, key: str, value: Any) -> int | str:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise table.error(key, f"expected an integer or a string, got {_type_name(value)}")
+        raise table.error(key, f"expected an integer or a string, got {type_name(value)}")
     if isinstance(value, str) and not value.strip():
         raise table.error(key, "must not be empty")
     return value
 
 
-def _fixed_in(top: _Table) -> FixedIn | None:
+def _fixed_in(top: Table) -> FixedIn | None:
     if not top.has("fixed_in"):
         return None
     raw = top.data["fixed_in"]
@@ -79,7 +79,7 @@ def _fixed_in(top: _Table) -> FixedIn | None:
         table = top
         key = "fixed_in"
     else:
-        table = _Table(raw, "fixed_in", top.source, ("version", "commit", "repo"))
+        table = Table(raw, "fixed_in", top.source, ("version", "commit", "repo"))
         fixed = FixedIn(version=table.text("version"), commit=table.commit("commit"), repo=table.text("repo"))
         key = "version"
         if (fixed.version is None) == (fixed.commit is None):
@@ -93,7 +93,7 @@ def _fixed_in(top: _Table) -> FixedIn | None:
 
 
 def _target(path: str, raw: Any, source: str) -> TargetSpec:
-    table = _Table(raw, path, source, ("distribution", "package", "versions", "git"))
+    table = Table(raw, path, source, ("distribution", "package", "versions", "git"))
     distribution = table.text("distribution", required=True)
     target = TargetSpec(
         distribution=distribution,
@@ -110,7 +110,7 @@ _PATCH_KEYS = ("file", "external", "url", "repo", "commit", "md5", "sha256", "st
 
 
 def _patch(path: str, raw: Any, source: str) -> PatchSpec:
-    table = _Table(raw, path, source, _PATCH_KEYS)
+    table = Table(raw, path, source, _PATCH_KEYS)
     kinds = [k for k in ("file", "external", "commit") if table.has(k)]
     if len(kinds) != 1:
         raise table.error(None, "needs exactly one of file, external, commit (with repo)")
@@ -152,7 +152,7 @@ def _patch(path: str, raw: Any, source: str) -> PatchSpec:
 
 
 def _requirement(path: str, raw: Any, source: str) -> Requirement:
-    table = _Table(raw, path, source, ("distribution", "package", "root_hint", "git"))
+    table = Table(raw, path, source, ("distribution", "package", "root_hint", "git"))
     distribution = table.text("distribution", required=True)
     git_table = table.sub("git", ("commit", "tag", "clean"))
     if git_table is None:
@@ -166,7 +166,7 @@ def _requirement(path: str, raw: Any, source: str) -> Requirement:
 
 
 def _check(path: str, raw: Any, source: str) -> PostCheck:
-    table = _Table(raw, path, source, ("file", "contains", "not_contains", "description"))
+    table = Table(raw, path, source, ("file", "contains", "not_contains", "description"))
     check = PostCheck(
         file=table.relative_path("file", required=True),
         contains=table.text("contains"),
@@ -179,7 +179,7 @@ def _check(path: str, raw: Any, source: str) -> PostCheck:
 
 
 def _reference(path: str, raw: Any, source: str) -> Reference:
-    table = _Table(raw, path, source, ("kind", "url", "title", "note"))
+    table = Table(raw, path, source, ("kind", "url", "title", "note"))
     kind = table.text("kind", required=True)
     if kind not in REFERENCE_KINDS:
         raise table.error("kind", f"expected one of {', '.join(REFERENCE_KINDS)}, got {kind!r}")
@@ -191,7 +191,7 @@ _TOP_KEYS = ("schema", "id", "version", "title", "description", "symptoms", "fix
              "compiled_changes", "conflicts", "after")
 
 
-def _ids(top: "_Table", key: str, own: str) -> tuple[str, ...]:
+def _ids(top: "Table", key: str, own: str) -> tuple[str, ...]:
     """``conflicts`` / ``after``: other hotfix ids, each following the id rule."""
     raw = top.value(key, (list,), default=[])
     ids = []
@@ -204,7 +204,7 @@ def _ids(top: "_Table", key: str, own: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ids))
 
 
-def _kind_fields(top: _Table) -> tuple[str, str | None, str | None]:
+def _kind_fields(top: Table) -> tuple[str, str | None, str | None]:
     """``kind``, ``workaround``, ``fixed_by``: an advisory has a workaround and no patches, a hotfix the reverse."""
     kind = top.text("kind", default="hotfix")
     if kind not in KINDS:
@@ -229,7 +229,7 @@ def _kind_fields(top: _Table) -> tuple[str, str | None, str | None]:
 def manifest_from_dict(data: Mapping[str, Any], source: str, *, source_path: Path | None = None,
                        patches_dir: Path | None = None) -> Manifest:
     """Validate a parsed manifest (pure). ``source`` names the file in error messages."""
-    top = _Table(dict(data), "", source, _TOP_KEYS)
+    top = Table(dict(data), "", source, _TOP_KEYS)
     schema = top.value("schema", (int,), required=True)
     if schema != SCHEMA:
         raise top.error("schema", f"unsupported schema {schema} (this vllm-hotfix reads schema {SCHEMA})")
@@ -260,7 +260,7 @@ def manifest_from_dict(data: Mapping[str, Any], source: str, *, source_path: Pat
         description=top.text("description", default="") or "",
         symptoms=top.strings("symptoms"),
         kind=kind,
-        signatures=tuple(_signature(p, r, source) for p, r in top.tables("signatures")),
+        signatures=tuple(signature_from_table(p, r, source) for p, r in top.tables("signatures")),
         workaround=workaround,
         fixed_by=fixed_by,
         fixed_in=_fixed_in(top),

@@ -1,7 +1,7 @@
 """Manifest ``[[signatures]]``: the log lines that tell a known issue from every other crash.
 
 One block, easy to move into manifest.py (or out of it): the ``Signature`` dataclass, its
-``_signature`` parser (called by ``manifest_from_dict``), ``literal_anchor``, which every pattern must
+``signature_from_table`` parser (called by ``manifest_from_dict``), ``literal_anchor``, which every pattern must
 have so that ``hotfix doctor`` can prefilter gigabytes of log with a plain substring search, and
 ``compile_pattern``, the one place a signature becomes a matcher.
 
@@ -45,7 +45,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from vllm_hotfix.catalog.table import _Table
+from vllm_hotfix.catalog.table import Table
 
 ROLES = ("first-error", "context", "config", "noise")
 TIERS = ("specific", "generic", "veto")
@@ -198,10 +198,10 @@ def linear_time_problem(pattern: str) -> str | None:
     return walk(parsed, False)
 
 
-def _signature(path: str, raw: Any, source: str) -> Signature:
+def signature_from_table(path: str, raw: Any, source: str) -> Signature:
     """Validate one ``[[signatures]]`` table (manifest.py's strict style, errors name the key path)."""
 
-    table = _Table(raw, path, source, ("pattern", "role", "tier", "weight", "explain", "confirmed"))
+    table = Table(raw, path, source, ("pattern", "role", "tier", "weight", "explain", "confirmed"))
     pattern = table.text("pattern", required=True)
     try:
         re.compile(pattern)

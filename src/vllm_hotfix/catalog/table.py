@@ -15,7 +15,7 @@ COMMIT_PATTERN = re.compile(r"[0-9a-f]{7,40}")
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "an array", dict: "a table"}
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     for kind, name in ((str, "a string"), (int, "an integer"), (float, "a float"), (list, "an array"), (dict, "a table")):
@@ -24,14 +24,14 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-class _Table:
+class Table:
     """One TOML table being validated; knows its key path for error messages."""
 
     def __init__(self, data: Any, path: str, source: str, allowed: Sequence[str]):
         self.path = path
         self.source = source
         if not isinstance(data, dict):
-            raise self.error(None, f"expected a table, got {_type_name(data)}")
+            raise self.error(None, f"expected a table, got {type_name(data)}")
         self.data = data
         unknown = [key for key in data if key not in allowed]
         if unknown:
@@ -56,7 +56,7 @@ class _Table:
         value = self.data[key]
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
             expected = " or ".join(_TYPE_NAMES[k] for k in kinds)
-            raise self.error(key, f"expected {expected}, got {_type_name(value)}")
+            raise self.error(key, f"expected {expected}, got {type_name(value)}")
         return value
 
     def text(self, key: str, *, required: bool = False, default: str | None = None) -> str | None:
@@ -69,7 +69,7 @@ class _Table:
         values = self.value(key, (list,), default=[])
         for index, item in enumerate(values):
             if not isinstance(item, str):
-                raise self.error(f"{key}[{index}]", f"expected a string, got {_type_name(item)}")
+                raise self.error(f"{key}[{index}]", f"expected a string, got {type_name(item)}")
         return tuple(values)
 
     def tables(self, key: str, *, required: bool = False) -> list[tuple[str, Any]]:
@@ -78,10 +78,10 @@ class _Table:
             raise self.error(key, "needs at least one entry")
         return [(f"{self.key_path(key)}[{index}]", item) for index, item in enumerate(values)]
 
-    def sub(self, key: str, allowed: Sequence[str]) -> _Table | None:
+    def sub(self, key: str, allowed: Sequence[str]) -> Table | None:
         if key not in self.data:
             return None
-        return _Table(self.data[key], self.key_path(key), self.source, allowed)
+        return Table(self.data[key], self.key_path(key), self.source, allowed)
 
     def hexdigest(self, key: str, length: int, *, required: bool = False) -> str | None:
         value = self.text(key, required=required)

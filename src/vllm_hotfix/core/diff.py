@@ -16,7 +16,7 @@ from typing import Sequence
 
 from vllm_hotfix.core.parse import parse_patch
 from vllm_hotfix.core.patchmodel import (  # noqa: F401 - the model is part of this layer's API
-    _HEADER_RANGES, _SWAP_OPS, DiffStat, FilePatch, Hunk, HunkLine, Patch,
+    HEADER_RANGES, SWAP_OPS, DiffStat, FilePatch, Hunk, HunkLine, Patch,
 )
 
 
@@ -24,10 +24,10 @@ from vllm_hotfix.core.patchmodel import (  # noqa: F401 - the model is part of t
 
 
 def _reverse_hunk(h: Hunk) -> Hunk:
-    ranges = _HEADER_RANGES.match(h.header)
+    ranges = HEADER_RANGES.match(h.header)
     header = f"@@ -{ranges[2]} +{ranges[1]} @@{h.header[ranges.end():]}" if ranges else h.header
     return Hunk(h.new_start, h.new_len, h.old_start, h.old_len, header, h.lineno,
-                h.new_side, h.old_side, h.new_eof, h.old_eof, h.ops.translate(_SWAP_OPS))
+                h.new_side, h.old_side, h.new_eof, h.old_eof, h.ops.translate(SWAP_OPS))
 
 
 def _reverse_file(f: FilePatch) -> FilePatch:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from itertools import compress
 
 from vllm_hotfix.core.patchmodel import (
-    _AFTER_FIRST_BYTE, _BACKSLASH, _FIRST_BYTE, _HUNK_HEADER, _MINUS, _NEW_SIDE_MASK, _OLD_SIDE_MASK, _PLUS, _SPACE,
+    AFTER_FIRST_BYTE, BACKSLASH, FIRST_BYTE, HUNK_HEADER, MINUS, NEW_SIDE_MASK, OLD_SIDE_MASK, PLUS, SPACE,
     Hunk,
 )
 from vllm_hotfix.output import quote_path
 
 
-class _Hunks:
+class Hunks:
     def _hunks(self, i: int, path: str) -> tuple[tuple[Hunk, ...], int]:
         path = quote_path(path)  # the name is only ever used in messages below
         hunks = []
@@ -36,13 +36,13 @@ class _Hunks:
             return
         if line.startswith(b"--- ") and i + 1 < self.count and self.lines[i + 1].startswith(b"+++ "):
             return
-        if line[0] in (_SPACE, _MINUS, _PLUS):
+        if line[0] in (SPACE, MINUS, PLUS):
             raise self.fail(i, f"hunk {hunk.range_header} of {path} (line {hunk.lineno}) has more lines than its header says")
 
     def _hunk(self, start: int, path: str) -> tuple[Hunk, int]:
         lines, count = self.lines, self.count
         header_line = lines[start]
-        m = _HUNK_HEADER.match(header_line)
+        m = HUNK_HEADER.match(header_line)
         if not m:
             raise self.fail(start, f"malformed hunk header in {path}: {header_line.decode('utf-8', 'replace').strip()}")
         old_start, new_start = int(m.group(1)), int(m.group(3))
@@ -53,9 +53,9 @@ class _Hunks:
         if body is None:
             return self._hunk_line_by_line(start, path, header, old_start, old_len, new_start, new_len)
         body_lines, ops = body
-        texts = list(map(_AFTER_FIRST_BYTE, body_lines))
-        old_side = tuple(compress(texts, ops.translate(_OLD_SIDE_MASK)))
-        new_side = tuple(compress(texts, ops.translate(_NEW_SIDE_MASK)))
+        texts = list(map(AFTER_FIRST_BYTE, body_lines))
+        old_side = tuple(compress(texts, ops.translate(OLD_SIDE_MASK)))
+        new_side = tuple(compress(texts, ops.translate(NEW_SIDE_MASK)))
         i = start + 1 + len(ops)
         old_eof = new_eof = False
         if i < count and lines[i][:1] == b"\\" and ops:
@@ -77,7 +77,7 @@ class _Hunks:
             more = lines[first + len(heads):end]
             if b"" in more:
                 return None
-            heads += b"".join(map(_FIRST_BYTE, more))
+            heads += b"".join(map(FIRST_BYTE, more))
             old_seen = length - heads.count(b"+")
             new_seen = length - heads.count(b"-")
             if old_seen >= old_len and new_seen >= new_len:
@@ -102,20 +102,20 @@ class _Hunks:
             if i >= count:
                 raise self.fail(i - 1, f"patch ends inside hunk {shown} of {path} (line {start + 1}): truncated file?")
             line = lines[i]
-            c = line[0] if line else _SPACE
-            if c == _SPACE:
+            c = line[0] if line else SPACE
+            if c == SPACE:
                 text = line[1:]
                 add_old(text)
                 add_new(text)
                 old_left -= 1
                 new_left -= 1
-            elif c == _MINUS:
+            elif c == MINUS:
                 add_old(line[1:])
                 old_left -= 1
-            elif c == _PLUS:
+            elif c == PLUS:
                 add_new(line[1:])
                 new_left -= 1
-            elif c == _BACKSLASH and ops:
+            elif c == BACKSLASH and ops:
                 old_eof, new_eof = self._no_newline(ops[-1], old_eof, new_eof)
                 i += 1
                 continue
@@ -123,7 +123,7 @@ class _Hunks:
                 raise self.fail(i, f"hunk {shown} of {path} (line {start + 1}) has fewer lines than its header says")
             else:
                 raise self.fail(i, f"unexpected line in hunk {shown} of {path}: {line[:60].decode('utf-8', 'replace')!r}")
-            if old_left < 0 or new_left < 0 or (old_eof and c != _PLUS) or (new_eof and c != _MINUS):
+            if old_left < 0 or new_left < 0 or (old_eof and c != PLUS) or (new_eof and c != MINUS):
                 if old_left < 0 or new_left < 0:
                     raise self.fail(i, f"hunk {shown} of {path} (line {start + 1}) has more lines than its header says")
                 raise self.fail(i, f"line after '\\ No newline at end of file' in hunk {shown} of {path}")
@@ -138,9 +138,9 @@ class _Hunks:
 
     @staticmethod
     def _no_newline(op: int, old_eof: bool, new_eof: bool) -> tuple[bool, bool]:
-        if op == _SPACE:
+        if op == SPACE:
             return True, True
-        if op == _MINUS:
+        if op == MINUS:
             return True, new_eof
         return old_eof, True
 

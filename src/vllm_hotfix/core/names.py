@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import re
 
-from vllm_hotfix.core.patchmodel import _BACKSLASH, _C_ESCAPES, _NAME_END, _TIMESTAMP
+from vllm_hotfix.core.patchmodel import BACKSLASH, C_ESCAPES, NAME_END, TIMESTAMP
 from vllm_hotfix.core.safety import check_patch_path
 from vllm_hotfix.errors import Refused
 
 _SLASHES = re.compile(rb"//+")
 
 
-class _Names:
+class Names:
     # ---- paths
 
     def _decode_name(self, raw: bytes, index: int) -> tuple[bytes, bytes]:
@@ -25,7 +25,7 @@ class _Names:
             c = raw[i]
             if c == 34:  # closing quote
                 return bytes(out), raw[i + 1:]
-            if c == _BACKSLASH:
+            if c == BACKSLASH:
                 i += 1
                 if i >= len(raw):
                     break
@@ -37,9 +37,9 @@ class _Names:
                     out.append(int(digits, 8) & 0xFF)
                     i += 3
                     continue
-                if e not in _C_ESCAPES:
+                if e not in C_ESCAPES:
                     raise self.fail(index, f"bad escape in quoted path {raw.decode('utf-8', 'replace')}")
-                out.append(_C_ESCAPES[e])
+                out.append(C_ESCAPES[e])
             else:
                 out.append(c)
             i += 1
@@ -86,10 +86,10 @@ class _Names:
             return self._decode_name(rest, index)[0]
         if rest.startswith(b"/dev/null") and (len(rest) == 9 or rest[9:10].isspace()):
             return None
-        found = _TIMESTAMP.search(rest) if traditional else None
+        found = TIMESTAMP.search(rest) if traditional else None
         if found:
             return rest[:found.start()]
-        end = _NAME_END.search(rest)
+        end = NAME_END.search(rest)
         return rest[:end.start()] if end else rest
 
     def _git_names(self, rest: bytes, index: int) -> tuple[bytes | None, bytes | None]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vllm_hotfix.core.patchmodel import _ABSENT, _EPOCH, _FILE_TYPE, _GIT_EXTENDED_HEADERS, _GITLINK, _SYMLINK, FilePatch, Patch
-from vllm_hotfix.core.hunks import _Hunks
-from vllm_hotfix.core.names import _Names
+from vllm_hotfix.core.patchmodel import ABSENT, EPOCH, FILE_TYPE, GIT_EXTENDED_HEADERS, GITLINK, SYMLINK, FilePatch, Patch
+from vllm_hotfix.core.hunks import Hunks
+from vllm_hotfix.core.names import Names
 from vllm_hotfix.errors import InvalidInput, Refused
 from vllm_hotfix.output import quote_path
 
@@ -18,7 +18,7 @@ from vllm_hotfix.output import quote_path
 def _is_epoch(line: bytes) -> bool:
     """git apply's has_epoch_timestamp on a whole '---' / '+++' line."""
     tab = line.rfind(b"\t")
-    found = _EPOCH.match(line, tab + 1) if tab >= 0 else None
+    found = EPOCH.match(line, tab + 1) if tab >= 0 else None
     if not found:
         return False
     day, hour, minute, sign, zone_hours, zone_minutes = found.groups()
@@ -28,7 +28,7 @@ def _is_epoch(line: bytes) -> bool:
 
 
 @dataclass
-class _Parser(_Names, _Hunks):
+class _Parser(Names, Hunks):
     """The state of one parse: the lines, the -p in force and the files so far."""
 
     lines: list[bytes]
@@ -78,25 +78,25 @@ class _Parser(_Names, _Hunks):
         extension = None  # (line index, kind) of the first new/deleted/rename/copy line
         is_new = is_delete = is_rename = is_copy = False
         rename_from = rename_to = None
-        minus = plus = _ABSENT
+        minus = plus = ABSENT
         minus_at = plus_at = start
         repeated: list[tuple[str, object, int]] = []  # every earlier ---/+++ line: git checks each one
         i = start + 1
         while i < count:
             line = lines[i]
             if line.startswith(b"--- "):
-                if minus is not _ABSENT:
+                if minus is not ABSENT:
                     repeated.append(("old", minus, minus_at))
                 minus, minus_at = self._header_name(line, i, False), i
                 i += 1
                 continue
             if line.startswith(b"+++ "):
-                if plus is not _ABSENT:
+                if plus is not ABSENT:
                     repeated.append(("new", plus, plus_at))
                 plus, plus_at = self._header_name(line, i, False), i
                 i += 1
                 continue
-            if not line.startswith(_GIT_EXTENDED_HEADERS):
+            if not line.startswith(GIT_EXTENDED_HEADERS):
                 break
             value = line.split(b" ")[-1].rstrip(b"\r")
             kind = None
@@ -137,7 +137,7 @@ class _Parser(_Names, _Hunks):
             known_new = self._strip_path(rename_to, sub_strip, start)
         elif new_name is not None:
             known_new = self._strip_path(new_name, self.strip, start)
-        if minus is _ABSENT and plus is _ABSENT and rename_from is None and rename_to is None and (
+        if minus is ABSENT and plus is ABSENT and rename_from is None and rename_to is None and (
                 known_old is None or known_old != known_new):
             # Only the 'diff --git' line names the file (a mode change, an empty file created or
             # deleted): git takes a name from it only when both sides name the same path after -p
@@ -145,7 +145,7 @@ class _Parser(_Names, _Hunks):
             s = "" if self.strip == 1 else "s"
             raise self.fail(start, f"git diff header lacks filename information when removing {self.strip} "
                                    f"leading pathname component{s}")
-        if (minus is _ABSENT) != (plus is _ABSENT):
+        if (minus is ABSENT) != (plus is ABSENT):
             raise self.fail(start, "git diff header lacks filename information: a '---' line without its "
                                    "'+++' line, or the reverse")
         old_path = self._side(minus, minus_at, known_old, "old", is_new)
@@ -155,7 +155,7 @@ class _Parser(_Names, _Hunks):
             if self._side(name, at, known_old if side == "old" else known_new, side,
                           is_new if side == "old" else is_delete) != final:
                 raise self.fail(final_at, f"inconsistent {side} filename: line {at + 1} and line {final_at + 1} differ")
-        if (old_path is None and not is_new and minus is _ABSENT) or (new_path is None and not is_delete and plus is _ABSENT):
+        if (old_path is None and not is_new and minus is ABSENT) or (new_path is None and not is_delete and plus is ABSENT):
             raise self.fail(start, "cannot tell the file names from this 'diff --git' line")
         if is_new:
             old_path = None
@@ -168,8 +168,8 @@ class _Parser(_Names, _Hunks):
             old_path = new_path  # -p0 keeps git's a/ and b/ prefixes: two names for one file
         hunks, i = self._hunks(i, new_path or old_path or "?")
         for mode in (old_mode, new_mode):
-            if mode is not None and mode & _FILE_TYPE in (_SYMLINK, _GITLINK):
-                what = "symbolic link" if mode & _FILE_TYPE == _SYMLINK else "submodule (gitlink)"
+            if mode is not None and mode & FILE_TYPE in (SYMLINK, GITLINK):
+                what = "symbolic link" if mode & FILE_TYPE == SYMLINK else "submodule (gitlink)"
                 raise Refused(f"{self.source}:{start + 1}: {quote_path(new_path or old_path)}: a {what} "
                               f"(mode {mode:o}) is not supported; only regular files are patched")
         if not hunks and not (is_new or is_delete or is_rename or is_copy) and old_mode == new_mode:
@@ -183,8 +183,8 @@ class _Parser(_Names, _Hunks):
         return i
 
     def _side(self, name: object, at: int, known: str | None, side: str, is_null: bool) -> str | None:
-        """One side's path from its ``---`` / ``+++`` line (``_ABSENT`` if none), checked against ``known``."""
-        if name is _ABSENT:
+        """One side's path from its ``---`` / ``+++`` line (``ABSENT`` if none), checked against ``known``."""
+        if name is ABSENT:
             return known
         if name is None:
             return None

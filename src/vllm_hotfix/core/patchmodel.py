@@ -7,30 +7,30 @@ from dataclasses import dataclass
 from functools import cached_property
 from operator import itemgetter
 
-_SPACE, _MINUS, _PLUS, _BACKSLASH = 32, 45, 43, 92
-_SWAP_OPS = bytes.maketrans(b"+-", b"-+")
-_FIRST_BYTE = itemgetter(slice(0, 1))
-_AFTER_FIRST_BYTE = itemgetter(slice(1, None))
-_OLD_SIDE_MASK = bytes.maketrans(b" -+", b"\1\1\0")
-_NEW_SIDE_MASK = bytes.maketrans(b" -+", b"\1\0\1")
-_HUNK_HEADER = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_HEADER_RANGES = re.compile(r"@@ -(\S+) \+(\S+) @@")
+SPACE, MINUS, PLUS, BACKSLASH = 32, 45, 43, 92
+SWAP_OPS = bytes.maketrans(b"+-", b"-+")
+FIRST_BYTE = itemgetter(slice(0, 1))
+AFTER_FIRST_BYTE = itemgetter(slice(1, None))
+OLD_SIDE_MASK = bytes.maketrans(b" -+", b"\1\1\0")
+NEW_SIDE_MASK = bytes.maketrans(b" -+", b"\1\0\1")
+HUNK_HEADER = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+HEADER_RANGES = re.compile(r"@@ -(\S+) \+(\S+) @@")
 # git apply's diff_timestamp_len: a date, an optional time and zone at the end of a traditional
 # '---' / '+++' line, after one TAB or after spaces (with any whitespace before them).
-_TIMESTAMP = re.compile(
+TIMESTAMP = re.compile(
     rb"(?:\t|[ \t]* )(?:\d\d)?\d\d-\d\d-\d\d(?: \d\d:\d\d:\d\d(?:\.\d+)?)?(?: [+-](?:\d{4}|\d\d:\d\d))?\Z")
 # git apply's has_epoch_timestamp: after the LAST tab, a date of 1969-12-31 or 1970-01-01 whose time
 # is exactly the zone's offset (the Unix epoch written in that zone).
-_EPOCH = re.compile(rb"(1969-12-31|1970-01-01) ([0-2][0-9]):([0-5][0-9]):00(?:\.0+)? ([-+])([0-2][0-9]):?([0-5][0-9])\Z")
-_NAME_END = re.compile(rb"[\t\r\v\f]")
-_SYMLINK, _GITLINK, _FILE_TYPE = 0o120000, 0o160000, 0o170000
-_ABSENT = object()  # no '---' / '+++' line in a git header
-_GIT_EXTENDED_HEADERS = (
+EPOCH = re.compile(rb"(1969-12-31|1970-01-01) ([0-2][0-9]):([0-5][0-9]):00(?:\.0+)? ([-+])([0-2][0-9]):?([0-5][0-9])\Z")
+NAME_END = re.compile(rb"[\t\r\v\f]")
+SYMLINK, GITLINK, FILE_TYPE = 0o120000, 0o160000, 0o170000
+ABSENT = object()  # no '---' / '+++' line in a git header
+GIT_EXTENDED_HEADERS = (
     b"old mode ", b"new mode ", b"deleted file mode ", b"new file mode ", b"copy from ", b"copy to ",
     b"rename from ", b"rename to ", b"rename old ", b"rename new ", b"similarity index ",
     b"dissimilarity index ", b"index ",
 )
-_C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12,
+C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12,
               ord("r"): 13, ord('"'): 34, ord("\\"): 92}
 
 
@@ -78,13 +78,13 @@ class Hunk:
         result: list[HunkLine] = []
         o = n = 0
         for op in self.ops:
-            if op == _PLUS:
+            if op == PLUS:
                 result.append(HunkLine("+", new_texts[n]))
                 n += 1
             else:
                 result.append(HunkLine(chr(op), old_texts[o]))
                 o += 1
-                if op == _SPACE:
+                if op == SPACE:
                     n += 1
         return tuple(result)
 
@@ -98,11 +98,11 @@ class Hunk:
 
     @property
     def insertions(self) -> int:
-        return self.ops.count(_PLUS)
+        return self.ops.count(PLUS)
 
     @property
     def deletions(self) -> int:
-        return self.ops.count(_MINUS)
+        return self.ops.count(MINUS)
 
 
 def _terminated(side: tuple[bytes, ...], eof: bool) -> tuple[bytes, ...]:
