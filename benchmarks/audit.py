@@ -1,12 +1,14 @@
 """Full `hotfix audit` of the real vLLM 0.30.0 install (5,101 files, 771 MB) against the hashing limit.
 
-    python benchmarks/audit.py [--rounds 5]
+    python benchmarks/audit.py [--rounds 5] [--before OTHER_VENV_PYTHON]
 
 limit = bytes / single-core sha256 speed (hashlib on a 256 MiB buffer, measured right before each
 audit round) / cores. Other processes share these cores, so a load-aware limit is printed too:
 bytes / the throughput of `cores` threads hashing 256 MiB each at the same moment. The audit is timed in-process (record.audit) and end to end
 (`hotfix audit vllm --python VENV_PYTHON`: interpreter start, probe, RECORD, hashing). Medians.
 Files are read once first so every round hashes from the page cache, like the hashlib buffer.
+The peer run in the same rounds (order rotating): ``openssl dgst -sha256`` reading and hashing the
+same files (OpenSSL's sha256, as hashlib's), ``cores`` processes at once (xargs -P); ``--before PYTHON`` also times another vllm-hotfix's audit.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def parallel_sha256_speed(buffer: bytes, threads: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--before", metavar="PYTHON", help="also time `hotfix audit` of the vllm-hotfix this "
+                        "interpreter imports (e.g. main's venv), in the same rounds, for a before/after")
     args = parser.parse_args()
 
     venv = realdata.vllm_template("0.30.0")  # only read
@@ -56,6 +60,15 @@ def main() -> int:
     cores = len(os.sched_getaffinity(0))
     buffer = os.urandom(1 << 20) * 256
     record.audit(venv.site_packages, entries)  # warm the page cache
+    listing = "".join(f"{venv.site_packages / path}\0" for path, e in entries.items() if e.size).encode()
+    per_process = -(-listing.count(b"\0") // cores)
+    # read + hash the same files with OpenSSL's sha256 (hashlib's), `cores` processes at once
+    peer = ["xargs", "-0", "-P", str(cores), "-n", str(per_process), "openssl", "dgst", "-sha256", "-r"]
+    commands = {"hotfix audit": [sys.executable, "-m", "vllm_hotfix", "audit", "vllm", "--python", str(venv.python)]}
+    if args.before:
+        commands["hotfix audit before"] = [args.before, *commands["hotfix audit"][1:]]
+    timed: dict[str, list[float]] = {name: [] for name in [*commands, "openssl dgst"]}
+    timed_cpu: dict[str, list[float]] = {name: [] for name in timed}
 
     in_process, end_to_end, limits, shared_limits = [], [], [], []
     cpu_in_process, cpu_end_to_end = [], []  # user + system seconds: this process's threads / the child
@@ -68,15 +81,22 @@ def main() -> int:
         report = record.audit(venv.site_packages, entries)
         in_process.append(time.perf_counter() - start)
         cpu_in_process.append(time.process_time() - cpu_start)
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "vllm_hotfix", "audit", "vllm", "--python", str(venv.python)],
-                              capture_output=True, text=True)
-        end_to_end.append(time.perf_counter() - start)
-        now = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu_end_to_end.append(now.ru_utime - children.ru_utime + now.ru_stime - children.ru_stime)
-        if done.returncode != 0:
-            sys.exit(f"hotfix audit failed ({done.returncode}): {done.stdout}{done.stderr}")
+        names = list(timed)
+        names = names[len(in_process) % len(names):] + names[:len(in_process) % len(names)]  # rotate the order
+        for name in names:
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            if name == "openssl dgst":
+                done = subprocess.run(peer, input=listing, capture_output=True)
+            else:
+                done = subprocess.run(commands[name], capture_output=True, text=True)
+            timed[name].append(time.perf_counter() - start)
+            now = resource.getrusage(resource.RUSAGE_CHILDREN)
+            timed_cpu[name].append(now.ru_utime - children.ru_utime + now.ru_stime - children.ru_stime)
+            if done.returncode != 0:
+                sys.exit(f"{name} failed ({done.returncode}): {done.stdout[-500:]}{done.stderr[-500:]}")
+        end_to_end.append(timed["hotfix audit"][-1])
+        cpu_end_to_end.append(timed_cpu["hotfix audit"][-1])
     assert report is not None and report.pristine
 
     # Other processes share these cores: each round is compared with the limit measured just before it.
@@ -92,6 +112,11 @@ def main() -> int:
     print(f"audit end to end (hotfix audit): {statistics.median(end_to_end):.3f} s  "
           f"cpu {statistics.median(cpu_end_to_end):.3f} s  "
           f"ratio median {statistics.median(cli_ratios):.2f}x, best {min(cli_ratios):.2f}x")
+    for name in timed:
+        print(f"{name:22s} end to end {statistics.median(timed[name]):.3f} s  cpu {statistics.median(timed_cpu[name]):.3f} s"
+              + ("" if name == "openssl dgst" else
+                 f"  / openssl dgst ({cores} processes) = {statistics.median(a / b for a, b in zip(timed[name], timed['openssl dgst'])):.2f}x"
+                 f"  / limit = {statistics.median(a / b for a, b in zip(timed[name], limits)):.2f}x"))
     shared = [t / limit for t, limit in zip(in_process, shared_limits)]
     print(f"load-aware limit ({cores} threads hashing at once, same rounds): {statistics.median(shared_limits):.3f} s  "
           f"-> in-process ratio median {statistics.median(shared):.2f}x")

@@ -9,7 +9,8 @@ mamba file on PYTHONPATH, vllm-hotfix installed from its wheel with bytecode). T
 the loading of the guard's entry point (vLLM's ``EntryPoint.load()``: importing the guard) and its
 ``register()`` call (the check: read the lock, find vllm, hash the locked file, log one line), wall
 and CPU. Their sum is what the guard adds to the process start (goal <= 5 ms); vLLM's own plugins
-(loaded in the same call) are shown for scale.
+(loaded in the same call) are shown for scale. Last, the cost of creating one class inside that
+process, a frozen dataclass against a ``values.Value`` (the reason for the guard's slotted classes).
 """
 
 from __future__ import annotations
@@ -70,6 +71,34 @@ print(json.dumps(spent))
 '''
 
 
+CLASS_COST = r'''
+import dataclasses, json, statistics, time
+from typing import Optional
+import vllm.plugins  # noqa: F401 - the state of a vLLM process when the guard loads
+from vllm_hotfix.values import Value
+
+BODY = """
+    path: str
+    sha256: str
+    baseline_sha256: Optional[str]
+    export: str
+    versions: Optional[str] = None
+"""
+SOURCES = {"frozen dataclass": "@dataclasses.dataclass(frozen=True)\nclass C{i}:" + BODY,
+           "values.Value": "class C{i}(Value):" + BODY}
+namespace = {"dataclasses": dataclasses, "Optional": Optional, "Value": Value}
+cost = {}
+for _ in range(3):
+    for kind, source in SOURCES.items():
+        codes = [compile(source.format(i=i), "<class>", "exec") for i in range(100)]
+        start = time.perf_counter()
+        for code in codes:
+            exec(code, namespace)
+        cost.setdefault(kind, []).append((time.perf_counter() - start) / len(codes))
+print(json.dumps({kind: statistics.median(values) for kind, values in cost.items()}))
+'''
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=9)
@@ -78,6 +107,9 @@ def main() -> int:
         full = guard_setup(Path(scratch) / "work")
         script = full["work"] / "timer.py"
         script.write_text(TIMER)
+        (full["work"] / "class_cost.py").write_text(CLASS_COST)
+        done = run(full, [str(full["venv"].python), str(full["work"] / "class_cost.py")])
+        class_cost = json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 else None
         rows: list[dict] = []
         for round_no in range(args.rounds + 1):
             done = run(full, [str(full["venv"].python), str(script)], HOTFIX_LOCK=str(full["lock"]))
@@ -97,6 +129,9 @@ def main() -> int:
     print(f"register() (the check and its line):         median {median('register', 0):5.2f} ms   cpu {median('register', 1):5.2f} ms")
     print(f"the guard adds {total:.2f} ms (cpu {total_cpu:.2f} ms) to a vLLM process start; goal <= 5 ms")
     print(f"for scale: load_general_plugins() as a whole (vLLM's own plugins too): {median('load_general_plugins', 0):.1f} ms")
+    if class_cost:  # why the guard's model is values.Value, not frozen dataclasses (docs/design.md)
+        print("creating one 5-field class inside the vLLM process: "
+              + ", ".join(f"{kind} {seconds * 1e6:.0f} us" for kind, seconds in class_cost.items()))
     return 0
 
 

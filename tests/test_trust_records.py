@@ -95,7 +95,7 @@ def test_a_forged_record_claiming_the_pristine_file_patched_is_not_in_effect(vll
     done = run_hotfix("verify", "--python", venv.python)
     assert done.returncode == 1 and "unknown" in done.stdout, done.stdout
     code = (f"import sys, json; sys.path.append({str(SRC)!r}); from vllm_hotfix.containers.guard import check; "
-            f"print(json.dumps([v.__dict__ for v in check(lock=None, require=({HOTFIX!r},))]))")
+            f"print(json.dumps([v.as_dict() for v in check(lock=None, require=({HOTFIX!r},))]))")
     guard = subprocess.run([str(venv.python), "-c", code], capture_output=True, text=True, check=True)
     (verdict,) = json.loads(guard.stdout)
     assert not verdict["in_effect"] and verdict["detail"].startswith("unknown:"), verdict

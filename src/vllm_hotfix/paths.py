@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_hotfix.settings import (  # noqa: F401 - the names, defined once there
     CONTAINER_LOCK, HISTORY_NAME, HISTORY_ROTATED, JOURNAL_NAME, LOCK_ENV, LOCK_NAME, REQUIRE_ENV, STATE_DIR_ENV,
     STATE_NAME, STRICT_ENV)
+from vllm_hotfix.values import Value
 
 # Size caps for the files we read back: far above what we write, far below what hurts a process.
 STATE_LIMIT = 16 << 20
@@ -42,8 +42,7 @@ def targets_dir() -> Path:
     return state_dir() / "targets"
 
 
-@dataclass(frozen=True)
-class TargetDir:
+class TargetDir(Value):
     """The state of one target (the directory patches are applied to), keyed by its real path.
 
     ``state.json`` (the record), ``history.jsonl`` (+ ``history.1.jsonl``: the changes), ``journal/`` (an

@@ -91,7 +91,7 @@ def locks(catalog, tmp_path_factory):
 
 def guard(python: Path, *, lock: Path | None, require: str | None) -> dict:
     code = (f"import sys, json; sys.path.append({str(SRC)!r}); from vllm_hotfix.containers.guard import check; "
-            f"print(json.dumps([v.__dict__ for v in check(lock={str(lock) if lock else None!r}, "
+            f"print(json.dumps([v.as_dict() for v in check(lock={str(lock) if lock else None!r}, "
             f"require={(require,) if require else ()!r})]))")
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

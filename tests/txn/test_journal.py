@@ -91,6 +91,27 @@ def test_changed_since_planning_is_refused_before_writing(tree, tmp_path):
     assert snapshot(tree) == before
 
 
+@pytest.mark.parametrize("swap", ["file", "directory", "outside"])
+def test_a_symlink_put_in_place_after_planning_is_refused_before_writing(tree, tmp_path, swap):
+    """The commit's one lstat per file still refuses what Tree.path refuses: a symlinked file, a
+    symlinked directory on the way, a path leading outside the root."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mod.py").write_bytes(BEFORE["pkg/mod.py"])
+    if swap == "file":
+        (tree / "pkg/mod.py").rename(tree / "pkg/mod_real.py")
+        (tree / "pkg/mod.py").symlink_to(tree / "pkg/mod_real.py")
+        reason = r"pkg/mod.py: is a symbolic link"
+    else:
+        (tree / "pkg").rename(tree / "pkg_real")
+        (tree / "pkg").symlink_to(tree / "pkg_real" if swap == "directory" else elsewhere)
+        reason = r"beyond a symbolic link \(pkg\)" if swap == "directory" else r"leads outside .* through a symlink"
+    before, outside = snapshot(tree), snapshot(elsewhere)
+    with pytest.raises(Refused, match=reason):
+        commit(tree, sample_plan(), journal_dir=tmp_path / "journal")
+    assert snapshot(tree) == before and snapshot(elsewhere) == outside
+
+
 @pytest.mark.parametrize("failing_call", [1, 2, 3, 4])
 def test_failure_midway_restores_everything(tree, tmp_path, monkeypatch, failing_call):
     before = snapshot(tree)

@@ -6,12 +6,15 @@ import sys
 
 from vllm_hotfix.errors import ExitCode, Refused
 from vllm_hotfix.output import emit_json, progress, quote_path, say
-from vllm_hotfix.install import record
 from vllm_hotfix.flow.resolve import Resolver, warn
 
 
 def run(*, package: str, python: str | None = None, as_json: bool = False) -> int:
-    target = Resolver(python).package(package)
+    resolver = Resolver(python)
+    resolver.prefetch()  # the probe's interpreter starts first, while the RECORD reader and hashing load
+    from vllm_hotfix.install import record
+
+    target = resolver.package(package)
     warn(target)  # before a refusal: a PYTHONPATH overlay is often why there is no RECORD to audit
     hint = "check a source checkout with `git status`; `hotfix where` shows what is loaded and its git state"
     if target.kind == "editable":

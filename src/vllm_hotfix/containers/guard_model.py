@@ -1,20 +1,19 @@
 """What the guard says about one hotfix in one process, and the modules it watches. Stdlib only.
 
 Plain and small on purpose: the guard imports this in every vLLM process (guard.py and guard_imports.py
-share it, so neither imports the other).
+share it, so neither imports the other); values.Value, not dataclasses (docs/design.md: the guard's path).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from vllm_hotfix.values import Value
 
 
 class HotfixNotInEffect(RuntimeError):
     """Raised in strict mode so that vLLM stops this process before it serves."""
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Value):
     """The guard's answer for one hotfix id in this process (one part of its one line)."""
 
     hotfix_id: str
@@ -24,11 +23,10 @@ class Verdict:
     source: str = ""  # where the requirement comes from: "lock", "require", "lock+require"
 
 
-class Watched:
-    """A module a hotfix patched: its import must compile ``sha256`` read from ``path``. (A plain class:
-    a dataclass costs ~1 ms to define, in every vLLM process.)"""
+class Watched(Value):
+    """A module a hotfix patched: its import must compile ``sha256`` read from ``path``."""
 
-    __slots__ = ("module", "hotfix_id", "path", "sha256")
-
-    def __init__(self, module: str, hotfix_id: str, path: str, sha256: str) -> None:
-        self.module, self.hotfix_id, self.path, self.sha256 = module, hotfix_id, path, sha256
+    module: str
+    hotfix_id: str
+    path: str
+    sha256: str

@@ -8,17 +8,32 @@ confined: paths are relative, without ``..``, ``.`` or empty components, ids fol
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from vllm_hotfix.errors import InvalidInput
 
-HEX64 = re.compile(r"[0-9a-f]{64}")
-# A recorded hotfix id: a catalog id, or an ad-hoc diff's name (a file stem: '.' and '_' too). It names a
-# folder of the state directory (backups/<id>, patches/<id>) and is printed in guard lines.
-RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
-# An import name: dotted identifiers (what the guard hands to find_spec; only the top level is looked up).
-PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The three shapes below are checked with str methods, not regular expressions: compiling the three
+# patterns cost ~0.2 ms in every vLLM process (the guard reads locks and records with this module).
+_HEX = frozenset("0123456789abcdef")
+_ID_TAIL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
+
+
+def is_hex64(value: str) -> bool:
+    """64 lowercase hex digits (a sha256)."""
+    return len(value) == 64 and _HEX.issuperset(value)
+
+
+def is_record_id(value: str) -> bool:
+    """A recorded hotfix id: a catalog id, or an ad-hoc diff's name (a file stem: '.' and '_' too), i.e.
+    ``[A-Za-z0-9][A-Za-z0-9._+-]{0,127}``. It names a folder of the state directory (backups/<id>,
+    patches/<id>) and is printed in guard lines."""
+    return 0 < len(value) <= 128 and value[0].isascii() and value[0].isalnum() and _ID_TAIL.issuperset(value)
+
+
+def is_identifier(value: str) -> bool:
+    """An ASCII identifier, ``[A-Za-z_][A-Za-z0-9_]*``: one part of an import name (what the guard hands
+    to find_spec; only the top level is looked up)."""
+    return value.isascii() and value.isidentifier()
 
 
 class Fields:
@@ -71,7 +86,7 @@ class Fields:
     def sha256(self, doc: dict, where: str, key: str, *, required: bool = True) -> Optional[str]:
         """A hex sha256, or None when the key is absent / null and not ``required`` (absent file)."""
         value = self.get(doc, where, key, str, required=required)
-        if value is not None and not HEX64.fullmatch(value):
+        if value is not None and not is_hex64(value):
             raise self.fail(self.at(where, key), "expected 64 lowercase hex digits")
         return value
 
@@ -86,13 +101,13 @@ class Fields:
         return value
 
     def record_id(self, value: Any, where: str) -> str:
-        if not isinstance(value, str) or not RECORD_ID.fullmatch(value):
+        if not isinstance(value, str) or not is_record_id(value):
             raise self.fail(where, f"not a hotfix id: {value!r}")
         return value
 
     def package(self, doc: dict, where: str, key: str, *, required: bool = True) -> Optional[str]:
         value = self.text(doc, where, key, required=required)
-        if value is not None and not all(PACKAGE.fullmatch(part) for part in value.split(".")):
+        if value is not None and not all(is_identifier(part) for part in value.split(".")):
             raise self.fail(self.at(where, key), f"not an import name: {value!r}")
         return value
 

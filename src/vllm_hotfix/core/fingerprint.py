@@ -28,8 +28,9 @@ first 16 hex digits of the sha256 of that text; ``NONE`` (``hf1-none``) when the
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Iterable, Optional
+
+from vllm_hotfix.values import Value
 
 FORMAT = "vllm-hotfix-fingerprint/2"
 PREFIX = "hf1-"
@@ -37,8 +38,7 @@ NONE = PREFIX + "none"
 DIGITS = 16
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Value):
     """One hotfix as found in one interpreter: its identity, its baseline, and each file's current sha256."""
 
     id: str

@@ -8,10 +8,9 @@ Pure and stdlib only: the guard imports it inside every vLLM process.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
-from vllm_hotfix.output import quote_path
+from vllm_hotfix.values import Value
 
 # -- hotfix states ----------------------------------------------------------------------------------
 APPLIED = "applied"                # every file holds the bytes the hotfix writes
@@ -42,8 +41,7 @@ def exit_code(states: Iterable[str]) -> int:
     return 0 if all(s in IN_EFFECT for s in states) else 1
 
 
-@dataclass(frozen=True)
-class FileCheck:
+class FileCheck(Value):
     """One file of a hotfix against the bytes its series should have put there (the input of the verdict)."""
 
     path: str                 # as recorded / locked (relative to the target root or site-packages)
@@ -146,6 +144,8 @@ def files_verdict(files: Sequence[FileCheck]) -> tuple[str, str]:
         return APPLIED, f"{len(files)} file(s) hold the patched bytes"
     if all(s == BASELINE for s in states):
         return LOST, "every file is back to its baseline (reinstalled, rebuilt, or the mount is gone)"
+    from vllm_hotfix.output import quote_path  # here: the guard's common case prints no file name
+
     odd = [f for f in files if f.state in (CHANGED, MISSING)]
     if odd:
         names = ", ".join(f"{quote_path(f.path)} ({'missing' if f.state == MISSING else 'neither baseline nor patched'})"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -11,6 +10,7 @@ from vllm_hotfix.core.diff import Patch, exclude_paths, parse_patch
 from vllm_hotfix.errors import InvalidInput, Refused
 from vllm_hotfix.inputs import read_bounded
 from vllm_hotfix.install.locate import Target
+from vllm_hotfix.txn.fsops import sha256_hex
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
@@ -21,7 +21,9 @@ PATCH_CAP = 64 << 20  # seed 004's 135-file vendor patch is ~1 MB; the real 0.29
 
 
 def sha256(data: bytes | None) -> str | None:
-    return None if data is None else hashlib.sha256(data).hexdigest()
+    """Hex sha256 (None for None): txn.fsops.sha256_hex, which a transaction remembers, so the record
+    and the journal hash each before / after content once."""
+    return sha256_hex(data)
 
 
 @dataclass(frozen=True)

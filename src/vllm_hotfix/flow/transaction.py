@@ -25,7 +25,8 @@ from vllm_hotfix.output import note
 from vllm_hotfix.paths import TargetDir
 from vllm_hotfix.txn.atomic import atomic_write, fsync_dir, unlink_if_present
 from vllm_hotfix.flow.plan import invert
-from vllm_hotfix.txn.fsops import Interrupted, _parallel, hold_late_signals, late_signal, signals_as_exceptions
+from vllm_hotfix.txn.fsops import (Interrupted, _parallel, digests_remembered, hold_late_signals, late_signal,
+                                   signals_as_exceptions)
 from vllm_hotfix.txn import history
 from vllm_hotfix.txn.journal import commit, nothing_changed
 from vllm_hotfix.txn.recovery import RecoveryReport, recover, remove_stray_temps
@@ -67,12 +68,22 @@ def pending_note(root: Path) -> None:
 def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None = None,
         lock_timeout: float | None = None) -> Change:
     """Plan with ``prepare`` and, unless ``dry_run``, carry the change out all-or-nothing (see module doc)."""
-    root = Path(root)
+    with digests_remembered():  # the record (prepare) and the journal (commit) hash each content once
+        return _run(Path(root), prepare, dry_run=dry_run, after=after, lock_timeout=lock_timeout)
+
+
+def _prepare(prepare: Prepare, state: TargetState, tree: Tree) -> Change:
+    """The plan and the record after it (a phase of its own: benchmarks/apply_large.py times it)."""
+    return prepare(state, tree)
+
+
+def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None, lock_timeout: float | None
+         ) -> Change:
     tdir = TargetDir.of(root)
     if dry_run:  # predicts the real run, refusals included; writes nothing
         pending_note(root)
         state_dir_writable(tdir.directory, create=False)
-        change = prepare(TargetState.load(tdir.directory), Tree(root))
+        change = _prepare(prepare, TargetState.load(tdir.directory), Tree(root))
         if change.plan.edits:
             target_writable(root, _written_paths(change.plan))
         return change
@@ -85,7 +96,7 @@ def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None
         recover_locked(root)
         before = TargetState.load(tdir.directory)
         tree = Tree(root)
-        change = prepare(before, tree)
+        change = _prepare(prepare, before, tree)
         if not change.plan.edits and not change.record_changed:
             return change
         target_writable(root, _written_paths(change.plan))  # before any backup or journal is written

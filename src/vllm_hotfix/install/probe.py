@@ -11,6 +11,7 @@ PYTHONPATH and .pth files are deliberately honoured: they are what decides which
 
 import os
 import site
+import stat
 import sys
 
 MARKER = "@@vllm-hotfix-probe@@"
@@ -152,73 +153,143 @@ def metadata_headers(text):
     return found
 
 
-def metadata_dirs(path_entries):
-    """Every *.dist-info / *.egg-info on sys.path, in the order importlib.metadata searches them."""
+_OPEN = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _metadata_entries(base):
+    """(name, is a directory) of every *.dist-info / *.egg-info in BASE, by name: one scandir (its
+    d_type answers "directory?" without a stat per entry, following a symlink as os.path.isdir does)."""
     found = []
-    for entry in path_entries:
-        base = entry or "."
-        try:
-            names = sorted(os.listdir(base))
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith((".dist-info", ".egg-info")):
-                found.append(os.path.join(base, name))
+    try:
+        with os.scandir(base) as listing:
+            for entry in listing:
+                if entry.name.endswith((".dist-info", ".egg-info")):
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    found.append((entry.name, is_dir))
+    except OSError:
+        return []
+    found.sort()
     return found
 
 
-def _provides(info_dir, package, records):
-    """Does the distribution at INFO_DIR ship the top-level PACKAGE? The rule of importlib.metadata's
-    packages_distributions(): top_level.txt when it names anything, else the installed file list --
-    read as bytes and searched, not decoded or parsed (a vLLM image's RECORDs hold 2 MB)."""
-    declared = read_bytes(os.path.join(info_dir, "top_level.txt"))
-    if declared and declared.split():
-        return package.encode() in declared.split()
-    files, prefix = _record(info_dir, records), b""
-    if files is None:
-        files, prefix = read_bytes(os.path.join(info_dir, "installed-files.txt")), b"../"
-    if files is None:
-        files, prefix = read_bytes(os.path.join(info_dir, "SOURCES.txt")), b""
-    if not files:
-        return False
-    head = prefix + package.encode()
-    return _lists(files, head) or _lists(files, b'"' + head)  # "..." when the path holds a comma
+def metadata_dirs(path_entries):
+    """Every *.dist-info / *.egg-info on sys.path, in the order importlib.metadata searches them."""
+    return [os.path.join(entry or ".", name) for entry in path_entries for name, _ in _metadata_entries(entry or ".")]
 
 
-def _lists(files, head):
-    """Is a line of FILES the directory HEAD/... or the module HEAD.py? One search for HEAD at line
-    starts (a search per line ending would cost 10 ms in a vLLM image)."""
-    n = len(head)
-    at = 0 if files.startswith(head) else _next_line_at(files, head, 0)
-    while at >= 0:
-        tail = files[at + n:at + n + 4]
-        if tail[:1] == b"/" or tail in (b".py,", b".py\n", b".py\r", b".py"):
-            return True
-        at = _next_line_at(files, head, at + n)
-    return False
-
-
-def _next_line_at(files, head, start):
-    found = files.find(b"\n" + head, start)
-    return found + 1 if found >= 0 else -1
-
-
-def _has_line_starting(text, start):
-    return text.startswith(start) or _next_line_at(text, start, 0) >= 0
-
-
-def read_bytes(path):
+def _open_dir(base):
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError:
+        return os.open(base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, TypeError):
         return None
 
 
-def _record(info_dir, records):
-    if info_dir not in records:
-        records[info_dir] = read_bytes(os.path.join(info_dir, "RECORD")) if info_dir.endswith(".dist-info") else None
-    return records[info_dir]
+def _provides(at, info_dir, package):
+    """Does the distribution at INFO_DIR ship the top-level PACKAGE? The rule of importlib.metadata's
+    packages_distributions(): top_level.txt when it names anything, else the installed file list
+    (RECORD, installed-files.txt, SOURCES.txt), searched as bytes while read (``_lists``). AT: (the fd
+    of INFO_DIR's sys.path entry, INFO_DIR's name in it) or None (see ``_open_file``)."""
+    declared = read_bytes(info_dir + "/top_level.txt", at, "top_level.txt")
+    if declared and declared.split():
+        return package.encode() in declared.split()
+    opened, prefix = _open_record(info_dir, at), b""
+    if opened is None:
+        opened, prefix = _open_file(info_dir + "/installed-files.txt", at, "installed-files.txt"), b"../"
+    if opened is None:
+        opened, prefix = _open_file(info_dir + "/SOURCES.txt", at, "SOURCES.txt"), b""
+    if opened is None:
+        return False
+    return _lists(opened, prefix + package.encode())
+
+
+CHUNK = 1 << 16  # read and searched a chunk at a time: a fresh 1 MB buffer costs ~2 ms of page faults here
+
+
+def _lists(opened, head, any_line=False):
+    """Is a line of the open file OPENED ((fd, size), closed here) the directory HEAD/... or the module
+    HEAD.py, quoted or not (RECORD quotes a path holding a comma)? With ANY_LINE: does a line start
+    with HEAD? One search for HEAD over each chunk read, each hit checked to start a line: the 7 MB of
+    a vLLM image's RECORDs are never held, split or decoded."""
+    fd, size = opened
+    n = len(head)
+    carried, done = b"\n", 0  # the file's start is a line start; then the previous window's last n + 6 bytes
+    try:
+        while True:
+            chunk = os.read(fd, CHUNK)
+            done += len(chunk)
+            final = not chunk or (done >= size and len(chunk) < CHUNK)  # no read just to see the end
+            window = carried + chunk
+            usable = len(window) if final else len(window) - n - 4  # a hit whose tail is cut: next window
+            at = window.find(head, 1)
+            while 0 <= at <= usable:
+                before = window[at - 1:at]
+                if any_line:
+                    if before == b"\n":
+                        return True
+                elif before == b"\n" or (before == b'"' and window[at - 2:at - 1] == b"\n"):
+                    tail = window[at + n:at + n + 4]
+                    if tail[:1] == b"/" or tail in (b".py,", b".py\n", b".py\r", b".py"):
+                        return True
+                at = window.find(head, at + 1)
+            if final:
+                return False
+            carried = window[-(n + 6):]
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def read_bytes(path, at=None, name=None):
+    """The bytes of the regular file PATH, or None (see ``_open_file``)."""
+    opened = _open_file(path, at, name)
+    return None if opened is None else _read_fd(*opened)
+
+
+def _open_file(path, at=None, name=None):
+    """(fd, size) of the regular file PATH, or None (absent, unreadable, not a regular file: never blocks
+    on a FIFO, never reads a device). AT: (directory fd, the name in it of PATH's parent), with NAME
+    the file's name: one openat relative to a sys.path entry opened once, not a walk of all of PATH."""
+    try:
+        if at is not None and at[0] is not None:
+            fd = os.open(at[1] + "/" + name, _OPEN, dir_fd=at[0])
+        else:
+            fd = os.open(path, _OPEN)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return None
+    return fd, info.st_size
+
+
+def _read_fd(fd, size):
+    try:
+        data = os.read(fd, size + 1)
+        if len(data) <= size:
+            return data
+        chunks = [data]
+        while True:  # it grew since fstat
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _open_record(info_dir, at=None):
+    """(fd, size) of INFO_DIR's RECORD (a .dist-info has one), or None."""
+    return _open_file(info_dir + "/RECORD", at, "RECORD") if info_dir.endswith(".dist-info") else None
 
 
 def guard_entry_points(path_entries):
@@ -273,13 +344,25 @@ def guard_facts(path_entries, load=True):
 def _distributions(package, path_entries):
     """The installed distributions that provide PACKAGE, first on sys.path first -- the answer of
     importlib.metadata.packages_distributions() and distribution(), read straight from the metadata
-    directories (importing importlib.metadata and parsing every METADATA costs 60 ms in a vLLM venv)."""
-    dirs = metadata_dirs(path_entries)
-    records = {}
-    providers = []
-    for info_dir in dirs:
-        if os.path.isdir(info_dir) and _provides(info_dir, package, records):
-            providers.append(info_dir)
+    directories (importing importlib.metadata and parsing every METADATA costs 60 ms in a vLLM venv).
+    One scandir and one open directory per sys.path entry, one openat per file read (the guard runs
+    this in every vLLM process, over ~200 distributions)."""
+    dirs, providers = [], []
+    for entry in path_entries:
+        base = entry or "."
+        listed = _metadata_entries(base)
+        if not listed:
+            continue
+        fd = _open_dir(base) if any(is_dir for _, is_dir in listed) else None
+        try:
+            for name, is_dir in listed:
+                info_dir = os.path.join(base, name)
+                dirs.append(info_dir)
+                if is_dir and _provides((fd, name), info_dir, package):
+                    providers.append(info_dir)
+        finally:
+            if fd is not None:
+                os.close(fd)
     if not providers:  # e.g. an editable install, whose RECORD lists only its finder and .pth
         wanted = {_normalized(package), _normalized(package.replace("_", "-"))}
         providers = [d for d in dirs if _normalized(os.path.basename(d).rsplit(".", 1)[0].split("-")[0]) in wanted]
@@ -295,7 +378,7 @@ def _distributions(package, path_entries):
         if key in seen:
             continue
         seen.add(key)
-        record = _record(info_dir, records)
+        record = _open_record(info_dir)
         info = {
             "name": headers["Name"],
             "version": headers.get("Version"),
@@ -305,8 +388,7 @@ def _distributions(package, path_entries):
             "direct_url": None,
         }
         if record is not None:
-            init = (package + "/__init__.py,").encode()
-            info["record_lists_init"] = _has_line_starting(record, init)
+            info["record_lists_init"] = _lists(record, (package + "/__init__.py,").encode(), any_line=True)
         if is_dir:  # the raw text: the parent parses it (no json here)
             info["direct_url"] = _read(os.path.join(info_dir, "direct_url.json"))
         result.append(info)

@@ -55,16 +55,47 @@ class Tree:
 
     def checked_path(self, relpath: str) -> str:
         """``path`` as a string (no pathlib object: this runs once per file of a 1,000-file patch)."""
-        check_patch_path(relpath)  # git's verify_path: no '..', '.', empty or '.git' component
+        return self._checked(relpath, quiet=True)[0]
+
+    def checked_lstat(self, relpath: str) -> tuple[str, os.stat_result | None]:
+        """``checked_path`` and the file's lstat (None: absent), from the one lstat that refuses a link;
+        an lstat that fails otherwise (EACCES, ELOOP) raises."""
+        return self._checked(relpath, quiet=False)
+
+    def _checked(self, relpath: str, *, quiet: bool) -> tuple[str, os.stat_result | None]:
+        check_patch_path(relpath)  # git's verify_path: no '..', '.' or empty component, no '.git'
         full = os.path.join(self._root_str, relpath)
         parent = os.path.dirname(full)
-        if parent not in self._checked_dirs:
+        if parent not in self._checked_dirs and not self._plain_dirs(relpath):
+            # a symbolic link on the way: the reason, as before -- outside the root, else beyond a link
             self._check_inside(relpath, os.path.realpath(parent))
             self._check_no_symlinked_dir(relpath)
-        if os.path.islink(full):
+        try:
+            info = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            info = None
+        except OSError:
+            if not quiet:
+                raise
+            info = None  # as os.path.islink: no link; the read that follows says what is wrong
+        if info is not None and stat.S_ISLNK(info.st_mode):
             self._check_inside(relpath, os.path.realpath(full))
             raise Refused(f"{quote_path(relpath)}: is a symbolic link under {self.root}; only regular files are patched")
-        return full
+        return full, info
+
+    def _plain_dirs(self, relpath: str) -> bool:
+        """Whether no directory of ``relpath`` under the root is a symbolic link (one lstat for each one not
+        seen yet); then the parent's real path is the root's real path joined with it, inside the root,
+        and no realpath walk is needed. False leaves the reason to the checks that give it."""
+        cut = relpath.find("/")
+        while cut > 0:
+            directory = os.path.join(self._root_str, relpath[:cut])
+            if directory not in self._checked_dirs:
+                if os.path.islink(directory):
+                    return False
+                self._checked_dirs.add(directory)
+            cut = relpath.find("/", cut + 1)
+        return True
 
     def _check_no_symlinked_dir(self, relpath: str) -> None:
         """Like git apply, refuse a path 'beyond a symbolic link': a symlinked directory inside the root

@@ -39,7 +39,7 @@ from vllm_hotfix.output import quote_path
 from vllm_hotfix.txn.atomic import UMASK, atomic_write, fsync_dir, temp_path_for, write_new_file
 from vllm_hotfix.txn.fsops import (
     BACKUPS, JOURNAL, RECORD_BACKUP, Interrupted, _backup, _describe, _discard_backups, _drop_bytecode,
-    _file_sha256, _parallel, _remove_emptied_dirs, _sha256, _signals_blocked, committed, signals_as_exceptions,
+    _file_sha256, _parallel, _remove_emptied_dirs, _signals_blocked, committed, sha256_hex, signals_as_exceptions,
 )
 from vllm_hotfix.txn.recovery import SCHEMA, RecoveryReport, _restore
 from vllm_hotfix.txn.writable import WRITE_HINTS
@@ -91,14 +91,8 @@ def _check_current(fresh: Tree, planned: Tree, plan: Plan) -> tuple[dict[str, st
         if edit.action == "rename":
             expected = {edit.old_path: edit.before, edit.path: None}
         for rel, before in expected.items():
-            path = fresh.checked_path(rel)
+            path, info = fresh.checked_lstat(rel)  # one lstat: the link check and the "unchanged" proof
             paths[rel] = path
-            try:
-                info = os.lstat(path)
-            except (FileNotFoundError, NotADirectoryError):
-                info = None
-            if info is not None and stat.S_ISLNK(info.st_mode):
-                raise Refused(f"{quote_path(rel)}: is a symlink; hotfix replaces regular files only")
             if before is None:
                 if info is not None:
                     raise Refused(f"{quote_path(rel)}: exists now but did not when the patch was planned (changed since planning)")
@@ -164,90 +158,119 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
         "files": [],
     }
     records = ([state_record] if state_record is not None else []) + list(also)
-    written_journal = done = False
-    current = ""
+    at = _Progress()
     with signals_as_exceptions() as guard:
         try:
-            # step 2: backups, then the journal naming them
-            backups = journal_dir / BACKUPS
-            _discard_backups(journal_dir)
-            backups.mkdir(parents=True)
-            hashes = _parallel(_sha256, [op.before for op in ops] + [op.after for op in ops])
-            for number, own in enumerate(records):
-                current = str(own[0])
-                record["records"].append(_back_up_record(own, backups, number))
-            for index, op in enumerate(ops):
-                current = op.path
-                backup = None
-                if op.before is not None:
-                    backup = kept.get(op.path) if kept else None
-                    if backup is None or not _same_inode(backup, paths[op.path]):
-                        backup = f"{BACKUPS}/{index}"
-                        _backup(paths[op.path], journal_dir / backup)
-                record["files"].append({
-                    "path": op.path, "backup": backup,
-                    "before_sha256": hashes[index], "before_mode": op.before_mode,
-                    "after_sha256": hashes[len(ops) + index], "after_mode": op.after_mode,
-                })
-            current = str(journal_dir / JOURNAL)
-            if fsync:
-                fsync_dir(backups)
-            written_journal = True  # from here on restore: atomic_write may fail after its rename
-            atomic_write(journal_dir / JOURNAL, _journal_bytes(record))
-            # step 3: new contents beside their targets
-            for directory in new_dirs:
-                current = os.path.relpath(directory, root)
-                os.mkdir(directory)
-            current = "new file contents"
-            _parallel(lambda op: _write_temp(paths[op.path], tag, op, fsync), [op for op in ops if op.after is not None])
-            # step 4: the switch
-            for op in ops:
-                current = op.path
-                if op.after is not None:
-                    os.replace(temp_path_for(paths[op.path], tag), paths[op.path])
-                else:
-                    os.unlink(paths[op.path])
-            current = "emptied directories"
+            _write_journal(ops, paths, record, journal_dir, records=records, kept=kept, fsync=fsync, at=at)
+            _write_temps(ops, paths, new_dirs, root, tag, fsync=fsync, at=at)
+            _switch(ops, paths, tag, at=at)
+            at.current = "emptied directories"
             removed_dirs = _remove_emptied_dirs(root, [paths[op.path] for op in ops if op.after is None])
             # step 5: no stale bytecode
             touched = [paths[op.path] for op in ops]
-            current = "__pycache__"
+            at.current = "__pycache__"
             _drop_bytecode(touched)
             # step 6: the record (and the history), inside the transaction
             for path, data in records:
-                current = str(path)
+                at.current = str(path)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(path, data)
             if fsync:
-                current = "directories"
-                parents = {os.path.dirname(p) for p in touched + new_dirs + removed_dirs}
-                _parallel(fsync_dir, sorted(parents - set(removed_dirs)))
+                at.current = "directories"
+                _fsync_dirs({os.path.dirname(p) for p in touched + new_dirs + removed_dirs} - set(removed_dirs))
             # step 7: commit point
-            current = str(journal_dir / JOURNAL)
+            at.current = str(journal_dir / JOURNAL)
             with _signals_blocked():  # the commit point and the switch to "only noted" are one step
                 os.unlink(journal_dir / JOURNAL)
-                done = True
+                at.done = True
                 committed(guard)  # from here a signal is only noted: it cannot undo a change that stands
             if fsync:
                 fsync_dir(journal_dir)
             _discard_backups(journal_dir)
         except BaseException as exc:
-            if done:  # only the journal's directory fsync can fail here: the change is made and recorded
+            if at.done:  # only the journal's directory fsync can fail here: the change is made and recorded
                 _discard_backups(journal_dir)
                 return
             guard.armed = False
-            report = _restore(record, journal_dir) if written_journal else None
-            if not written_journal:
+            report = _restore(record, journal_dir) if at.written_journal else None
+            if not at.written_journal:
                 _discard_backups(journal_dir)
             if guard.pending and not isinstance(exc, Interrupted):
                 exc = Interrupted(guard.pending)
-            _raise_after_restore(exc, current, report, root)
+            _raise_after_restore(exc, at.current, report, root)
+
+
+class _Progress:
+    """How far a commit got: what it was writing (for the one-line error), whether the journal is
+    written (from then on a failure restores) and whether the commit point was passed."""
+
+    __slots__ = ("current", "written_journal", "done")
+
+    def __init__(self) -> None:
+        self.current, self.written_journal, self.done = "", False, False
+
+
+def _write_journal(ops: list[FileOp], paths: dict[str, str], record: dict, journal_dir: Path, *,
+                   records: list[tuple[Path, bytes]], kept: dict[str, str] | None, fsync: bool,
+                   at: _Progress) -> None:
+    """Step 2: a backup of every original (the caller's durable hard link when it still is the inode at
+    the path, else a link of our own), then ``journal.json`` naming them, durable."""
+    backups = journal_dir / BACKUPS
+    _discard_backups(journal_dir)
+    backups.mkdir(parents=True)
+    hashes = _parallel(sha256_hex, [op.before for op in ops] + [op.after for op in ops])  # once: remembered
+    for number, own in enumerate(records):  # the state folder's files of the change (record, history)
+        at.current = str(own[0])
+        record["records"].append(_back_up_record(own, backups, number))
+    for index, op in enumerate(ops):
+        at.current = op.path
+        backup = None
+        if op.before is not None:
+            backup = kept.get(op.path) if kept else None
+            if backup is None or not _same_inode(backup, paths[op.path]):
+                backup = f"{BACKUPS}/{index}"
+                _backup(paths[op.path], journal_dir / backup)
+        record["files"].append({
+            "path": op.path, "backup": backup,
+            "before_sha256": hashes[index], "before_mode": op.before_mode,
+            "after_sha256": hashes[len(ops) + index], "after_mode": op.after_mode,
+        })
+    at.current = str(journal_dir / JOURNAL)
+    if fsync:
+        fsync_dir(backups)
+    at.written_journal = True  # from here on restore: atomic_write may fail after its rename
+    atomic_write(journal_dir / JOURNAL, _journal_bytes(record))
+
+
+def _write_temps(ops: list[FileOp], paths: dict[str, str], new_dirs: list[str], root: Path, tag: str, *,
+                 fsync: bool, at: _Progress) -> None:
+    """Step 3: the new directories, and every new content in a temp file beside its target (fsynced)."""
+    for directory in new_dirs:
+        at.current = os.path.relpath(directory, root)
+        os.mkdir(directory)
+    at.current = "new file contents"
+    _parallel(lambda op: _write_temp(paths[op.path], tag, op, fsync), [op for op in ops if op.after is not None])
+
+
+def _switch(ops: list[FileOp], paths: dict[str, str], tag: str, *, at: _Progress) -> None:
+    """Step 4: each temp renamed over its target; deleted files and renamed sources unlinked."""
+    for op in ops:
+        at.current = op.path
+        if op.after is not None:
+            os.replace(temp_path_for(paths[op.path], tag), paths[op.path])
+        else:
+            os.unlink(paths[op.path])
+
+
+def _fsync_dirs(directories: set[str]) -> None:
+    """The directories whose entries changed, durable (on threads) before the commit point."""
+    _parallel(fsync_dir, sorted(directories))
 
 
 def _back_up_record(record: tuple[Path, bytes], backups: Path, number: int = 0) -> dict:
     """Keep a state file's current bytes (a hard link: atomic_write replaces, never edits) for a restore."""
     path, data = record
-    entry = {"path": str(path), "backup": None, "before_sha256": _file_sha256(path), "after_sha256": _sha256(data)}
+    entry = {"path": str(path), "backup": None, "before_sha256": _file_sha256(path), "after_sha256": sha256_hex(data)}
     if entry["before_sha256"] is not None:
         name = RECORD_BACKUP if number == 0 else f"{RECORD_BACKUP}-{number}"
         _backup(path, backups / name)

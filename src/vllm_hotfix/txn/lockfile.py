@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -19,12 +18,12 @@ from vllm_hotfix.core.docfields import Fields
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, FileCheck
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.paths import LOCK_LIMIT, LOCK_NAME, read_own_file
+from vllm_hotfix.values import Value
 
 SCHEMA = 1
 
 
-@dataclass(frozen=True)
-class LockedFile:
+class LockedFile(Value):
     """One file a locked hotfix writes, as `hotfix export` found it."""
 
     path: str  # relative to site-packages, posix
@@ -33,8 +32,7 @@ class LockedFile:
     export: str  # relative to the export directory (where hotfix.lock lives)
 
 
-@dataclass(frozen=True)
-class LockedHotfix:
+class LockedHotfix(Value):
     """One hotfix of the lock: what it is for and the files that must hold its bytes."""
 
     id: str
@@ -47,12 +45,8 @@ class LockedHotfix:
     versions: Optional[str] = None  # the manifest's PEP 440 range for this distribution
 
 
-@dataclass(frozen=True)
-class Lock:
-    """hotfix.lock: the hotfixes an image must have in effect (written by `hotfix export`).
-
-    Every dataclass here has a docstring: without one, @dataclass builds it with inspect.signature,
-    which the guard would pay for in every vLLM process."""
+class Lock(Value):
+    """hotfix.lock: the hotfixes an image must have in effect (written by `hotfix export`)."""
 
     site_packages: str
     hotfixes: tuple[LockedHotfix, ...]
@@ -84,8 +78,7 @@ class Lock:
         return tuple(top.values())
 
 
-@dataclass(frozen=True)
-class Installed:
+class Installed(Value):
     """What the package really resolves to in the interpreter being checked."""
 
     package_dir: Path  # directory of the imported package
@@ -94,8 +87,7 @@ class Installed:
     distribution: Optional[str] = None  # the distribution the loaded copy belongs to (None: unknown)
 
 
-@dataclass(frozen=True)
-class HotfixCheck:
+class HotfixCheck(Value):
     """One locked hotfix checked against what this interpreter resolves: core.verdict's state."""
 
     hotfix: LockedHotfix
