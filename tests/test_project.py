@@ -104,3 +104,16 @@ def test_the_wheel_carries_the_top_level_catalog(tmp_path):
         assert f"vllm_hotfix/_catalog/manifests/{manifest.name}" in names
     for patch in (REPO / "patches").rglob("*.patch"):
         assert f"vllm_hotfix/_catalog/patches/{patch.relative_to(REPO / 'patches').as_posix()}" in names
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A name with a leading underscore is the module's own: no other module of the package imports it."""
+    import ast
+
+    found = []
+    for module in (REPO / "src" / "vllm_hotfix").rglob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm_hotfix"):
+                found += [f"{module.relative_to(REPO)}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []

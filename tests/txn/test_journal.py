@@ -196,7 +196,7 @@ def test_deleting_the_last_file_of_a_dir_removes_it_and_a_failure_puts_it_back(t
         if failures:
             raise failures.pop()
 
-    monkeypatch.setattr(journal, "_drop_bytecode", full_disk)
+    monkeypatch.setattr(journal, "drop_bytecode", full_disk)
     with pytest.raises(WriteFailed, match=r"^__pycache__: No space left on device \(ENOSPC\); every file was restored"):
         commit(root, plan, journal_dir=tmp_path / "j2")
     assert (root / "pkg" / "only" / "x.py").read_bytes() == b"x\n"
@@ -205,8 +205,8 @@ def test_deleting_the_last_file_of_a_dir_removes_it_and_a_failure_puts_it_back(t
 def test_backups_are_hard_links_of_the_original_inode(tree, tmp_path, monkeypatch):
     original_inode = os.stat(tree / "pkg/mod.py").st_ino
     linked = []
-    real_backup = journal._backup
-    monkeypatch.setattr(journal, "_backup", lambda src, dst: (real_backup(src, dst), linked.append(os.stat(dst).st_ino)))
+    real_backup = journal.link_backup
+    monkeypatch.setattr(journal, "link_backup", lambda src, dst: (real_backup(src, dst), linked.append(os.stat(dst).st_ino)))
     commit(tree, sample_plan(), journal_dir=tmp_path / "journal")
     assert original_inode in linked
 

@@ -24,7 +24,7 @@ from vllm_hotfix.flow.series import steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_summary
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.txn.fsops import _parallel
+from vllm_hotfix.txn.fsops import parallel
 from vllm_hotfix.paths import read_own_file
 from vllm_hotfix.txn.state import BACKUP_LIMIT, RecordedFile, RecordedHotfix, TargetState, now
 
@@ -193,7 +193,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
                 whole = patch if child is None else parse_patch(data, strip=strip, source=patch.source)  # not a half
                 refuse_overlaps(hotfix_id, whole, frozenset(), state, tree, shared, target)
             flat = flatten(plan)
-            digests = _parallel(sha256, [data for _, before, after in flat for data in (before, after)])
+            digests = parallel(sha256, [data for _, before, after in flat for data in (before, after)])
             if already:  # the reverse plan: its "before" is what is on disk (patched), its "after" the baseline
                 files = tuple(RecordedFile(p, digests[2 * i + 1], digests[2 * i]) for i, (p, _, _) in enumerate(flat))
                 baseline = {p: after for p, _, after in flat}

@@ -25,7 +25,7 @@ from vllm_hotfix.output import note
 from vllm_hotfix.paths import TargetDir
 from vllm_hotfix.txn.atomic import atomic_write, fsync_dir, unlink_if_present
 from vllm_hotfix.flow.plan import invert
-from vllm_hotfix.txn.fsops import (Interrupted, _parallel, digests_remembered, hold_late_signals, late_signal,
+from vllm_hotfix.txn.fsops import (Interrupted, parallel, digests_remembered, hold_late_signals, late_signal,
                                    signals_as_exceptions)
 from vllm_hotfix.txn import history
 from vllm_hotfix.txn.journal import commit, nothing_changed
@@ -203,10 +203,10 @@ def _keep(tdir: TargetDir, root: Path, keep: dict[str, bytes | str]) -> str:
     for directory in missing:
         by_depth.setdefault(directory.count(os.sep), []).append(directory)
     for depth in sorted(by_depth):
-        _parallel(_make_dir, sorted(by_depth[depth]))
-    _parallel(lambda item: _keep_one(root, *item), items)
+        parallel(_make_dir, sorted(by_depth[depth]))
+    parallel(lambda item: _keep_one(root, *item), items)
     # the backups and the new directories' entries are durable before the journal names them
-    _parallel(fsync_dir, sorted(parents | {os.path.dirname(d) for d in missing}))
+    parallel(fsync_dir, sorted(parents | {os.path.dirname(d) for d in missing}))
     return str(tdir.directory)
 
 

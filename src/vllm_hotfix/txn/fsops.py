@@ -63,7 +63,7 @@ PARALLEL_MIN = 8
 WORKERS = 4  # measured best for creating + fsyncing ~1,000 files on 2 cores
 
 
-def _parallel(function, items: list) -> list:
+def parallel(function, items: list) -> list:
     """``map`` over threads for file system work (open/write/fsync/hash/unlink release the GIL).
 
     Plain threads rather than concurrent.futures: that import (with logging) costs ~8 ms per run.
@@ -90,7 +90,7 @@ def _parallel(function, items: list) -> list:
 
     pending: BaseException | None = None
     try:
-        with _signals_blocked():
+        with signals_blocked():
             for index in range(WORKERS):
                 try:
                     threading.Thread(target=work, args=(index,), daemon=True).start()
@@ -114,7 +114,7 @@ def _parallel(function, items: list) -> list:
     return results
 
 
-def _discard_backups(journal_dir: Path) -> None:
+def discard_backups(journal_dir: Path) -> None:
     """Remove the backups directory; its files are unlinked on threads (freeing the replaced
     originals' blocks is the slow part, ~60 µs a file)."""
     backups = journal_dir / BACKUPS
@@ -123,13 +123,13 @@ def _discard_backups(journal_dir: Path) -> None:
     except OSError:
         names = []
     try:
-        _parallel(unlink_if_present, [os.path.join(backups, name) for name in names])
+        parallel(unlink_if_present, [os.path.join(backups, name) for name in names])
     except OSError:
         pass
     shutil.rmtree(backups, ignore_errors=True)
 
 
-def _drop_bytecode(paths: Iterable[str]) -> None:
+def drop_bytecode(paths: Iterable[str]) -> None:
     """Remove ``__pycache__/<stem>.*.pyc`` of each ``.py`` so no stale bytecode can run."""
     by_cache_dir: dict[str, set[str]] = {}
     for path in paths:
@@ -243,7 +243,7 @@ def signals_as_exceptions() -> Iterator[_SignalGuard]:
 
 
 @contextmanager
-def _signals_blocked() -> Iterator[None]:
+def signals_blocked() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -254,7 +254,7 @@ def _signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _backup(original: Path, backup: Path) -> None:
+def link_backup(original: Path, backup: Path) -> None:
     try:
         os.link(original, backup)
     except OSError as exc:
@@ -263,7 +263,7 @@ def _backup(original: Path, backup: Path) -> None:
         shutil.copyfile(original, backup)
 
 
-def _remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
+def remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
     """Remove directories left empty by deleted files, as git apply does (recovery recreates them)."""
     stop = os.path.abspath(root)
     removed = []
@@ -278,10 +278,9 @@ def _remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
     return removed
 
 
-_describe = describe
 
 
-def _file_sha256(path: Path) -> str | None:
+def file_sha256(path: Path) -> str | None:
     try:
         with open(path, "rb") as fh:
             return hashlib.sha256(fh.read()).hexdigest()

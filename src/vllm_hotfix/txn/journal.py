@@ -38,10 +38,10 @@ from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
 from vllm_hotfix.txn.atomic import UMASK, atomic_write, fsync_dir, temp_path_for, write_new_file
 from vllm_hotfix.txn.fsops import (
-    BACKUPS, JOURNAL, RECORD_BACKUP, Interrupted, _backup, _describe, _discard_backups, _drop_bytecode,
-    _file_sha256, _parallel, _remove_emptied_dirs, _signals_blocked, committed, sha256_hex, signals_as_exceptions,
+    BACKUPS, JOURNAL, RECORD_BACKUP, Interrupted, link_backup, describe, discard_backups, drop_bytecode,
+    file_sha256, parallel, remove_emptied_dirs, signals_blocked, committed, sha256_hex, signals_as_exceptions,
 )
-from vllm_hotfix.txn.recovery import SCHEMA, RecoveryReport, _restore
+from vllm_hotfix.txn.recovery import SCHEMA, RecoveryReport, restore_journal
 from vllm_hotfix.txn.writable import WRITE_HINTS
 
 
@@ -165,11 +165,11 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
             _write_temps(ops, paths, new_dirs, root, tag, fsync=fsync, at=at)
             _switch(ops, paths, tag, at=at)
             at.current = "emptied directories"
-            removed_dirs = _remove_emptied_dirs(root, [paths[op.path] for op in ops if op.after is None])
+            removed_dirs = remove_emptied_dirs(root, [paths[op.path] for op in ops if op.after is None])
             # step 5: no stale bytecode
             touched = [paths[op.path] for op in ops]
             at.current = "__pycache__"
-            _drop_bytecode(touched)
+            drop_bytecode(touched)
             # step 6: the record (and the history), inside the transaction
             for path, data in records:
                 at.current = str(path)
@@ -180,21 +180,21 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
                 _fsync_dirs({os.path.dirname(p) for p in touched + new_dirs + removed_dirs} - set(removed_dirs))
             # step 7: commit point
             at.current = str(journal_dir / JOURNAL)
-            with _signals_blocked():  # the commit point and the switch to "only noted" are one step
+            with signals_blocked():  # the commit point and the switch to "only noted" are one step
                 os.unlink(journal_dir / JOURNAL)
                 at.done = True
                 committed(guard)  # from here a signal is only noted: it cannot undo a change that stands
             if fsync:
                 fsync_dir(journal_dir)
-            _discard_backups(journal_dir)
+            discard_backups(journal_dir)
         except BaseException as exc:
             if at.done:  # only the journal's directory fsync can fail here: the change is made and recorded
-                _discard_backups(journal_dir)
+                discard_backups(journal_dir)
                 return
             guard.armed = False
-            report = _restore(record, journal_dir) if at.written_journal else None
+            report = restore_journal(record, journal_dir) if at.written_journal else None
             if not at.written_journal:
-                _discard_backups(journal_dir)
+                discard_backups(journal_dir)
             if guard.pending and not isinstance(exc, Interrupted):
                 exc = Interrupted(guard.pending)
             _raise_after_restore(exc, at.current, report, root)
@@ -216,9 +216,9 @@ def _write_journal(ops: list[FileOp], paths: dict[str, str], record: dict, journ
     """Step 2: a backup of every original (the caller's durable hard link when it still is the inode at
     the path, else a link of our own), then ``journal.json`` naming them, durable."""
     backups = journal_dir / BACKUPS
-    _discard_backups(journal_dir)
+    discard_backups(journal_dir)
     backups.mkdir(parents=True)
-    hashes = _parallel(sha256_hex, [op.before for op in ops] + [op.after for op in ops])  # once: remembered
+    hashes = parallel(sha256_hex, [op.before for op in ops] + [op.after for op in ops])  # once: remembered
     for number, own in enumerate(records):  # the state folder's files of the change (record, history)
         at.current = str(own[0])
         record["records"].append(_back_up_record(own, backups, number))
@@ -229,7 +229,7 @@ def _write_journal(ops: list[FileOp], paths: dict[str, str], record: dict, journ
             backup = kept.get(op.path) if kept else None
             if backup is None or not _same_inode(backup, paths[op.path]):
                 backup = f"{BACKUPS}/{index}"
-                _backup(paths[op.path], journal_dir / backup)
+                link_backup(paths[op.path], journal_dir / backup)
         record["files"].append({
             "path": op.path, "backup": backup,
             "before_sha256": hashes[index], "before_mode": op.before_mode,
@@ -249,7 +249,7 @@ def _write_temps(ops: list[FileOp], paths: dict[str, str], new_dirs: list[str], 
         at.current = os.path.relpath(directory, root)
         os.mkdir(directory)
     at.current = "new file contents"
-    _parallel(lambda op: _write_temp(paths[op.path], tag, op, fsync), [op for op in ops if op.after is not None])
+    parallel(lambda op: _write_temp(paths[op.path], tag, op, fsync), [op for op in ops if op.after is not None])
 
 
 def _switch(ops: list[FileOp], paths: dict[str, str], tag: str, *, at: _Progress) -> None:
@@ -264,16 +264,16 @@ def _switch(ops: list[FileOp], paths: dict[str, str], tag: str, *, at: _Progress
 
 def _fsync_dirs(directories: set[str]) -> None:
     """The directories whose entries changed, durable (on threads) before the commit point."""
-    _parallel(fsync_dir, sorted(directories))
+    parallel(fsync_dir, sorted(directories))
 
 
 def _back_up_record(record: tuple[Path, bytes], backups: Path, number: int = 0) -> dict:
     """Keep a state file's current bytes (a hard link: atomic_write replaces, never edits) for a restore."""
     path, data = record
-    entry = {"path": str(path), "backup": None, "before_sha256": _file_sha256(path), "after_sha256": sha256_hex(data)}
+    entry = {"path": str(path), "backup": None, "before_sha256": file_sha256(path), "after_sha256": sha256_hex(data)}
     if entry["before_sha256"] is not None:
         name = RECORD_BACKUP if number == 0 else f"{RECORD_BACKUP}-{number}"
-        _backup(path, backups / name)
+        link_backup(path, backups / name)
         entry["backup"] = f"{BACKUPS}/{name}"
     return entry
 
@@ -304,7 +304,7 @@ def _write_temp(path: str, tag: str, op: FileOp, fsync: bool) -> None:
 def _raise_after_restore(exc: BaseException, current: str, report: RecoveryReport | None, root: Path) -> None:
     if report is not None and report.problems:
         raise WriteFailed(
-            f"{current}: {_describe(exc)}; restoring failed for {', '.join(report.problems)}",
+            f"{current}: {describe(exc)}; restoring failed for {', '.join(report.problems)}",
             hint=f"run `hotfix recover --root {root}` once the cause is fixed",
         ) from exc
     if isinstance(exc, (Interrupted, OSError)):
@@ -320,5 +320,5 @@ def nothing_changed(exc: BaseException, where: str) -> HotfixError:
         name = signal.Signals(exc.signum).name
         return HotfixError(f"interrupted by {name}; every file was restored, nothing was changed",
                            exit_code=128 + exc.signum)
-    return WriteFailed(f"{where}: {_describe(exc)}; every file was restored, nothing was changed",
+    return WriteFailed(f"{where}: {describe(exc)}; every file was restored, nothing was changed",
                        hint=WRITE_HINTS.get(getattr(exc, "errno", None)))

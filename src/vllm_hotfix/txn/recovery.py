@@ -19,7 +19,7 @@ from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import HISTORY_NAME, HISTORY_ROTATED, STATE_NAME
 from vllm_hotfix.txn.atomic import TEMP_SUFFIX, fsync_dir, temp_path_for, unlink_if_present
 from vllm_hotfix.txn.fsops import (
-    BACKUPS, JOURNAL, RECORD_BACKUP, _describe, _discard_backups, _drop_bytecode, _file_sha256, _signals_blocked,
+    BACKUPS, JOURNAL, RECORD_BACKUP, describe, discard_backups, drop_bytecode, file_sha256, signals_blocked,
 )
 
 SCHEMA = 2  # 2: "records", the state folder's files of the change (state.json, history); 1: "record" (read too)
@@ -42,7 +42,7 @@ def _restore_record(entry: dict, journal_dir: Path, tag: str) -> None:
     if entry["backup"] is None:
         unlink_if_present(path)
         return
-    if _file_sha256(path) == entry["before_sha256"]:
+    if file_sha256(path) == entry["before_sha256"]:
         return
     temp = temp_path_for(path, f"{tag}-restore")
     unlink_if_present(temp)
@@ -72,7 +72,7 @@ def _put_back(path: Path, backup: Path, entry: dict, tag: str, current_sha256: s
     os.replace(temp, path)
 
 
-def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
+def restore_journal(record: dict, journal_dir: Path) -> RecoveryReport:
     """Put every file of a journal back to its "before" state. Idempotent, so itself crash-safe."""
     root = Path(record["root"])
     tag = record["tag"]
@@ -92,16 +92,16 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
             else:
                 backup = journal_dir / entry["backup"] if entry["backup"] else None
                 if backup is not None and os.path.exists(backup):
-                    current_sha256 = _file_sha256(path)
+                    current_sha256 = file_sha256(path)
                     if current_sha256 != entry["before_sha256"]:
                         restored.append(rel)
                     _put_back(path, backup, entry, tag, current_sha256)
-                elif _file_sha256(path) != entry["before_sha256"]:
+                elif file_sha256(path) != entry["before_sha256"]:
                     problems.append(f"{quote_path(rel)} (no backup)")
             for temp in (temp_path_for(path, tag), temp_path_for(path, f"{tag}-restore")):
                 unlink_if_present(temp)
         except OSError as exc:
-            problems.append(f"{quote_path(rel)} ({_describe(exc)})")
+            problems.append(f"{quote_path(rel)} ({describe(exc)})")
     for rel in reversed(record.get("created_dirs", [])):
         try:
             os.rmdir(root / rel)
@@ -111,10 +111,10 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
         try:
             _restore_record(own, journal_dir, tag)
         except OSError as exc:
-            problems.append(f"{own['path']} ({_describe(exc)})")
+            problems.append(f"{own['path']} ({describe(exc)})")
     try:
         try:
-            _drop_bytecode(touched)
+            drop_bytecode(touched)
         except OSError as exc:  # a read-only target this pass did not change: its bytecode is its own
             if exc.errno != errno.EROFS or restored or removed:
                 raise
@@ -123,9 +123,9 @@ def _restore(record: dict, journal_dir: Path) -> RecoveryReport:
         if not problems:
             (journal_dir / JOURNAL).unlink(missing_ok=True)
             fsync_dir(journal_dir)
-            _discard_backups(journal_dir)
+            discard_backups(journal_dir)
     except OSError as exc:
-        problems.append(f"cleanup ({_describe(exc)})")
+        problems.append(f"cleanup ({describe(exc)})")
     return RecoveryReport(journal_dir / JOURNAL, root, tuple(restored), tuple(removed), tuple(problems))
 
 
@@ -239,11 +239,11 @@ def recover(journal_dir: Path, root: Path | str | None = None) -> RecoveryReport
     _remove_stray_temps(journal_dir)
     journal = journal_dir / JOURNAL
     if not journal.exists():
-        _discard_backups(journal_dir)
+        discard_backups(journal_dir)
         return None
     record = read_journal(journal_dir, root)
-    with _signals_blocked():
-        report = _restore(record, journal_dir)
+    with signals_blocked():
+        report = restore_journal(record, journal_dir)
     if report.problems:
         raise WriteFailed(f"{journal}: could not restore {', '.join(report.problems)}",
                           hint="fix the cause (read-only or full file system?) and run `hotfix recover` again")
