@@ -8,7 +8,6 @@ are core.verdict's, the same as `hotfix status`.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -223,29 +222,17 @@ TARGET_FILE_LIMIT = 256 << 20  # a locked source file is at most a few MB; more 
 
 def sha256_file(path: Path) -> Optional[str]:
     """Hex sha256 of a regular file's bytes; None when there is none at ``path`` (absent, a directory,
-    a symlink, a FIFO or device: never followed, never blocking) -- such a file is not in effect."""
+    a symlink, a FIFO or device: never followed, never blocking; or over TARGET_FILE_LIMIT) -- such a file
+    is not in effect. Read through inputs.read_bounded, the one bounded reader."""
     import hashlib  # here: `verify --lock` starts its probe process before paying for OpenSSL
-    import stat
 
-    flags = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    from vllm_hotfix.inputs import read_bounded
+
     try:
-        fd = os.open(path, flags)
-    except OSError:
+        data = read_bounded(path, cap=TARGET_FILE_LIMIT, what="locked file", follow_symlinks=False)
+    except (InvalidInput, OSError):
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > TARGET_FILE_LIMIT:
-            return None
-        digest = hashlib.sha256()
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return digest.hexdigest()
-            digest.update(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return hashlib.sha256(data).hexdigest()
 
 
 def real_file(installed: Installed, package: str, path: str) -> Path:
