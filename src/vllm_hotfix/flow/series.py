@@ -84,7 +84,7 @@ def release_seen(state: TargetState, target) -> str | None:
     """The release the record is judged against: ``target.version``, except when a checkout's version is
     read from a file the series itself changes (a diff that bumps ``vllm/_version.py`` or pyproject.toml's
     version): that release is the series' own doing, so the recorded one stands and the files decide."""
-    if target.version_file and any(path == target.version_file for _, steps in state.series() for path, _, _ in steps):
+    if target.version_file and target.version_file in steps_by_path(state):
         return state.target.get("version")
     return target.version
 
