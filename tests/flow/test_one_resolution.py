@@ -185,3 +185,61 @@ def test_the_guard_finds_the_record_status_finds(kind, tmp_path, run_hotfix):
     (entry,) = json.loads(hotfix("status", HOTFIX, "--json").stdout)
     (verdict,) = guard_verdicts(str(venv.python), env)
     assert entry["state"] == "lost" and not verdict["in_effect"] and verdict["detail"].startswith("lost:"), (entry, verdict)
+
+
+def tagged_project_files() -> dict[str, str]:
+    """A checkout whose version its build derives (dynamic, as vLLM's via setuptools-scm): what pip wrote
+    into the editable install's metadata goes stale as HEAD moves."""
+    pyproject = pyproject_toml("demo-pkg", "1.0.0", "demo_pkg").replace(
+        'version = "1.0.0"', 'dynamic = ["version"]') + '\n[tool.setuptools.dynamic]\nversion = {attr = "demo_pkg.__version__"}\n'
+    return {"pyproject.toml": pyproject, ".gitignore": GITIGNORE, "demo_pkg/__init__.py": '__version__ = "1.0.0"\n',
+            "demo_pkg/core.py": ORIGINAL}
+
+
+@pytest.mark.parametrize("when", ["head-moves-after-apply", "head-moved-before-apply", "record-without-commit"])
+def test_status_and_the_guard_agree_on_a_checkout_whose_head_moves(when, tmp_path, run_hotfix):
+    """A checkout's release is named by its HEAD (install/facts.read_head, recorded as target.commit) and
+    judged by core.verdict.release_seen in `status` and in the guard alike. Before, status judged the
+    version git derives and the guard the metadata `pip install -e` wrote: after HEAD moved past the
+    installed tag status said lost and the guard in effect, and a hotfix applied after HEAD moved was
+    lost to the guard and applied to status."""
+    from fixtures.gitrepo import git
+
+    project = init_repo(tmp_path / "project", tagged_project_files(), branch="main", message="demo 1.0.0")
+    git(project, "tag", "v1.0.0")
+    venv = realdata.make_venv(tmp_path / "venv")
+    realdata.pip_install(venv, "-e", str(project))  # metadata: 1.0.0
+    patch = tmp_path / "fix.diff"
+    patch.write_bytes(PATCH)
+    options = ["--python", str(venv.python)]
+
+    def hotfix(*args):
+        return run_hotfix(*args, *options)
+
+    def both() -> tuple[str, bool, str]:
+        (entry,) = json.loads(hotfix("status", HOTFIX, "--json").stdout)
+        (verdict,) = guard_verdicts(str(venv.python), {})
+        return entry["state"], verdict["in_effect"], verdict["detail"]
+
+    def move_head():
+        (project / "README").write_text("docs\n")
+        git(project, "add", "README")
+        git(project, "commit", "-q", "-m", "docs")
+
+    if when != "head-moves-after-apply":
+        move_head()  # the checkout's build now says 1.0.1.dev1+g..., the metadata still 1.0.0
+    done = hotfix("apply", "--patch", patch, "--package", "demo_pkg", "--id", HOTFIX, "--json")
+    assert done.returncode == 0, done.stderr
+    recorded = json.loads(done.stdout)["target"]
+    assert recorded["commit"] == git(project, "rev-parse", "HEAD").strip(), recorded
+    if when == "record-without-commit":  # a record written before commits were recorded: the version decides
+        (state_file,) = (Path(os.environ["HOTFIX_STATE_DIR"]) / "targets").glob("*/state.json")
+        doc = json.loads(state_file.read_text())
+        del doc["target"]["commit"]
+        state_file.write_text(json.dumps(doc))
+    state, in_effect, detail = both()
+    assert (state, in_effect) == ("applied", True), (state, detail)
+    if when == "head-moves-after-apply":
+        move_head()
+        state, in_effect, detail = both()
+        assert state == "lost" and not in_effect and detail.startswith("lost: demo-pkg's checkout moved from commit "), detail

@@ -225,16 +225,20 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
             broken = None
         except verdict.BrokenSeries as exc:
             checks, broken = {}, str(exc)
+        paths = {path for _, steps in here.series() for path, _, _ in steps}
+        now, moved = verdict.release_seen(
+            recorded=here.target.get("version"), installed=lambda: installed.version,
+            recorded_commit=here.target.get("commit"), commit=installed.commit,
+            own_version_file=lambda: installed.version_file in paths)
         if broken is None and installed.kind == "wheel" and installed.dist_info is not None \
-                and verdict.same_release(here.target.get("version"), installed.version):
+                and verdict.same_release(here.target.get("version"), now):
             from vllm_hotfix.install.facts import record_sha256s  # the rule `hotfix status` applies too
 
-            paths = {path for _, steps in here.series() for path, _, _ in steps}
             broken = verdict.origin_problem(here.series(), record_sha256s(installed.dist_info, paths))
         files = checks.get(hotfix_id, ())
         state, detail = verdict.judge(files, broken=broken, recorded_release=here.target.get("version"),
-                                      installed_release=installed.version, distribution=installed.distribution or package)
-        results.append((_verdict(hotfix_id, package, state, detail, files, installed.version, "require"),
+                                      installed_release=now, moved=moved, distribution=installed.distribution or package)
+        results.append((_verdict(hotfix_id, package, state, detail, files, now, "require"),
                         (hotfix_id, files)))
     return results
 
@@ -284,14 +288,36 @@ def _not_importable(hotfix_id: str, package: str, origin: str) -> Verdict:
 
 
 class _Installed:
-    """The copy of a package this process imports, by install/facts.py's rule (plain class: the guard)."""
+    """The copy of a package this process imports, by install/facts.py's rule (plain class: the guard).
+    A checkout's version is what its build would produce (install/facts.release_version, as every command
+    derives it: git, so asked only when core.verdict.release_seen needs it); its commit is read from .git."""
 
-    __slots__ = ("package_dir", "root", "version", "distribution", "pending", "kind", "dist_info")
+    __slots__ = ("package", "package_dir", "root", "distribution", "pending", "kind", "dist_info", "commit",
+                 "decided", "derived")
 
-    def __init__(self, decided, pending: bool) -> None:
-        self.package_dir, self.root, self.version = decided.package_dir, decided.root, decided.version
+    def __init__(self, package: str, decided, pending: bool) -> None:
+        from vllm_hotfix.install.facts import checkout_commit
+
+        self.package, self.decided = package, decided
+        self.package_dir, self.root = decided.package_dir, decided.root
         self.distribution, self.kind, self.dist_info = decided.distribution, decided.kind, decided.dist_info
-        self.pending = pending
+        self.pending, self.commit = pending, checkout_commit(decided)
+        self.derived = None
+
+    def _derive(self) -> tuple:
+        if self.derived is None:
+            from vllm_hotfix.install.facts import release_version
+
+            self.derived = release_version(self.decided, self.package)
+        return self.derived
+
+    @property
+    def version(self):
+        return self._derive()[0]
+
+    @property
+    def version_file(self):
+        return self._derive()[2] if self.kind in ("editable", "git") else None
 
 
 def _installed(package: str):
@@ -306,7 +332,7 @@ def _installed(package: str):
         decided = install_facts.decide(probe.install_facts(package, list(sys.path)))
     except install_facts.NotImportable:
         return None
-    return _Installed(decided, TargetDir.of(decided.root).pending())
+    return _Installed(package, decided, TargetDir.of(decided.root).pending())
 
 
 def summary_line(verdicts: tuple[Verdict, ...], fingerprint: str) -> str:

@@ -171,7 +171,7 @@ def release_rule(installed: Optional[str], *, fixed_in: Optional[str], versions:
 def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package: Optional[str] = None,
           inapplicable: Optional[tuple[str, str]] = None, recorded_release: Optional[str] = None,
           installed_release: Optional[str] = None, distribution: str = "the package",
-          broken: Optional[str] = None) -> tuple[str, str]:
+          broken: Optional[str] = None, moved: Optional[str] = None) -> tuple[str, str]:
     """THE verdict on one hotfix that a record or a lock says must be in effect, with one precedence:
 
     1. INTERRUPTED: a transaction on the target is pending (its files may be half-written);
@@ -179,7 +179,8 @@ def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package:
        series does not chain (``broken``);
     3. ``inapplicable`` (FIXED_UPSTREAM or NOT_APPLICABLE, from the release or the checkout);
     4. LOST: the package is another release than the one the record / lock was made on, whatever the
-       files hold (their bytes belong to the other release);
+       files hold (their bytes belong to the other release): a checkout's HEAD ``moved`` (from
+       ``release_seen``), or ``installed_release`` is not ``recorded_release``;
     5. UNKNOWN when there is no file to check, else ``files_verdict``: APPLIED, LOST or DRIFTED.
 
     Every reader calls this: status and apply (flow/status, flow/plan), `verify --lock` and the guard
@@ -192,12 +193,40 @@ def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package:
         return UNKNOWN, f"the recorded series is inconsistent: {broken}"
     if inapplicable is not None:
         return inapplicable
+    if moved is not None:
+        return LOST, (f"{distribution}'s checkout moved from {moved} under the record: the hotfix applied "
+                      f"at the recorded commit is not in effect")
     if recorded_release and installed_release and not same_release(recorded_release, installed_release):
         return LOST, (f"{distribution} was changed from {recorded_release} to {installed_release} under the record: "
                       f"the hotfix applied to {recorded_release} is not in effect")
     if not files:
         return UNKNOWN, "no file is recorded for this hotfix"
     return files_verdict(files)
+
+
+def release_seen(*, recorded: Optional[str], installed: Callable[[], Optional[str]],
+                 recorded_commit: Optional[str] = None, commit: Optional[str] = None,
+                 own_version_file: "bool | Callable[[], bool]" = False) -> tuple[Optional[str], Optional[str]]:
+    """THE rule for the release a record or a lock is judged against: (the installed release, ``moved``
+    for ``judge``: "commit A to commit B" when a checkout's HEAD is not the recorded one, else None).
+
+    - A checkout whose record names HEAD's commit (``recorded_commit``) and whose HEAD is read now
+      (``commit``, install/facts.read_head): the same commit is the recorded release, whatever the version
+      derived from it says now or the stale metadata of an editable install says; another commit is
+      another release (the files belong to it).
+    - Otherwise the version decides: ``installed()`` (asked only here: a checkout's derives from git),
+      except when the version is read from a file the series itself changes (``own_version_file``: a
+      diff that bumps ``vllm/_version.py``): that release is the series' own doing, the recorded one stands.
+
+    status, apply, export and doctor (flow/series) and the guard and `verify --lock` (txn/lockfile, the
+    guard's HOTFIX_REQUIRE) all ask this, so they cannot disagree on a checkout whose HEAD moved."""
+    if recorded_commit and commit:
+        if recorded_commit == commit:
+            return recorded, None
+        return installed(), f"commit {recorded_commit[:12]} to commit {commit[:12]}"
+    if own_version_file() if callable(own_version_file) else own_version_file:
+        return recorded, None
+    return installed(), None
 
 
 # -- PEP 440 ordering without `packaging` (the guard runs on the stdlib only) -----------------------
@@ -219,6 +248,40 @@ def _parse(text: str) -> tuple:
         raise ValueError(f"not a PEP 440 version: {text!r}")
     epoch, release, pre, pre_n, post, dev = m.groups()
     return epoch, [int(x) for x in release.split(".")], pre, pre_n, post, dev
+
+
+_FULL_PATTERN = (  # PEP 440's public and local grammar, every spelling it permits, for its normal form
+    r"v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[-_.]?(?P<pre>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>\d+)?)?"
+    r"(?:-(?P<post_implicit>\d+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post>\d+)?(?P<post_mark>))?"
+    r"(?:[-_.]?dev[-_.]?(?P<dev>\d+)?(?P<dev_mark>))?"
+    r"(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?"
+)
+_PRE_NORMAL = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
+
+
+def normal_form(text: str) -> Optional[str]:
+    """PEP 440's normal form of ``text`` (what ``str(packaging.version.Version(text))`` gives), None when it
+    is not a version: the stdlib rule a checkout's derived version is written in (install/version.py),
+    so the guard derives the very string `hotfix status` shows. Kept honest against packaging by
+    tests/core/test_normal_form.py."""
+    m = re.fullmatch(_FULL_PATTERN, text.strip(), re.IGNORECASE)
+    if m is None:
+        return None
+    out = f"{int(m['epoch'])}!" if m["epoch"] and int(m["epoch"]) else ""
+    out += ".".join(str(int(x)) for x in m["release"].split("."))
+    if m["pre"]:
+        out += f"{_PRE_NORMAL[m['pre'].lower()]}{int(m['pre_n'] or 0)}"
+    if m["post_implicit"] is not None:
+        out += f".post{int(m['post_implicit'])}"
+    elif m["post_mark"] is not None:
+        out += f".post{int(m['post'] or 0)}"
+    if m["dev_mark"] is not None:
+        out += f".dev{int(m['dev'] or 0)}"
+    if m["local"]:
+        parts = re.split(r"[-_.]", m["local"])
+        out += "+" + ".".join(str(int(x)) if x.isdigit() else x.lower() for x in parts)
+    return out
 
 
 def version_key(text: str) -> tuple:

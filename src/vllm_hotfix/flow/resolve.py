@@ -53,8 +53,11 @@ _warned: set[str] = set()
 
 def target_summary(target: Target) -> dict:
     """The target as state.json records it and `apply --json` reports it."""
-    return {"root": str(target.root), "package": target.package, "distribution": target.distribution,
-            "version": target.version, "kind": target.kind, "python": target.python}
+    summary = {"root": str(target.root), "package": target.package, "distribution": target.distribution,
+               "version": target.version, "kind": target.kind, "python": target.python}
+    if target.commit:  # a checkout's release is its HEAD as much as its version (core.verdict.release_seen)
+        summary["commit"] = target.commit
+    return summary
 
 
 class Resolver:

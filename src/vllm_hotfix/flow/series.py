@@ -19,6 +19,7 @@ from vllm_hotfix.core.apply import FileState, plan_patch
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
 from vllm_hotfix.core.verdict import BrokenSeries, FileCheck, judge, same_release, series_checks
+from vllm_hotfix.core.verdict import release_seen as verdict_release_seen
 from vllm_hotfix.errors import DoesNotApply, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import recorded_series, sha256
 from vllm_hotfix.install.tree import Tree
@@ -80,27 +81,30 @@ def distrust(state: TargetState, tree: Tree, target) -> str | None:
     return None
 
 
-def release_seen(state: TargetState, target) -> str | None:
-    """The release the record is judged against: ``target.version``, except when a checkout's version is
-    read from a file the series itself changes (a diff that bumps ``vllm/_version.py`` or pyproject.toml's
-    version): that release is the series' own doing, so the recorded one stands and the files decide."""
-    if target.version_file and target.version_file in steps_by_path(state):
-        return state.target.get("version")
-    return target.version
+def release_seen(state: TargetState, target) -> tuple[str | None, str | None]:
+    """(the release the record is judged against, how a checkout's HEAD moved or None):
+    core.verdict.release_seen, the guard's rule too, with what this target's record and Target say."""
+    return verdict_release_seen(
+        recorded=state.target.get("version"), installed=lambda: target.version,
+        recorded_commit=state.target.get("commit"), commit=getattr(target, "commit", None),
+        own_version_file=bool(target.version_file and target.version_file in steps_by_path(state)))
 
 
 def release_changed(state: TargetState, target) -> bool:
-    """The package is another release than the one the record was made on (pip install, image rebuild)."""
-    was, now = state.target.get("version"), release_seen(state, target)
-    return bool(now and was and not same_release(was, now))
+    """The package is another release than the one the record was made on (pip install, image rebuild,
+    a checkout's HEAD moved)."""
+    was = state.target.get("version")
+    now, moved = release_seen(state, target)
+    return moved is not None or bool(now and was and not same_release(was, now))
 
 
 def judge_recorded(state: TargetState, hotfix_id: str, target, checks: dict, broken: str | None, *,
                    inapplicable: tuple[str, str] | None = None) -> tuple[str, str]:
     """core.verdict.judge for one recorded hotfix of this target (apply, status, export, doctor)."""
+    now, moved = release_seen(state, target)
     return judge(checks.get(hotfix_id, ()), pending=TargetDir(state.directory).pending(), broken=broken,
                  inapplicable=inapplicable, recorded_release=state.target.get("version"),
-                 installed_release=release_seen(state, target), distribution=target.distribution or target.package)
+                 installed_release=now, moved=moved, distribution=target.distribution or target.package)
 
 
 def level(chain: list[Step], current: str | None) -> int | None:

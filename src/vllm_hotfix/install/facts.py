@@ -10,6 +10,7 @@ finds the record `hotfix apply` made for a src-layout editable install or a subd
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -46,6 +47,87 @@ def find_work_tree(path: Path) -> Optional[Path]:
         if (candidate / ".git").exists():
             return candidate
     return None
+
+
+HEAD_CAP = 4096  # HEAD, a loose ref, gitdir / commondir files: a line each
+PACKED_REFS_CAP = 32 << 20  # packed-refs of a repository with every vLLM tag is well under 1 MiB
+_HEX_LENGTHS = (40, 64)  # sha1 and sha256 repositories
+
+
+def read_head(path: Path) -> Optional[str]:
+    """The commit HEAD of the git work tree holding ``path`` names, read from the repository's files as
+    git lays them out (``.git`` directory or ``gitdir:`` file, HEAD, loose refs, packed-refs), without
+    running git: the same answer for every user and in every process, the guard's included (git refuses
+    a repository another user owns). None when there is no work tree, HEAD is unborn, or anything read is
+    not what git writes (a symbolic link, an oversized file, a ref outside refs/): then the version decides.
+    Every file is read by paths.read_small_file (no link followed, regular files, capped)."""
+    top = find_work_tree(path)
+    if top is None:
+        return None
+    from vllm_hotfix.paths import read_small_file
+
+    def line(file: Path, cap: int = HEAD_CAP) -> Optional[str]:
+        data = read_small_file(file, cap)
+        return data.decode("utf-8", "replace").strip() if data is not None else None
+
+    gitdir = top / ".git"
+    if gitdir.is_file() and not gitdir.is_symlink():  # a linked worktree or a submodule: "gitdir: PATH"
+        pointer = line(gitdir)
+        if not pointer or not pointer.startswith("gitdir:"):
+            return None
+        gitdir = (top / pointer[len("gitdir:"):].strip()).resolve()
+    common = gitdir
+    shared = line(gitdir / "commondir")
+    if shared:
+        common = (gitdir / shared).resolve()
+    value = line(gitdir / "HEAD")
+    for _ in range(5):  # HEAD -> refs/heads/main (-> another symbolic ref, rarely)
+        if value is None:
+            return None
+        if not value.startswith("ref:"):
+            return value.lower() if len(value) in _HEX_LENGTHS and all(c in "0123456789abcdefABCDEF" for c in value) else None
+        ref = value[len("ref:"):].strip()
+        parts = ref.split("/")
+        if parts[0] != "refs" or any(p in ("", ".", "..") for p in parts) or "\\" in ref or "\x00" in ref:
+            return None
+        loose = next((d / ref for d in (gitdir, common) if os.path.lexists(d / ref)), None)
+        value = line(loose) if loose is not None else _packed_ref(common / "packed-refs", ref)
+    return None
+
+
+def _packed_ref(file: Path, ref: str) -> Optional[str]:
+    from vllm_hotfix.paths import read_small_file
+
+    data = read_small_file(file, PACKED_REFS_CAP)
+    if data is None:
+        return None
+    tail = b" " + ref.encode("utf-8", "surrogateescape") + b"\n"
+    at = (data if data.endswith(b"\n") else data + b"\n").find(tail)
+    if at < 0:
+        return None
+    start = data.rfind(b"\n", 0, at) + 1
+    return data[start:at].decode("ascii", "replace")
+
+
+def checkout_commit(decided: "Decided") -> Optional[str]:
+    """HEAD's commit for a checkout (an editable install or a git work tree), None for anything else:
+    with the version, what a record or a lock of a checkout names its release by (core.verdict.release_seen)."""
+    return read_head(decided.root) if decided.kind in (EDITABLE, GIT) else None
+
+
+def release_version(decided: "Decided", package: str) -> tuple[Optional[str], Optional[str], Optional[str], Optional[str]]:
+    """(version, what it was derived from or None, the file under the root it was read from, pyproject's
+    project name) of the install ``decided`` names: its metadata's version for a wheel or a directory; for
+    a checkout (editable, git) what its build would produce (install/version.py). The one rule: every
+    command's Target (install/locate) and the guard's lazy version of a checkout."""
+    metadata = decided.version
+    if decided.kind not in (EDITABLE, GIT):
+        return metadata, None, None, None
+    from vllm_hotfix.install.version import checkout_version
+
+    found = checkout_version(decided.root, package, metadata=metadata,
+                             metadata_from=str(decided.dist_info / "METADATA") if decided.dist_info else None)
+    return found.version, (found.detail if found.derived else None), found.file, found.distribution
 
 
 def under(path: Path, parent: Path) -> bool:

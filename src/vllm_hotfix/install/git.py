@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from vllm_hotfix.errors import Refused
 from vllm_hotfix.install.facts import find_work_tree  # noqa: F401 - the one rule, re-exported
+from vllm_hotfix.install.version import git_available  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,6 @@ class GitInfo:
     def to_json(self) -> dict[str, Any]:
         return {"root": str(self.root), "commit": self.commit, "branch": self.branch,
                 "describe": self.describe, "clean": self.clean, "dirty": list(self.dirty)}
-
-
-def git_available() -> bool:
-    return shutil.which(os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git")) is not None
 
 
 def _repo(root: Path, purpose: str):

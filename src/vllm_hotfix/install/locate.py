@@ -51,6 +51,7 @@ class Target:
     version_from: str | None = None  # a checkout's derived version: what from, e.g. 'git tag v0.30.0' (install/version.py)
     version_file: str | None = None  # ... and the file under the root it was read from, if it was ('vllm/_version.py')
     guard: GuardFacts | None = None  # asked for (probe --guard): would vLLM load the guard in this interpreter?
+    commit: str | None = None       # a checkout's HEAD as its files say (install/facts.read_head): names its release
 
     @property
     def has_record(self) -> bool:
@@ -63,6 +64,7 @@ class Target:
             "version": self.version,
             "version_derived": self.version_from is not None,
             "version_from": self.version_from,
+            "commit": self.commit,
             "kind": self.kind,
             "path": str(self.package_dir),
             "origin": str(self.origin) if self.origin else None,
@@ -227,10 +229,8 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
     git_info = None
     if kind in ("editable", "git") and install_facts.find_work_tree(root) is not None:
         git_info = _git_info(root, warnings)
-    version, version_from, version_file = (dist["version"] if dist else None), None, None
-    if kind in ("editable", "git"):  # a checkout: what its build would produce, as --root says
-        version, version_from, version_file, _ = _checkout_version(root, package, version,
-                                                     str(dist_info / "METADATA") if dist_info else None)
+    # a checkout: what its build would produce, as --root says; a wheel: its metadata (the guard's rule too)
+    version, version_from, version_file, _ = install_facts.release_version(decided, package)
 
     copies = [c for c in facts["copies"]]
     loaded = next((c for c in copies if _under(Path(c["path"]), package_dir) or Path(c["path"]).resolve() == package_dir.resolve()), None)
@@ -275,6 +275,7 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
         version_from=version_from,
         version_file=version_file,
         guard=_guard_facts(facts.get("guard")),
+        commit=install_facts.checkout_commit(decided),
     )
 
 
@@ -330,6 +331,7 @@ def locate_root(root: Path, package: str | None = None) -> Target:
         origin=package_dir / "__init__.py" if (package_dir / "__init__.py").exists() else None,
         version_from=version_from,
         version_file=version_file,
+        commit=install_facts.read_head(root) if top is not None else None,
     )
 
 

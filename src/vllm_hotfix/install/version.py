@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from vllm_hotfix.core.verdict import normal_form
 
 GIT_TIMEOUT = 10.0
 MAX_TEXT = 256 * 1024  # pyproject.toml / _version.py larger than this are not read
@@ -78,6 +81,11 @@ def checkout_version(root: Path, package: str | None, *, metadata: str | None = 
     return CheckoutVersion(version=None, source=None, detail=None, distribution=name)
 
 
+def git_available() -> bool:
+    """A git binary is on PATH (or GIT_PYTHON_GIT_EXECUTABLE names one)."""
+    return shutil.which(os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git")) is not None
+
+
 def next_dev_version(tag_version: str, distance: int, node: str | None) -> str:
     """setuptools-scm's guess-next-dev + node-and-date for a clean tree ``distance`` commits after the tag:
     ``1.0.0`` -> ``1.0.1.devN+g<node>``, ``1.0rc2`` -> ``1.0rc3.devN``, ``2.0.dev0`` -> ``2.0.devN``."""
@@ -98,21 +106,9 @@ def next_dev_version(tag_version: str, distance: int, node: str | None) -> str:
 
 
 def _normalise(text: str) -> str | None:
-    """PEP 440 normal form (``packaging``, which hotfix and vLLM both depend on), None if not a version."""
-    try:
-        from packaging.version import InvalidVersion, Version
-    except ImportError:  # pragma: no cover - the stdlib-only path keeps the text when it parses
-        from vllm_hotfix.core.verdict import version_key
-
-        try:
-            version_key(text)
-        except ValueError:
-            return None
-        return text.strip().lstrip("vV")
-    try:
-        return str(Version(text))
-    except InvalidVersion:
-        return None
+    """PEP 440 normal form, None if not a version (core.verdict.normal_form: the stdlib rule, so the
+    guard derives a checkout's version as every command does)."""
+    return normal_form(text)
 
 
 def _tag_version(tag: str) -> str | None:
@@ -124,8 +120,6 @@ def _from_git(root: Path) -> tuple[str, str, str] | None:
     """(version, source, detail) from ``git describe`` as setuptools-scm runs it, without ``--dirty``
     (which would refresh the index: looking at a checkout never writes to it); None without git, a
     repository or a version tag."""
-    from vllm_hotfix.install.git import git_available
-
     if not git_available() or not (root.is_dir()):
         return None
     git = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git")

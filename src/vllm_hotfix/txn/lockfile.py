@@ -276,7 +276,9 @@ def check_lock(
 
 def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -> HotfixCheck:
     """core.verdict.judge for one locked hotfix, as it is here."""
-    version = installed.version if installed else None
+    # a lock is exported from a wheel (flow/export): no commit to compare, the version decides
+    version, moved = verdict.release_seen(recorded=hotfix.baseline_version,
+                                          installed=lambda: installed.version if installed else None)
     missing = None if installed is not None else f"package {hotfix.package!r} is not importable here"
     other = getattr(installed, "distribution", None)
     if other and _normalised(other) != _normalised(hotfix.distribution):
@@ -286,7 +288,8 @@ def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -
         files, pending=bool(installed and installed.pending), missing_package=missing,
         inapplicable=verdict.release_rule(version, fixed_in=hotfix.fixed_in, versions=hotfix.versions,
                                           distribution=hotfix.distribution),
-        recorded_release=hotfix.baseline_version, installed_release=version, distribution=hotfix.distribution)
+        recorded_release=hotfix.baseline_version, installed_release=version, moved=moved,
+        distribution=hotfix.distribution)
     if state == verdict.LOST and version and not verdict.same_release(version, hotfix.baseline_version):
         detail = (f"{hotfix.distribution} is {version} here, the lock was exported from {hotfix.baseline_version}: "
                   f"re-export against this image")
