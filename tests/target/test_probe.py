@@ -1,3 +1,4 @@
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,26 +40,29 @@ def test_failed_import_is_one_line_and_stdout_of_the_package_is_kept_out(tmp_pat
 
 
 DIFFERENTIAL = r'''
-import importlib.metadata, inspect, sys
+import importlib.metadata, inspect, os, sys
 sys.path.insert(0, sys.argv[1])
 import probe
 path = sys.path[1:]
 del sys.path[0]
 stdlib = importlib.metadata.packages_distributions()
 norm = probe._normalized
+infos = [os.path.join(base or ".", name) for base in path for name, is_dir in probe._metadata_entries(base or ".") if is_dir]
 checked, differ = 0, []
 for key, names in sorted(stdlib.items()):
-    ours = [d["name"] for d in probe._distributions(key, path)]
+    providers = {probe._described(d, key)["name"] for d in infos if probe._provides(None, d, key) and probe._described(d, key)}
+    chosen = [d["name"] for d in probe._distributions(key, path)]
     checked += 1
-    if {norm(n) for n in names} != {norm(n) for n in ours}:
-        differ.append((key, sorted(names), ours))
+    if {norm(n) for n in names} != {norm(n) for n in providers} or len(chosen) != 1 or norm(chosen[0]) not in {norm(n) for n in names}:
+        differ.append((key, sorted(names), sorted(providers), chosen))
 print(repr((checked, differ)))
 '''
 
 
 def _differential(python: str) -> tuple[int, list]:
     """For every top-level name importlib.metadata.packages_distributions() knows in PYTHON's
-    environment: does the probe's fast reader name the same distributions?"""
+    environment: does the probe's rule (``_provides``) name the same providers, and is the one its scan
+    stops at (``_distributions``) one of them?"""
     import ast
 
     done = subprocess.run([python, "-c", DIFFERENTIAL, str(Path(probe.__file__).parent)],
@@ -101,3 +105,35 @@ def test_the_fast_distribution_reader_in_the_full_vllm_venv():
 
     checked, differ = _differential(str(realdata.vllm_full_venv("0.30.0").python))
     assert checked > 150 and differ == []
+
+
+def _dist_info(site: Path, name: str, version: str, record_lines: list[str], top_level: str | None = None) -> None:
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
+    (info / "RECORD").write_text("".join(f"{line},,\n" for line in record_lines))
+    if top_level is not None:
+        (info / "top_level.txt").write_text(top_level)
+
+
+def test_the_package_s_own_distribution_is_chosen_over_a_plugin_that_drops_files_into_it(tmp_path):
+    """Two distributions beside the loaded copy both ship files of ``demo``: a vendor plugin that sorts
+    first (its RECORD lists demo/extra.py) and demo's own wheel. The scan stops at demo's own (step 1 of
+    ``_distributions``), and listing an entry that does not hold the package is never needed."""
+    site, other = tmp_path / "site-packages", tmp_path / "elsewhere"
+    (site / "demo").mkdir(parents=True)
+    (site / "demo" / "__init__.py").write_text("")
+    _dist_info(site, "aaa_vendor_plugin", "2.0", ["aaa_vendor_plugin/__init__.py", "demo/extra.py"])
+    _dist_info(site, "demo", "1.0", ["demo/__init__.py", "demo/core.py"], top_level="demo\n")
+    _dist_info(other, "demo", "0.9", ["demo/__init__.py"], top_level="demo\n")
+    (dist,) = probe._distributions("demo", [str(other), str(site)], str(site / "demo"))
+    assert (dist["name"], dist["version"], dist["record_lists_init"]) == ("demo", "1.0", True)
+    # without its own wheel there, the plugin beside the package is still preferred to a copy elsewhere
+    shutil.rmtree(site / "demo-1.0.dist-info")
+    (dist,) = probe._distributions("demo", [str(other), str(site)], str(site / "demo"))
+    assert dist["name"] == "aaa-vendor-plugin"
+    # no provider at all beside it or elsewhere (an editable install): one named as the package
+    shutil.rmtree(site / "aaa_vendor_plugin-2.0.dist-info")
+    (other / "demo-0.9.dist-info" / "top_level.txt").write_text("something_else\n")
+    (dist,) = probe._distributions("demo", [str(other), str(site)], str(site / "demo"))
+    assert dist["version"] == "0.9"

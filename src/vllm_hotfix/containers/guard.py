@@ -254,7 +254,6 @@ def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, insta
     and what to do. Names from a lock or a record are printed quoted (output.quote_path), so no input can
     forge a line that `hotfix doctor` later reads."""
     from vllm_hotfix.core import verdict
-    from vllm_hotfix.output import quote_path
 
     if state == verdict.FIXED_UPSTREAM:
         return Verdict(hotfix_id, True, f"fixed-upstream: {detail}", source=origin)
@@ -267,6 +266,8 @@ def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, insta
         remedy = f"run `hotfix status {hotfix_id}`" if origin == "require" else \
             "re-export against this image (`hotfix export`), or run `hotfix verify --lock` for details"
         return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
+    from vllm_hotfix.output import quote_path  # here: a process whose hotfixes are in effect never needs it
+
     if file.sha256 is None:
         problem = f"{state}: {quote_path(file.where)} is missing"
     else:

@@ -341,58 +341,84 @@ def guard_facts(path_entries, load=True):
     return {"entry_points": found, "load_error": error, "loaded": bool(found and load)}
 
 
-def _distributions(package, path_entries):
-    """The installed distributions that provide PACKAGE, first on sys.path first -- the answer of
-    importlib.metadata.packages_distributions() and distribution(), read straight from the metadata
+def _distributions(package, path_entries, package_dir=None):
+    """[the distribution] PACKAGE's loaded copy (in PACKAGE_DIR) belongs to, as install/facts.decide
+    chooses it, found with as little reading as that needs; [] for none. Providers are those of
+    importlib.metadata.packages_distributions() (``_provides``), read straight from the metadata
     directories (importing importlib.metadata and parsing every METADATA costs 60 ms in a vLLM venv).
-    One scandir and one open directory per sys.path entry, one openat per file read (the guard runs
-    this in every vLLM process, over ~200 distributions)."""
-    dirs, providers = [], []
+    The first provider with a METADATA Name, in this order: 1. in a sys.path entry holding PACKAGE_DIR,
+    one named as PACKAGE (pip's own record of the loaded files, preferred to a vendor plugin that also
+    drops files into the package); 2. any in such an entry; 3. any in the other entries (first on
+    sys.path first, by name within an entry); 4. with no provider (an editable install's RECORD lists
+    only its finder), one named as PACKAGE, beside PACKAGE_DIR first. Step 1 answers a wheel install
+    from one top_level.txt; an entry is listed only when a step gets to it (the guard runs this in every
+    vLLM process, over ~200 distributions)."""
+    wanted = {_normalized(package), _normalized(package.replace("_", "-"))}
+    home = os.path.realpath(package_dir) if package_dir else None
+    entries = []  # (base, holds PACKAGE_DIR) in sys.path order; each listed only when a step gets to it
     for entry in path_entries:
         base = entry or "."
-        listed = _metadata_entries(base)
-        if not listed:
-            continue
-        fd = _open_dir(base) if any(is_dir for _, is_dir in listed) else None
-        try:
-            for name, is_dir in listed:
-                info_dir = os.path.join(base, name)
-                dirs.append(info_dir)
-                if is_dir and _provides((fd, name), info_dir, package):
-                    providers.append(info_dir)
-        finally:
+        top = os.path.realpath(base) if home is not None else None
+        entries.append((base, top is not None and (home == top or home.startswith(top.rstrip("/") + "/"))))
+    listings = {}
+
+    def listed(i):
+        return listings[i] if i in listings else listings.setdefault(i, _metadata_entries(entries[i][0]))
+
+    def named(name):
+        return _normalized(name.rsplit(".", 1)[0].split("-")[0]) in wanted
+
+    def order():
+        for step in (1, 2, 3):
+            for i, (_, holds) in enumerate(entries):
+                if holds == (step < 3):
+                    for name, is_dir in listed(i):
+                        if is_dir and (step != 1 or named(name)):
+                            yield i, name
+
+    fds, tried = {}, set()
+    try:
+        for i, name in order():
+            if (i, name) in tried:
+                continue
+            tried.add((i, name))
+            base = entries[i][0]
+            if i not in fds:
+                fds[i] = _open_dir(base)
+            info_dir = os.path.join(base, name)
+            if _provides((fds[i], name), info_dir, package):
+                found = _described(info_dir, package)
+                if found is not None:
+                    return [found]
+    finally:
+        for fd in fds.values():
             if fd is not None:
                 os.close(fd)
-    if not providers:  # e.g. an editable install, whose RECORD lists only its finder and .pth
-        wanted = {_normalized(package), _normalized(package.replace("_", "-"))}
-        providers = [d for d in dirs if _normalized(os.path.basename(d).rsplit(".", 1)[0].split("-")[0]) in wanted]
-    result, seen = [], set()
-    for info_dir in providers:
-        is_dir = os.path.isdir(info_dir)
-        meta = _read(os.path.join(info_dir, "METADATA" if info_dir.endswith(".dist-info") else "PKG-INFO")
-                     if is_dir else info_dir)
-        headers = metadata_headers(meta)
-        if meta is None or "Name" not in headers:
-            continue
-        key = os.path.realpath(info_dir)
-        if key in seen:
-            continue
-        seen.add(key)
-        record = _open_record(info_dir)
-        info = {
-            "name": headers["Name"],
-            "version": headers.get("Version"),
-            "dist_info": info_dir,
-            "has_record": record is not None,
-            "record_lists_init": False,
-            "direct_url": None,
-        }
-        if record is not None:
-            info["record_lists_init"] = _lists(record, (package + "/__init__.py,").encode(), any_line=True)
-        if is_dir:  # the raw text: the parent parses it (no json here)
-            info["direct_url"] = _read(os.path.join(info_dir, "direct_url.json"))
-        result.append(info)
-    return result
+    fallback = [(entries[i][1], os.path.join(entries[i][0], name)) for i in range(len(entries))
+                for name, _ in listed(i) if named(name)]
+    for info_dir in [d for holds, d in fallback if holds] + [d for holds, d in fallback if not holds]:
+        found = _described(info_dir, package)
+        if found is not None:
+            return [found]
+    return []
+
+
+def _described(info_dir, package):
+    """install/facts' view of the distribution at INFO_DIR (None: its METADATA names none)."""
+    is_dir = os.path.isdir(info_dir)
+    meta = _read(os.path.join(info_dir, "METADATA" if info_dir.endswith(".dist-info") else "PKG-INFO")
+                 if is_dir else info_dir)
+    headers = metadata_headers(meta)
+    if meta is None or "Name" not in headers:
+        return None
+    record = _open_record(info_dir)
+    info = {"name": headers["Name"], "version": headers.get("Version"), "dist_info": info_dir,
+            "has_record": record is not None, "record_lists_init": False, "direct_url": None}
+    if record is not None:
+        info["record_lists_init"] = _lists(record, (package + "/__init__.py,").encode(), any_line=True)
+    if is_dir:
+        info["direct_url"] = _read(os.path.join(info_dir, "direct_url.json"))
+    return info
 
 
 def _find_spec(package):
@@ -453,7 +479,6 @@ def install_facts(package, path_entries, site_dirs=None):
     """What decides which install PACKAGE is loaded from (install/facts.py's ``decide``): find_spec's
     answer, the distributions providing it, setuptools editable finders. The in-process guard gathers
     exactly these in every vLLM process; the probe gathers them as part of its facts."""
-    site_dirs = _site_dirs() if site_dirs is None else site_dirs
     facts = {"package": package, "python": sys.executable, "spec": None, "spec_error": None}
     try:
         spec = _find_spec(package)
@@ -467,8 +492,15 @@ def install_facts(package, path_entries, site_dirs=None):
             "loader": type(spec.loader).__name__ if spec.loader else None,
         }
     top = package.split(".")[0]
-    facts["distributions"] = _distributions(top, path_entries)
-    facts["editable_finders"] = _editable_finders(site_dirs, top)
+    spec_facts = facts["spec"] or {}
+    origin = spec_facts.get("origin")
+    package_dir = (spec_facts.get("locations") or [None])[0] or (
+        os.path.dirname(origin) if origin and origin not in ("namespace", "built-in", "frozen") else None)
+    facts["distributions"] = _distributions(top, path_entries, package_dir)
+    chosen = facts["distributions"][0] if facts["distributions"] else None
+    # read only for an editable install: install/facts.decide asks the finders nothing else
+    editable = chosen is not None and "editable" in (chosen.get("direct_url") or "")
+    facts["editable_finders"] = _editable_finders(_site_dirs() if site_dirs is None else site_dirs, top) if editable else []
     return facts
 
 
