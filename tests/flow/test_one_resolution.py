@@ -243,3 +243,11 @@ def test_status_and_the_guard_agree_on_a_checkout_whose_head_moves(when, tmp_pat
         move_head()
         state, in_effect, detail = both()
         assert state == "lost" and not in_effect and detail.startswith("lost: demo-pkg's checkout moved from commit "), detail
+        # the advice: apply again. The work tree kept the change across the move: it is adopted for the new commit
+        again = hotfix("apply", "--patch", patch, "--package", "demo_pkg", "--id", HOTFIX)
+        assert again.returncode == 0 and again.stdout.startswith("adopted: "), again.stdout
+        assert (project / "demo_pkg" / "core.py").read_text() == PATCHED
+        state, in_effect, detail = both()
+        assert (state, in_effect) == ("applied", True), (state, detail)
+        again = hotfix("apply", "--patch", patch, "--package", "demo_pkg", "--id", HOTFIX)
+        assert again.stdout.startswith("already applied: "), again.stdout

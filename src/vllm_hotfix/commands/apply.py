@@ -76,7 +76,7 @@ def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
             "id": hotfix.id, "version": hotfix.version, "source": hotfix.source,
             "target": target_summary(target),
             "applied": not outcome.dry_run and not proposal.already,
-            "dry_run": outcome.dry_run, "already_applied": proposal.already,
+            "dry_run": outcome.dry_run, "already_applied": proposal.already, "adopted": outcome.adopted,
             "superseded": proposal.superseded.version if proposal.superseded else None,
             "contained_in": list(proposal.contained_in), "dropped": list(proposal.dropped),
             "catalog": origin.to_json() if origin is not None else None,
@@ -90,6 +90,11 @@ def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
     if proposal.contained_in:
         say(f"already in effect as part of what the recorded series ({', '.join(proposal.contained_in)}) put in "
             f"{where}: {hotfix.ref} makes the same change; nothing to do, and it is not recorded itself")
+        return
+    if outcome.adopted:
+        verb = "would record" if outcome.dry_run else "recorded"
+        say(f"adopted: the files of {where} already hold {hotfix.ref}'s change; {verb} it for this "
+            f"{'commit' if target.commit else 'release'}, no file changed")
         return
     if proposal.already:
         say(f"already applied: {hotfix.ref} on {where}; nothing to do")
@@ -178,6 +183,10 @@ def _report(plan: Plan, source: str, stats: DiffStat, *, dry_run: bool, already:
             "recorded": not reverse and not dry_run,  # recorded under "id" (status / verify / rollback see it)
             "files": [] if already else [_edit_json(e) for e in plan.edits],
         })
+        return
+    if already and plan.reverse and recorded and not reverse:
+        say(f"adopted: the tree already holds {source} (its reverse applies cleanly); "
+            f"{'would record' if dry_run else 'recorded'} it as {hotfix_id}, no file changed")
         return
     if already and plan.reverse:
         say(f"already applied: {source} (its reverse applies cleanly); nothing to do")

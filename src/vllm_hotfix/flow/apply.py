@@ -38,10 +38,17 @@ class ApplyOutcome:
 
     proposal: Proposal
     dry_run: bool
+    recorded: bool = True  # the record was written (or would be): False for "already applied, nothing to do"
 
     @property
     def already(self) -> bool:
         return self.proposal.already
+
+    @property
+    def adopted(self) -> bool:
+        """The files already hold its change and it is recorded now (applied by hand, or its record was
+        made on another release or commit): no file changed."""
+        return self.proposal.already and self.recorded
 
 
 def _next_state(state: TargetState, target_doc: dict, entry: RecordedHotfix | None, forget: str | None = None) -> TargetState:
@@ -127,7 +134,7 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
         from vllm_hotfix.flow.status import refusal_through_mount
 
         raise refusal_through_mount(refused, target, [f.path for f in hotfix.series.files]) from None
-    return ApplyOutcome(change.result, dry_run)
+    return ApplyOutcome(change.result, dry_run, change.record_changed)
 
 
 # -- a raw diff on a --root -------------------------------------------------------------------------
