@@ -318,7 +318,7 @@ class _Installed:
 
     @property
     def version_file(self):
-        return self._derive()[2] if self.kind in ("editable", "git") else None
+        return self._derive()[2]
 
 
 def _installed(package: str):

@@ -23,6 +23,11 @@ def is_hex64(value: str) -> bool:
     return len(value) == 64 and _HEX.issuperset(value)
 
 
+def is_commit(value: str) -> bool:
+    """A full git object name as git writes it: 40 (sha1) or 64 (sha256 repository) lowercase hex digits."""
+    return len(value) in (40, 64) and _HEX.issuperset(value)
+
+
 def is_record_id(value: str) -> bool:
     """A recorded hotfix id: a catalog id, or an ad-hoc diff's name (a file stem: '.' and '_' too), i.e.
     ``[A-Za-z0-9][A-Za-z0-9._+-]{0,127}``. It names a folder of the state directory (backups/<id>,
@@ -88,6 +93,13 @@ class Fields:
         value = self.get(doc, where, key, str, required=required)
         if value is not None and not is_hex64(value):
             raise self.fail(self.at(where, key), "expected 64 lowercase hex digits")
+        return value
+
+    def commit(self, doc: dict, where: str, key: str, *, required: bool = True) -> Optional[str]:
+        """A full git commit id (``is_commit``), or None when absent / null and not ``required``."""
+        value = self.get(doc, where, key, str, required=required)
+        if value is not None and not is_commit(value):
+            raise self.fail(self.at(where, key), f"expected 40 or 64 lowercase hex digits, got {value!r}")
         return value
 
     def relpath(self, doc: dict, where: str, key: str, *, required: bool = True) -> Optional[str]:

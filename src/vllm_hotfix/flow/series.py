@@ -86,7 +86,7 @@ def release_seen(state: TargetState, target) -> tuple[str | None, str | None]:
     core.verdict.release_seen, the guard's rule too, with what this target's record and Target say."""
     return verdict_release_seen(
         recorded=state.target.get("version"), installed=lambda: target.version,
-        recorded_commit=state.target.get("commit"), commit=getattr(target, "commit", None),
+        recorded_commit=state.target.get("commit"), commit=target.commit,
         own_version_file=bool(target.version_file and target.version_file in steps_by_path(state)))
 
 

@@ -51,7 +51,6 @@ def find_work_tree(path: Path) -> Optional[Path]:
 
 HEAD_CAP = 4096  # HEAD, a loose ref, gitdir / commondir files: a line each
 PACKED_REFS_CAP = 32 << 20  # packed-refs of a repository with every vLLM tag is well under 1 MiB
-_HEX_LENGTHS = (40, 64)  # sha1 and sha256 repositories
 
 
 def read_head(path: Path) -> Optional[str]:
@@ -71,7 +70,7 @@ def read_head(path: Path) -> Optional[str]:
         return data.decode("utf-8", "replace").strip() if data is not None else None
 
     gitdir = top / ".git"
-    if gitdir.is_file() and not gitdir.is_symlink():  # a linked worktree or a submodule: "gitdir: PATH"
+    if gitdir.is_file():  # a linked worktree or a submodule: "gitdir: PATH" (a link to it is not read)
         pointer = line(gitdir)
         if not pointer or not pointer.startswith("gitdir:"):
             return None
@@ -85,7 +84,9 @@ def read_head(path: Path) -> Optional[str]:
         if value is None:
             return None
         if not value.startswith("ref:"):
-            return value.lower() if len(value) in _HEX_LENGTHS and all(c in "0123456789abcdefABCDEF" for c in value) else None
+            from vllm_hotfix.core.docfields import is_commit
+
+            return value.lower() if is_commit(value.lower()) else None
         ref = value[len("ref:"):].strip()
         parts = ref.split("/")
         if parts[0] != "refs" or any(p in ("", ".", "..") for p in parts) or "\\" in ref or "\x00" in ref:
@@ -120,13 +121,19 @@ def release_version(decided: "Decided", package: str) -> tuple[Optional[str], Op
     project name) of the install ``decided`` names: its metadata's version for a wheel or a directory; for
     a checkout (editable, git) what its build would produce (install/version.py). The one rule: every
     command's Target (install/locate) and the guard's lazy version of a checkout."""
-    metadata = decided.version
     if decided.kind not in (EDITABLE, GIT):
-        return metadata, None, None, None
+        return decided.version, None, None, None
+    return checkout_release(decided.root, package, decided.version,
+                            str(decided.dist_info / "METADATA") if decided.dist_info else None)
+
+
+def checkout_release(root: Path, package: Optional[str], metadata: Optional[str],
+                     metadata_from: Optional[str]) -> tuple[Optional[str], Optional[str], Optional[str], Optional[str]]:
+    """``release_version``'s tuple for the checkout at ``root`` (install/version.checkout_version, with
+    ``metadata`` read from ``metadata_from`` as the last resort): also what `--root` gives (install/locate)."""
     from vllm_hotfix.install.version import checkout_version
 
-    found = checkout_version(decided.root, package, metadata=metadata,
-                             metadata_from=str(decided.dist_info / "METADATA") if decided.dist_info else None)
+    found = checkout_version(root, package, metadata=metadata, metadata_from=metadata_from)
     return found.version, (found.detail if found.derived else None), found.file, found.distribution
 
 

@@ -310,8 +310,8 @@ def locate_root(root: Path, package: str | None = None) -> Target:
     dist_info = None
     if package:
         dist_info, distribution, version = _checkout_metadata(root, package)
-    version, version_from, version_file, project = _checkout_version(root, package, version,
-                                                       str(_metadata_file(dist_info)) if dist_info else None)
+    version, version_from, version_file, project = install_facts.checkout_release(
+        root, package, version, str(_metadata_file(dist_info)) if dist_info else None)
     if distribution is None and package:
         distribution = project  # pyproject.toml's [project] name
     warnings: list[str] = []
@@ -333,16 +333,6 @@ def locate_root(root: Path, package: str | None = None) -> Target:
         version_file=version_file,
         commit=install_facts.read_head(root) if top is not None else None,
     )
-
-
-def _checkout_version(root: Path, package: str | None, metadata: str | None,
-                      metadata_from: str | None) -> tuple[str | None, str | None, str | None, str | None]:
-    """(version, what it was derived from, the file it was read from, pyproject's project name) of a checkout:
-    install/version.py's one rule."""
-    from vllm_hotfix.install.version import checkout_version
-
-    found = checkout_version(root, package, metadata=metadata, metadata_from=metadata_from)
-    return found.version, (found.detail if found.derived else None), found.file, found.distribution
 
 
 def _metadata_file(meta_dir: Path) -> Path:

@@ -278,8 +278,6 @@ def remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
     return removed
 
 
-
-
 def file_sha256(path: Path) -> str | None:
     try:
         with open(path, "rb") as fh:

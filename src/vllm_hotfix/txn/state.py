@@ -266,10 +266,8 @@ def _target(f: Fields, doc: dict) -> dict:
             out[key] = value
     if "root" in out and not os.path.isabs(out["root"]):
         raise f.fail("target.root", f"expected an absolute path, got {out['root']!r}")
-    commit = f.text(doc, "target", "commit", required=False)
+    commit = f.commit(doc, "target", "commit", required=False)
     if commit is not None:
-        if len(commit) not in (40, 64) or any(c not in "0123456789abcdef" for c in commit):
-            raise f.fail("target.commit", f"expected 40 or 64 lower-case hex digits, got {commit!r}")
         out["commit"] = commit
     return out  # target.package names what was resolved (a checkout's folder name at worst): text, never imported
 
