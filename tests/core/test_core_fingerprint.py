@@ -47,3 +47,19 @@ def test_every_input_changes_it():
 def test_whitespace_in_a_field_cannot_forge_another_line():
     forged = Entry("x 1 vllm 0.30.0\nfile", 1, None, None, ())
     assert "\nfile" not in canonical([forged]).split("\n", 1)[1].rstrip("\n")
+
+
+def test_every_character_is_written_by_the_documented_rule():
+    """A field is written as is when every character is printable and none is white space; otherwise
+    each such character becomes "_" -- for every code point (the whole-string shortcut included)."""
+    import sys
+
+    def rule(text: str) -> str:
+        return "".join(ch if ch.isprintable() and not ch.isspace() else "_" for ch in text)
+
+    for start in range(0, sys.maxunicode + 1, 4096):
+        chunk = "".join(chr(c) for c in range(start, min(start + 4096, sys.maxunicode + 1)) if not 0xD800 <= c < 0xE000)
+        odd = [ch for ch in chunk if ch.isspace() or not ch.isprintable()]
+        for piece in (chunk, *(f"a{ch}b" for ch in chunk[::97]), *(ch for ch in chunk if ch.isspace()), *odd[::97]):
+            entry = Entry(piece, 1, None, None, ())
+            assert canonical([entry]).split("\n")[1] == f"hotfix {rule(piece)} 1 - -"

@@ -137,3 +137,24 @@ def test_the_package_s_own_distribution_is_chosen_over_a_plugin_that_drops_files
     (other / "demo-0.9.dist-info" / "top_level.txt").write_text("something_else\n")
     (dist,) = probe._distributions("demo", [str(other), str(site)], str(site / "demo"))
     assert dist["version"] == "0.9"
+
+
+def test_an_entry_holds_the_package_by_its_realpath_whatever_the_spelling(tmp_path):
+    """Which sys.path entries hold the loaded copy is decided by realpath (a link to site-packages holds
+    it; a missing entry, a file, and a sibling whose name is a prefix do not), whatever ruled an entry
+    out first (one stat per entry, a realpath only for those that may hold it)."""
+    site = tmp_path / "lib" / "site-packages"
+    (site / "demo").mkdir(parents=True)
+    (site / "demo" / "__init__.py").write_text("")
+    _dist_info(site, "demo", "1.0", ["demo/__init__.py"], top_level="demo\n")
+    sibling = tmp_path / "lib" / "site"  # a prefix of "site-packages" as a string, not as a directory
+    _dist_info(sibling, "demo", "0.5", ["demo/__init__.py"], top_level="demo\n")
+    (tmp_path / "link").symlink_to(site)
+    (tmp_path / "a-file").write_text("")
+    entries = [str(tmp_path / "missing"), str(tmp_path / "a-file"), str(sibling), str(tmp_path / "link")]
+    (dist,) = probe._distributions("demo", entries, str(site / "demo"))
+    assert (dist["version"], dist["dist_info"]) == ("1.0", str(tmp_path / "link" / "demo-1.0.dist-info"))
+    (dist,) = probe._distributions("demo", entries[:3], str(site / "demo"))  # nothing holds it: first elsewhere
+    assert dist["version"] == "0.5"
+    (dist,) = probe._distributions("demo", [str(sibling), str(site / "..") + "/site-packages"], str(tmp_path / "link" / "demo"))
+    assert dist["version"] == "1.0"

@@ -50,6 +50,8 @@ class Entry(Value):
 
 def _field(value: object) -> str:
     text = "-" if value is None or value == "" else str(value)
+    if text.isprintable() and text.split() == [text]:  # the common case, without a loop per character
+        return text
     return "".join(ch if ch.isprintable() and not ch.isspace() else "_" for ch in text)
 
 

@@ -355,10 +355,11 @@ def _distributions(package, path_entries, package_dir=None):
     vLLM process, over ~200 distributions)."""
     wanted = {_normalized(package), _normalized(package.replace("_", "-"))}
     home = os.path.realpath(package_dir) if package_dir else None
+    around = _ancestors(home) if home is not None else set()
     entries = []  # (base, holds PACKAGE_DIR) in sys.path order; each listed only when a step gets to it
     for entry in path_entries:
         base = entry or "."
-        top = os.path.realpath(base) if home is not None else None
+        top = os.path.realpath(base) if _identity(base) in around else None  # one stat rules most entries out
         entries.append((base, top is not None and (home == top or home.startswith(top.rstrip("/") + "/"))))
     listings = {}
 
@@ -401,6 +402,24 @@ def _distributions(package, path_entries, package_dir=None):
         if found is not None:
             return [found]
     return []
+
+
+def _identity(path):
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _ancestors(home):
+    """(device, inode) of HOME (resolved) and of each directory above it: an entry whose realpath holds
+    HOME stats as one of them, so one stat rules most entries out (a realpath lstats every component)."""
+    found, path = set(), home
+    while os.path.dirname(path) != path:
+        found.add(_identity(path))
+        path = os.path.dirname(path)
+    return (found | {_identity(path)}) - {None}
 
 
 def _described(info_dir, package):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -34,6 +34,9 @@ class RecordedFile:
     after_sha256: str | None
 
 
+_FILE_FIELDS = tuple(f.name for f in fields(RecordedFile))
+
+
 @dataclass(frozen=True)
 class RecordedHotfix:
     """One applied hotfix as state.json records it."""
@@ -51,7 +54,11 @@ class RecordedHotfix:
     backup_names: str = "paths"  # "flat": backups/<id>/<flat_name(path)>; "paths" (older records): backups/<id>/<path>
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """What ``dataclasses.asdict`` gives, built in one pass (asdict copies every string of every
+        file's record recursively: ~1,100 files take it several ms)."""
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        doc["files"] = tuple({name: getattr(f, name) for name in _FILE_FIELDS} for f in self.files)
+        return doc
 
     def steps(self) -> tuple[tuple[str, str | None, str | None], ...]:
         """(path, sha256 before, sha256 after) per file: this hotfix's part of each file's series."""
