@@ -193,15 +193,26 @@ def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package:
         return UNKNOWN, f"the recorded series is inconsistent: {broken}"
     if inapplicable is not None:
         return inapplicable
-    if moved is not None:
-        return LOST, (f"{distribution}'s checkout moved from {moved} under the record: the hotfix applied "
-                      f"at the recorded commit is not in effect")
-    if recorded_release and installed_release and not same_release(recorded_release, installed_release):
-        return LOST, (f"{distribution} was changed from {recorded_release} to {installed_release} under the record: "
-                      f"the hotfix applied to {recorded_release} is not in effect")
+    changed = release_change(recorded_release, installed_release, moved, distribution)
+    if changed is not None:
+        return LOST, changed
     if not files:
         return UNKNOWN, "no file is recorded for this hotfix"
     return files_verdict(files)
+
+
+def release_change(recorded_release: Optional[str], installed_release: Optional[str], moved: Optional[str],
+                   distribution: str = "the package") -> Optional[str]:
+    """THE rule of ``judge``'s step 4, for it and for the readers that only ask whether the release
+    changed under a record (flow/series.release_changed): why the package is another release than the
+    recorded one (a checkout's HEAD ``moved``, or another version installed), or None."""
+    if moved is not None:
+        return (f"{distribution}'s checkout moved from {moved} under the record: the hotfix applied "
+                f"at the recorded commit is not in effect")
+    if recorded_release and installed_release and not same_release(recorded_release, installed_release):
+        return (f"{distribution} was changed from {recorded_release} to {installed_release} under the record: "
+                f"the hotfix applied to {recorded_release} is not in effect")
+    return None
 
 
 def release_seen(*, recorded: Optional[str], installed: Callable[[], Optional[str]],

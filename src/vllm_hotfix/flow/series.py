@@ -18,7 +18,7 @@ from typing import Iterable
 from vllm_hotfix.core.apply import FileState, plan_patch
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
-from vllm_hotfix.core.verdict import BrokenSeries, FileCheck, judge, same_release, series_checks
+from vllm_hotfix.core.verdict import BrokenSeries, FileCheck, judge, release_change, same_release, series_checks
 from vllm_hotfix.core.verdict import release_seen as verdict_release_seen
 from vllm_hotfix.errors import DoesNotApply, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import recorded_series, sha256
@@ -93,9 +93,8 @@ def release_seen(state: TargetState, target) -> tuple[str | None, str | None]:
 def release_changed(state: TargetState, target) -> bool:
     """The package is another release than the one the record was made on (pip install, image rebuild,
     a checkout's HEAD moved)."""
-    was = state.target.get("version")
     now, moved = release_seen(state, target)
-    return moved is not None or bool(now and was and not same_release(was, now))
+    return release_change(state.target.get("version"), now, moved) is not None
 
 
 def judge_recorded(state: TargetState, hotfix_id: str, target, checks: dict, broken: str | None, *,
