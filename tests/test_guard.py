@@ -222,7 +222,7 @@ def test_import_watch_runs_the_checked_source_not_a_stale_pyc(watched_package, c
 
     from vllm_hotfix.containers import guard_imports
 
-    caplog.set_level("INFO", logger=guard.logger.name)
+    caplog.set_level("INFO", logger=guard.LOGGER_NAME)
     module, sha = watched_package
     assert guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), sha)]) == ()
     assert importlib.import_module("hotfixpkg.m").VALUE == "patched!"

@@ -15,14 +15,13 @@ at the checked path. Stdlib only; never imports vLLM submodules or torch.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from pathlib import Path
 
 from vllm_hotfix.containers.guard_model import HotfixNotInEffect, Verdict, Watched  # noqa: F401 - the API
 from vllm_hotfix.containers.guard_process import (  # noqa: F401
-    command_line, emit, flush, forked_process_name, logger, process_role, serving_process, set_fork_role, strict)
+    command_line, emit, flush, forked_process_name, LOGGER_NAME, process_role, serving_process, set_fork_role, strict)
 from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STATE_DIR_ENV
 
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
@@ -39,7 +38,7 @@ def register() -> None:
     if failing and strict():
         if serving_process():
             raise HotfixNotInEffect(strict_message(failing))
-        emit(logging.WARNING, f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
+        emit("WARNING", f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
                               f"not stopping `{command_line()}` (HOTFIX_STRICT=1): it serves nothing")
 
 
@@ -89,7 +88,7 @@ def _after_fork_in_child() -> None:
     failing = _check_here(lock, require)
     if failing and strict() and serving_process():
         # An exception raised in a fork hook is printed and ignored: stop the child ourselves.
-        emit(logging.ERROR, strict_message(failing))
+        emit("ERROR", strict_message(failing))
         flush()
         os._exit(1)
 
@@ -358,9 +357,9 @@ def strict_message(failing: list[Verdict]) -> str:
 def _log(verdicts: tuple[Verdict, ...], fingerprint: str) -> None:
     ok = all(v.in_effect for v in verdicts)
     if serving_process():
-        emit(logging.INFO if ok else logging.ERROR, summary_line(verdicts, fingerprint))
+        emit("INFO" if ok else "ERROR", summary_line(verdicts, fingerprint))
     elif not ok:  # `vllm --version` & co.: no INFO noise before their output, problems as a warning
-        emit(logging.WARNING, summary_line(verdicts, fingerprint))
+        emit("WARNING", summary_line(verdicts, fingerprint))
 
 
 def _split_ids(value: str) -> tuple[str, ...]:

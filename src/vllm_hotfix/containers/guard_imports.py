@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.machinery
-import logging
 import os
 import sys
 
@@ -85,7 +84,7 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
         same_place = os.path.normpath(self.path) == os.path.normpath(w.path) or _same_file(self.path, w.path)
         if sha == w.sha256 and same_place:
             _verified[fullname] = self.path
-            emit(logging.INFO, module_line(fullname, self.path, f"the patched source of {w.hotfix_id} "
+            emit("INFO", module_line(fullname, self.path, f"the patched source of {w.hotfix_id} "
                                                                  f"(sha256 {sha[:12]}), compiled from source"))
         else:
             problems = []
@@ -108,7 +107,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _mismatch(w, path: str | None, text: str) -> None:
-    emit(logging.ERROR, module_line(w.module, path, f"{w.hotfix_id} NOT IN EFFECT: {text}"))
+    emit("ERROR", module_line(w.module, path, f"{w.hotfix_id} NOT IN EFFECT: {text}"))
     if strict() and serving_process():
         raise HotfixNotInEffect(f"vllm-hotfix: {w.hotfix_id} not in effect in this process (pid {os.getpid()}): "
                                 f"module {w.module} from {path}: {text}; refusing to serve (HOTFIX_STRICT=1; unset it to only log)")
