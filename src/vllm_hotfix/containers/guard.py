@@ -39,7 +39,7 @@ def register() -> None:
         if serving_process():
             raise HotfixNotInEffect(strict_message(failing))
         emit("WARNING", f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
-                              f"not stopping `{command_line()}` (HOTFIX_STRICT=1): it serves nothing")
+                        f"not stopping `{command_line()}` (HOTFIX_STRICT=1): it serves nothing")
 
 
 def _settings() -> tuple[str, str]:

@@ -85,7 +85,7 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
         if sha == w.sha256 and same_place:
             _verified[fullname] = self.path
             emit("INFO", module_line(fullname, self.path, f"the patched source of {w.hotfix_id} "
-                                                                 f"(sha256 {sha[:12]}), compiled from source"))
+                                                          f"(sha256 {sha[:12]}), compiled from source"))
         else:
             problems = []
             if not same_place:
