@@ -63,8 +63,8 @@ def checkout_version(root: Path, package: str | None, *, metadata: str | None = 
     name = project.get("name") if isinstance(project.get("name"), str) else None
     dynamic = project.get("dynamic") if isinstance(project.get("dynamic"), list) else []
     static = project.get("version")
-    if isinstance(static, str) and "version" not in dynamic and _normalise(static):
-        return CheckoutVersion(version=_normalise(static), source="pyproject", detail=f"{root / 'pyproject.toml'} "
+    if isinstance(static, str) and "version" not in dynamic and normal_form(static):
+        return CheckoutVersion(version=normal_form(static), source="pyproject", detail=f"{root / 'pyproject.toml'} "
                                "[project] version", distribution=name, file="pyproject.toml")
     from_git = _from_git(root)
     if from_git is not None:
@@ -105,15 +105,9 @@ def next_dev_version(tag_version: str, distance: int, node: str | None) -> str:
     return f"{guessed}.dev{distance}" + (f"+g{node[:NODE_HEX]}" if node else "")
 
 
-def _normalise(text: str) -> str | None:
-    """PEP 440 normal form, None if not a version (core.verdict.normal_form: the stdlib rule, so the
-    guard derives a checkout's version as every command does)."""
-    return normal_form(text)
-
-
 def _tag_version(tag: str) -> str | None:
     found = re.match(TAG_PATTERN, tag)
-    return _normalise(found.group("version")) if found else None
+    return normal_form(found.group("version")) if found else None
 
 
 def _from_git(root: Path) -> tuple[str, str, str] | None:
@@ -183,7 +177,7 @@ def _from_version_file(root: Path, package: str, configured: object) -> tuple[st
     for path in candidates:
         text = _read_text(path)
         found = re.search(VERSION_FILE_PATTERN, text, re.MULTILINE) if text else None
-        version = _normalise(found.group(1)) if found else None
+        version = normal_form(found.group(1)) if found else None
         if version:
             return version, path
     return None

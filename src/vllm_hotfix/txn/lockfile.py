@@ -290,7 +290,7 @@ def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -
                                           distribution=hotfix.distribution),
         recorded_release=hotfix.baseline_version, installed_release=version, moved=moved,
         distribution=hotfix.distribution)
-    if state == verdict.LOST and version and not verdict.same_release(version, hotfix.baseline_version):
+    if state == verdict.LOST and verdict.release_change(hotfix.baseline_version, version, moved) is not None:
         detail = (f"{hotfix.distribution} is {version} here, the lock was exported from {hotfix.baseline_version}: "
                   f"re-export against this image")
     return HotfixCheck(hotfix, state, version, files, detail)
@@ -319,7 +319,7 @@ def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str
                 f"drop the {h.id} bind mounts from the compose service and the lock")
     if check.installed_version is None and all(f.where is None for f in check.files):
         return f"package {h.package!r} not found in this interpreter: check --python / the image"
-    if check.installed_version and not verdict.same_release(check.installed_version, h.baseline_version):
+    if verdict.release_change(h.baseline_version, check.installed_version, None) is not None:
         return (f"{h.distribution} is {check.installed_version} here, the lock was exported from "
                 f"{h.baseline_version}: re-export {h.id} against this image (`hotfix export {h.id} --python "
                 f"<this image's python>`) and mount what it writes")
