@@ -152,3 +152,61 @@ def test_lock_fields_that_would_forge_a_line_pass_everything_or_import_a_module_
     with pytest.raises(InvalidInput) as err:
         lockfile.load_lock(path)
     assert key in err.value.message, err.value.message
+
+
+# -- the code a locked file's fix changes (issue 35) ------------------------------------------------
+
+CODE = {"interpreter": "cpython-311", "names": [
+    {"name": "MambaHybridModelState.add_request", "kind": "method", "fingerprint": "a" * 64},
+    {"name": "MambaHybridModelState", "kind": "class", "fingerprint": None}]}
+
+
+def lock_doc(code) -> dict:
+    doc = json.loads(lockfile.dump_lock(make_lock()))
+    doc["hotfixes"][0]["files"][0]["code"] = code
+    return doc
+
+
+def test_code_names_round_trip_and_a_lock_without_them_loads_as_before(tmp_path):
+    loaded = lockfile.parse_lock(json.dumps(lock_doc(CODE)).encode())
+    code = loaded.hotfixes[0].files[0].code
+    assert code.interpreter == "cpython-311"
+    assert [(n.name, n.kind, n.fingerprint) for n in code.names] == [
+        ("MambaHybridModelState.add_request", "method", "a" * 64), ("MambaHybridModelState", "class", None)]
+    assert lockfile.parse_lock(lockfile.dump_lock(loaded)) == loaded
+    assert json.loads(lockfile.dump_lock(loaded))["hotfixes"][0]["files"][0]["code"] == CODE
+    old = lockfile.parse_lock(lockfile.dump_lock(make_lock()))
+    assert old.hotfixes[0].files[0].code is None
+    assert "code" not in json.loads(lockfile.dump_lock(old))["hotfixes"][0]["files"][0]  # additive: old locks unchanged
+
+
+def named(**change) -> dict:
+    names = [dict(CODE["names"][0], **change)]
+    return {"interpreter": "cpython-311", "names": names}
+
+
+@pytest.mark.parametrize("code, key, problem", [
+    ("x", "code", "expected an object"),
+    ({"names": []}, "code.interpreter", "missing"),
+    ({"interpreter": "cpython 311", "names": []}, "code.interpreter", "not an interpreter cache tag"),
+    ({"interpreter": "cpython-311"}, "code.names", "missing"),
+    (named(name="os.system; x"), "code.names[0].name", "not a qualified name"),
+    (named(name="A..b"), "code.names[0].name", "not a qualified name"),
+    (named(kind="module"), "code.names[0].kind", "expected one of class, method, function"),
+    (named(kind="method", name="add_request"), "code.names[0].kind", "a method is named Class.method"),
+    (named(fingerprint="abc"), "code.names[0].fingerprint", "expected 64 lowercase hex digits"),
+    ({"interpreter": "cpython-311", "names": [CODE["names"][0], CODE["names"][0]]}, "code.names[1].name", "named twice"),
+    ({"interpreter": "cpython-311", "names": [dict(CODE["names"][0], name=f"f{i}") for i in range(513)]},
+     "code.names", "513 names, at most 512"),
+])
+def test_code_names_are_strictly_validated(code, key, problem):
+    with pytest.raises(InvalidInput) as exc:
+        lockfile.parse_lock(json.dumps(lock_doc(code)).encode(), source="hotfix.lock")
+    assert f"hotfix.lock: hotfixes[0].files[0].{key}: " in exc.value.message and problem in exc.value.message
+
+
+def test_a_file_that_is_not_python_has_no_code_names():
+    doc = lock_doc(CODE)
+    doc["hotfixes"][0]["files"][0]["path"] = "vllm/kernels/x.cu"
+    with pytest.raises(InvalidInput, match=r"files\[0\]\.code: 'vllm/kernels/x.cu' is not a Python file"):
+        lockfile.parse_lock(json.dumps(doc).encode())

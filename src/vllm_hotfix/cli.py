@@ -81,12 +81,18 @@ def apply_cmd(hotfix_id, patch_file, root, python, package, adhoc_id, strip, pat
 @python_option
 @root_option
 @all_targets_option("Every target recorded in the state directory, its series and words; gone ones marked STALE.")
+@click.option("--runtime", is_flag=True, help="Load vLLM's plugins and the platform's patches in the interpreter that "
+              "runs vLLM (this environment's VLLM_PLUGINS) and list every vLLM function they rebind, naming those that "
+              "touch a hotfix (exit 1 if any does).")
+@click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --runtime: the fixed names of this lock (written by `hotfix export`), not the record's.")
 @catalog_option
 @json_option
-def status_cmd(hotfix_ids, python, root, all_targets, catalogs, as_json) -> None:
+def status_cmd(hotfix_ids, python, root, all_targets, runtime, lock_file, catalogs, as_json) -> None:
     from vllm_hotfix.commands import status as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), all_targets=all_targets, as_json=as_json))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), all_targets=all_targets, as_json=as_json,
+                      runtime=runtime, lock_file=lock_file))
 
 
 @cli.command("log", help=LOG_HELP, short_help="Who applied, upgraded or rolled back what, and when (history.jsonl).")

@@ -49,8 +49,16 @@ def test_export_compose_verify_rebuild_remove(exported, run_hotfix, tmp_path):
     pristine = (venv.site_packages / PATH).read_bytes()
     assert BUGGY in pristine and BUGGY not in patched, "export must not touch the install"
     assert b"def _mamba_block_size(self) -> int:" in patched
+    code = locked["files"][0].pop("code")
     assert locked["files"] == [{"path": PATH, "sha256": hashlib.sha256(patched).hexdigest(),
                                 "baseline_sha256": hashlib.sha256(pristine).hexdigest(), "export": f"{HOTFIX}/{PATH}"}]
+    # what the fix changes in code, fingerprinted by the interpreter that runs vLLM (issue 35)
+    assert code["interpreter"] == "cpython-311"
+    assert [(n["name"], n["kind"]) for n in code["names"]] == [("MambaHybridModelState.add_request", "method"),
+                                                               ("MambaHybridModelState._mamba_block_size", "method")]
+    from vllm_hotfix.core.codeprint import fingerprints
+
+    assert {n["name"]: n["fingerprint"] for n in code["names"]} == fingerprints(patched, [n["name"] for n in code["names"]])
 
     compose_file = project / "docker-compose.yml"
     compose_file.write_text(COMPOSE)
@@ -73,6 +81,8 @@ def test_export_compose_verify_rebuild_remove(exported, run_hotfix, tmp_path):
     lock_file = export_dir / "hotfix.lock"
     ok = run_hotfix("verify", "--lock", lock_file, "--python", venv.python)
     assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert f"  {PATH}: code: MambaHybridModelState.add_request (method), MambaHybridModelState._mamba_block_size " \
+           "(method) [fingerprints for cpython-311]" in ok.stdout
     assert f"in effect: {HOTFIX}@1" in ok.stdout
 
     rebuilt = realdata.copy_venv(realdata.vllm_template("0.30.0"), tmp_path / "rebuilt")

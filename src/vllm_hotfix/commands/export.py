@@ -27,7 +27,7 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
             "to": str(out_dir), "dry_run": dry_run, "lock": str(lock_path), "site_packages": lock.site_packages,
             "hotfixes": [{"id": h.id, "version": h.version, "baseline_version": h.baseline_version,
                           "files": [{"path": f.path, "export": f.export, "sha256": f.sha256,
-                                     "baseline_sha256": f.baseline_sha256} for f in h.files]}
+                                     "baseline_sha256": f.baseline_sha256, "code": f.code.to_json() if f.code else None} for f in h.files]}
                          for h in lock.hotfixes],
         })
         return 0
@@ -37,9 +37,12 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
         for f in hotfix.files:
             shared = "" if f.export.startswith(hotfix.id + "/") else f" (the top of its series: {f.export.split('/')[0]})"
             say(f"  {out_dir / f.export}{shared}")
+            if f.code is not None:
+                say(f"    {f.code.describe()}")
     if dry_run:
         say(f"dry run: would write {lock_path}; nothing was written")
         return 0
     say(f"wrote {lock_path} (site-packages {lock.site_packages})")
     say(f"next: hotfix compose {' '.join(h.id for h in lock.hotfixes)} --service SERVICE --export-dir {out_dir}")
     return 0
+

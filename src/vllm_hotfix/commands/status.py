@@ -27,10 +27,18 @@ def version_fields(status, targets: list) -> dict:
 
 
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
-        all_targets: bool, as_json: bool) -> int:
+        all_targets: bool, as_json: bool, runtime: bool = False, lock_file: Path | None = None) -> int:
     """Exit 1 when a named or recorded hotfix is not in effect (catalog extras only inform)."""
     from vllm_hotfix.core.verdict import IN_EFFECT
     from vllm_hotfix.errors import NotInEffect
+
+    if runtime or lock_file:
+        if all_targets or root or not runtime:
+            from vllm_hotfix.errors import UsageError
+
+            raise UsageError("--runtime looks at one interpreter (--python) and --lock goes with it",
+                             hint="`hotfix status --runtime --python PY [--lock hotfix.lock]`")
+        return run_runtime(hotfix_ids=hotfix_ids, python=python, lock_file=lock_file, as_json=as_json)
 
     if all_targets:
         if hotfix_ids or python or root:
@@ -54,8 +62,10 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
     counted = [s for s in statuses if named or s.recorded]  # these decide the exit code, and the fingerprint
     code = int(NotInEffect.exit_code) if any(s.state not in IN_EFFECT for s in counted) else 0
     digest = fingerprint(counted)
+    names = code_names(statuses)
     if as_json:
-        emit_json([dict(s.to_json(), fingerprint=digest, **version_fields(s, targets)) for s in statuses])
+        emit_json([dict(s.to_json(), fingerprint=digest, code=names.get((s.target, s.id)), **version_fields(s, targets))
+                   for s in statuses])
         return code
     if not statuses:
         say("no hotfix recorded, and no catalog hotfix targets a package of this interpreter")
@@ -63,11 +73,77 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
     width = max(len(s.id) for s in statuses)
     for s in statuses:  # recorded ones in series order (their place in it first, like `quilt applied`)
         say_status(s, width)
+        for path, touched in (names.get((s.target, s.id)) or {}).items():
+            say(f"     code: {quote_path(path)}: " + (", ".join(f"{quote_path(n['name'])} ({n['kind']})" for n in touched)
+                                                   or "module-level lines only"))
     for line in derived_versions(targets).values():
         say(line)
     if counted:
         say(f"fingerprint: {digest}")
     return code
+
+
+def code_names(statuses) -> dict:
+    """(target, id) -> path -> [{"name", "kind"}]: what each recorded hotfix in effect changes in code
+    (flow/codenames.py: the rule of the lock's names), for the Python files of its series."""
+    from vllm_hotfix.flow.codenames import recorded_names
+
+    wanted: dict[str, list[str]] = {}
+    for s in statuses:
+        if s.recorded and s.in_effect:
+            wanted.setdefault(s.target, []).append(s.id)
+    found = {}
+    for root, ids in wanted.items():
+        for hotfix_id, paths in recorded_names(Path(root), ids).items():
+            found[(root, hotfix_id)] = {path: [{"name": n, "kind": k} for n, k in names] for path, names in paths.items()}
+    return found
+
+
+def run_runtime(*, hotfix_ids: Sequence[str], python: str | None, lock_file: Path | None, as_json: bool) -> int:
+    """`status --runtime`: flow/runtime.py in the interpreter --python names (as every command resolves it);
+    exit 1 when a rebinding touches a hotfix."""
+    from vllm_hotfix.errors import NotInEffect
+    from vllm_hotfix.flow.resolve import Resolver
+    from vllm_hotfix.flow.runtime import fixed_names_of_lock, fixed_names_of_record, survey
+    from vllm_hotfix.output import note
+
+    target = Resolver(python).package("vllm")
+    if lock_file is not None:
+        from vllm_hotfix.txn.lockfile import load_lock
+
+        lock = load_lock(Path(lock_file))
+        names = fixed_names_of_lock(lock)
+    else:
+        from vllm_hotfix.txn.state import TargetState
+
+        names = fixed_names_of_record(Path(target.root), list(TargetState.for_root(Path(target.root)).hotfixes))
+    if hotfix_ids:
+        names = {h: n for h, n in names.items() if h in hotfix_ids}
+    interpreter = target.python or python or "python"
+    if not as_json:
+        note(f"loading vLLM's plugins and the platform's patches with {quote_path(str(interpreter))} "
+             "(this imports vLLM)...")
+    found = survey(str(interpreter), names)
+    touching = [r for r in found.rebinds if r.touches]
+    if as_json:
+        emit_json(found.to_json())
+        return int(NotInEffect.exit_code) if touching else 0
+    plugins = "every installed plugin (VLLM_PLUGINS unset)" if found.plugins is None else f"VLLM_PLUGINS={found.plugins!r}"
+    say(f"runtime of {quote_path(found.python)}: {plugins}; plugin packages: "
+        f"{', '.join(quote_path(p) for p in found.packages) or '(none)'}; platform {quote_path(str(found.platform))}")
+    for r in found.rebinds:
+        now = r.now
+        at = f" ({quote_path(str(now['file']))}:{now['line']})" if now.get("file") else ""
+        mark = f"  TOUCHES {', '.join(r.touches)}" if r.touches else ""
+        say(f"  {quote_path(r.module)}:{quote_path(r.name)} -> {quote_path(str(now.get('module')))}."
+            f"{quote_path(str(now.get('qualname')))}{at} [{r.phase}]{mark}")
+    fixed = sum(len(n) for n in names.values())
+    say(f"{len(found.rebinds)} rebinding(s) of vLLM functions, {len(touching)} touching a hotfix "
+        f"({fixed} fixed name(s) of {len(names)} hotfix(es) checked)")
+    if touching:
+        say("  to do: the fix does not run where a plugin rebinds it: remove or update that plugin (or make it call "
+            "the fixed function); the guard stops such a process under HOTFIX_STRICT=1")
+    return int(NotInEffect.exit_code) if touching else 0
 
 
 def say_status(s, width: int, *, indent: str = "", target: bool = True) -> None:

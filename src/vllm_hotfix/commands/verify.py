@@ -114,7 +114,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
                 "files": [
                     {"path": f.path, "state": f.state, "real_path": f.where, "sha256": f.sha256,
                      "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256,
-                     "mount": mount(c.hotfix.package, f.path)}
+                     "mount": mount(c.hotfix.package, f.path), "code": locked.code.to_json() if locked.code else None}
                     for f, locked in zip(c.files, c.hotfix.files)
                 ],
                 "advice": advice,
@@ -127,6 +127,9 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
             h = check.hotfix
             if check.state == APPLIED:
                 say(f"in effect: {h.id}@{h.version} ({len(h.files)} file(s), {h.distribution} {check.installed_version})")
+                for locked in h.files:
+                    if locked.code is not None:
+                        say(f"  {locked.path}: {locked.code.describe()}{_interpreter_note(resolver, h, locked.code)}")
             elif check.state == FIXED_UPSTREAM:
                 say(f"fixed-upstream: {h.id}: {advice}")
             else:
@@ -139,6 +142,23 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
             say(f"fingerprint: {digest}")
     guard_ok = _guard_environment(resolver, as_json)
     return 0 if all_in_effect and guard_ok else int(NotInEffect.exit_code)
+
+
+def _interpreter_note(resolver, hotfix, code) -> str:
+    """Where the lock's fingerprints were computed by another interpreter than the one checked: the guard
+    then proves a function by the code it compiled itself (docs: "The fixed function is the one running")."""
+    from vllm_hotfix.errors import HotfixError
+
+    try:
+        version = resolver.package(hotfix.package).python_version
+    except HotfixError:
+        return ""
+    if not version:
+        return ""
+    here = "cpython-" + "".join(version.split(".")[:2])
+    if here == code.interpreter:
+        return ""
+    return f" (this interpreter is Python {version}: the guard compares the code it compiles there)"
 
 
 def _lock_mounts(resolver):

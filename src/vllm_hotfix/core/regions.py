@@ -96,3 +96,24 @@ def spans_of(hunks: Sequence, placements: Sequence) -> list[Span]:
         start = placement.actual - 1 if hunk.old_len else placement.actual
         out.append(Span(start, hunk.old_len, hunk.new_len, lead, trail))
     return out
+
+
+def changed_ranges(steps: Sequence[Sequence[Span]]) -> list[tuple[int, int]]:
+    """The lines one hotfix changed in one file, as half-open 0-based ranges of the file it leaves (an
+    empty range: lines deleted there). ``steps``: the Spans of each of its file patches for that file,
+    in order (a format-patch series can touch a file twice); a later step's hunks move the earlier ones
+    as Overlaps moves regions. What core/codeprint.touched maps to functions and classes (export)."""
+    found: list[tuple[int, int]] = []
+    for spans in steps:
+        spans = sorted(spans, key=lambda s: s.start)
+        cuts: list[tuple[int, int]] = []
+        added: list[tuple[int, int]] = []
+        delta = 0
+        for s in spans:
+            new_start = s.start + delta
+            if not (s.lead == s.old_len == s.new_len):  # spans_of's "only context" hunk changes no line
+                added.append((new_start + s.lead, new_start + s.new_len - s.trail))
+            cuts.append((s.start + s.old_len, s.new_len - s.old_len))
+            delta += s.new_len - s.old_len
+        found = [_shift(r, cuts) for r in found] + added
+    return sorted(found)

@@ -128,12 +128,14 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path) -> Ex
         export = f"{top_id}/{path}"
         outputs[export] = after
         top_of[(package, path)] = export
+    code = _code_names(locked, chains, outputs, top_of, python=next(iter(targets.values())).python if targets else python)
     final = []
     for hotfix in locked:
         files = []
         for f in hotfix.files:
             step = next(s for s in chains[(hotfix.package, f.path)] if s[0] == hotfix.id)
-            files.append(lockfile.LockedFile(f.path, sha256(step[2]), sha256(step[1]), top_of[(hotfix.package, f.path)]))
+            files.append(lockfile.LockedFile(f.path, sha256(step[2]), sha256(step[1]), top_of[(hotfix.package, f.path)],
+                                             code.get((hotfix.id, f.path))))
         final.append(lockfile.LockedHotfix(hotfix.id, hotfix.version, hotfix.distribution, hotfix.package,
                                            hotfix.baseline_version, hotfix.fixed_in, tuple(files), hotfix.versions))
     site_packages = str(next(iter(targets.values())).root)
@@ -141,6 +143,36 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path) -> Ex
     lock = lockfile.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final),
                          generator=f"vllm-hotfix {__version__}")
     return Export(lock, outputs, lock_path)
+
+
+def _code_names(locked, chains: dict, outputs: dict, top_of: dict, *, python: str | None) -> dict:
+    """(hotfix id, path) -> lockfile.LockedCode for every locked Python file: the functions, methods and
+    classes the hotfix's own hunks touch (its step of the file's series), fingerprinted as compiled from
+    the file that runs (the top of the series) by the interpreter that runs vLLM (install/codeprobe.py).
+    A fixed file that does not compile there is refused: it would not import either."""
+    from vllm_hotfix.core.regions import changed_ranges
+    from vllm_hotfix.install.codeprobe import Job, ask
+
+    jobs = []
+    for hotfix in locked:
+        for f in hotfix.files:
+            if not f.path.endswith(".py"):
+                continue
+            before, after, part = next((s[1], s[2], s[3]) for s in chains[(hotfix.package, f.path)] if s[0] == hotfix.id)
+            _, placed = apply_part(part, f.path, before, 0o100644)
+            regions = changed_ranges([spans_of(fp.hunks, placements) for fp, placements in placed])
+            jobs.append(Job((hotfix.id, f.path), after, regions, outputs[top_of[(hotfix.package, f.path)]], f.path))
+    if not jobs:
+        return {}
+    interpreter, results = ask(jobs, python)
+    found = {}
+    for (hotfix_id, path), result in results.items():
+        if isinstance(result, str):
+            raise Refused(f"{hotfix_id}: the fixed {quote_path(path)} does not compile in the target interpreter "
+                          f"({interpreter}): {result}", hint="fix the patch for this Python version; nothing was written")
+        found[(hotfix_id, path)] = lockfile.LockedCode(interpreter, tuple(
+            lockfile.LockedName(name, kind, fingerprint) for name, kind, fingerprint in result))
+    return found
 
 
 def _refuse_overlap(manifest, path: str, chain: list, part: Patch, read) -> None:

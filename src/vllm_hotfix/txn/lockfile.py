@@ -13,13 +13,40 @@ from typing import Any, Callable, Optional
 
 from vllm_hotfix.core import verdict
 from vllm_hotfix.core.data import load_json
-from vllm_hotfix.core.docfields import Fields
+from vllm_hotfix.core.docfields import Fields, is_identifier
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, FileCheck
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.paths import LOCK_LIMIT, LOCK_NAME, read_own_file
 from vllm_hotfix.values import Value
 
 SCHEMA = 1
+
+
+class LockedName(Value):
+    """A function, method or class a locked hotfix's hunks touch in one file (core/codeprint.py)."""
+
+    name: str  # qualified name in the file's module: "MambaHybridModelState.add_request"
+    kind: str  # core.codeprint.KINDS: "function", "method", "class"
+    fingerprint: Optional[str]  # of its code compiled from the file that runs (None: not defined there)
+
+
+class LockedCode(Value):
+    """What a locked file's fix changes in code, and for which interpreter the fingerprints hold."""
+
+    interpreter: str  # the cache tag of the interpreter export compiled in: "cpython-311"
+    names: tuple[LockedName, ...]
+
+    def describe(self) -> str:
+        """One line: the names and kinds, and the interpreter of the fingerprints (export, verify --lock)."""
+        from vllm_hotfix.output import quote_path
+
+        names = ", ".join(f"{quote_path(n.name)} ({n.kind})" for n in self.names) or \
+            "no function, method or class (module-level lines only)"
+        return f"code: {names} [fingerprints for {quote_path(self.interpreter)}]"
+
+    def to_json(self) -> dict:
+        return {"interpreter": self.interpreter,
+                "names": [{"name": n.name, "kind": n.kind, "fingerprint": n.fingerprint} for n in self.names]}
 
 
 class LockedFile(Value):
@@ -29,6 +56,7 @@ class LockedFile(Value):
     sha256: str  # of the patched content
     baseline_sha256: Optional[str]  # of the pristine file the patch was computed from (None: created)
     export: str  # relative to the export directory (where hotfix.lock lives)
+    code: Optional[LockedCode] = None  # optional: locks written before names were locked have none
 
 
 class LockedHotfix(Value):
@@ -186,12 +214,54 @@ def _check_version(f: Fields, where: str, value: str) -> None:
 
 def _read_file(f: Fields, doc: Any, where: str) -> LockedFile:
     doc = f.mapping(doc, where)
+    path = f.relpath(doc, where, "path")
+    code = doc.get("code")
     return LockedFile(
-        path=f.relpath(doc, where, "path"),
+        path=path,
         sha256=f.sha256(doc, where, "sha256"),
         baseline_sha256=f.sha256(doc, where, "baseline_sha256", required=False),
         export=f.relpath(doc, where, "export"),
+        code=None if code is None else _read_code(f, code, f.at(where, "code"), path),
     )
+
+
+CODE_NAMES_LIMIT = 512  # names one file's fix can touch; more is not a hotfix
+_KINDS = ("class", "method", "function")  # core.codeprint.KINDS (not imported: the guard's path)
+
+
+def _read_code(f: Fields, doc: Any, where: str, path: str) -> LockedCode:
+    """A file's ``code``: the interpreter (a cache tag) and the touched names, each a dotted identifier
+    of a Python file's module, once, with a kind and a fingerprint (64 hex) or null."""
+    doc = f.mapping(doc, where)
+    interpreter = f.text(doc, where, "interpreter", limit=32)
+    if not interpreter or not all(c.isascii() and (c.isalnum() or c in "_.-") for c in interpreter):
+        raise f.fail(f.at(where, "interpreter"), f"not an interpreter cache tag: {interpreter!r}")
+    items = f.items(f.get(doc, where, "names", list), f.at(where, "names"))
+    if not path.endswith(".py"):
+        raise f.fail(where, f"{path!r} is not a Python file: it has no code names")
+    if len(items) > CODE_NAMES_LIMIT:
+        raise f.fail(f.at(where, "names"), f"{len(items)} names, at most {CODE_NAMES_LIMIT}")
+    names, seen = [], set()
+    for i, item in enumerate(items):
+        at = f"{f.at(where, 'names')}[{i}]"
+        item = f.mapping(item, at)
+        name = f.text(item, at, "name", limit=512)
+        if not all(is_identifier(part) for part in name.split(".")):
+            raise f.fail(f.at(at, "name"), f"not a qualified name: {name!r}")
+        if name in seen:
+            raise f.fail(f.at(at, "name"), f"{name!r} is named twice")
+        seen.add(name)
+        kind = f.text(item, at, "kind", limit=16)
+        if kind not in _KINDS:
+            raise f.fail(f.at(at, "kind"), f"expected one of {', '.join(_KINDS)}, got {kind!r}")
+        if kind == "method" and "." not in name:
+            raise f.fail(f.at(at, "kind"), f"a method is named Class.method, got {name!r}")
+        names.append(LockedName(name, kind, f.sha256(item, at, "fingerprint", required=False)))
+    return LockedCode(interpreter, tuple(names))
+
+
+def _dump_code(code: Optional[LockedCode]) -> dict:
+    return {} if code is None else {"code": code.to_json()}
 
 
 def dump_lock(lock: Lock) -> bytes:
@@ -204,7 +274,8 @@ def dump_lock(lock: Lock) -> bytes:
                 "id": h.id, "version": h.version, "distribution": h.distribution, "package": h.package,
                 "baseline_version": h.baseline_version, "fixed_in": h.fixed_in, "versions": h.versions,
                 "files": [
-                    {"path": f.path, "sha256": f.sha256, "baseline_sha256": f.baseline_sha256, "export": f.export}
+                    {"path": f.path, "sha256": f.sha256, "baseline_sha256": f.baseline_sha256, "export": f.export,
+                     **_dump_code(f.code)}
                     for f in h.files
                 ],
             }
