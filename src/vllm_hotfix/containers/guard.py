@@ -25,6 +25,7 @@ from vllm_hotfix.containers.guard_process import (  # noqa: F401
 from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STATE_DIR_ENV
 
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
+_code_checks: list = []  # the lock's checks of this process: their files' code names (guard_points.py)
 _fork_hook_installed = False
 
 
@@ -58,9 +59,10 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
         fingerprint = NONE
         try:
             verdicts, watched, fingerprint = _check_all(lock=lock or None, require=_split_ids(require))
-            from vllm_hotfix.containers import guard_imports
+            from vllm_hotfix.containers import guard_imports, guard_points
 
-            verdicts += guard_imports.watch(watched)
+            code, proven = guard_points.start(_code_checks)  # the fixed function is the one running
+            verdicts += code + guard_imports.watch(watched, proven)
         except Exception as exc:  # noqa: BLE001 - a bug here must not take vLLM down unless strict
             verdicts = (Verdict("(guard)", False, f"internal error: {type(exc).__name__}: {exc}",
                                 "report it to vllm-hotfix; unset HOTFIX_LOCK / HOTFIX_REQUIRE to turn the guard off"),)
@@ -113,6 +115,7 @@ def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Ver
     if lock:
         locked, checks = _check_lock(Path(lock))
         results.extend(locked)
+        _code_checks[:] = checks or ()
         if checks is not None:  # a lock that loaded
             from vllm_hotfix.txn.lockfile import fingerprint as lock_fingerprint
 

@@ -23,19 +23,15 @@ _verified: dict[str, str] = {}  # module -> path it was loaded from, checked (in
 _finder: "_WatchFinder | None" = None
 
 
-def watch(watched) -> tuple:
+def watch(watched, proven=frozenset()) -> tuple:
     """Watch these guard_model.Watched modules from now on; return guard_model.Verdicts for those this process
-    already imported without the check (their code cannot be proven any more)."""
-    global _finder
+    already imported without the check (their code cannot be proven any more), but the ``proven`` ones:
+    every function, method and class its hotfixes lock runs the fixed code (guard_code.py)."""
     modules = {w.module: w for w in watched}
-    if _finder is None:
-        _finder = _WatchFinder(modules)
-        sys.meta_path.insert(0, _finder)
-    else:
-        _finder.modules = modules
+    _the_finder().modules = modules
     early = []
     for name, w in modules.items():
-        if name in sys.modules and name not in _verified:
+        if name in sys.modules and name not in _verified and name not in proven:
             where = getattr(sys.modules[name], "__file__", None)
             early.append(Verdict(w.hotfix_id, False,
                                  f"unknown: module {name} was imported before the guard ran (from {where}): "
@@ -44,22 +40,32 @@ def watch(watched) -> tuple:
     return tuple(early)
 
 
+def after_import(module: str, callback) -> None:
+    """Call ``callback()`` once ``module`` has been executed by a later import (guard_points.py: a vLLM
+    module whose methods mark a checkpoint). Its loader is a SourceFileLoader like the one it would have
+    had (bytecode cached as usual), which calls back after ``exec_module``."""
+    _the_finder().after[module] = callback
+
+
+def _the_finder() -> "_WatchFinder":
+    global _finder
+    if _finder is None:
+        _finder = _WatchFinder({})
+        sys.meta_path.insert(0, _finder)
+    return _finder
+
+
 class _WatchFinder:
     def __init__(self, modules: dict) -> None:
         self.modules = modules
+        self.after: dict = {}  # module -> callback (after_import)
 
     def find_spec(self, fullname, path=None, target=None):
         w = self.modules.get(fullname)
         if w is None:
-            return None
-        spec = None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
+            callback = self.after.get(fullname)
+            return None if callback is None else self._then(fullname, path, target, callback)
+        spec = self._others(fullname, path, target)
         if spec is None:
             return None
         if spec.origin and spec.origin.endswith(".py") and spec.has_location:
@@ -68,6 +74,35 @@ class _WatchFinder:
             _mismatch(w, spec.origin, f"not loaded from source ({type(spec.loader).__name__}), "
                                       f"not the patched {w.path}")
         return spec
+
+
+    def _then(self, fullname, path, target, callback):
+        spec = self._others(fullname, path, target)
+        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+            spec.loader = _ThenLoader(fullname, spec.origin, callback)
+        return spec
+
+    def _others(self, fullname, path, target):
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+
+class _ThenLoader(importlib.machinery.SourceFileLoader):
+    """SourceFileLoader, then a call back (after_import)."""
+
+    def __init__(self, fullname: str, path: str, callback) -> None:
+        super().__init__(fullname, path)
+        self.callback = callback
+
+    def exec_module(self, module) -> None:
+        super().exec_module(module)
+        self.callback()
 
 
 class _CheckedLoader(importlib.machinery.SourceFileLoader):
@@ -94,6 +129,16 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
                 problems.append(f"sha256 {sha[:12]}, expected the patched {w.sha256[:12]}")
             _mismatch(w, self.path, ", ".join(problems))
         return self.source_to_code(data, self.path)
+
+    def exec_module(self, module) -> None:
+        super().exec_module(module)
+        if _verified.get(self.name) == self.path:  # the objects just compiled from the checked source are the fixed ones
+            from vllm_hotfix.containers import guard_code
+
+            guard_code.loaded(self.name, module)
+        callback = _finder.after.get(self.name) if _finder is not None else None
+        if callback is not None:  # a patched module whose methods also mark a checkpoint (after_import)
+            callback()
 
     def set_data(self, path, data, *, _mode=0o666):  # never write a .pyc of what we compiled
         return None

@@ -30,3 +30,28 @@ class Watched(Value):
     hotfix_id: str
     path: str
     sha256: str
+
+
+IN_EFFECT, WRAPPED, SHADOWED, STALE_ALIAS, NOT_LOADED = "in effect", "wrapped", "shadowed", "stale-alias", "not loaded"
+CODE_STATES = (IN_EFFECT, WRAPPED, SHADOWED, STALE_ALIAS, NOT_LOADED)  # of a fixed name (guard_code.py)
+STOPS = frozenset({SHADOWED, STALE_ALIAS})  # strict mode stops a serving process on these
+CHECKPOINT = "_vllm_hotfix_checkpoint"  # marks the guard's own wrappers (guard_points.py): transparent to the check
+
+
+class Locked:
+    """One locked name in this process (plain slots: built for every name in every vLLM process)."""
+
+    __slots__ = ("hotfix_id", "module", "qualname", "kind", "fingerprint", "path", "sha256")
+
+    def __init__(self, hotfix_id, module, qualname, kind, fingerprint, path, sha256) -> None:
+        self.hotfix_id, self.module, self.qualname, self.kind = hotfix_id, module, qualname, kind
+        self.fingerprint, self.path, self.sha256 = fingerprint, path, sha256
+
+
+class Found:
+    """What one locked name is bound to at one point: a state (CODE_STATES), the culprit, the holder."""
+
+    __slots__ = ("locked", "state", "culprit", "holder")
+
+    def __init__(self, locked: Locked, state: str, culprit: str = "", holder: str = "") -> None:
+        self.locked, self.state, self.culprit, self.holder = locked, state, culprit, holder
