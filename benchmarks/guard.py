@@ -1,7 +1,7 @@
 """What the guard adds to a vLLM process start, under the real vLLM 0.30.0 loader (torch and all, the
 cached ~9 GB venv of tests/realdata.py: built on first use, minutes).
 
-    python benchmarks/guard.py [--rounds 9]
+    python benchmarks/guard.py [--rounds 9] [--vs main]
 
 Each round starts a fresh process that imports vLLM's plugin module and calls vLLM's own
 ``load_general_plugins()`` with ``HOTFIX_LOCK`` set (tests/fixtures/vllmfull.py: a patched copy of the
@@ -11,6 +11,14 @@ the loading of the guard's entry point (vLLM's ``EntryPoint.load()``: importing 
 and CPU. Their sum is what the guard adds to the process start (goal <= 5 ms); vLLM's own plugins
 (loaded in the same call) are shown for scale. Last, the cost of creating one class inside that
 process, a frozen dataclass against a ``values.Value`` (the reason for the guard's slotted classes).
+
+Three guards in the same rounds, the order rotating: ``--vs REF``'s vllm-hotfix (built from that git
+ref: the code before a change) and this tree's, with a lock whose files carry code names (issue 35:
+the code check at the guard's start) and with one without them. The lock names every function and
+method of the two locked files of tests/fixtures/rebinding.py (about thirty: more than the catalog's
+hotfixes touch together), and one plugin distribution is installed so that its modules are scanned for
+stale aliases. Last, the check at a checkpoint itself (guard_code.judge_all: each name resolved and
+judged, the plugin modules scanned) in that process, both fixed modules imported through the watch.
 """
 
 from __future__ import annotations
@@ -23,7 +31,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from fixtures.vllmfull import guard_setup, run  # noqa: E402
+from fixtures.rebinding import rebinding_setup  # noqa: E402
+from fixtures.vllmfull import run  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
 
 TIMER = r'''
 import importlib.metadata, json, time
@@ -67,8 +78,19 @@ vllm.plugins.load_plugins_by_group = timed_group
 start = time.perf_counter()
 load_general_plugins()
 spent["load_general_plugins"] = [time.perf_counter() - start, 0.0]
-import sys
+import os, statistics, sys
 spent["modules"] = sum(1 for name in sys.modules if name == "vllm_hotfix" or name.startswith("vllm_hotfix."))
+if os.environ.get("CHECKPOINT"):  # the check at a checkpoint, once the fixed modules are imported (through the watch)
+    import vllm.v1.worker.gpu.model_states.mamba_hybrid  # noqa: F401 - imports mamba_utils too
+    from vllm_hotfix.containers import guard_code
+    found = guard_code.judge_all()
+    times = []
+    for _ in range(25):
+        start = time.perf_counter()
+        guard_code.judge_all()
+        times.append(time.perf_counter() - start)
+    spent["checkpoint"] = [statistics.median(times), len(found), sorted({f.state for f in found}),
+                           len(sys.modules), len(guard_code.judging.plugin_modules())]
 print(json.dumps(spent))
 '''
 
@@ -120,45 +142,117 @@ print(json.dumps(found))
 '''
 
 
+def everything_named(lock_path: Path, patched: Path) -> Path:
+    """A copy of the fixture's lock whose files name every function and method they define."""
+    from vllm_hotfix.core.codeprint import code_objects, fingerprints
+
+    lock = json.loads(lock_path.read_text())
+    for hotfix in lock["hotfixes"]:
+        for f in hotfix["files"]:
+            data = (patched / f["path"]).read_bytes()
+            names = [n for n in code_objects(compile(data, f["path"], "exec")) if "<" not in n and n.count(".") <= 1]
+            prints = fingerprints(data, names)
+            kinds = {n: ("method" if "." in n else "function") for n in names}
+            classes = {n.partition(".")[0] for n in names if "." in n}
+            f["code"]["names"] = [{"name": n, "kind": "class" if n in classes else kinds[n], "fingerprint": prints[n]}
+                                  for n in names]
+    out = lock_path.with_name("hotfix-named.lock")
+    out.write_text(json.dumps(lock))
+    return out
+
+
+def without_names(lock_path: Path) -> Path:
+    lock = json.loads(lock_path.read_text())
+    for hotfix in lock["hotfixes"]:
+        for f in hotfix["files"]:
+            f.pop("code", None)
+    out = lock_path.with_name("hotfix-plain.lock")
+    out.write_text(json.dumps(lock))
+    return out
+
+
+def install_ref(ref: str, work: Path) -> Path:
+    """vllm-hotfix as it is at git ``ref``, installed (with bytecode) into a folder for PYTHONPATH."""
+    import io
+    import subprocess
+    import tarfile
+
+    source = work / f"src-{ref.replace('/', '_')}"
+    data = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", ref, "src", "manifests", "patches",
+                           "pyproject.toml", "README.md"], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(source)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", str(source),
+                    "-w", str(work / "dist-ref")], check=True)
+    (wheel,) = (work / "dist-ref").glob("vllm_hotfix-*.whl")
+    target = work / "hotfix-ref"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q",
+                    "--target", str(target), str(wheel)], check=True)
+    return target
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--vs", default="main", help="git ref of the vllm-hotfix to compare with (default main)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="guard-bench-") as scratch:
-        full = guard_setup(Path(scratch) / "work")
+        full = rebinding_setup(Path(scratch) / "work")
+        named, plain = everything_named(full["lock"], full["patched"]), without_names(full["lock"])
+        before = install_ref(args.vs, Path(scratch))
+        plugin = full["plugins"]["hotfix_test_unrelated"]  # a plugin package to scan (its rebinding is of no fixed name)
         script = full["work"] / "timer.py"
         script.write_text(TIMER)
         (full["work"] / "class_cost.py").write_text(CLASS_COST)
         done = run(full, [str(full["venv"].python), str(full["work"] / "class_cost.py")])
         class_cost = json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 else None
-        rows: list[dict] = []
+        guards = {f"{args.vs} (names ignored)": (before, named), "this tree, lock without names": (full["hotfix"], plain),
+                  "this tree, lock with names": (full["hotfix"], named)}
+        rows: dict[str, list[dict]] = {name: [] for name in guards}
+        checkpoint = []
         for round_no in range(args.rounds + 1):
-            done = run(full, [str(full["venv"].python), str(script)], HOTFIX_LOCK=str(full["lock"]))
-            report = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-            if done.returncode != 0 or not report or "register" not in report[-1]:
-                sys.exit(f"exit {done.returncode}: {done.stdout[-600:]} {done.stderr[-600:]}")
-            if round_no:  # the first process warms caches and bytecode
-                rows.append(report[-1])
-        modules = rows[-1].get("modules") if rows else None
+            order = list(guards)[round_no % 3:] + list(guards)[:round_no % 3]
+            for name in order:
+                hotfix, lock = guards[name]
+                done = run(full, [str(full["venv"].python), str(script)], pythonpath=[hotfix, plugin, full["patched"]],
+                           HOTFIX_LOCK=str(lock), VLLM_PLUGINS="vllm_hotfix_guard,hotfix_test_unrelated",
+                           **({"CHECKPOINT": "1"} if name.endswith("with names") else {}))
+                report = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+                if done.returncode != 0 or not report or "register" not in report[-1]:
+                    sys.exit(f"{name}: exit {done.returncode}: {done.stdout[-600:]} {done.stderr[-600:]}")
+                if round_no:  # the first process warms caches and bytecode
+                    rows[name].append(report[-1])
+                    if "checkpoint" in report[-1]:
+                        checkpoint.append(report[-1]["checkpoint"])
 
-    def median(key: str, index: int) -> float:
-        return statistics.median(row[key][index] for row in rows) * 1e3
+    def median(name: str, key: str, index: int) -> float:
+        return statistics.median(row[key][index] for row in rows[name]) * 1e3
 
-    total = statistics.median((row["vllm_hotfix_guard"][0] + row["register"][0]) for row in rows) * 1e3
-    total_cpu = statistics.median((row["vllm_hotfix_guard"][1] + row["register"][1]) for row in rows) * 1e3
-    print(f"importing the guard (vLLM's EntryPoint.load): median {median('vllm_hotfix_guard', 0):5.2f} ms   "
-          f"cpu {median('vllm_hotfix_guard', 1):5.2f} ms")
-    print(f"register() (the check and its line):         median {median('register', 0):5.2f} ms   cpu {median('register', 1):5.2f} ms")
-    print(f"the guard adds {total:.2f} ms (cpu {total_cpu:.2f} ms) to a vLLM process start; goal <= 5 ms")
-    print(f"for scale: load_general_plugins() as a whole (vLLM's own plugins too): {median('load_general_plugins', 0):.1f} ms")
+    print(f"{args.rounds} rounds, the three guards in rotating order, medians (wall / cpu, ms):")
+    for name, found in rows.items():
+        total = statistics.median(r["vllm_hotfix_guard"][0] + r["register"][0] for r in found) * 1e3
+        total_cpu = statistics.median(r["vllm_hotfix_guard"][1] + r["register"][1] for r in found) * 1e3
+        print(f"  {name:32} import {median(name, 'vllm_hotfix_guard', 0):5.2f}  register {median(name, 'register', 0):5.2f}"
+              f"  = {total:5.2f} (cpu {total_cpu:5.2f}); {found[-1].get('modules')} vllm_hotfix modules")
+    base = statistics.median(r["vllm_hotfix_guard"][0] + r["register"][0] for r in rows[f"{args.vs} (names ignored)"])
+    for name in list(rows)[1:]:
+        total = statistics.median(r["vllm_hotfix_guard"][0] + r["register"][0] for r in rows[name])
+        print(f"  {name} / {args.vs}: {total / base:.2f}x")
+    print("the guard adds the 'import + register' figure to a vLLM process start; goal <= 5 ms")
+    if checkpoint:
+        seconds, names, states, loaded, scanned = checkpoint[-1]
+        print(f"the check at a checkpoint (judge_all, {names} names, states {', '.join(states)}; {loaded} modules "
+              f"loaded, {scanned} plugin modules scanned): median {statistics.median(c[0] for c in checkpoint) * 1e3:.3f} ms; "
+              "goal <= 1 ms")
+    any_rows = rows["this tree, lock with names"]
+    print(f"for scale: load_general_plugins() as a whole: {statistics.median(r['load_general_plugins'][0] for r in any_rows) * 1e3:.1f} ms")
     if class_cost:  # why the guard's model is values.Value, not frozen dataclasses (docs/design.md)
         empty = class_cost.pop("empty module import", None)
         print("creating one 5-field class inside the vLLM process: "
               + ", ".join(f"{kind} {seconds * 1e6:.0f} us" for kind, seconds in class_cost.items()))
-        if empty is not None and modules:  # the floor the module count sets, before any line of ours runs
+        if empty is not None:
             print(f"the import system alone, per module, in that process: {empty * 1e6:.0f} us (an empty module, "
-                  f"bytecode cached); the guard loads {modules} modules of vllm_hotfix: "
-                  f"{empty * modules * 1e3:.2f} ms of the figure above is that")
+                  f"bytecode cached)")
     return 0
 
 

@@ -4,9 +4,9 @@ Right files on disk do not prove the process runs them: a stale ``.pyc`` beside 
 mount (same size and mtime), another copy earlier on ``sys.path``, a module imported before the
 mount appeared. For exactly the module names a locked or required hotfix patched, a ``sys.meta_path``
 finder lets the normal finders locate the module, then loads it with a loader that reads the source,
-checks its sha256 and path, and compiles *those* bytes (never a ``.pyc``). Any other import costs one
-dict lookup. One log line per watched module; strict mode stops a serving process on a mismatch.
-Stdlib only.
+checks its sha256 and path, and compiles *those* bytes (never a ``.pyc``). Any other import costs two
+dict lookups (the watched modules, then the checkpoint modules of guard_points.py: ``after_import``).
+One log line per watched module; strict mode stops a serving process on a mismatch. Stdlib only.
 """
 
 from __future__ import annotations
