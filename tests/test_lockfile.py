@@ -152,3 +152,21 @@ def test_lock_fields_that_would_forge_a_line_pass_everything_or_import_a_module_
     with pytest.raises(InvalidInput) as err:
         lockfile.load_lock(path)
     assert key in err.value.message, err.value.message
+
+
+def test_the_expected_fingerprint_is_what_a_check_in_effect_gives(tmp_path):
+    """expected_fingerprint (what a bundle is labelled with and admission approves) answers as
+    fingerprint(check_lock(...)) does on an install where the lock is in effect -- also for a series,
+    where the lower hotfix's file holds the upper one's bytes -- and differs once a byte differs."""
+    top = PATCHED + b"# and the second fix\n"
+    second = LockedHotfix("second-fix", 2, "vllm", "vllm", "0.30.0", None,
+                          (LockedFile(PATH, sha(top), sha(PATCHED), f"second-fix/{PATH}"),
+                           LockedFile("vllm/other.py", sha(b"new\n"), None, "second-fix/vllm/other.py")))
+    lock = lockfile.parse_lock(lockfile.dump_lock(Lock(make_lock().site_packages, (*make_lock().hotfixes, second))))
+    installed = install(tmp_path, top)
+    (installed.package_dir / "other.py").write_bytes(b"new\n")
+    checks = lockfile.check_lock(lock, lambda package: installed)
+    assert all(c.in_effect for c in checks)
+    assert lockfile.fingerprint(checks) == lockfile.expected_fingerprint(lock)
+    (installed.package_dir / "other.py").write_bytes(b"new!\n")
+    assert lockfile.fingerprint(lockfile.check_lock(lock, lambda package: installed)) != lockfile.expected_fingerprint(lock)

@@ -13,8 +13,9 @@ import click
 
 from vllm_hotfix import __version__
 from vllm_hotfix.cli_options import (
-    AUDIT_HELP, CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, LOG_HELP, NEW_HELP,
-    PORT_HELP, WHERE_HELP, all_targets_option, catalog_option, complete_ids, dry_run_option, guard_options, json_option,
+    ADMISSION_PARAMS, AUDIT_HELP, CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, LOG_HELP,
+    NEW_HELP, OVERLAY_PARAMS, PACK_HELP, PORT_HELP, WHERE_HELP, admission_options, all_targets_option, catalog_option,
+    complete_ids, dry_run_option, given_options, guard_options, json_option, k8s_overlay_options, pack_options,
     python_option, root_option,
 )
 from vllm_hotfix.core.verdict import IN_EFFECT, STATES
@@ -307,23 +308,32 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("k8s", help=K8S_HELP, short_help="Write a kustomize overlay mounting an export into a Kubernetes workload.")
-@click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
-@click.option("--base", required=True, type=click.Path(exists=True, path_type=Path), help="The workload's manifest file (e.g. `helm template` output) or kustomization directory; only read.")
-@click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the overlay (kustomization.yaml, patch, files).")
-@click.option("--workload", help="KIND/NAME, e.g. deployment/vllm, statefulset/vllm, leaderworkerset/vllm.")
-@click.option("--kind", help="Workload kind (instead of --workload).")
-@click.option("--name", help="Workload name (instead of --workload).")
-@click.option("--container", "containers", multiple=True, required=True, help="Container to mount the files into (repeatable).")
-@click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock).")
-@click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect.")
-@click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this.")
+@cli.command("k8s", help=K8S_HELP, short_help="Write a kustomize overlay mounting an export into a Kubernetes workload (or --admission: a policy).")
+@k8s_overlay_options
+@admission_options
 @dry_run_option
 @json_option
-def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, dry_run, as_json) -> None:
+def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, admission, approve, namespaces, params_namespace, warn_only, dry_run, as_json) -> None:
+    if admission:
+        from vllm_hotfix.commands import admission as command
+
+        _exit(command.run(approve=tuple(approve), namespaces=tuple(namespaces), params_namespace=params_namespace, warn_only=warn_only, out_dir=out_dir, overlay_options=given_options(OVERLAY_PARAMS), dry_run=dry_run, as_json=as_json))
     from vllm_hotfix.commands import k8s as command
 
-    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, admission_options=given_options(ADMISSION_PARAMS), dry_run=dry_run, as_json=as_json))
+
+
+@cli.command("pack", help=PACK_HELP, short_help="Pack an export into an OCI image (a hotfix bundle) for a Kubernetes image volume.")
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
+@pack_options
+@python_option
+@catalog_option
+@dry_run_option
+@json_option
+def pack_cmd(hotfix_ids, export_dir, out_dir, tag, platforms, repository, python, catalogs, dry_run, as_json) -> None:
+    from vllm_hotfix.commands import pack as command
+
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), export_dir=export_dir, python=python, catalogs=tuple(catalogs), out_dir=out_dir, tag=tag, platforms=tuple(platforms), repository=repository, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("bake", short_help="Write a Containerfile deriving an image with the hotfixes applied and verified.")

@@ -118,6 +118,37 @@ mounts over site-packages in the named containers, and the guard's environment.
 A workload or container the base does not have is refused (exit 3), naming what it has. With
 kubectl (or kustomize) on PATH, the overlay is rendered before it replaces --to, and a render in
 which a named container lacks a mount or the guard's variables is refused with nothing written.
+
+With --admission it writes instead a ValidatingAdmissionPolicy (CEL, no webhook), its binding to the
+--namespace(s), and a ConfigMap of the approved pairs (image digest -> fingerprints) from each
+--approve: a bundle `hotfix pack` wrote (checked blob by blob, file by file against its lock), or an
+image digest and the lock it runs with. A pod there is admitted only when every image and image
+volume is pinned by digest and its vllm-hotfix.io/fingerprint annotation is approved for its images.
+
+\b
+Examples:
+  hotfix k8s --export-dir hotfix-export --base k8s/base --to k8s/hotfix --workload deployment/vllm --container vllm
+  hotfix k8s --admission --approve bundle --namespace inference --to k8s/admission
+  hotfix k8s --admission --namespace inference --to k8s/admission \\
+      --approve "registry.example/vllm-openai@sha256:$DIGEST=hotfix-export/hotfix.lock"
+"""
+
+
+PACK_HELP = """Pack an export into a hotfix bundle: an OCI image layout (one layer: the patched files under
+site-packages/ at their site-packages-relative paths, and hotfix.lock) that Kubernetes mounts as an
+image volume pinned by digest, for fixes past the 1 MiB a ConfigMap holds.
+
+The export is what `hotfix export --to DIR` wrote (--export-dir; every file is checked against the
+lock's sha256 first, no symlink is followed), or IDs exported on the fly from --python. The image is
+reproducible: the same export gives the same digest. It is a runnable image (a real config with
+rootfs.diff_ids, as containerd requires for image volumes), one manifest per --platform under an
+image index. Push it with skopeo; the command prints the line.
+
+\b
+Examples:
+  hotfix pack --export-dir hotfix-export --to bundle --repository registry.example/team/vllm-hotfix
+  hotfix pack mamba-align-block-size --python /opt/venv/bin/python --to bundle --platform linux/arm64
+  skopeo inspect oci:bundle
 """
 
 
@@ -160,6 +191,69 @@ Examples:
 
 def all_targets_option(text: str):
     return click.option("--all", "all_targets", is_flag=True, help=text)
+
+
+OVERLAY_PARAMS = ("export_dir", "base", "workload", "kind", "name", "containers", "container_site_packages", "strict",
+                  "max_configmaps")
+ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only")
+
+
+def k8s_overlay_options(command):
+    """--to, and the options of `hotfix k8s` that shape the overlay (OVERLAY_PARAMS)."""
+    for option in reversed((
+        click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the overlay (kustomization.yaml, patch, files), or for the --admission policy."),
+        click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`."),
+        click.option("--base", type=click.Path(exists=True, path_type=Path), help="The workload's manifest file (e.g. `helm template` output) or kustomization directory; only read.  [required without --admission]"),
+        click.option("--workload", help="KIND/NAME, e.g. deployment/vllm, statefulset/vllm, leaderworkerset/vllm."),
+        click.option("--kind", help="Workload kind (instead of --workload)."),
+        click.option("--name", help="Workload name (instead of --workload)."),
+        click.option("--container", "containers", multiple=True, help="Container to mount the files into (repeatable).  [required without --admission]"),
+        click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock)."),
+        click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect."),
+        click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this."),
+    )):
+        command = option(command)
+    return command
+
+
+def admission_options(command):
+    """The options of `hotfix k8s --admission` (--admission and ADMISSION_PARAMS)."""
+    for option in reversed((
+        click.option("--admission", is_flag=True, help="Write a ValidatingAdmissionPolicy, its binding and the ConfigMap of approved image digests and fingerprints instead of an overlay."),
+        click.option("--approve", "approve", multiple=True, metavar="BUNDLE_DIR|IMAGE@sha256:DIGEST=LOCK", help="With --admission: a bundle `hotfix pack` wrote, or an image and the lock it runs with (repeatable)."),
+        click.option("--namespace", "namespaces", multiple=True, metavar="NS", help="With --admission: a namespace whose pods the policy judges (repeatable)."),
+        click.option("--params-namespace", default="vllm-hotfix-admission", show_default=True, metavar="NS", help="With --admission: the namespace of the approved-images ConfigMap (one the workloads' owners cannot write)."),
+        click.option("--warn-only", is_flag=True, help="With --admission: warn and audit instead of denying (to roll the policy out)."),
+    )):
+        command = option(command)
+    return command
+
+
+def pack_options(command):
+    """The options of `hotfix pack` but the target's and the catalog's."""
+    for option in reversed((
+        click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Directory written by `hotfix export` (default: hotfix-export; not with IDs)."),
+        click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the OCI image layout (new, or a bundle packed before: replaced whole)."),
+        click.option("--tag", help="The image's tag in the layout (default: the fingerprint, hf1-...)."),
+        click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH", help="Platform of the image config (repeatable; default: linux/amd64 and linux/arm64). containerd unpacks only an image of the node's platform."),
+        click.option("--repository", metavar="REGISTRY/PATH", help="Where it will be pushed, to print the skopeo line and the pinned reference in full."),
+    )):
+        command = option(command)
+    return command
+
+
+def given_options(names) -> tuple[str, ...]:
+    """The options of the running command among ``names`` (parameter names) given on the command line
+    or by their environment variable, as the user spells them (``--base``): options of another mode."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    found = []
+    for param in ctx.command.params:
+        if param.name in names and ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,
+                                                                             ParameterSource.ENVIRONMENT):
+            found.append(max(param.opts, key=len))
+    return tuple(found)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")

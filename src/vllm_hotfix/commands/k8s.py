@@ -31,10 +31,15 @@ STAGE_SUFFIX = ".hotfix-k8s"
 KUBECTL_ENV = "HOTFIX_KUBECTL"
 
 
-def run(*, export_dir: Path, out_dir: Path, base: Path, workload: Optional[str] = None, kind: Optional[str] = None,
+def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Optional[str] = None, kind: Optional[str] = None,
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
-        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, dry_run: bool = False,
+        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, admission_options=(), dry_run: bool = False,
         as_json: bool = False) -> int:
+    if admission_options:
+        raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
+                         hint="add --admission to write the admission policy instead")
+    if base is None:
+        raise UsageError("--base is required: the workload's manifest file or kustomization directory")
     target = k8s.parse_workload(workload, kind, name)
     lock_path = export_dir / "hotfix.lock"
     lock = load_lock(lock_path)
@@ -56,7 +61,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Path, workload: Optional[str] 
     staged = _stage(out_dir, files)
     try:
         if renderer is not None:
-            problems = k8s.check_render(_render(renderer, staged, what="the overlay"), target, overlay)
+            problems = k8s.check_render(render(renderer, staged, what="the overlay"), target, overlay)
             if problems:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise Refused(f"`{' '.join(renderer)} {out_dir}` would not mount the hotfix: {problems[0]}{more}; "
@@ -110,7 +115,7 @@ def kustomize_command() -> Optional[list[str]]:
     return [standalone, "build"] if standalone else None
 
 
-def _render(renderer: list[str], directory: Path, *, what: str) -> list:
+def render(renderer: list[str], directory: Path, *, what: str) -> list:
     try:
         done = subprocess.run([*renderer, str(directory)], capture_output=True, text=True, timeout=RENDER_TIMEOUT,
                               stdin=subprocess.DEVNULL)
@@ -184,7 +189,7 @@ def _base(base: Path, out_dir: Path, renderer: Optional[list[str]]) -> tuple[tup
         if _kustomization(base) is None:
             raise UsageError(f"{base}: a directory without kustomization.yaml",
                              hint="pass the manifest file itself, or a kustomization directory")
-        docs = _render(renderer, base, what=f"the base {base}") if renderer else _local_resources(base, set())
+        docs = render(renderer, base, what=f"the base {base}") if renderer else _local_resources(base, set())
         relative = os.path.relpath(os.path.abspath(base), os.path.abspath(out_dir))
         return (relative,), docs, {}
     text = _read(base)

@@ -327,11 +327,14 @@ def pod_templates(obj: dict) -> list[tuple[str, dict]]:
     return [("template", spec["template"])] if "template" in spec else []
 
 
-def dump(docs: list) -> bytes:
+def dump(docs: list, *, width: Optional[int] = None) -> bytes:
+    """YAML of ``docs``, keys in their order; ``width``: fold long scalars there (ruamel's 80 otherwise)."""
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
+    if width is not None:
+        yaml.width = width
     yaml.sort_base_mapping_type_on_output = False
     out = io.StringIO()
     yaml.dump_all(docs, out)

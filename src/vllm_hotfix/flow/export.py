@@ -20,7 +20,7 @@ from vllm_hotfix.txn import lockfile
 from vllm_hotfix.core.apply import FileState, plan_patch
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
-from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
+from vllm_hotfix.errors import FixedUpstream, InvalidInput, Refused, WriteFailed
 from vllm_hotfix.flow.applicability import check_applicable
 from vllm_hotfix.flow.hotfix import catalog_hotfix, sha256
 from vllm_hotfix.flow.plan import prove_bytes_pristine, prove_files_pristine
@@ -38,7 +38,7 @@ class Export:
 
     lock: lockfile.Lock
     outputs: dict
-    lock_path: Path
+    lock_path: Path | None  # where `hotfix export` writes it (None: not written)
 
 
 class _Pristine:
@@ -61,8 +61,9 @@ class _Pristine:
         return self.tree.read(path)
 
 
-def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path) -> Export:
-    """The lock and the files for ``manifests`` in this order (one series per target)."""
+def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None) -> Export:
+    """The lock and the files for ``manifests`` in this order (one series per target); with ``out_dir``,
+    below the hotfixes exported there before (None: these alone, as `hotfix pack` takes them)."""
     resolver = Resolver(python)
     targets: dict[str, object] = {}
     readers: dict[str, _Pristine] = {}
@@ -137,9 +138,9 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path) -> Ex
         final.append(lockfile.LockedHotfix(hotfix.id, hotfix.version, hotfix.distribution, hotfix.package,
                                            hotfix.baseline_version, hotfix.fixed_in, tuple(files), hotfix.versions))
     site_packages = str(next(iter(targets.values())).root)
-    lock_path = Path(out_dir) / LOCK_NAME
-    lock = lockfile.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final),
-                         generator=f"vllm-hotfix {__version__}")
+    lock_path = Path(out_dir) / LOCK_NAME if out_dir is not None else None
+    hotfixes = _merge(lock_path, site_packages, final) if lock_path is not None else tuple(final)
+    lock = lockfile.Lock(site_packages=site_packages, hotfixes=hotfixes, generator=f"vllm-hotfix {__version__}")
     return Export(lock, outputs, lock_path)
 
 
@@ -199,3 +200,40 @@ def write_export(out_dir: Path, export: Export) -> None:
     except OSError as exc:
         raise WriteFailed(f"{getattr(exc, 'filename', None) or out_dir}: cannot write the export: {exc.strerror}",
                           hint="the install was not touched; fix the directory and rerun") from None
+
+
+def read_exported(directory: Path) -> tuple[lockfile.Lock, bytes, dict]:
+    """What `hotfix export` wrote into ``directory``, read back as input: the lock (parsed, and its
+    bytes) and the bytes of every file it mounts, by export path. Each is a regular file reached without
+    following a symbolic link below ``directory`` (a link or a device is InvalidInput), read without
+    blocking and capped (inputs.read_bounded). Whether the bytes are the lock's is the caller's check
+    (containers.bundle.content), made before they are used."""
+    import os
+    import stat
+
+    from vllm_hotfix.inputs import read_bounded
+
+    directory = Path(directory)
+    lock, lock_bytes = lockfile.read_lock(directory / LOCK_NAME)
+    files: dict[str, bytes] = {}
+    for locked in lock.mounted_files():
+        parts = locked.export.split("/")
+        for depth in range(1, len(parts)):
+            parent = directory.joinpath(*parts[:depth])
+            try:
+                mode = os.lstat(parent).st_mode
+            except OSError as exc:
+                raise InvalidInput(f"{quote_path(str(parent))}: {exc.strerror} (on the way to {quote_path(locked.export)}, "
+                                   f"listed in {LOCK_NAME})", hint="re-run `hotfix export` into this directory") from None
+            if not stat.S_ISDIR(mode):
+                what = "a symbolic link" if stat.S_ISLNK(mode) else "not a directory"
+                raise InvalidInput(f"{quote_path(str(parent))}: {what}; an export is read only through its own "
+                                   "directories", hint="re-run `hotfix export` into a new directory")
+        path = directory.joinpath(*parts)
+        try:
+            files[locked.export] = read_bounded(path, cap=lockfile.TARGET_FILE_LIMIT, what="file of the export",
+                                                follow_symlinks=False, hint="re-run `hotfix export` into this directory")
+        except OSError as exc:
+            raise InvalidInput(f"{quote_path(str(path))}: listed in {LOCK_NAME} but not readable: {exc.strerror}",
+                               hint="re-run `hotfix export` into this directory") from None
+    return lock, lock_bytes, files

@@ -106,6 +106,11 @@ class HotfixCheck(Value):
 def load_lock(path: Path) -> Lock:
     """The lock at ``path``, read as input (a regular file, no symlink followed, never blocking, at most
     LOCK_LIMIT bytes) and validated (``parse_lock``)."""
+    return read_lock(path)[0]
+
+
+def read_lock(path: Path) -> tuple[Lock, bytes]:
+    """``load_lock``, and the very bytes it parsed (what a bundle or a ConfigMap carries)."""
     if "\x00" in str(path):
         raise InvalidInput(f"{str(path)!r}: a lock path cannot contain a NUL byte")
     try:
@@ -114,7 +119,7 @@ def load_lock(path: Path) -> Lock:
         raise InvalidInput(f"{path}: cannot read lock file: {exc.strerror}") from None
     if data is None:
         raise InvalidInput(f"{path}: lock file not found", hint="run `hotfix export ID... --to DIR` to write DIR/hotfix.lock")
-    return parse_lock(data, source=str(path))
+    return parse_lock(data, source=str(path)), data
 
 
 def parse_lock(data: bytes, *, source: str = LOCK_NAME) -> Lock:
@@ -307,6 +312,17 @@ def fingerprint(checks) -> str:
 
     return digest(Entry(c.hotfix.id, c.hotfix.version, c.hotfix.distribution, c.installed_version,
                         tuple((f.path, f.sha256) for f in c.files)) for c in checks)
+
+
+def expected_fingerprint(lock: Lock) -> str:
+    """The fingerprint of ``lock`` in effect: what ``fingerprint`` gives for the checks of an install on
+    the locked baseline whose every file holds the top of its series (what the guard and `verify --lock`
+    print there). What a bundle is labelled with, and what admission approves."""
+    from vllm_hotfix.core.fingerprint import Entry, fingerprint as digest
+
+    top = {f.path: f.sha256 for f in lock.mounted_files()}
+    return digest(Entry(h.id, h.version, h.distribution, h.baseline_version, tuple((f.path, top[f.path]) for f in h.files))
+                  for h in lock.hotfixes)
 
 
 def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str]) -> Optional[str]:
