@@ -277,3 +277,31 @@ def test_pack_of_a_real_export_is_what_the_guard_fingerprints(tmp_path, vllm_ins
     assert verified.returncode == 0, verified.stderr
     assert {h["fingerprint"] for h in json.loads(verified.stdout)} == {from_dir["fingerprint"]}
     assert load_lock(export / "hotfix.lock").site_packages == str(venv.site_packages) != SITE
+
+
+def test_a_signal_while_writing_leaves_nothing_behind(tmp_path, monkeypatch):
+    import signal
+
+    from vllm_hotfix.commands import pack as command
+    from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix.txn import staged
+
+    export = make_export(tmp_path / "export")
+    out = tmp_path / "bundle"
+    command.run(export_dir=export, out_dir=out)
+    before = tree(out)
+    real, calls = staged.write_new_file, []
+
+    def interrupted(path, data, mode, **kw):
+        calls.append(path)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(path, data, mode, **kw)
+
+    monkeypatch.setattr(staged, "write_new_file", interrupted)
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(HotfixError, match="interrupted by SIGTERM") as caught:
+        command.run(export_dir=export, out_dir=out, tag="other")
+    assert caught.value.exit_code == 143
+    assert tree(out) == before and sorted(os.listdir(tmp_path)) == ["bundle", "export"]
+    assert signal.getsignal(signal.SIGTERM) == previous  # the handler is put back
