@@ -195,6 +195,25 @@ def test_warn_only_dry_run_json_and_refusals(approved, run_hotfix, tmp_path):
     assert not (tmp_path / "other").exists()
 
 
+def _forge_layer(layout: Path, tar: bytes) -> Path:
+    """``layout`` with its one layer replaced by ``tar`` (gzipped), every digest above it made to match."""
+    blobs = layout / oci.BLOBS
+
+    def put(data: bytes) -> dict:
+        (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
+        return {"digest": oci.digest_of(data), "size": len(data)}
+
+    index = json.loads((layout / "index.json").read_text())
+    manifest = json.loads((blobs / index["manifests"][0]["digest"].partition(":")[2]).read_text())
+    config = json.loads((blobs / manifest["config"]["digest"].partition(":")[2]).read_text())
+    config["rootfs"]["diff_ids"] = [oci.digest_of(tar)]
+    manifest["config"].update(put(oci.canonical_json(config)))
+    manifest["layers"][0].update(put(oci.gzip_bytes(tar)))
+    index["manifests"][0].update(put(oci.canonical_json(manifest)))
+    (layout / "index.json").write_text(json.dumps(index))
+    return layout
+
+
 def _layout(tmp_path: Path, content: bundle.Content, annotations: dict | None = None) -> Path:
     notes = bundle.annotations(content) if annotations is None else annotations
     layout = oci.build(bundle.entries(content), platforms=(oci.Platform.parse("linux/amd64"),), ref_name="t",
@@ -212,6 +231,8 @@ def _layout(tmp_path: Path, content: bundle.Content, annotations: dict | None = 
     ("a file the lock does not list", "which its lock does not list"),
     ("another fingerprint annotated", "annotation io.vllm-hotfix.fingerprint"),
     ("a symlink in the layer", "a link or device"),
+    ("a member given twice", "is given twice"),
+    ("a setuid file", "setuid"),
 ])
 def test_a_bundle_that_is_not_what_it_says_is_approved_for_nothing(tmp_path, run_hotfix, forgery, words):
     import io
@@ -234,30 +255,18 @@ def test_a_bundle_that_is_not_what_it_says_is_approved_for_nothing(tmp_path, run
         layout = _layout(tmp_path, bundle.Content(lock=lock, lock_bytes=lock_bytes, files={**files, "vllm/extra.py": b"x"}))
     elif forgery == "another fingerprint annotated":
         layout = _layout(tmp_path, good, {**bundle.annotations(good), bundle.FINGERPRINT: "hf1-0000000000000000"})
-    else:  # a layer with a symlink member, with honest digests all the way up
+    else:  # a layer of our own making, with honest digests all the way up
+        members = {"a symlink in the layer": [("site-packages/vllm/config/cache.py", tarfile.SYMTYPE, b"", 0o777)],
+                   "a member given twice": [("hotfix.lock", tarfile.REGTYPE, lock_bytes, 0o644)] * 2,
+                   "a setuid file": [("hotfix.lock", tarfile.REGTYPE, lock_bytes, 0o4755)]}[forgery]
         out = io.BytesIO()
         with tarfile.open(fileobj=out, mode="w") as tar:
-            info = tarfile.TarInfo("site-packages/vllm/config/cache.py")
-            info.type, info.linkname = tarfile.SYMTYPE, "/etc/shadow"
-            tar.addfile(info)
-        layout = _layout(tmp_path, good)
-        blobs = layout / oci.BLOBS
-        forged = oci.gzip_bytes(out.getvalue())
-        (blobs / hashlib.sha256(forged).hexdigest()).write_bytes(forged)
-        index = json.loads((layout / "index.json").read_text())
-        manifest_path = blobs / index["manifests"][0]["digest"].partition(":")[2]
-        manifest = json.loads(manifest_path.read_text())
-        config_path = blobs / manifest["config"]["digest"].partition(":")[2]
-        config = json.loads(config_path.read_text())
-        config["rootfs"]["diff_ids"] = [oci.digest_of(out.getvalue())]
-        config_bytes = oci.canonical_json(config)
-        (blobs / hashlib.sha256(config_bytes).hexdigest()).write_bytes(config_bytes)
-        manifest["config"].update(digest=oci.digest_of(config_bytes), size=len(config_bytes))
-        manifest["layers"][0].update(digest=oci.digest_of(forged), size=len(forged))
-        manifest_bytes = oci.canonical_json(manifest)
-        (blobs / hashlib.sha256(manifest_bytes).hexdigest()).write_bytes(manifest_bytes)
-        index["manifests"][0].update(digest=oci.digest_of(manifest_bytes), size=len(manifest_bytes))
-        (layout / "index.json").write_text(json.dumps(index))
+            for name, kind, data, mode in members:
+                info = tarfile.TarInfo(name)
+                info.type, info.mode, info.size = kind, mode, len(data)
+                info.linkname = "/etc/shadow" if kind == tarfile.SYMTYPE else ""
+                tar.addfile(info, io.BytesIO(data))
+        layout = _forge_layer(_layout(tmp_path, good), out.getvalue())
     done = run_hotfix("k8s", "--admission", "--approve", layout, "--namespace", "a", "--to", tmp_path / "policy")
     assert done.returncode == 8 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "policy").exists()
@@ -273,3 +282,30 @@ def test_a_gzip_bomb_stops_at_the_cap():
         list(oci.layer_members("bomb", lambda d, cap: compressed, layer, oci.digest_of(tar), cap=1 << 20,
                                content_cap=1 << 16))
     assert len(compressed) < 4096
+
+
+def test_a_pod_of_the_configmap_overlay_is_admitted_with_its_image_approved(tmp_path, run_hotfix, engine):
+    """The route without a bundle: `hotfix k8s` overlays a Deployment whose image is pinned; the pod its
+    rendered template makes carries the fingerprint annotation, so approving (image digest, lock) admits
+    it -- and the same pod with the image's tag is refused."""
+    from fixtures.kube import DEPLOYMENT
+
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    export = make_export(tmp_path / "export")
+    base = tmp_path / "vllm.yaml"
+    base.write_text(DEPLOYMENT.replace("vllm/vllm-openai:v0.30.0", VLLM))
+    done = run_hotfix("k8s", "--export-dir", export, "--base", base, "--workload", "deployment/vllm", "--container",
+                      "vllm", "--to", tmp_path / "overlay")
+    assert done.returncode == 0, done.stderr
+    template = by_kind(render(tmp_path / "overlay"), "Deployment")["spec"]["template"]
+    generated = {"apiVersion": "v1", "kind": "Pod", "metadata": {**template["metadata"], "name": "vllm-7d4b9-x2",
+                                                                  "namespace": "inference"}, "spec": template["spec"]}
+    kubernetes_validate.validate(generated, "1.35.0", strict=True)
+    fingerprint = expected_fingerprint(load_lock(export / "hotfix.lock"))
+    made = admission.build([admission.Approval(digest=VLLM.rpartition(":")[2], fingerprint=fingerprint, source="test")],
+                           namespaces=["inference"])
+    policy, params = by_kind(made.objects, "ValidatingAdmissionPolicy"), by_kind(made.objects, "ConfigMap")
+    assert judge(policy, generated, params=params, engine=engine) == []
+    tagged = copy.deepcopy(generated)
+    tagged["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.30.0"
+    assert judge(policy, tagged, params=params, engine=engine)[0].startswith("container image vllm/vllm-openai:v0.30.0")

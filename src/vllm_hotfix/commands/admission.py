@@ -92,7 +92,7 @@ def approvals_from(source: str) -> list[admission.Approval]:
         raise UsageError(f"--approve {source!r}: the digest must be sha256: and 64 lowercase hex digits")
     lock = load_lock(Path(lock_file))
     return [admission.Approval(digest=digest, fingerprint=expected_fingerprint(lock),
-                               source=f"{_what(lock)} (image {name}, lock {lock_file})")]
+                               source=f"{_what(lock)} (image {quote_path(name)}, lock {quote_path(lock_file)})")]
 
 
 def bundle_approvals(directory: Path) -> list[admission.Approval]:
@@ -124,7 +124,7 @@ def bundle_approvals(directory: Path) -> list[admission.Approval]:
         raise InvalidInput(f"{source}: its platforms carry different locks; a hotfix bundle carries one")
     found = next(iter(checked.values()))
     bundle.check_annotations(found, layout.annotations, source=source)
-    what = f"{_what(found.lock)} (bundle {directory})"
+    what = f"{_what(found.lock)} (bundle {source})"
     digests = [layout.top.hex] + [image.manifest.hex for image in layout.images if image.manifest.hex != layout.top.hex]
     return [admission.Approval(digest=d, fingerprint=found.fingerprint, source=what) for d in digests]
 

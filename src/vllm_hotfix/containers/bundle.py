@@ -109,9 +109,13 @@ def check(members: Iterable[tuple[str, Optional[bytes], int]], *, source: str, a
     against its own lock: the lock is there and valid, every locked path holds the lock's sha256 (and
     nothing else is there but directories and EXTRA_PATHS), and the annotations ``annotated`` name its
     fingerprint and lock. InvalidInput otherwise: such a bundle is approved for nothing."""
-    lock_bytes, files, extra = None, {}, []
+    lock_bytes, files, extra, seen = None, {}, [], set()
     prefix = FILES_DIR + "/"
     for path, data, mode in members:
+        if path in seen or mode & 0o7000:
+            why = "given twice" if path in seen else f"mode {mode:o} (setuid, setgid or sticky)"
+            raise InvalidInput(f"{source}: the bundle's member {quote_path(path)} is {why}")
+        seen.add(path)
         if data is None:
             continue
         if path == LOCK_PATH:
