@@ -178,3 +178,9 @@ def test_other_times_are_refused(text):
 def test_durations():
     assert [trust.parse_duration(t) for t in ("72h", "30m", "7d", "2w", "90s")] == [259200, 1800, 604800, 1209600, 90]
     assert [trust.parse_duration(t) for t in ("72", "h", "-1h", "1.5h", "3 days")] == [None] * 5
+
+
+def test_the_policy_cap_is_one_number():
+    from vllm_hotfix.txn import signed
+
+    assert signed.POLICY_LIMIT == trust.POLICY_LIMIT

@@ -20,12 +20,14 @@ import stat
 from pathlib import Path
 from typing import Mapping, Optional
 
-from vllm_hotfix.core import minisign, trust
 from vllm_hotfix.errors import InvalidInput, Refused, Untrusted, UsageError
 from vllm_hotfix.inputs import read_bounded
 from vllm_hotfix.settings import CONTAINER_TRUST, TRUST_CHAIN_ENV, TRUST_ENV
 
 CHAIN_LIMIT = 256  # rotations walked at most
+POLICY_LIMIT = 64 << 10  # core.trust.POLICY_LIMIT (checked equal in tests): read before core.trust is imported
+# core.minisign and core.trust are imported where a policy is in force: without one, `verify --lock` and
+# the guard pay for policy_path only
 
 
 def chain_name(version: int) -> str:
@@ -50,11 +52,11 @@ def policy_path(given: Optional[str | Path], env: Optional[Mapping[str, str]] = 
     return Path(named) if named else None
 
 
-def read_policy_file(path: Path) -> tuple[bytes, trust.Policy]:
+def read_policy_file(path: Path) -> tuple[bytes, "trust.Policy"]:
     """A policy file's bytes and policy. It is trusted by where it is, so it must be a regular file (a link
     is followed: ConfigMap mounts are links) that only its owner, this user or root, can write."""
     try:
-        data = read_bounded(path, cap=trust.POLICY_LIMIT, what="trust policy")
+        data = read_bounded(path, cap=POLICY_LIMIT, what="trust policy")
         info = os.stat(path)
     except FileNotFoundError:
         raise UsageError(f"trust policy {path} does not exist", hint=f"check --trust / {TRUST_ENV}") from None
@@ -64,6 +66,8 @@ def read_policy_file(path: Path) -> tuple[bytes, trust.Policy]:
         raise Refused(f"{path}: the trust policy is writable by others than its owner, or owned by another user "
                       f"(uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}): whoever can write it decides what runs",
                       hint=f"`chmod go-w {path}` and own it, or keep it in the image (read-only)")
+    from vllm_hotfix.core import trust
+
     return data, trust.parse_policy(data, str(path))
 
 
@@ -71,6 +75,8 @@ def signature_files(signed: Path) -> list[tuple[str, bytes]]:
     """(base name, bytes) of every signature file of ``signed`` in its directory: ``NAME.minisig`` and
     ``NAME.<KEYID>.minisig`` (core.minisign.signature_name), by name; links followed (a ConfigMap's
     files are links), each a regular file of at most a few KB."""
+    from vllm_hotfix.core import minisign, trust
+
     directory = signed.parent
     try:
         names = sorted(n for n in os.listdir(directory) if minisign.is_signature_name(n, signed.name))
@@ -91,7 +97,7 @@ def signature_files(signed: Path) -> list[tuple[str, bytes]]:
 
 
 def load_policy(given: Optional[str | Path] = None, *, now: float, env: Optional[Mapping[str, str]] = None,
-                chain: Optional[str | Path] = None, pinned: str = CONTAINER_TRUST) -> Optional[trust.Policy]:
+                chain: Optional[str | Path] = None, pinned: str = CONTAINER_TRUST) -> Optional["trust.Policy"]:
     """The policy in force (None: none): ``policy_path``'s, then every rotation in the chain directory
     (``chain`` or HOTFIX_TRUST_CHAIN) that its predecessor's keys signed. A step that does not verify is
     refused (Untrusted, its exit code): a chain is never skipped past."""
@@ -115,8 +121,10 @@ def load_policy(given: Optional[str | Path] = None, *, now: float, env: Optional
 def rotated(current: trust.Policy, new_path: Path, *, now: float) -> trust.Policy:
     """The policy at ``new_path`` when ``current`` lets it replace itself (core.trust.rotation); else
     Untrusted naming each refusal."""
+    from vllm_hotfix.core import trust
+
     try:
-        data = read_bounded(new_path, cap=trust.POLICY_LIMIT, what="trust policy")
+        data = read_bounded(new_path, cap=POLICY_LIMIT, what="trust policy")
     except OSError as exc:
         raise InvalidInput(f"{new_path}: cannot read the new trust policy: {exc.strerror}") from None
     new = trust.parse_policy(data, str(new_path))
@@ -140,5 +148,7 @@ def lock_verdict(lock_path: Path, data: bytes, lock, policy: trust.Policy, *, no
     """The policy's verdict on a lock: ``data`` are the bytes ``lock`` was parsed from
     (txn.lockfile.read_lock), its signature files those beside ``lock_path``; ``subject`` names the
     lock in the lines (quoted by the caller: output.quote_path)."""
+    from vllm_hotfix.core import trust
+
     return trust.evaluate(data, signature_files(lock_path), policy, now=now, subject=subject,
                           version=lock.version, expires=lock.expires)
