@@ -37,7 +37,8 @@ class Key:
         done = minisign_run(*args, input=f"{password}\n{password}\n" if password else None)
         assert done.returncode == 0, done.stderr
         self.line = self.pub.read_text().splitlines()[1]
-        self.id = self.pub.read_text().splitlines()[0].split()[-1]  # "minisign public key <KEYID>"
+        self.printed_id = self.pub.read_text().splitlines()[0].split()[-1]  # "minisign public key <KEYID>"
+        self.id = minisign.parse_public_key(self.line).id_text  # 16 digits; minisign 0.11 prints no leading zeros
 
     def sig(self, signed: Path) -> Path:
         return signed.parent / f"{signed.name}.{self.id}.minisig"
@@ -259,6 +260,16 @@ def test_signature_file_names():
     assert minisign.is_signature_name("hotfix.lock.D08C8EE169FFFBFE.minisig", "hotfix.lock")
     assert not minisign.is_signature_name("hotfix.lock.d08c8ee169fffbfe.minisig", "hotfix.lock")
     assert not minisign.is_signature_name("hotfix.lock.x.minisig", "hotfix.lock")
+    assert minisign.is_signature_name("hotfix.lock.61605C98D8C4725.minisig", "hotfix.lock")  # minisign 0.11's id
+    assert not minisign.is_signature_name("hotfix.lock.0061605C98D8C4725.minisig", "hotfix.lock")
+
+
+def test_a_signature_named_as_minisign_prints_the_key_id_counts(run_hotfix, keys, signed_dir):
+    for name in ("release", "sre"):
+        made = minisign_run("-S", "-s", keys[name].key, "-m", signed_dir,
+                            "-x", signed_dir.parent / f"hotfix.lock.{keys[name].printed_id}.minisig")
+        assert made.returncode == 0, made.stderr
+    assert "trusted: " in verify(run_hotfix, signed_dir).stdout
 
 
 @pytest.mark.real

@@ -167,15 +167,17 @@ def check(signature: Signature, key: PublicKey, message: bytes) -> str:
 
 def signature_name(signed_name: str, key_id: bytes | None = None) -> str:
     """The signature file of ``signed_name`` (a base name): ``NAME.minisig`` (minisign's default, one
-    signer) or ``NAME.<KEYID>.minisig``, one per key, so that several keys can sign one file."""
+    signer) or ``NAME.<KEYID>.minisig``, one per key, so that several keys can sign one file. Which key
+    signed a file is read from its content, never from its name."""
     return f"{signed_name}.{key_id_text(key_id)}{SUFFIX}" if key_id is not None else signed_name + SUFFIX
 
 
 def is_signature_name(name: str, signed_name: str) -> bool:
-    """``name`` is one of ``signature_name(signed_name, ...)``."""
+    """``name`` is one of ``signature_name(signed_name, ...)``, or names the key id as minisign 0.11 prints it
+    in a .pub file's comment: without its leading zeros (0.12 pads it to 16 digits, as we do)."""
     if name == signed_name + SUFFIX:
         return True
     if not name.startswith(signed_name + ".") or not name.endswith(SUFFIX):
         return False
     middle = name[len(signed_name) + 1:-len(SUFFIX)]
-    return (len(middle) == 16 and all(c in "0123456789ABCDEF" for c in middle))
+    return 0 < len(middle) <= 16 and all(c in "0123456789ABCDEF" for c in middle)
