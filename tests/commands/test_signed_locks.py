@@ -298,3 +298,15 @@ def test_on_a_real_vllm_export_sign_verify_and_tamper(run_hotfix, keys, vllm_ins
     lock.write_text(lock.read_text().replace('"version": 7', '"version": 9'))
     tampered = run_hotfix("verify", "--lock", lock, "--python", venv.python, env={"HOTFIX_TRUST": str(tmp_path / "trust.toml")})
     assert tampered.returncode == 13 and tampered.stdout.startswith("TAMPERED: ")
+
+
+def test_verify_with_a_policy_imports_neither_cryptography_nor_a_toml_library(keys, signed_dir):
+    """`verify --lock` runs at every container start and the guard in every vLLM process: the verifier is
+    the stdlib's (core.ed25519), the policy's reader ours (core.policytoml)."""
+    for name in ("release", "sre"):
+        minisign_run("-S", "-s", keys[name].key, "-m", signed_dir, "-x", keys[name].sig(signed_dir))
+    probe = ("import sys\nfrom vllm_hotfix.cli import _run\n"
+             f"code = _run(['verify', '--lock', {str(signed_dir)!r}, '--trust', {str(signed_dir.parent.parent / 'trust.toml')!r}])\n"
+             "print([m for m in ('cryptography', 'tomllib', 'tomli') if m in sys.modules])\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "trusted: " in done.stdout and done.stdout.strip().endswith("[]"), done.stdout + done.stderr
