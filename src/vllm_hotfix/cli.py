@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from vllm_hotfix import __version__
+from vllm_hotfix import __version__, cli_bundles, cli_signing
 from vllm_hotfix.cli_options import (
     ADMISSION_PARAMS, AUDIT_HELP, CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, LOG_HELP,
-    NEW_HELP, OVERLAY_PARAMS, PACK_HELP, PORT_HELP, WHERE_HELP, admission_options, all_targets_option, catalog_option,
-    complete_ids, dry_run_option, given_options, guard_options, json_option, k8s_overlay_options, pack_options,
+    NEW_HELP, OVERLAY_PARAMS, PORT_HELP, WHERE_HELP, admission_options, all_targets_option, catalog_option,
+    complete_ids, dry_run_option, given_options, guard_options, json_option, k8s_overlay_options, lock_fields_options,
     python_option, root_option,
 )
 from vllm_hotfix.core.verdict import IN_EFFECT, STATES
@@ -280,15 +280,21 @@ def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distrib
 @cli.command("export")
 @click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the patched files and hotfix.lock.")
+@lock_fields_options
 @python_option
 @catalog_option
 @dry_run_option
 @json_option
-def export_cmd(hotfix_ids, out_dir, python, catalogs, dry_run, as_json) -> None:
-    """Write patched files (from a pristine baseline) and a hotfix.lock for bind mounts."""
+def export_cmd(hotfix_ids, out_dir, lock_version, expires, python, catalogs, dry_run, as_json) -> None:
+    """Write patched files (from a pristine baseline) and a hotfix.lock for bind mounts.
+
+    \b
+    Example: hotfix export mamba-align-block-size --to hotfix-export --lock-version 8 --expires 30d
+    Then sign it: hotfix sign hotfix-export/hotfix.lock --key release.key
+    """
     from vllm_hotfix.commands import export as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json, lock_version=lock_version, expires=expires))
 
 
 @cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
@@ -321,19 +327,6 @@ def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, contain
     from vllm_hotfix.commands import k8s as command
 
     _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, admission_options=given_options(ADMISSION_PARAMS), dry_run=dry_run, as_json=as_json))
-
-
-@cli.command("pack", help=PACK_HELP, short_help="Pack an export into an OCI image (a hotfix bundle) for a Kubernetes image volume.")
-@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
-@pack_options
-@python_option
-@catalog_option
-@dry_run_option
-@json_option
-def pack_cmd(hotfix_ids, export_dir, out_dir, tag, platforms, repository, python, catalogs, dry_run, as_json) -> None:
-    from vllm_hotfix.commands import pack as command
-
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), export_dir=export_dir, python=python, catalogs=tuple(catalogs), out_dir=out_dir, tag=tag, platforms=tuple(platforms), repository=repository, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("bake", short_help="Write a Containerfile deriving an image with the hotfixes applied and verified.")
@@ -381,6 +374,11 @@ def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, python, as_
 
     _exit(command.run(print_env=print_env, check_env=check_env, lock_file=lock_file, require=require, strict=strict,
                       fmt=fmt, python=python, as_json=as_json))
+
+
+cli.add_command(cli_signing.sign_cmd)
+cli.add_command(cli_bundles.pack_cmd)
+cli.add_command(cli_signing.trust_group)
 
 
 def main(argv: list[str] | None = None) -> None:

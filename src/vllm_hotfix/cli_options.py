@@ -22,6 +22,11 @@ Exit codes:
   9  doctor: no known issue matches the logs
   10 unavailable: a release could not be listed or downloaded (check-catalog, port,
      contains --versions, new)
+  11 a trust policy (--trust, HOTFIX_TRUST) refuses: unsigned
+  12 ... fewer valid signatures from listed keys than its threshold
+  13 ... tampered: a listed key's signature does not verify on these bytes
+  14 ... rollback: the lock's version is below min_version
+  15 ... expired (past the policy's grace with expired = "warn")
   70 internal error (HOTFIX_DEBUG=1 shows the traceback)
   130/143 interrupted by SIGINT/SIGTERM; every file was restored
 """
@@ -102,6 +107,45 @@ Examples:
 
 """
 
+
+SIGN_HELP = """Sign a lock, a trust policy or a catalog (--catalog DIR) with a minisign secret key.
+
+Writes FILE.<KEYID>.minisig beside FILE (KEYID: the key id minisign prints, 16 hex digits), one
+file per key, so several keys can sign one lock; `minisign -V -m FILE -x FILE.<KEYID>.minisig -p
+KEY.pub` accepts it, and a signature `minisign -S` wrote (FILE.minisig, or -x FILE.<KEYID>.minisig)
+counts the same. The signature is prehashed (BLAKE2b-512, as minisign's default) and its trusted
+comment is signed too. FILE is never changed; re-sign after every `hotfix export`. A catalog gets
+DIR/hotfix-catalog.sha256 (every file of manifests/ and patches/, as sha256sum writes it) and its
+signature.
+
+Keys come from `minisign -G` (encrypted with scrypt) or `minisign -G -W` (unencrypted). The
+password of an encrypted key: --password-file FILE or HOTFIX_KEY_PASSWORD_FILE (its first line;
+a mounted secret in CI), else HOTFIX_KEY_PASSWORD, else a prompt on the terminal; never an argument.
+
+\b
+Examples:
+  minisign -G -p release.pub -s release.key
+  hotfix sign hotfix-export/hotfix.lock --key release.key
+  HOTFIX_KEY_PASSWORD_FILE=/run/secrets/sre-key-pw hotfix sign hotfix-export/hotfix.lock --key sre.key
+  hotfix sign --catalog ./my-catalog --key release.key
+  hotfix verify --lock hotfix-export/hotfix.lock --trust trust.toml
+"""
+
+TRUST_ROTATE_HELP = """Replace the trust policy (--trust) by NEW, a higher version signed by the policy's keys.
+
+NEW must carry a higher `version`, and signatures (NEW.<KEYID>.minisig, `hotfix sign NEW --key
+...`) by `threshold` keys of the current policy and by `threshold` of its own. Then it replaces
+the current file (atomically, with its signatures), and the old keys stop counting. --chain DIR
+also writes DIR/policy-<version>.toml: containers whose image pins an older policy walk that
+chain with HOTFIX_TRUST_CHAIN=DIR, each step checked against the one before. Exit 11-14 names
+what is missing (README: Exit codes); nothing is written then.
+
+\b
+Examples:
+  hotfix sign trust-v2.toml --key release.key; hotfix sign trust-v2.toml --key sre.key
+  hotfix trust rotate trust-v2.toml --trust /etc/vllm-hotfix/trust.toml --dry-run
+  hotfix trust rotate trust-v2.toml --trust ./trust.toml --chain ./trust-chain
+"""
 
 GC_HELP = """Remove recorded state, journals and backups kept for targets (venvs, checkouts) that are gone.
 
@@ -290,9 +334,20 @@ _allow_shadow_flag = click.option(
 )
 
 
+def _trust(ctx, param, value) -> None:
+    if value:  # read where a policy applies (txn.signed.policy_path), by every command alike
+        os.environ["HOTFIX_TRUST"] = str(value)
+
+
+trust_flag = click.option(
+    "--trust", type=click.Path(dir_okay=False, path_type=Path), expose_value=False, callback=_trust, is_eager=True,
+    metavar="FILE", help="Trust policy (TOML) that locks and, with catalogs = \"signed\", user catalogs must satisfy "
+                         "(env HOTFIX_TRUST; in an image /etc/vllm-hotfix/trust.toml).")
+
+
 def catalog_option(command):
-    """--catalog DIR (repeatable) and --allow-shadow, on every command that reads the catalog."""
-    return _catalog_dirs(_allow_shadow_flag(command))
+    """--catalog DIR (repeatable), --allow-shadow and --trust, on every command that reads the catalog."""
+    return _catalog_dirs(_allow_shadow_flag(trust_flag(command)))
 def guard_options(command):
     """The options of `hotfix guard` (--print-env and its settings, --check-env)."""
     from vllm_hotfix.settings import CONTAINER_LOCK
@@ -311,6 +366,40 @@ def guard_options(command):
     )):
         command = option(command)
     return command
+
+
+def _stack(*options):
+    def apply(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return apply
+
+
+sign_options = _stack(
+    click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[FILE]"),
+    click.option("--catalog", "catalog", type=click.Path(file_okay=False, path_type=Path),
+                 help="Sign this catalog directory instead of a FILE."),
+    click.option("--key", required=True, type=click.Path(dir_okay=False, path_type=Path),
+                 help="The minisign secret key (`minisign -G`)."),
+    click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path),
+                 help="File whose first line is the key's password (env HOTFIX_KEY_PASSWORD_FILE)."),
+    click.option("--trusted-comment", help="The signed comment (default, as minisign: "
+                                           "timestamp:T<TAB>file:NAME<TAB>hashed)."),
+)
+trust_rotate_options = _stack(
+    click.argument("new_policy", type=click.Path(dir_okay=False, path_type=Path), metavar="NEW"),
+    click.option("--trust", type=click.Path(dir_okay=False, path_type=Path), envvar="HOTFIX_TRUST", metavar="FILE",
+                 help="The current policy (env HOTFIX_TRUST)."),
+    click.option("--chain", type=click.Path(file_okay=False, path_type=Path),
+                 help="Also write NEW as DIR/policy-<version>.toml, for HOTFIX_TRUST_CHAIN."),
+)
+lock_fields_options = _stack(
+    click.option("--lock-version", type=click.IntRange(min=1),
+                 help="The lock's version (a trust policy's min_version; default: the lock in --to's + 1, else 1)."),
+    click.option("--expires", metavar="WHEN", help="When a trust policy stops accepting the lock: a duration (30d, 12h) "
+                                                   "or a UTC time (2027-01-31T00:00:00Z)."),
+)
 
 
 dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan everything, change nothing, say what would change.")

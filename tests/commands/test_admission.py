@@ -241,7 +241,7 @@ def test_a_bundle_that_is_not_what_it_says_is_approved_for_nothing(tmp_path, run
     from vllm_hotfix.txn.lockfile import read_lock
 
     export = make_export(tmp_path / "export")
-    lock, lock_bytes = read_lock(export / "hotfix.lock")
+    lock_bytes, lock = read_lock(export / "hotfix.lock")
     files = {f.path: (export / f.export).read_bytes() for f in lock.mounted_files()}
     good = bundle.Content(lock=lock, lock_bytes=lock_bytes, files=files)
     if forgery == "a blob changed":

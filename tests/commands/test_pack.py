@@ -305,3 +305,31 @@ def test_a_signal_while_writing_leaves_nothing_behind(tmp_path, monkeypatch):
     assert caught.value.exit_code == 143
     assert tree(out) == before and sorted(os.listdir(tmp_path)) == ["bundle", "export"]
     assert signal.getsignal(signal.SIGTERM) == previous  # the handler is put back
+
+
+def test_a_bundle_read_back_is_its_content_with_room_for_signatures_and_the_guard(tmp_path):
+    """bundle.check on a layout's own layer gives back the content packed, extra members included where a
+    bundle may carry them (the lock's signature files, guard/); any other member is refused."""
+    from vllm_hotfix.errors import InvalidInput
+    from vllm_hotfix.txn.lockfile import read_lock
+
+    export = make_export(tmp_path / "export")
+    lock_bytes, lock = read_lock(export / "hotfix.lock")
+    files = {f.export: (export / f.export).read_bytes() for f in lock.mounted_files()}
+
+    def round_trip(extra):
+        content = bundle.content(lock, lock_bytes, files, source="test", extra=extra)
+        notes = bundle.annotations(content)
+        layout = oci.build(bundle.entries(content), platforms=(oci.Platform.parse("linux/arm64"),), ref_name="t",
+                           labels=notes, annotations=notes, created_by="test")
+        blob = oci.blob_reader("test", lambda name, cap: layout.files[name])
+        members = oci.layer_members("test", blob, layout.layer, layout.diff_id, cap=1 << 20, content_cap=1 << 20)
+        return bundle.check(members, source="test", annotated=notes)
+
+    extra = (oci.Entry(path="hotfix.lock.ABCDEF0123456789.minisig", data=b"untrusted comment: x\n"),
+             oci.Entry(path="guard/vllm_hotfix_guard/__init__.py", data=b""))
+    back = round_trip(extra)
+    assert back.files == {f.path: files[f.export] for f in lock.mounted_files()} and back.lock_bytes == lock_bytes
+    assert {e.path for e in back.extra} == {e.path for e in extra} and back.fingerprint == expected_fingerprint(lock)
+    with pytest.raises(InvalidInput, match="which a hotfix bundle does not"):
+        round_trip((oci.Entry(path="etc/passwd", data=b"x"),))

@@ -83,7 +83,10 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
     from vllm_hotfix.output import emit_json, say
 
-    lock = lockfile.load_lock(lock_file)
+    data, lock = lockfile.read_lock(lock_file)
+    refused, trust_json = _trust_step(lock_file, data, lock, as_json)
+    if refused:
+        return refused
 
     def resolve(package: str) -> lockfile.Installed:
         from vllm_hotfix.paths import TargetDir
@@ -119,6 +122,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
                 ],
                 "advice": advice,
                 "fingerprint": digest,
+                **({"trust": trust_json} if trust_json is not None else {}),
             }
             for c, advice in report
         ])
@@ -139,6 +143,34 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
             say(f"fingerprint: {digest}")
     guard_ok = _guard_environment(resolver, as_json)
     return 0 if all_in_effect and guard_ok else int(NotInEffect.exit_code)
+
+
+def _trust_step(lock_file: Path, data: bytes, lock, as_json: bool) -> tuple[int, dict | None]:
+    """The trust policy (--trust / HOTFIX_TRUST / the image's pinned one) on the lock's bytes: (exit code
+    of its refusal or 0, its JSON or None without a policy). A refused lock is not checked further: what
+    it claims is nobody's word. Its lines: each refusal on stdout, warnings on stderr."""
+    import time
+
+    from vllm_hotfix.output import emit_json, note, quote_path, say
+    from vllm_hotfix.txn import signed
+
+    now = time.time()
+    policy = signed.load_policy(now=now)
+    if policy is None:
+        return 0, None
+    verdict = signed.lock_verdict(lock_file, data, lock, policy, now=now, subject=quote_path(str(lock_file)))
+    for warning in verdict.warnings:
+        note(warning)
+    if not verdict.trusted:
+        if as_json:
+            emit_json({"trust": verdict.to_json()})
+        else:
+            for refusal in verdict.refusals:
+                say(refusal.line)
+        return verdict.exit_code, verdict.to_json()
+    if not as_json:
+        say(f"trusted: {verdict.summary()}")
+    return 0, verdict.to_json()
 
 
 def _lock_mounts(resolver):

@@ -11,8 +11,9 @@ The one layer holds, at these paths inside the image:
     site-packages/<path>         each locked file at its site-packages-relative path (the top of its
                                  series: one file per path, Lock.mounted_files), 0644
 
-``Content.extra`` is where more members go (the lock's signatures beside it, the guard distribution
-under ``guard/``): ``entries`` adds them, ``check`` accepts them under EXTRA_PATHS.
+``Content.extra`` is where more members go (the lock's signature files beside it, named as
+core.minisign names them, and the guard distribution under ``guard/``): ``entries`` adds them,
+``check`` accepts them there (``is_extra``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from vllm_hotfix.txn.lockfile import Lock, expected_fingerprint, parse_lock
 
 LOCK_PATH = LOCK_NAME  # the lock, at the image's top
 FILES_DIR = "site-packages"  # the patched files below it, at their site-packages-relative paths
-EXTRA_PATHS = (f"{LOCK_NAME}.minisig", "guard")  # kept for what a bundle may also carry: signatures, the guard
+GUARD_DIR = "guard"  # kept for the guard distribution a bundle will carry
 FORMAT_VERSION = "1"
 CREATED_BY = "hotfix pack"
 
@@ -104,10 +105,17 @@ def annotations(bundle: Content) -> dict:
     }
 
 
+def is_extra(path: str) -> bool:
+    """A member a bundle may hold besides the lock and its files: a signature file of the lock, the guard."""
+    from vllm_hotfix.core.minisign import is_signature_name
+
+    return path.split("/")[0] == GUARD_DIR or ("/" not in path and is_signature_name(path, LOCK_PATH))
+
+
 def check(members: Iterable[tuple[str, Optional[bytes], int]], *, source: str, annotated: dict) -> Content:
     """A bundle read back (``members`` of its layer: path, bytes or None for a directory, mode) checked
     against its own lock: the lock is there and valid, every locked path holds the lock's sha256 (and
-    nothing else is there but directories and EXTRA_PATHS), and the annotations ``annotated`` name its
+    nothing else is there but directories and ``is_extra`` members), and the annotations ``annotated`` name its
     fingerprint and lock. InvalidInput otherwise: such a bundle is approved for nothing."""
     lock_bytes, files, extra, seen = None, {}, [], set()
     prefix = FILES_DIR + "/"
@@ -122,7 +130,7 @@ def check(members: Iterable[tuple[str, Optional[bytes], int]], *, source: str, a
             lock_bytes = data
         elif path.startswith(prefix):
             files[path[len(prefix):]] = data
-        elif path.split("/")[0] in EXTRA_PATHS:
+        elif is_extra(path):
             extra.append(Entry(path=path, data=data, mode=mode & 0o7777))
         else:
             raise InvalidInput(f"{source}: the bundle holds {quote_path(path)}, which a hotfix bundle does not")

@@ -61,9 +61,12 @@ class _Pristine:
         return self.tree.read(path)
 
 
-def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None) -> Export:
+def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None, lock_version: int | None = None,
+                expires: str | None = None) -> Export:
     """The lock and the files for ``manifests`` in this order (one series per target); with ``out_dir``,
-    below the hotfixes exported there before (None: these alone, as `hotfix pack` takes them)."""
+    below the hotfixes exported there before (None: these alone, as `hotfix pack` takes them). The lock's
+    ``version``: ``lock_version``, else one more than the lock already in ``out_dir`` (else 1); a
+    version that does not go up is refused. ``expires``: RFC 3339 UTC, or None."""
     resolver = Resolver(python)
     targets: dict[str, object] = {}
     readers: dict[str, _Pristine] = {}
@@ -139,8 +142,10 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
                                            hotfix.baseline_version, hotfix.fixed_in, tuple(files), hotfix.versions))
     site_packages = str(next(iter(targets.values())).root)
     lock_path = Path(out_dir) / LOCK_NAME if out_dir is not None else None
-    hotfixes = _merge(lock_path, site_packages, final) if lock_path is not None else tuple(final)
-    lock = lockfile.Lock(site_packages=site_packages, hotfixes=hotfixes, generator=f"vllm-hotfix {__version__}")
+    previous = lockfile.load_lock(lock_path) if lock_path is not None and lock_path.exists() else None
+    version = _next_version(lock_path, previous, lock_version)
+    lock = lockfile.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final, previous),
+                         generator=f"vllm-hotfix {__version__}", version=version, expires=expires)
     return Export(lock, outputs, lock_path)
 
 
@@ -164,12 +169,22 @@ def _refuse_overlap(manifest, path: str, chain: list, part: Patch, read) -> None
                            "or export them separately")
 
 
-def _merge(lock_path: Path, site_packages: str, exported: list[lockfile.LockedHotfix]) -> tuple:
+def _next_version(lock_path: Path | None, previous, wanted: int | None) -> int:
+    """The new lock's version: ``wanted``, else the previous lock's + 1, else 1; never down or the same
+    (a trust policy's min_version refuses what is older: a version names one lock)."""
+    before = previous.version if previous is not None and previous.version is not None else 0
+    version = wanted if wanted is not None else before + 1
+    if version <= before:
+        raise Refused(f"--lock-version {version}: {lock_path} is already version {before}; a new lock needs a higher one",
+                      hint=f"use --lock-version {before + 1} or more, or export into a new directory")
+    return version
+
+
+def _merge(lock_path: Path | None, site_packages: str, exported: list[lockfile.LockedHotfix], previous) -> tuple:
     """Keep hotfixes exported earlier into the same directory (same site-packages) below the new ones,
     as long as no file is shared (the series of a shared file is exported in one run)."""
-    if not lock_path.exists():
+    if previous is None:
         return tuple(exported)
-    previous = lockfile.load_lock(lock_path)
     if previous.site_packages != site_packages:
         raise Refused(f"{lock_path} was exported for site-packages {previous.site_packages}, not {site_packages}",
                       hint="export into a new directory")
@@ -214,7 +229,7 @@ def read_exported(directory: Path) -> tuple[lockfile.Lock, bytes, dict]:
     from vllm_hotfix.inputs import read_bounded
 
     directory = Path(directory)
-    lock, lock_bytes = lockfile.read_lock(directory / LOCK_NAME)
+    lock_bytes, lock = lockfile.read_lock(directory / LOCK_NAME)
     files: dict[str, bytes] = {}
     for locked in lock.mounted_files():
         parts = locked.export.split("/")

@@ -51,6 +51,8 @@ class Lock(Value):
     hotfixes: tuple[LockedHotfix, ...]
     generator: str = ""
     schema: int = SCHEMA
+    version: Optional[int] = None  # the lock's counter (`hotfix export` raises it): a policy's min_version
+    expires: Optional[str] = None  # RFC 3339 UTC (YYYY-MM-DDTHH:MM:SSZ) after which a policy refuses it
 
     def select(self, ids) -> tuple[LockedHotfix, ...]:
         """The locked hotfixes with these ids (all when ``ids`` is empty); InvalidInput names unknown ones."""
@@ -106,11 +108,11 @@ class HotfixCheck(Value):
 def load_lock(path: Path) -> Lock:
     """The lock at ``path``, read as input (a regular file, no symlink followed, never blocking, at most
     LOCK_LIMIT bytes) and validated (``parse_lock``)."""
-    return read_lock(path)[0]
+    return read_lock(path)[1]
 
 
-def read_lock(path: Path) -> tuple[Lock, bytes]:
-    """``load_lock``, and the very bytes it parsed (what a bundle or a ConfigMap carries)."""
+def read_lock(path: Path) -> tuple[bytes, Lock]:
+    """``load_lock`` and the very bytes it parsed (what a signature covers: read once, judged once)."""
     if "\x00" in str(path):
         raise InvalidInput(f"{str(path)!r}: a lock path cannot contain a NUL byte")
     try:
@@ -119,7 +121,7 @@ def read_lock(path: Path) -> tuple[Lock, bytes]:
         raise InvalidInput(f"{path}: cannot read lock file: {exc.strerror}") from None
     if data is None:
         raise InvalidInput(f"{path}: lock file not found", hint="run `hotfix export ID... --to DIR` to write DIR/hotfix.lock")
-    return parse_lock(data, source=str(path)), data
+    return data, parse_lock(data, source=str(path))
 
 
 def parse_lock(data: bytes, *, source: str = LOCK_NAME) -> Lock:
@@ -143,13 +145,25 @@ def parse_lock(data: bytes, *, source: str = LOCK_NAME) -> Lock:
         if h.id in seen:
             raise f.fail(f"hotfixes[{i}].id", f"{h.id!r} is locked twice")
         seen.add(h.id)
+    version = f.get(doc, "", "version", int, required=False)
+    if version is not None and not 1 <= version < 1 << 53:
+        raise f.fail("version", f"expected a counter from 1, got {version}")
+    expires = f.text(doc, "", "expires", required=False, limit=20)
+    if expires is not None and _utc(expires) is None:
+        raise f.fail("expires", f"expected a UTC time as YYYY-MM-DDTHH:MM:SSZ, got {expires!r}")
     lock = Lock(schema=schema, generator=f.text(doc, "", "generator", required=False) or "",
-                site_packages=site_packages, hotfixes=read)
+                site_packages=site_packages, hotfixes=read, version=version, expires=expires)
     try:
         lock_series_checks(lock, lambda path: (None, None))  # the files of one path must chain
     except verdict.BrokenSeries as exc:
         raise InvalidInput(f"{source}: hotfixes: the locked series does not chain: {exc}") from None
     return lock
+
+
+def _utc(text: str) -> Optional[int]:
+    from vllm_hotfix.core.trust import parse_utc  # here: a lock without `expires` costs the guard nothing more
+
+    return parse_utc(text)
 
 
 def _read_hotfix(f: Fields, doc: Any, where: str) -> LockedHotfix:
@@ -202,6 +216,8 @@ def _read_file(f: Fields, doc: Any, where: str) -> LockedFile:
 def dump_lock(lock: Lock) -> bytes:
     doc = {
         "schema": lock.schema,
+        **({"version": lock.version} if lock.version is not None else {}),
+        **({"expires": lock.expires} if lock.expires is not None else {}),
         "generator": lock.generator,
         "site_packages": lock.site_packages,
         "hotfixes": [
