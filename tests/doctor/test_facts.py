@@ -59,7 +59,8 @@ def test_an_ascend_only_hotfix_is_ruled_out_on_a_cuda_log():
     log = ("torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
            "[ERROR] fault kernel_name=causal_conv1d_update_0, MTE error, retCode=0x91\n")
     glm = next(m for m in scan_text(log, CATALOG).matches if m.manifest.id == "glm-conv-null-slot")
-    assert glm.tier == "veto" and "vllm-ascend (NPU) issue" in glm.vetoes[0].reason
+    assert glm.tier == "veto" and glm.vetoes[0].reason == ("the log is of cuda (NVIDIA CUDA GPUs); this issue occurs on "
+                                                           "Ascend NPUs")
 
 
 def test_a_split_xid_31_message_counts_and_a_write_fault_does_not():

@@ -3,7 +3,7 @@
 Handles the shapes the incident reports show: vLLM's ``(EngineCore_DP0 pid=4242) ERROR 11-30 22:49:06
 [core.py:710] ...`` (and ``Worker_TP3``, Ray's ``(RayWorkerWrapper pid=1, ip=...)``), CANN plog lines
 ``[ERROR] RUNTIME(5493,python3):2026-11-30-09:55:33.588.123 [proc.cc:1548]5493 ...``, ``docker logs -t`` /
-``kubectl logs --timestamps`` ISO prefixes, ``dmesg`` / ``dmesg -T`` / journal kernel lines, ANSI colours.
+``kubectl logs --timestamps`` ISO prefixes, ``docker compose logs`` service prefixes, ``dmesg`` / ``dmesg -T`` / journal kernel lines, ANSI colours.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ COLLECTOR_PREFIX = re.compile(
     r"|\[\s*\d+\.\d+\]\s*"  # dmesg
     r"|[A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \S+ kernel: )"  # journal / syslog
 )
+# `docker compose logs`: the service name padded and a bar ("qwen3-vl-32b  | (EngineCore_DP0 pid=413) ERROR …",
+# vllm-ascend#4082); never a table row (no other bar follows)
+COMPOSE_PREFIX = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| (?!.*\|)")
 VLLM_PROCESS = re.compile(r"^\(([^()]*?)\s*pid=(\d+)[^()]*\)\s*")
 VLLM_LEVEL_TIME = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? ")
 PLOG = re.compile(r"^\[(ERROR|WARNING|INFO|DEBUG|EVENT|TRACE)\] ([A-Za-z_][\w-]*)\((\d+),[^)]*\):\S+ (?:\[([^\]]+)\]\d*\s*)?")
@@ -58,6 +61,10 @@ def normalise(raw: str) -> tuple[str, str]:
         if not found or not found.end():
             break
         text = text[found.end():]
+    if "| " in text:
+        found = COMPOSE_PREFIX.match(text)
+        if found:
+            text = text[found.end():]
     process = MAIN
     found = VLLM_PROCESS.match(text)
     if found:
