@@ -46,7 +46,7 @@ FRAME_NEEDLE = '", line '  # every Python frame line holds it (the prefilter's n
 TABLE = re.compile(r"^\s*\|.*\|\s*$|\S\s*\|\s.*\s\|\s*\S")
 PROSE = re.compile(r"^\s*(?:[-*+>] |#{1,6} |\d+\. )")
 LEADING = re.compile(r"^(?:\[[^\]]*\]:?\s*|\d\d:\d\d:\d\d(?:[.,]\d+)?\s+)+")  # timestamps, ranks: [2025-09-13 TP3] [rank0]:
-LEVEL_BRACKET = re.compile(r"\[(?:ERROR|CRITICAL|FATAL)\]|\[E\d{3,4}\b")  # [ERROR] (plog), [E227 …] (torch's c10 log)
+LEVEL_BRACKET = re.compile(r"\[(?:ERROR|CRITICAL|FATAL)\]|\[E\d{3,4}\b|\[MCR\]\[E\]")  # [ERROR] (plog), [E227 …] (torch's c10 log)
 DOTTED = re.compile(r"(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w* )?")  # torch.AcceleratorError: / Scheduler hit an exception
 DUMP = re.compile(r"\bnon-default args: |\bwith config: |\bDumping (?:input data|scheduler output|scheduler stats)\b")
 

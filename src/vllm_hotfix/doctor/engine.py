@@ -427,7 +427,8 @@ def judge(manifest: Manifest, evidence: Iterable[Evidence], findings: Findings) 
     kernels = [f for f in findings.facts if f.kind == "kernel"]
     specific = [compile_pattern(s.pattern) for s in manifest.signatures if s.tier == "specific"]
     if kernels and specific and not any(search(k.line.text) for k in kernels for search in specific):
-        vetoes.append(Veto(f"the debugger names {kernels[0].value} as the faulting kernel, not this issue's", kernels[0].line))
+        vetoes.append(Veto(f"the fault report names {kernels[0].value} as the faulting kernel, not this issue's",
+                           kernels[0].line))
     return Match(manifest, round(sum(e.signature.weight for e in found), 3), tuple(found), tuple(vetoes))
 
 

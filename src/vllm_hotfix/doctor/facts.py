@@ -14,7 +14,7 @@ a fact is read, because a crash log is often only an excerpt:
   writes itself (the real line of each rule is in tests/doctor/test_facts.py, with its source);
 - the model architecture, and flags (``enable_prefix_caching``, ``cudagraph_mode``,
   ``num_speculative_tokens``, ``speculative_method``, ``async_scheduling``, ``data_parallel_size``);
-- the faulting kernel a debugger or runtime names (cuda-gdb ``The exception was triggered at PC … NAME``,
+- the faulting kernel a debugger or runtime names (a ``void`` return type before it is skipped) (cuda-gdb ``The exception was triggered at PC … NAME``,
   ``#0  NAME<<<…>>>``, a core dump's ``Kernel: NAME``, a MetaX runtime trap's ``kernelName: NAME``).
 """
 
@@ -46,7 +46,7 @@ ENGINES = (  # (needle, engine, how): the serving engine whose log this is, from
     ("vllm_ascend", "vllm-ascend", "frame"), ("Platform plugin ascend is activated", "vllm-ascend", "server"),
     ("sglang/srt/", "sglang", "frame"), ("sglang.launch_server", "sglang", "server"),
     ("Scheduler hit an exception", "sglang", "server"), ("#running-req: ", "sglang", "server"),
-    ("tensorrt_llm", "tensorrt-llm", "frame"), ("[TRT-LLM]", "tensorrt-llm", "server"),
+    ("tensorrt_llm/", "tensorrt-llm", "frame"), ("[TRT-LLM]", "tensorrt-llm", "server"),
     ("[TensorRT-LLM][", "tensorrt-llm", "server"), ("TensorRT-LLM version", "tensorrt-llm", "server"),
 )
 VLLM_ENGINES = ("vllm", "vllm-ascend")  # vllm-ascend is vLLM with the Ascend platform plugin
@@ -71,7 +71,8 @@ FLAGS = (  # (pattern, flag)
     (re.compile(r"data_parallel_size['\"]?\s*[=:]\s*(\d+)"), "data_parallel_size"),
 )
 ARCHITECTURE = re.compile(r"(?:Resolved architecture: |architectures?['\"]?\s*[=:]\s*\[?['\"]?)([A-Z]\w+(?:For\w+|Model))")
-KERNEL = re.compile(r"The exception was triggered at PC 0x\S* +([A-Za-z_][\w:]*)|^#0 +(?:0x\S+ in )?([A-Za-z_]\w*)(?:<<<|\s*\()"
+KERNEL = re.compile(r"The exception was triggered at PC 0x\S* +(?:void )?([A-Za-z_][\w:]*)"
+                    r"|^#0 +(?:0x\S+ in )?(?:void )?([A-Za-z_][\w:]*)(?:<|\s*\()"
                     r"|^Kernel: ([A-Za-z_]\w*)|\[MCR\]\[E\].*\bkernelName: ([A-Za-z_]\w*)")
 # literals one of which every fact line holds (the prefilter's needles for facts)
 FACT_NEEDLES = ("ersion", "vllm==", "vllm-ascend==", "vllm_ascend", "vllm-openai:", "/vllm-ascend:", "LLM engine (",
