@@ -259,3 +259,34 @@ def test_real_target_and_log_disagree_the_report_says_so_and_the_log_decides(run
     assert done.returncode == 9, done.stdout + done.stderr
     assert "note: the log says vllm 0.11.1rc4" in done.stdout and "has vllm 0.30.0" in done.stdout
     assert "ruled out: mamba-align-block-size (the log's vllm 0.11.1rc4 is outside" in done.stdout
+
+
+def test_possible_then_carries_the_root_and_catalogs_given_and_an_advisory_says_show(run_hotfix, tmp_path):
+    """glm-conv-null-slot from seed 000's lines (FULL_DECODE_ONLY, the MTE error): the dry run on the
+    --root doctor was given; the FlashInfer advisory without its specific lines: its workaround."""
+    checkout = tmp_path / "vllm ascend"
+    checkout.mkdir()
+    report = json.loads(doctor(run_hotfix, LOGS / "000-server.log", LOGS / "000-plog-5493.log", "--root", checkout,
+                               "--json").stdout)
+    (glm,) = [v for v in report["verdicts"] if v["id"] == "glm-conv-null-slot"]
+    assert glm["level"] == "possible" and glm["confirm"][0]["step"].startswith("set ASCEND_GLOBAL_LOG_LEVEL=0")
+    assert glm["then"] == f"hotfix apply glm-conv-null-slot --dry-run --root '{checkout}'"
+    log = tmp_path / "mnnvl.log"
+    log.write_text("".join(l for l in (LOGS / "003-flashinfer-mnnvl.log").read_text().splitlines(keepends=True)
+                           if "mnnvl.py" not in l and "cuMemFree" not in l))
+    report = json.loads(doctor(run_hotfix, log, "--json").stdout)
+    (advisory,) = [v for v in report["verdicts"] if v["id"] == "flashinfer-mnnvl-allreduce"]
+    assert (advisory["level"], advisory["then"]) == ("possible", "hotfix show flashinfer-mnnvl-allreduce")
+    assert report["exit_code"] == 9
+
+
+def test_a_generic_error_alone_is_no_candidate_and_json_says_what_tells_them_apart(run_hotfix):
+    report = json.loads(doctor(run_hotfix, LOGS / "001-no-align.log", "--json").stdout)
+    assert not [v for v in report["verdicts"] if v["level"] in ("confident", "possible")]
+    (shared,) = report["shared"]
+    assert shared["id"] == "mamba-align-block-size" and shared["level"] == "shared"
+    assert shared["tell_apart"][0].startswith("needs: align mode is on")
+    assert any(t.startswith("named by: the faulting kernel") for t in shared["tell_apart"])
+    roots = report["root_errors"]
+    assert roots[0]["text"].endswith("torch.AcceleratorError: CUDA error: an illegal memory access was encountered")
+    assert roots[0]["wrappers"][0]["text"].endswith("WorkerProc hit an exception.")

@@ -173,3 +173,37 @@ def test_chunking_does_not_change_the_result(chunk_lines):
 def test_a_last_line_without_newline_is_read_and_counted():
     found = scan_text(b"INFO x\nERROR [a.py:1] boom", CATALOG)
     assert found.lines == 2 and found.first_errors[0].lineno == 2
+
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+def corpus_log(name: str) -> str:
+    return "".join(l for l in (CORPUS / name).read_text().splitlines(keepends=True) if not l.startswith("# "))
+
+
+def test_the_root_error_of_each_process_comes_first_then_its_wrappers():
+    """vllm-ascend#5748's whole start-up log: "WorkerProc failed to start.", "EngineCore failed to start."
+    and "... See root cause above." are wrappers; each process's innermost exception is shown first,
+    the worker's (the cause) before the echoes of the engine core and the API server."""
+    found = scan_text(corpus_log("ascend-5748-hccl-workerproc-failed-to-start.log"), CATALOG)
+    roots = [(r.line.process, r.line.text.split("] ", 1)[-1][:40], r.echo) for r in found.root_errors]
+    assert roots == [("Worker_DP0_TP0_EP0 pid=8457", "RuntimeError: create_config:build/CMakeF", False),
+                     ("EngineCore_DP0 pid=8041", "Exception: WorkerProc initialization fai", True),
+                     ("APIServer pid=7658", "RuntimeError: Engine core initialization", True)]
+    worker = found.root_errors[0]
+    assert [w.text.split("] ", 1)[-1] for w in worker.wrappers] == ["WorkerProc failed to start."]
+    assert found.first_errors[0].text.endswith("WorkerProc failed to start.")  # the first error line is still the first
+
+
+def test_an_out_of_memory_start_up_shows_the_out_of_memory_error_first():
+    """The same start-up failing on memory: the worker's root is torch.OutOfMemoryError (its message is
+    club-3090#16's real one), ahead of the three wrapper lines."""
+    log = corpus_log("ascend-5748-hccl-workerproc-failed-to-start.log").replace(
+        "RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:148 HCCL function error: "
+        "hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error code is 1",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total capacity of 23.56 GiB of "
+        "which 21.75 MiB is free.")
+    found = scan_text(log, CATALOG)
+    assert "torch.OutOfMemoryError: CUDA out of memory" in found.root_errors[0].line.text
+    assert all(r.echo for r in found.root_errors[1:])

@@ -53,7 +53,12 @@ DUMP = re.compile(r"\bnon-default args: |\bwith config: |\bDumping (?:input data
 
 def is_mention(text: str) -> bool:
     """A table row or prose: a name in it is written about, not reported by the process that crashed."""
-    return TABLE.search(text) is not None or PROSE.search(text) is not None
+    return is_table(text) or PROSE.search(text) is not None
+
+
+def is_table(text: str) -> bool:
+    """A markdown or profiler table row (``| … | … |``)."""
+    return TABLE.search(text) is not None
 
 
 def is_error_report(text: str) -> bool:

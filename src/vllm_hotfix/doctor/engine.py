@@ -57,6 +57,12 @@ ECHO = re.compile(r"See (?:root cause|stack trace)|root cause above|stack trace 
                   r"|EngineDeadError|in a background process|failed to start|initialization failed|\bRPC call to \w+ "
                   r"(?:aborted|timed out)|hit an exception\.?$|encountered a fatal error|Error: cancelled$")
 WRAPPERS = 3  # wrapper lines kept per root error
+LEVEL_PREFIX = re.compile(r"^(?:ERROR|CRITICAL)\s+(?:\[[^\]]*\]\s*)?")
+
+
+def _message(text: str) -> str:
+    """An error line's message without vLLM's level and [file:line] (the same exception printed twice)."""
+    return LEVEL_PREFIX.sub("", text, count=1)
 # Shorter needles that stand for longer ones of ERROR_NEEDLES, FACT_NEEDLES and XID_NEEDLES (each is part
 # of them, so the lines found are a superset). One for several keeps the prefilter to fewer automata;
 # "_scheduling" and "he size" do not begin like vLLM's every-request "async_llm.py" and every-metrics-line
@@ -353,9 +359,13 @@ class _Scan:
             self.frame_at[key] = lineno
         where: dict[str, bool] = {}
 
+        in_report = source in self.fault_start and 0 <= lineno - self.fault_start[source] <= contexts.FAULT_BLOCK
+
         def counts(role: str) -> bool:  # is this line in the context ``role`` names? (doctor.contexts)
             if role == "context":
                 return True
+            if role == "fault-report" and in_report and not contexts.is_table(text):
+                return True  # inside a debugger's report: its `info cuda kernels` row starts with '*', no list item
             if mention:
                 return False
             if role == "config":
@@ -365,8 +375,7 @@ class _Scan:
             if role not in where:
                 dump = contexts.is_dump(text)
                 where["error-line"] = error and not dump and contexts.is_error_report(text)
-                where["fault-report"] = not dump and (contexts.is_fault_line(text) or (
-                    source in self.fault_start and 0 <= lineno - self.fault_start[source] <= contexts.FAULT_BLOCK))
+                where["fault-report"] = not dump and contexts.is_fault_line(text)
                 where["traceback"] = not dump and (after_frame or contexts.is_frame(text))
             return where[role]
 
@@ -384,7 +393,8 @@ class _Scan:
         for key, first in self.first_errors.items():
             chain = self.exceptions.get(key, [])
             root = chain[0] if chain else first
-            wrappers = ([first] if first is not root else []) + [line for line in chain[1:] if line.text != root.text]
+            message = _message(root.text)
+            wrappers = ([first] if first is not root else []) + [line for line in chain[1:] if _message(line.text) != message]
             roots.append(RootError(root, tuple(wrappers[:WRAPPERS]), ECHO.search(root.text) is not None))
         return tuple(sorted(roots, key=lambda r: (r.echo, order.get(r.line.source, 0), r.line.lineno)))
 
