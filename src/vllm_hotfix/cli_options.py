@@ -44,10 +44,13 @@ Exit codes of doctor:
 
 DOCTOR_HELP = """Read crash logs (files, '-' for stdin, .gz too) and name the hotfix or advisory that fixes the crash.
 
-Finds the first error of every process (vLLM's (EngineCore_DP0 pid=...) / (Worker_TP3 ...) prefixes,
-CANN plog pids, one file = one process otherwise), matches the catalog's [[signatures]], and with
---python / --root checks whether the fix is already in effect on that target. Prints a ranked
-verdict with the evidence lines (file:line), the confidence and the command to run next.
+Finds the root error of every process (vLLM's (EngineCore_DP0 pid=...) / (Worker_TP3 ...) prefixes,
+CANN plog pids, one file = one process otherwise; its innermost exception first), matches the
+catalog's [[signatures]] where each counts (a fault report, a traceback, the log's own error lines, a
+config line; never a table or prose), and with --python / --root checks whether the fix is already
+in effect on that target. Prints a ranked verdict with the evidence lines (file:line): confident
+(apply), possible (a generic error and a condition of the bug: how to confirm it, then the
+`hotfix apply ID --dry-run` to run), or no candidate (a generic error alone: who shares it).
 
 \b
 Examples:

@@ -68,7 +68,8 @@ def test_new_writes_signature_guidance_and_a_try_it_line_that_works(run_hotfix, 
     done = _new_from_commit(run_hotfix, clone, out)
     assert done.returncode == 0, done.stderr
     text = (out / "manifests" / "glm-null-slot.toml").read_text()
-    assert "symptoms" not in text and "#   [[signatures]]" in text and '#   role = "first-error"' in text
+    assert "symptoms" not in text and "# [[signatures]]" in text and '# tier = "specific"' in text
+    assert "weight" not in text  # the weights-only form could never name a fix
     (line,) = [l for l in done.stderr.splitlines() if l.startswith("hotfix: try it: ")]
     assert f"hotfix show glm-null-slot --catalog {out} && hotfix apply glm-null-slot --catalog {out} --root CHECKOUT --dry-run" in line
     checkout = make_vllm_ascend_checkout(tmp_path / "checkout")
@@ -138,3 +139,21 @@ def test_file_diff_round_trips_through_the_engine(before, after):
     files = {"pkg/mod.py": FileState(before, 0o644)} if before is not None else {}
     (edit,) = plan_patch(patch, files.get).edits
     assert (edit.before, edit.after) == (before, after)
+
+
+def test_the_signature_example_new_writes_is_the_current_form_and_can_name_the_fix(run_hotfix, clone, tmp_path):
+    """Uncommented, the example at the end of a new manifest loads with every tier, a specific signature
+    counted only where a name faults, and a [[confirm]] step: check-catalog's naming rule accepts it."""
+    from vllm_hotfix.catalog.signatures import naming_problem
+
+    out = tmp_path / "catalog"
+    assert _new_from_commit(run_hotfix, clone, out).returncode == 0
+    path = out / "manifests" / "glm-null-slot.toml"
+    text = path.read_text()
+    example = text[text.index("# [[signatures]]"):]
+    path.write_text(text[:text.index("# [[signatures]]")] + "".join(
+        line[2:] if line.startswith("# ") else line.lstrip("#") for line in example.splitlines(keepends=True)))
+    manifest = load_manifest(path)
+    assert [(s.tier, s.roles) for s in manifest.signatures] == [
+        ("specific", ("fault-report", "traceback")), ("condition", ("config",)), ("generic", ("first-error",))]
+    assert manifest.confirm and naming_problem(manifest.signatures) is None

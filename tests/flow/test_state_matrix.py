@@ -34,7 +34,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 SIGNATURE = """
 [[signatures]]
 pattern = 'two-files test crash marker'
-role = "first-error"
+role = "error-line"
 tier = "specific"
 weight = 0.6
 explain = "the test crash this hotfix fixes"

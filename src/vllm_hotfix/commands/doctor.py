@@ -8,8 +8,14 @@ Aho-Corasick; ``HOTFIX_DOCTOR_PREFILTER=grep`` pipes the blocks through ``grep -
 - ``confident`` ("apply X"): specific evidence, no veto, and an in-range release from the log or the
   target; joined with the target in ONE place, ``_target_state``, which asks the code `hotfix status`
   uses (it is also what judges the log's own release, called without a target);
-- ``possible`` ("possible, check X"): generic evidence only, or no release to check the range with;
-- ``ruled-out``: a veto, another engine, another faulting kernel, or the log's release outside the range.
+- ``possible`` ("possible, check X"): a generic error and a fact of the bug's trigger condition (a
+  ``condition`` signature), or specific evidence without a release to check the range with; it prints
+  the manifest's ``[[confirm]]`` steps and then the ``hotfix apply ID --dry-run`` to run (with the
+  ``--python`` / ``--root`` / ``--catalog`` doctor was given);
+- ``shared`` (no candidate): a generic error alone; the report says which catalog entries share it and
+  what would tell them apart (their conditions, their specific evidence);
+- ``ruled-out``: a veto, another engine, a platform the bug does not occur on, another faulting kernel,
+  or the log's release outside the range.
 
 Exit codes: 1 a confident match's fix is needed (not applied, lost, drifted, or its state unknown), or
 the guard fingerprints differ; 0 every confident match is already in effect, or nothing matched and
@@ -19,6 +25,7 @@ the fingerprints of every node agree; 9 no confident match.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +52,7 @@ class Verdict:
     version: int | str
     kind: str
     title: str
-    level: str  # confident | possible | ruled-out
+    level: str  # confident | possible | shared (no candidate: a generic error alone) | ruled-out
     score: float
     state: str  # the state word of _target_state ("" when none was asked)
     detail: str
@@ -54,6 +61,9 @@ class Verdict:
     vetoes: tuple = ()  # of engine Veto
     check: tuple[str, ...] = ()  # possible: what would confirm it
     upgrade: str | None = None  # "vllm 0.32.0": the release with the fix, the alternative to a patch
+    confirm: tuple = ()  # possible: the manifest's ConfirmSteps (how to make the confirming evidence appear)
+    then: str | None = None  # possible: the command to run once confirmed (hotfix apply ID --dry-run ...)
+    tell_apart: tuple[str, ...] = ()  # shared: what would make it a candidate (its conditions, its specific evidence)
 
     @property
     def named(self) -> bool:
@@ -63,11 +73,13 @@ class Verdict:
         return {"id": self.id, "version": self.version, "kind": self.kind, "title": self.title, "level": self.level,
                 "named": self.named, "score": self.score, "state": self.state, "detail": self.detail,
                 "next": self.next, "upgrade": self.upgrade, "check": list(self.check),
+                "confirm": [{"step": c.step, "shows": c.shows} for c in self.confirm], "then": self.then,
+                "tell_apart": list(self.tell_apart),
                 "vetoes": [{"reason": v.reason, "source": v.line.source, "line": v.line.lineno, "text": v.line.raw}
                            for v in self.vetoes],
                 "evidence": [
                     {"source": e.line.source, "line": e.line.lineno, "process": e.line.process, "tier": e.signature.tier,
-                     "role": e.signature.role, "weight": e.signature.weight, "confirmed": e.signature.confirmed,
+                     "role": e.role or e.signature.role, "weight": e.signature.weight, "confirmed": e.signature.confirmed,
                      "text": e.line.raw, "normalised": e.line.text, "explain": e.signature.explain}
                     for e in self.evidence]}
 
@@ -272,12 +284,37 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
     return status.state, status.detail, (status.advice or "").replace("`", "") or None
 
 
-def _judge(match, *, python: str | None, root: Path | None, catalog, log_versions: dict[str, str]) -> Verdict:
+def _then(manifest, catalog, *, python: str | None, root: Path | None, catalogs: Sequence[Path]) -> str:
+    """The command to run once a "possible" verdict is confirmed, runnable as pasted: the dry run of the
+    apply (of the hotfix an advisory is ``fixed_by``; ``hotfix show`` of an advisory without one), with
+    the ``--root`` / ``--python`` / ``--catalog`` doctor was given (without either, ``hotfix apply`` takes
+    the interpreter ``--python`` defaults to, as doctor's own run would)."""
+    from vllm_hotfix.catalog.index import parse_ref
+
+    extra = [arg for directory in catalogs for arg in ("--catalog", str(directory))]
+    subject = catalog.get(parse_ref(manifest.fixed_by)[0]) if manifest.fixed_by else manifest
+    if subject.kind == "advisory":
+        return shlex.join(["hotfix", "show", subject.id, *extra])
+    target = ["--root", str(root)] if root is not None else ["--python", python] if python else []
+    patch_file = next((["--patch-file", p.external] for p in subject.patches if p.kind == "external"), [])
+    return shlex.join(["hotfix", "apply", subject.id, "--dry-run", *target, *extra, *patch_file])
+
+
+def _tell_apart(manifest) -> tuple[str, ...]:
+    """What would make a shared-error match a candidate: its conditions, then its specific evidence."""
+    needs = [f"needs: {s.explain}" for s in manifest.signatures if s.tier == "condition"]
+    named = [f"named by: {s.explain} ({s.role})" for s in manifest.signatures if s.tier == "specific"]
+    return tuple(needs[:2] + named[:2])
+
+
+def _judge(match, *, python: str | None, root: Path | None, catalog, log_versions: dict[str, str],
+           catalogs: Sequence[Path] = ()) -> Verdict:
     """One match's verdict: its level by evidence tier, and (when confident) its state on the target.
 
     The log's own release is judged by ``_target_state`` called without a target (the log describes
     the process that crashed): outside the range or fixed there, the hotfix is ruled out whatever the
-    target says. Specific evidence then needs an in-range release, from the log or the target."""
+    target says. A generic error needs a condition of the bug to be a candidate ("possible"); specific
+    evidence then needs an in-range release, from the log or the target, to be confident."""
     m = match.manifest
     verdict = dict(id=m.id, version=m.version, kind=m.kind, title=m.title, score=match.score,
                    evidence=match.evidence, vetoes=match.vetoes)
@@ -288,20 +325,25 @@ def _judge(match, *, python: str | None, root: Path | None, catalog, log_version
         state, detail, next_cmd = _target_state(m, python=None, root=None, catalog=catalog, log_versions=log_versions)
         if state in OUT_OF_RANGE:
             return Verdict(level="ruled-out", state=state, detail=detail, next=None, **verdict)
-    check = tuple(f"{s.explain} (look for /{s.pattern}/)" for s in match.missing)
+    if not match.specific and not match.conditions:
+        return Verdict(level="shared", state="", detail="a generic error alone: no fact of this bug's trigger condition",
+                       next=None, tell_apart=_tell_apart(m), **verdict)
+    then = _then(m, catalog, python=python, root=root, catalogs=catalogs)
+    check = tuple(f"{s.explain} (look for /{s.pattern}/ in a {' or '.join(s.roles)} line)" for s in match.missing)
     if not match.specific:
-        return Verdict(level="possible", state="", detail="generic evidence only", next=None,
-                       check=check or ("no line in the catalog tells it apart: compare the traceback by hand",), **verdict)
+        return Verdict(level="possible", state="", detail="a generic error and a condition of the bug, no specific evidence",
+                       next=None, check=check or ("no line in the catalog tells it apart: compare the traceback by hand",),
+                       confirm=m.confirm, then=then, **verdict)
     targeted = python is not None or root is not None
     if targeted:
         state, detail, next_cmd = _target_state(m, python=python, root=root, catalog=catalog, log_versions=log_versions)
         if dist not in log_versions and state == "unknown":  # the target could not be judged, the log has no release
             return Verdict(level="possible", state=state, detail=detail, next=None,
-                           check=(f"the release: {detail}",), **verdict)
+                           check=(f"the release: {detail}",), then=then, **verdict)
     elif dist not in log_versions:
         return Verdict(level="possible", state="unknown", detail="the log does not name its release", next=None,
                        check=(f"the release: give --python/--root (the {dist} install that crashed), or a log with "
-                              "its start-up banner",), **verdict)
+                              "its start-up banner",), then=then, **verdict)
     upgrade = None
     if state in NEEDED and m.fixed_in is not None and m.fixed_in.version:
         upgrade = f"{m.targets[0].distribution} {m.fixed_in.version}"
@@ -354,10 +396,11 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
     kind = _prefilter_kind()
     findings = scan(_sources(names, needles, kind), manifests, prefilter_=Prefilter(needles, python=kind == "python"))
     log_versions = {dist: version for dist, version, _ in findings.versions}
-    verdicts = [_judge(match, python=python, root=root, catalog=catalog, log_versions=log_versions)
-                for match in findings.matches]
+    judged = [_judge(match, python=python, root=root, catalog=catalog, log_versions=log_versions, catalogs=catalogs)
+              for match in findings.matches]
     order = {"confident": 0, "possible": 1, "ruled-out": 2}
-    verdicts.sort(key=lambda v: order[v.level])
+    verdicts = sorted((v for v in judged if v.level != "shared"), key=lambda v: order[v.level])
+    shared = [v for v in judged if v.level == "shared"]
     disagree = _disagreements(findings, verdicts, catalog, python=python, root=root)
     named = [v for v in verdicts if v.named]
     fleet = findings.fingerprint_problem()
@@ -375,14 +418,19 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
                               "line": f.line.lineno} for f in findings.facts],
                    "first_errors": [{"source": l.source, "line": l.lineno, "process": l.process, "text": l.raw}
                                     for l in findings.first_errors],
+                   "root_errors": [{"source": r.line.source, "line": r.line.lineno, "process": r.line.process,
+                                    "text": r.line.raw, "echo": r.echo,
+                                    "wrappers": [{"source": w.source, "line": w.lineno, "text": w.raw} for w in r.wrappers]}
+                                   for r in findings.root_errors],
                    "verdicts": [v.to_json() for v in verdicts],
+                   "shared": [v.to_json() for v in shared],
                    "fingerprints": {"problem": fleet, "agree": {"fingerprint": agree[0], "logs": agree[1]} if agree else None,
                                     "processes": [{"source": l.source, "line": l.lineno, "role": role, "fingerprint": fp}
                                                   for role, fp, l in findings.fingerprints]}})
         return code
     from vllm_hotfix.commands.doctor_report import print_fingerprints, print_report
 
-    print_report(findings, verdicts, log_versions, disagree, show_all)
+    print_report(findings, verdicts, log_versions, disagree, show_all, shared)
     if fleet:
         print_fingerprints(findings, fleet)
     elif agree:

@@ -121,7 +121,8 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
     else:
         where = f" --python {python}" if python else (" --python PY" if from_release else "")
     note(f"try it: hotfix show {first} --catalog {out_dir} && hotfix apply {first} --catalog {out_dir}{where} "
-         "--dry-run; then fill in [[signatures]] (the commented example at the top of the manifest) and description")
+         "--dry-run; then fill in [[signatures]] and [[confirm]] (the commented example at the end of the manifest), "
+         "the description, and check it: hotfix check-catalog " + first + " --catalog " + str(out_dir))
     return 0
 
 
@@ -327,12 +328,44 @@ def _from_release(hotfix_id: str, text: str, base: str | None, *, split_by_file:
 
 # --- manifest text ------------------------------------------------------------------------------------
 
+# The commented example at the end of every manifest `new` writes: uncommented (drop the leading "# "), it is
+# valid and in the current signature form (tiers and roles; tests/commands/test_new.py loads it that way).
+SIGNATURE_TEMPLATE = """\
+# How `hotfix doctor` recognises the crash, and how a user confirms it. Uncomment, edit, and run
+# `hotfix check-catalog` (it refuses signatures that can never name the fix). tier: specific names the
+# fix (a line only this bug writes, counted where a name faults), condition makes a generic error
+# "possible" (the setting the bug needs), generic alone is no candidate, veto rules it out. role: where
+# a line counts: fault-report (debugger / sanitizer), traceback (a frame, or the source line under it),
+# error-line (the log's own error lines), first-error (a process's first error and the lines after
+# it), config, context (anywhere; never for a specific one).
+#
+# [[signatures]]
+# pattern = 'the_faulting_kernel_name'
+# role = ["fault-report", "traceback"]
+# tier = "specific"
+# explain = "the faulting kernel is the one this patch fixes"
+#
+# [[signatures]]
+# pattern = "the start-up line of the setting the bug needs"
+# role = "config"
+# tier = "condition"
+# explain = "the bug happens only with this setting on"
+#
+# [[signatures]]
+# pattern = 'CUDA error: an illegal memory access was encountered'
+# role = "first-error"
+# tier = "generic"
+# explain = "the crash every bug of the kind shows (generic alone)"
+#
+# [[confirm]]
+# step = "restart with CUDA_LAUNCH_BLOCKING=1 and send the request that crashed again"
+# shows = "the traceback stops at the_faulting_kernel_name: give doctor that log"
+"""
+
+
 def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[str, Any]]) -> str:
     lines = [f"# {fields['comment']}",
-             "# Fill in [[signatures]] (the log lines `hotfix doctor` recognises the crash by) and fixed_in when known:",
-             "#   [[signatures]]", "#   pattern = 'CUDA error: an illegal memory access was encountered'",
-             '#   role = "first-error"   # or context, config, noise', "#   weight = 0.5           # named at a total of 1.0",
-             '#   explain = "why this line means this bug"',
+             "# Fill in [[signatures]] and [[confirm]] (the commented example at the end) and fixed_in when known.",
              "schema = 1", f"id = {toml_value(hotfix_id)}", "version = 1",
              f"title = {toml_value(fields['title'])}", f"description = {toml_value(fields['description'])}",
              "supersedes = []"]
@@ -340,4 +373,4 @@ def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[
     for table, rows in (("references", fields["references"]), ("targets", fields["targets"]), ("patches", patches)):
         for row in rows:
             lines += ["", f"[[{table}]]"] + [f"{k} = {toml_value(v)}" for k, v in row.items()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + SIGNATURE_TEMPLATE

@@ -51,6 +51,11 @@ def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
         lines.append("Signatures (what `hotfix doctor` looks for in a log; only a specific one can name the fix):")
         lines += [f"  {s.tier:<8} {s.role}{'' if s.confirmed else '  (unconfirmed: written from a description, not yet seen in a real log)'}"
                   f"\n{'':<4}{s.pattern}\n{'':<4}{s.explain}" for s in m.signatures]
+    if m.confirm:
+        lines.append("To confirm a \"possible\" match (doctor prints these):")
+        lines += [f"  {number}. {c.step}\n{'':<5}→ {c.shows}" for number, c in enumerate(m.confirm, 1)]
+    if m.platforms:
+        lines.append(f"Occurs on: {', '.join(m.platforms)} (doctor rules it out on a log of another platform)")
     if m.description:
         lines.append("Description:")
         lines += [f"  {line}".rstrip() for line in m.description.strip().splitlines()]
