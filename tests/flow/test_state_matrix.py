@@ -373,9 +373,27 @@ def test_every_reader_gives_one_verdict(row, world, tmp_path):
         assert seen["audit"][0] == "pristine" and (not recorded or wanted == "fixed-upstream"), (row, seen["audit"])
     if row == "stale-bytecode":
         assert seen["audit"][0] == "stale-bytecode" and seen["contains"][0] == "stale-bytecode", seen
+    if row == "killed-series-apply":  # a confident match printed: its exit code follows it, not "no match" (9)
+        assert seen["doctor"][1] == 1, seen["doctor"]
     steps = {line: reader for reader, (_, _, _, lines) in seen.items() for line in lines}
     for step, reader in sorted(steps.items()):  # every next step it printed runs as pasted: never a usage error, never an unknown id
         done = subprocess.run([sys.executable, "-m", "vllm_hotfix", *shlex.split(step)[1:]], capture_output=True,
                               text=True, env={**os.environ, **made["env"]}, timeout=600, cwd=tmp_path)
         assert done.returncode != 2 and "unknown hotfix" not in done.stderr and "No such option" not in done.stderr, \
             (row, reader, step, done.stderr)
+
+
+def test_in_a_container_status_and_verify_say_the_lock_s_words(world, tmp_path):
+    """HOTFIX_LOCK set, nothing recorded (the image's install, the file back to pristine): `verify` reads the
+    lock (its default) and `status` judges the locked hotfix by it too -- "lost", the bind mount missing,
+    and the advice to put the mount back, never `hotfix apply` on the image."""
+    venv = realdata.copy_venv(realdata.vllm_template("0.30.0"), tmp_path / "venv")
+    lock = world["lock"]((A,), "0.30.0")
+    env = {"HOTFIX_LOCK": str(lock)}
+    options = ("--python", str(venv.python), "--catalog", str(world["catalog"]))
+    verify = _hotfix("verify", *options, env=env)
+    assert verify.returncode == 1 and f"NOT IN EFFECT: {A}@1 is lost" in verify.stdout, verify.stdout
+    done = _hotfix("status", A, *options, "--json", env=env)
+    (entry,) = json.loads(done.stdout)
+    assert (entry["state"], done.returncode) == ("lost", 1), entry
+    assert "the bind mount is missing" in entry["advice"] and "hotfix apply" not in entry["advice"], entry

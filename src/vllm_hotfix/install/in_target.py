@@ -17,7 +17,8 @@ def in_interpreter(python: str | None, sources: list[str]) -> dict[str, list[tup
     """install/bytecode.judge in ``python`` (the target interpreter: its cache tag, magic number and
     compiler), or in this process when that is hotfix's own interpreter or there is none (a --root
     checkout: judged for this interpreter). {source: [(pyc, why)]}."""
-    if not sources:
+    sources = [s for s in sources if _has_entries(s)]
+    if not sources:  # no entry at all beside them (the common case: apply dropped them): nothing to load
         return {}
     interpreter = interpreter_path(python) if python is not None else None
     if interpreter is None or is_this_interpreter(interpreter):
@@ -46,3 +47,18 @@ def in_interpreter(python: str | None, sources: list[str]) -> dict[str, list[tup
     last = (done.stderr.strip().splitlines() or ["no output"])[-1]
     raise UsageError(f"--python {interpreter} could not check the bytecode (exit {done.returncode}): {last}",
                      hint="it must be a Python 3.10-3.13 interpreter")
+
+
+def _has_entries(source: str) -> bool:
+    """Whether any ``__pycache__`` entry of ``source`` exists, for any interpreter (with PYTHONPYCACHEPREFIX
+    set the entries live elsewhere: then always true). A stat-level filter: the judge decides."""
+    import os
+
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
+        return True
+    folder, name = os.path.split(source)
+    stem = name[:-3] if name.endswith(".py") else name
+    try:
+        return any(e.startswith(stem + ".") and e.endswith(".pyc") for e in os.listdir(os.path.join(folder, "__pycache__")))
+    except OSError:
+        return False

@@ -122,21 +122,39 @@ class Derivation:
         chain = self.chains[path]
         wanted = [chain[0][1]] + [after for _, _, after in chain]
         mode = found.mode if found else 0o100644
-        bottom = self._kept(chain[0][0], path, wanted[0])
-        if bottom is None and wanted[0] is not None:
-            if at is None:
-                raise Refused(f"{path}: no kept original of {chain[0][0]} and the file holds none of its recorded states",
-                              hint="restore it (reinstall the package / git checkout), then retry")
-            bottom = found.data if found else None
-            for i in range(at - 1, -1, -1):  # down: each step's kept original, else its patch reversed
-                kept = self._kept(chain[i][0], path, wanted[i])
-                if kept is None:
-                    self.reversed_any = True
-                bottom = kept if kept is not None else self._derive(chain[i][0], path, bottom, mode, True, wanted[i])
-        states: list[Optional[bytes]] = [bottom]
+        states: list[Optional[bytes]] = [self._bottom(path, found, at)]
         for i, (hotfix_id, _, _) in enumerate(chain):  # up: each recorded patch applied to the state below it
             states.append(self._derive(hotfix_id, path, states[i], mode, False, wanted[i + 1]))
         return states
+
+    def _bottom(self, path: str, found, at: Optional[int]) -> Optional[bytes]:
+        chain = self.chains[path]
+        wanted = [chain[0][1]] + [after for _, _, after in chain]
+        bottom = self._kept(chain[0][0], path, wanted[0])
+        if bottom is not None or wanted[0] is None:
+            return bottom
+        if at is None:
+            raise Refused(f"{path}: no kept original of {chain[0][0]} and the file holds none of its recorded states",
+                          hint="restore it (reinstall the package / git checkout), then retry")
+        bottom = found.data if found else None
+        mode = found.mode if found else 0o100644
+        for i in range(at - 1, -1, -1):  # down: each step's kept original, else its patch reversed
+            kept = self._kept(chain[i][0], path, wanted[i])
+            if kept is None:
+                self.reversed_any = True
+            bottom = kept if kept is not None else self._derive(chain[i][0], path, bottom, mode, True, wanted[i])
+        return bottom
+
+    def _before(self, path: str):
+        """A path's bytes before the series (``_bottom``), as a reader gives them: what a rename or copy
+        reads from its other path when its step is derived upward (no other hotfix touches such a path)."""
+        from vllm_hotfix.core.apply import FileState
+
+        if path not in self.chains:
+            return self.read(path)
+        found = self.read(path)
+        data = self._bottom(path, found, level(self.chains[path], sha256(found.data if found else None)))
+        return None if data is None else FileState(data, found.mode if found else 0o100644)
 
     def _kept(self, hotfix_id: str, path: str, expected: Optional[str]) -> Optional[bytes]:
         if expected is None:
@@ -148,10 +166,10 @@ class Derivation:
                 expected: Optional[str]) -> Optional[bytes]:
         part = self.part(hotfix_id, path)
         try:
-            if moves(part.files):  # a rename / copy reads its other path: plan it on the tree as it is
-                from vllm_hotfix.core.apply import plan_patch
+            if moves(part.files):  # a rename / copy reads its other path: down, from the tree as it is; up,
+                from vllm_hotfix.core.apply import plan_patch  # from the bytes before the series
 
-                plan = plan_patch(part, self.read, reverse=reverse)
+                plan = plan_patch(part, self.read if reverse else self._before, reverse=reverse)
                 result = next((e.after for e in plan.edits if e.path == path),
                               None if any(e.old_path == path for e in plan.edits) else data)
             else:
