@@ -8,10 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 
 import pytest
 
+from fixtures.bytecode import stale_pyc
 from fixtures.vllmfull import HOTFIX, MAMBA, MODULE, guard_setup, legit_pyc, loader, record_setup
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
@@ -62,23 +62,9 @@ def test_a_hand_edited_record_is_unknown_and_strict_stops(full):
     assert "refusing to serve (HOTFIX_STRICT=1" in proc.stdout + proc.stderr
 
 
-STALE = r'''
-import importlib.util, marshal, os, sys
-source, old = sys.argv[1], open(sys.argv[2], "rb").read()
-st = os.stat(source)
-pyc = importlib.util.cache_from_source(source)
-os.makedirs(os.path.dirname(pyc), exist_ok=True)
-header = (0).to_bytes(4, "little") + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
-open(pyc, "wb").write(importlib.util.MAGIC_NUMBER + header + marshal.dumps(compile(old, source, "exec", dont_inherit=True)))
-print(pyc)
-'''
-
-
 def test_stale_bytecode_is_reported_and_this_process_still_runs_the_source(full):
     source = full["patched"] / MAMBA
-    made = subprocess.run([str(full["venv"].python), "-c", STALE, str(source), str(full["pristine"])],
-                          capture_output=True, text=True, check=True)
-    pyc = made.stdout.strip()
+    pyc = stale_pyc(full["venv"].python, source, full["pristine"])
     try:
         proc, reports = loader(full, HOTFIX_REQUIRE=HOTFIX, IMPORT_PATCHED="1")
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -30,6 +30,7 @@ import pytest
 
 import realdata
 from fixtures import crash
+from fixtures.bytecode import stale_pyc
 from fixtures.series import edit_diff, write_catalog
 from fixtures.twofiles import ENVS, VERSION, make_two_file_patch, snapshot
 
@@ -244,20 +245,9 @@ def _rewrite_kept_patch(envs_before: bytes, envs_after: bytes, version_before: b
     subprocess.run(["rm", "-rf", str(work)], check=True)
 
 
-STALE_PYC = r'''
-import importlib.util, marshal, os, sys
-source, old = sys.argv[1], open(sys.argv[2], "rb").read()
-st = os.stat(source)
-pyc = importlib.util.cache_from_source(source)
-os.makedirs(os.path.dirname(pyc), exist_ok=True)
-header = (0).to_bytes(4, "little") + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
-open(pyc, "wb").write(importlib.util.MAGIC_NUMBER + header + marshal.dumps(compile(old, source, "exec", dont_inherit=True)))
-'''
-
-
 def _stale_pyc(python: Path, source: Path, old: bytes) -> None:
     (source.parent / "old.bytes").write_bytes(old)
-    subprocess.run([str(python), "-c", STALE_PYC, str(source), str(source.parent / "old.bytes")], check=True)
+    stale_pyc(python, source, source.parent / "old.bytes")
     (source.parent / "old.bytes").unlink()
 
 
