@@ -90,9 +90,9 @@ def test_missing_lock_file_says_how_to_make_one(tmp_path):
         (None, "0.30.0", "drifted"),  # the same word `hotfix status` uses for a missing file
         (PRISTINE, "0.32.0", "fixed-upstream"),
         (PRISTINE, "0.33.0rc1", "fixed-upstream"),
-        (PRISTINE, "0.32.0rc1", "lost"),
+        (PRISTINE, "0.32.0rc1", "stale"),
         (PATCHED, "0.30.0+cu126", "applied"),  # a local label names the same release
-        (PATCHED, "0.31.0", "lost"),  # another release under the lock: its files' bytes are 0.30.0's
+        (PATCHED, "0.31.0", "stale"),  # another release under the lock: its files' bytes are 0.30.0's
     ],
 )
 def test_states_against_files_on_disk(tmp_path, content, version, state):
@@ -100,7 +100,7 @@ def test_states_against_files_on_disk(tmp_path, content, version, state):
     assert check.state == state
     assert check.in_effect == (state in ("applied", "fixed-upstream"))
     advice = lockfile.advice(check, lambda locked, fc: f"./x/{locked.export}:{fc.where}:ro")
-    if state == "lost" and version != "0.30.0":
+    if state == "stale":
         assert advice.startswith(f"vllm is {version} here, the lock was exported from 0.30.0: re-export")
     elif state == "lost":
         assert advice.startswith(f"lost: {PATH} is the pristine 0.30.0 file: the bind mount is missing")

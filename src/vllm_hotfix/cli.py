@@ -217,13 +217,14 @@ def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
 @click.option("--target", "distribution", help="Distribution the hotfix targets (vllm, vllm-ascend).")
 @click.option("--versions", help="PEP 440 range the hotfix applies to, e.g. '>=0.29,<0.32' (--from-install: default ==installed).")
 @click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="--from-install: the pristine wheel of the installed release (default: cached, else pip download).")
+@click.option("--include-applied", is_flag=True, help="--from-install: also fold in the changes of the hotfixes recorded on that install (default: only the edits made on top of them).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Catalog directory to write manifests/ and patches/ into.")
 @dry_run_option
 @json_option
-def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_release, base, split_by_file, python, distribution, versions, wheel, out_dir, dry_run, as_json) -> None:
+def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_release, base, split_by_file, python, distribution, versions, wheel, include_applied, out_dir, dry_run, as_json) -> None:
     from vllm_hotfix.commands import new as command
 
-    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, from_release=from_release, base=base, split_by_file=split_by_file, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, from_release=from_release, base=base, split_by_file=split_by_file, python=python, distribution=distribution, versions=versions, wheel=wheel, include_applied=include_applied, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")

@@ -10,7 +10,7 @@ import click
 EXIT_CODES_HELP = """\b
 Exit codes:
   0  success / everything in effect
-  1  not in effect (verify, status) or not pristine (audit)
+  1  not in effect (verify, status) or not pristine, or a recorded fix not in effect (audit)
   2  usage error
   3  refused: baseline not clean, checksum mismatch, version out of range,
      unmet precondition, unsafe path
@@ -35,7 +35,8 @@ Exit codes:
 DOCTOR_EXIT_HELP = """\b
 Exit codes of doctor:
   0  a known issue matches, and its fix is already in effect (applied / fixed upstream)
-  1  a known issue matches and its fix is needed (not applied, lost, drifted, state unknown)
+  1  a known issue matches confidently and its fix is not in effect (any state but applied /
+     fixed upstream: not applied, lost, stale, stale bytecode, drifted, interrupted, unknown)
   2  usage error (unreadable log, bad option)
   8  invalid manifest in the catalog
   9  no known issue matches (or only ones for other releases)
@@ -99,7 +100,8 @@ Answers:
   partly          some files or hunks hold the post-image, the rest does not apply
   conflicts       nothing of it is there, and the patch does not apply
   not-applicable  outside the hotfix's targets
-Exit: 0 contained/applied, 1 applicable, 3 not-applicable, 4 partly/conflicts; with --versions
+  stale-bytecode  recorded and in the files, but Python would load a __pycache__ entry holding other code
+Exit: 0 contained/applied, 1 applicable/stale-bytecode, 3 not-applicable, 4 partly/conflicts; with --versions
 0 when every release was answered, 10 when one could not be downloaded.
 
 \b
@@ -214,7 +216,10 @@ Examples:
 AUDIT_HELP = """Check every installed file of PACKAGE against pip's RECORD (exit 1 if not pristine).
 
 Prints only differences, `rpm -V` style: `S.5......` size, `..5......` digest, `missing`,
-`unrecorded` (a file in the package directory RECORD does not list; __pycache__/*.pyc ignored).
+`unrecorded` (a file in the package directory RECORD does not list; __pycache__/*.pyc ignored),
+`stale-bytecode` (a __pycache__ entry Python would load instead of a changed or recorded source,
+holding other code); then the hotfixes recorded for the install with their state (exit 1 when one is
+not in effect, even on a pristine install: a rebuild or an upgrade under the record).
 
 \b
 Examples:

@@ -27,7 +27,7 @@ def doctor(run_hotfix, *args, **kwargs):
 def test_001_without_a_target_names_mamba_from_the_logs_release(run_hotfix):
     done = doctor(run_hotfix, *MAMBA_LOGS)
     assert done.returncode == 1, done.stderr
-    assert ("1. mamba-align-block-size: needed? state unknown → hotfix apply mamba-align-block-size --python PY "
+    assert ("1. mamba-align-block-size: needed? state unknown → hotfix apply mamba-align-block-size "
             "(or upgrade vllm to 0.32.0, fixed upstream)") in done.stdout
     assert "the log's vllm 0.30.0 is affected" in done.stdout
     assert f"{MAMBA_LOGS[0]}:22" in done.stdout and "confident: specific evidence" in done.stdout
@@ -69,7 +69,7 @@ def test_stdin_and_gzip_give_the_same_verdict_as_the_file(run_hotfix, tmp_path):
         (verdict,) = [v for v in report["verdicts"] if v["named"]]
         assert (verdict["id"], verdict["state"], verdict["level"]) == ("mamba-align-block-size", "unknown", "confident")
         assert report["exit_code"] == 1 and report["log_versions"] == {"vllm": "0.30.0"}
-        assert (verdict["next"], verdict["upgrade"]) == ("hotfix apply mamba-align-block-size --python PY", "vllm 0.32.0")
+        assert (verdict["next"], verdict["upgrade"]) == ("hotfix apply mamba-align-block-size", "vllm 0.32.0")
 
 
 def test_json_carries_first_errors_and_evidence(run_hotfix):
@@ -142,8 +142,10 @@ def test_004_advisories_fixed_by_a_hotfix_version_join_with_the_recorded_version
     done = doctor(run_hotfix, LOGS / "004-qwen-ple-placeholder.log", "--root", standin.checkout, *catalogs, "--catalog", ours, "--json")
     assert done.returncode == 1, done.stderr
     states = {v["id"]: (v["state"], v["next"]) for v in json.loads(done.stdout)["verdicts"] if v["named"]}
-    assert states["placeholder-v3"] == ("applied", f"hotfix verify qwen-standin --root {standin.checkout}")
-    assert states["placeholder-v6"] == ("not-applied", f"hotfix apply qwen-standin --root {standin.checkout} --patch-file PATH")
+    given = " ".join(f"--catalog {d}" for d in [*catalogs[1::2], ours])  # every next step names the catalogs it was given
+    assert states["placeholder-v3"] == ("applied", f"hotfix verify qwen-standin --root {standin.checkout} {given}")
+    assert states["placeholder-v6"] == ("not-applied",
+                                        f"hotfix apply qwen-standin --root {standin.checkout} {given} --patch-file PATH")
     assert states["qwen38-ple-placeholder"][0] == "unknown"  # the built-in one: qwen38-flash-next needs its patch file
 
 

@@ -1,8 +1,9 @@
 """`hotfix contains (ID | --patch FILE)`: is this fix in this install, or in each published release? By content.
 
 The answers come from ``flow.contains`` (applicability, the record, ``core.presence``: the rules
-status and check-catalog use). Exit codes: 0 contained / applied, 1 applicable (not in, applies),
-3 not-applicable, 4 partly / conflicts; with ``--versions`` (a matrix) 0 when every release was
+status and check-catalog use). Exit codes: 0 contained / applied, 1 applicable (not in, applies) or
+stale-bytecode (the recorded fix is in the files, a ``__pycache__`` entry Python would load is not), 3
+not-applicable, 4 partly / conflicts; with ``--versions`` (a matrix) 0 when every release was
 answered, 10 when one could not be downloaded.
 """
 
@@ -16,7 +17,7 @@ from packaging.version import Version
 from vllm_hotfix.errors import ExitCode, Refused, UsageError
 from vllm_hotfix.output import emit_json, note, say
 
-EXIT = {"contained": 0, "applied": 0, "applicable": 1, "not-applicable": int(ExitCode.REFUSED),
+EXIT = {"contained": 0, "applied": 0, "applicable": 1, "stale-bytecode": 1, "not-applicable": int(ExitCode.REFUSED),
         "partly": int(ExitCode.DOES_NOT_APPLY), "conflicts": int(ExitCode.DOES_NOT_APPLY)}
 
 

@@ -17,9 +17,10 @@ Aho-Corasick; ``HOTFIX_DOCTOR_PREFILTER=grep`` pipes the blocks through ``grep -
 - ``ruled-out``: a veto, another engine, a platform the bug does not occur on, another faulting kernel,
   or the log's release outside the range.
 
-Exit codes: 1 a confident match's fix is needed (not applied, lost, drifted, or its state unknown), or
-the guard fingerprints differ; 0 every confident match is already in effect, or nothing matched and
-the fingerprints of every node agree; 9 no confident match.
+Exit codes follow the printed confidence: 1 a confident match's fix is not in effect (any state but
+applied / fixed-upstream: not applied, lost, stale, drifted, interrupted, unknown), or the guard
+fingerprints differ; 0 every confident match is already in effect, or nothing matched and the
+fingerprints of every node agree; 9 no confident match.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
 from vllm_hotfix.output import emit_json, say
 
 BLOCK = 8 << 20  # bytes read at a time: the file is never held
-NEEDED = ("not-applied", "lost", "drifted", "unknown")
-IN_EFFECT = ("applied", "fixed-upstream")
+IN_EFFECT = ("applied", "fixed-upstream")  # core.verdict.IN_EFFECT; every other state of a confident match: needed
 OUT_OF_RANGE = ("not-applicable", "fixed-upstream")
 PREFILTERS = ("aho-corasick", "grep", "python")  # HOTFIX_DOCTOR_PREFILTER
 HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorded, but the files are back to baseline)",
+            "stale": "needed, stale (recorded on another release than the one installed)",
+            "stale-bytecode": "needed, stale bytecode (the files hold it, a __pycache__ entry does not)",
             "drifted": "needed, drifted (a touched file was changed)", "unknown": "needed? state unknown",
+            "interrupted": "needed? an apply or rollback was interrupted (run hotfix recover)",
             "applied": "already applied", "fixed-upstream": "fixed upstream", "not-applicable": "not applicable"}
 
 
@@ -243,14 +246,13 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
 
     fix_id, fix_version = parse_ref(manifest.fixed_by) if manifest.fixed_by else (manifest.id, None)
     subject = catalog.get(fix_id) if manifest.fixed_by else manifest
-    option = f"--root {root}" if root is not None else f"--python {python}" if python else None
+    option = _option(python, root, catalog)
     logged = [(s, log_versions[s.distribution]) for s in subject.targets if s.distribution in log_versions]
-    dist = logged[0][0] if logged else subject.targets[0]  # the target the log names, for the advice
-    apply = (f"hotfix apply {subject.id} {option or ('--root DIR' if dist.git else '--python PY')}"
+    apply = (f"hotfix apply {subject.id} {option}".rstrip()
              + (" --patch-file PATH" if any(p.kind == "external" for p in subject.patches) else ""))
     if subject.kind == "advisory":
         apply = f"follow the workaround (hotfix show {manifest.id})"
-    if option is None:
+    if python is None and root is None:
         if not logged:
             return "unknown", "no --python/--root given and the log does not name its release", apply
         spec, version = logged[0]
@@ -278,10 +280,24 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
         return "not-applied", f"{subject.id} version {status.version} is applied; this is fixed from {fix_version}", apply
     if status.state in ("applied", "fixed-upstream"):
         detail = status.detail or f"{subject.id}@{status.version} is in effect"
-        return status.state, detail, f"hotfix verify {subject.id} {option}" if status.state == "applied" else None
+        return status.state, detail, f"hotfix verify {subject.id} {option}".rstrip() if status.state == "applied" else None
     if status.state in ("not-applied", "lost", "unknown"):
         return status.state, status.detail or "", apply
-    return status.state, status.detail, (status.advice or "").replace("`", "") or None
+    import re
+
+    first = re.search(r"`(hotfix [^`]+)`", status.advice or "")  # the status's own next step (stale, interrupted, ...)
+    return status.state, status.detail, first.group(1) if first else (status.advice or "").replace("`", "") or None
+
+
+def _option(python: str | None, root: Path | None, catalog) -> str:
+    """``--python`` / ``--root`` (when given) and the --catalog dirs of this command, quoted, for its next steps."""
+    import shlex
+
+    words = ["--root", str(root)] if root is not None else ["--python", python] if python else []
+    for folder in catalog.dirs:
+        if folder.origin == "--catalog":
+            words += ["--catalog", os.path.abspath(folder.path)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _then(manifest, catalog, *, python: str | None, root: Path | None, catalogs: Sequence[Path]) -> str:
@@ -345,7 +361,7 @@ def _judge(match, *, python: str | None, root: Path | None, catalog, log_version
                        check=(f"the release: give --python/--root (the {dist} install that crashed), or a log with "
                               "its start-up banner",), then=then, **verdict)
     upgrade = None
-    if state in NEEDED and m.fixed_in is not None and m.fixed_in.version:
+    if state not in IN_EFFECT and state != "not-applicable" and m.fixed_in is not None and m.fixed_in.version:
         upgrade = f"{m.targets[0].distribution} {m.fixed_in.version}"
     return Verdict(level="confident", state=state, detail=detail, next=next_cmd, upgrade=upgrade, **verdict)
 
@@ -405,7 +421,7 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
     named = [v for v in verdicts if v.named]
     fleet = findings.fingerprint_problem()
     agree = findings.fingerprint_agreement()
-    if any(v.state in NEEDED for v in named) or fleet:
+    if any(v.state not in IN_EFFECT for v in named) or fleet:
         code = int(ExitCode.NOT_IN_EFFECT)  # a fix is needed, or nodes / ranks do not run the same code
     elif any(v.state in IN_EFFECT for v in named) or (agree and not named):
         code = int(ExitCode.OK)

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from vllm_hotfix.core.diff import exclude_paths, parse_patch
 from vllm_hotfix.core.render import file_diff
-from vllm_hotfix.errors import Refused, UsageError
+from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
 from vllm_hotfix.catalog.manifest import manifest_from_dict
 from vllm_hotfix.catalog.manifest_text import toml_value
@@ -48,7 +48,7 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         add_patches: Sequence[Path] = (), from_install: str | None = None, python: str | None = None,
         from_release: str | None = None, base: str | None = None, split_by_file: bool = False,
         distribution: str | None = None, versions: str | None = None, out_dir: Path = Path("."),
-        wheel: Path | None = None, dry_run: bool = False, as_json: bool = False) -> int:
+        wheel: Path | None = None, include_applied: bool = False, dry_run: bool = False, as_json: bool = False) -> int:
     if not ID_PATTERN.fullmatch(hotfix_id):
         raise UsageError(f"hotfix id {hotfix_id!r}: use lowercase letters, digits and '-' (e.g. mamba-align-block-size)")
     if sum(x is not None for x in (commit, from_install, from_release)) != 1:
@@ -56,12 +56,14 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
                          "--from-release DIST==X.Y.Z")
     if from_release is None and (base is not None or split_by_file):
         raise UsageError("--base and --split-by-file go with --from-release")
+    if include_applied and from_install is None:
+        raise UsageError("--include-applied goes with --from-install")
     release_report = None
     if commit is not None:
         patches, fields = _from_commit(commit, repo, exclude, distribution, versions)
         drafts = [Draft(hotfix_id, patches, fields)]
     elif from_install is not None:
-        patches, fields = _from_install(from_install, python, versions, wheel)
+        patches, fields = _from_install(from_install, python, versions, wheel, include_applied)
         drafts = [Draft(hotfix_id, patches, fields)]
     else:
         if versions is not None:
@@ -189,7 +191,7 @@ def _from_commit(commit: str, repo: Path | None, exclude: Sequence[str], distrib
 # --- from an installed wheel edited by hand -----------------------------------------------------------
 
 def _from_install(package: str, python: str | None, versions: str | None,
-                  wheel: Path | None) -> tuple[list[NewPatch], dict[str, Any]]:
+                  wheel: Path | None, include_applied: bool = False) -> tuple[list[NewPatch], dict[str, Any]]:
     from vllm_hotfix.flow.resolve import Resolver
     from vllm_hotfix.install.record import audit, read_record
     from vllm_hotfix.catalog.upstream import WheelReader, published_wheel
@@ -206,11 +208,18 @@ def _from_install(package: str, python: str | None, versions: str | None,
     if not changed:
         raise Refused(f"{target.distribution} {target.version} in {target.root}: no file differs from RECORD",
                       hint="edit the installed files first (hotfix where PACKAGE shows them), then run this again")
+    tops, owners = _recorded_tops(target, [d.path for d in changed], include_applied)
+    changed = [d for d in changed if d.path not in tops or tops[d.path] != _read(target.root, d.path)]
+    if not changed:
+        raise Refused(f"{target.distribution} {target.version} in {target.root}: the files that differ from RECORD "
+                      f"hold exactly what the recorded hotfixes ({', '.join(owners)}) put there: no edit of its own",
+                      hint="edit the installed files first, or fold the recorded hotfixes in with --include-applied")
     wheel_path = Path(wheel) if wheel else published_wheel(target.distribution, target.version)
     chunks = []
     with WheelReader(wheel_path) as pristine:
         for difference in changed:
-            chunk = _diff_installed(target.root, difference, entries.get(difference.path), pristine, wheel_path)
+            chunk = _diff_installed(target.root, difference, entries.get(difference.path), pristine, wheel_path,
+                                    base=tops.get(difference.path, _PRISTINE))
             if chunk:
                 chunks.append(chunk)
     if not chunks:
@@ -226,10 +235,55 @@ def _from_install(package: str, python: str | None, versions: str | None,
                      "versions": versions or f"=={target.version}"}],
         "comment": f"Written by `hotfix new --from-install` against {wheel_path.name}.",
     }
+    if tops:  # the new edit goes on top of the recorded series: it names the hotfixes it must stay above
+        below = sorted({h for h in owners})
+        fields["top"] = {"after": below}
+        fields["description"] += f" It holds only the edits made on top of the recorded hotfixes {', '.join(below)}."
     return [NewPatch(f"{target.version}.patch", data, f"edits to {label}")], fields
 
 
-def _diff_installed(root: Path, difference: Any, entry: Any, pristine: Any, wheel_path: Path) -> bytes | None:
+_PRISTINE = object()  # _diff_installed's default base: the file as the wheel has it
+
+
+def _read(root: Path, path: str) -> bytes | None:
+    from vllm_hotfix.install.tree import Tree
+
+    found = Tree(root).read(path)
+    return found.data if found is not None else None
+
+
+def _recorded_tops(target: Any, paths: list[str], include_applied: bool) -> tuple[dict[str, bytes | None], list[str]]:
+    """(path -> the bytes the target's recorded series leaves in it, the recorded hotfixes touching those
+    paths) for the changed paths a record covers: a new hotfix made from the install is the difference
+    from there, on top of the series (txn/derive.py gives every state, each checked against the record).
+    With ``include_applied`` the recorded changes are folded in (said on stderr) and nothing is subtracted."""
+    from vllm_hotfix.install.tree import Tree
+    from vllm_hotfix.txn.derive import Derivation
+    from vllm_hotfix.txn.state import TargetState
+
+    state = TargetState.for_root(target.root)
+    derivation = Derivation(state, Tree(target.root).read, target.root)
+    covered = [p for p in paths if p in derivation.chains]
+    owners = list(dict.fromkeys(s[0] for p in covered for s in derivation.chains[p]))
+    if not covered:
+        return {}, []
+    if include_applied:
+        note(f"--include-applied: the patch also holds the changes of the recorded hotfixes {', '.join(owners)} "
+             f"(in {', '.join(covered)})")
+        return {}, owners
+    tops = {}
+    for path in covered:
+        found = Tree(target.root).read(path)
+        try:
+            tops[path] = derivation.derive(path, found, None)[-1]
+        except (Refused, InvalidInput) as exc:
+            raise Refused(f"{path}: cannot derive what the recorded series ({', '.join(owners)}) leaves in it: "
+                          f"{exc.message}", hint="fold the recorded hotfixes in with --include-applied") from None
+    return tops, owners
+
+
+def _diff_installed(root: Path, difference: Any, entry: Any, pristine: Any, wheel_path: Path,
+                    base: Any = _PRISTINE) -> bytes | None:
     path = difference.path
     before = pristine(path)
     if entry is not None and before is not None and entry.algorithm == "sha256" and data_digest(before.data) != entry.digest:
@@ -241,10 +295,13 @@ def _diff_installed(root: Path, difference: Any, entry: Any, pristine: Any, whee
     file = Path(root) / path
     after = file.read_bytes() if file.exists() else None
     mode = file.stat().st_mode & 0o777 if after is not None else (before.mode if before else 0o644)
-    if b"\0" in (before.data if before else b"") + (after or b""):
+    old = before.data if before else None
+    if base is not _PRISTINE:  # on top of the recorded series: from what it leaves in the file
+        old = base
+    if b"\0" in (old or b"") + (after or b""):
         note(f"{path}: binary file differs from RECORD; left out of the patch")
         return None
-    return file_diff(path, before.data if before else None, after, mode)
+    return file_diff(path, old, after, mode)
 
 
 # --- from a patch release: its Python changes as hotfixes for its .0 -----------------------------------

@@ -24,7 +24,8 @@ def run(*, hotfix_id: str, catalogs: Sequence[Path] = (), as_json: bool = False)
             patch["path"] = str(manifest.patch_path(spec)) if spec.kind == "file" else None
         emit_json(data)
         return 0
-    lines = render(manifest, versions)
+    origin = catalog.origin(manifest)
+    lines = render(manifest, versions, catalog_dir=None if origin is None or origin.builtin else origin.path)
     lines.insert(1, provenance(catalog, manifest))
     for line in lines:
         say(line)
@@ -40,7 +41,7 @@ def provenance(catalog: Catalog, manifest: Manifest) -> str:
     return f"From: {where} ({manifest.source}){shadow}"
 
 
-def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
+def render(m: Manifest, versions: Sequence[int | str], catalog_dir: Path | None = None) -> list[str]:
     lines = [f"{m.id} (version {m.version}): {m.title}", ""]
     if m.kind == "advisory":
         lines.append("Kind: advisory (a known issue without a patch of its own)")
@@ -97,7 +98,13 @@ def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
     if m.kind == "advisory":
         lines.append("Check a log for it: hotfix doctor LOG")
         return lines
-    lines.append(f"Try it: hotfix apply {m.id} --dry-run" + (" --patch-file PATH" if any(p.kind == "external" for p in m.patches) else ""))
+    import os
+    import shlex
+
+    where = f" --catalog {shlex.quote(os.path.abspath(catalog_dir))}" if catalog_dir is not None else ""
+    lines.append(f"Try it: hotfix apply {m.id}{where} --dry-run"
+                 + (" --patch-file PATH" if any(p.kind == "external" for p in m.patches) else "")
+)
     return lines
 
 

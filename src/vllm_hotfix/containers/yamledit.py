@@ -159,13 +159,6 @@ def line_end(text: str, index: int) -> int:
     return len(text) if found < 0 else found + 1
 
 
-def only_thing_on_its_lines(text: str, start: int, end: int) -> bool:
-    """True when [start, end) plus an optional "- " before and a comment after fill whole lines."""
-    before = text[line_start(text, start):start].strip()
-    after = text[end:line_end(text, end)].strip()
-    return before in ("", "-") and (after == "" or after.startswith("#"))
-
-
 @dataclass(frozen=True)
 class Change:
     """One edit of a YAML document at a node's position."""

@@ -148,17 +148,3 @@ def pin_problem(manifest: Manifest, recorded: RecordedHotfix, state: TargetState
         except Refused as exc:
             return f"{exc.message} (the catalog's pin of {manifest.ref})"
     return None
-
-
-def recorded_series(state: TargetState, recorded: RecordedHotfix) -> Patch:
-    """The exact patches a record says were applied, parsed as they were then."""
-    files = []
-    for index, rel in enumerate(recorded.patches):
-        data = state.read_patch(rel)
-        if data is None:
-            raise Refused(f"{state.directory / rel}: the recorded patch of {recorded.id} is gone",
-                          hint="restore the state directory from a backup or reinstall the package")
-        strip = recorded.strip[index] if index < len(recorded.strip) else 1
-        exclude = recorded.exclude[index] if index < len(recorded.exclude) else ()
-        files.extend(load_patch_bytes(data, label=str(state.directory / rel), strip=strip, exclude=exclude).patch.files)
-    return Patch(tuple(files), recorded.id)

@@ -143,7 +143,7 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False,
     try:
         process = _started.pop((interpreter, do_import, guard), None) or _spawn_probe(interpreter, do_import, guard)
     except (OSError, ValueError) as exc:
-        raise _cannot_start(interpreter, exc) from None
+        raise cannot_start(interpreter, exc) from None
     try:
         with process:
             try:
@@ -162,7 +162,7 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False,
                      hint="it must be a Python 3.10-3.13 interpreter")
 
 
-def _cannot_start(interpreter: str, exc: Exception) -> UsageError:
+def cannot_start(interpreter: str, exc: Exception) -> UsageError:
     """Why ``interpreter`` could not be started, as a usage error (exit 2): it is what --python named."""
     hint = "give the path of the python that runs vLLM, e.g. /opt/venv/bin/python"
     if isinstance(exc, FileNotFoundError):
@@ -257,7 +257,7 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
 
     return Target(
         package=package,
-        distribution=dist["name"] if dist else None,
+        distribution=install_facts.distribution_of(decided),
         version=version,
         kind=kind,
         package_dir=package_dir,

@@ -81,6 +81,13 @@ def checkout_version(root: Path, package: str | None, *, metadata: str | None = 
     return CheckoutVersion(version=None, source=None, detail=None, distribution=name)
 
 
+def project_name(root: Path) -> str | None:
+    """pyproject.toml's [project] name of the checkout at ``root`` (None: none): its distribution when no
+    metadata names one (what ``checkout_version`` reports too, without deriving the version)."""
+    name = _pyproject(Path(root)).get("name")
+    return name if isinstance(name, str) else None
+
+
 def git_available() -> bool:
     """A git binary is on PATH (or GIT_PYTHON_GIT_EXECUTABLE names one)."""
     return shutil.which(os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git")) is not None

@@ -24,7 +24,7 @@ from vllm_hotfix.paths import TargetDir, read_own_file
 
 HISTORY_CAP = 1 << 20       # a file is rotated before a line would take it over this (~3,000 entries)
 HISTORY_LIMIT = 2 << 20     # what a history file we wrote can be when read back; larger is not ours
-OUTCOMES = ("applied", "upgraded", "adopted", "rolled-back")
+OUTCOMES = ("applied", "upgraded", "adopted", "rolled-back", "forgotten")  # forgotten: a record of another release
 FINGERPRINT_PREFIX = "hf1-"
 
 

@@ -271,10 +271,11 @@ def lock_series_checks(lock: Lock, current: Callable[[str], tuple]) -> dict:
 
 
 def check_lock(
-    lock: Lock, resolve: Callable[[str], Optional[Installed]], ids=()
+    lock: Lock, resolve: Callable[[str], Optional[Installed]], ids=(), bytecode: Optional[Callable] = None
 ) -> list[HotfixCheck]:
     """Check every (or each named) locked hotfix in the lock's series; ``resolve(package)`` is asked
-    once per package and every locked file is read once."""
+    once per package and every locked file is read once. ``bytecode(sources)``: {real source path:
+    [(pyc, why)]} (install/bytecode.py, in the interpreter checked) for the modules of applied hotfixes."""
     resolved: dict[str, Optional[Installed]] = {}
 
     def installed(package: str) -> Optional[Installed]:
@@ -292,7 +293,24 @@ def check_lock(
         return sha256_file(where), str(where)
 
     checks = lock_series_checks(lock, current)
-    return [_judge(hotfix, installed(hotfix.package), checks[hotfix.id]) for hotfix in lock.select(ids)]
+    judged = [_judge(hotfix, installed(hotfix.package), checks[hotfix.id]) for hotfix in lock.select(ids)]
+    sources = sorted({f.where for c in judged if c.state == APPLIED for f in c.files
+                      if f.where and f.path.endswith(".py") and f.sha256 is not None})
+    stale = bytecode(sources) if bytecode is not None and sources else {}
+    return [_stale_bytecode(c, stale) if c.state == APPLIED and stale else c for c in judged]
+
+
+def _stale_bytecode(check: HotfixCheck, stale: dict) -> HotfixCheck:
+    entries = [(f.where, pyc, why) for f in check.files if f.where in stale for pyc, why in stale[f.where]]
+    if not entries:
+        return check
+    from vllm_hotfix.output import quote_path
+
+    source, pyc, why = entries[0]
+    more = f" (+{len(entries) - 1} more)" if len(entries) > 1 else ""
+    state, detail = verdict.judge(check.files, stale_bytecode=f"Python would load {quote_path(pyc)} instead of "
+                                                              f"{quote_path(source)}: {why}{more}")
+    return HotfixCheck(check.hotfix, state, check.installed_version, check.files, detail)
 
 
 def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -> HotfixCheck:
@@ -311,10 +329,23 @@ def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -
                                           distribution=hotfix.distribution),
         recorded_release=hotfix.baseline_version, installed_release=version, moved=moved,
         distribution=hotfix.distribution)
-    if state == verdict.LOST and verdict.release_change(hotfix.baseline_version, version, moved) is not None:
+    if state == verdict.STALE:
         detail = (f"{hotfix.distribution} is {version} here, the lock was exported from {hotfix.baseline_version}: "
                   f"re-export against this image")
     return HotfixCheck(hotfix, state, version, files, detail)
+
+
+def mount_line_for(lock_file: Path) -> Callable[[LockedFile, FileCheck], str]:
+    """The compose volume line that puts a locked file back: the exported copy beside the lock when it is
+    there, else where `hotfix compose` expects the export (``./hotfix-export``)."""
+    def mount_line(locked: LockedFile, check: FileCheck) -> str:
+        beside_lock = Path(lock_file).absolute().parent / locked.export
+        source = str(beside_lock) if beside_lock.is_file() else f"{DEFAULT_EXPORT_SOURCE}/{locked.export}"
+        return f"{source}:{check.where}:ro"
+    return mount_line
+
+
+DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` default
 
 
 def _normalised(name: str) -> str:
@@ -324,10 +355,9 @@ def _normalised(name: str) -> str:
 def fingerprint(checks) -> str:
     """core.fingerprint of these checks: each hotfix's id and version, the distribution and the version
     installed, and the sha256 each file has *now* (what this interpreter really loads)."""
-    from vllm_hotfix.core.fingerprint import Entry, fingerprint as digest
+    from vllm_hotfix.core.fingerprint import fingerprint as digest
 
-    return digest(Entry(c.hotfix.id, c.hotfix.version, c.hotfix.distribution, c.installed_version,
-                        tuple((f.path, f.sha256) for f in c.files)) for c in checks)
+    return digest(fingerprint_entries(checks))
 
 
 def expected_fingerprint(lock: Lock) -> str:
@@ -341,8 +371,18 @@ def expected_fingerprint(lock: Lock) -> str:
                   for h in lock.hotfixes)
 
 
-def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str]) -> Optional[str]:
-    """What to do about one hotfix check; ``mount_line`` renders the compose volume to restore."""
+def fingerprint_entries(checks) -> list:
+    """The core.fingerprint entries of these checks (the guard merges them with its records' entries)."""
+    from vllm_hotfix.core.fingerprint import Entry
+
+    return [Entry(c.hotfix.id, c.hotfix.version, c.hotfix.distribution, c.installed_version,
+                  tuple((f.path, f.sha256) for f in c.files)) for c in checks]
+
+
+def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str],
+           option: str = "--python PY") -> Optional[str]:
+    """What to do about one hotfix check; ``mount_line`` renders the compose volume to restore, ``option``
+    names the interpreter checked (and the catalogs given) for the commands it prints."""
     h = check.hotfix
     if check.state == APPLIED:
         return None
@@ -351,10 +391,13 @@ def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str
                 f"drop the {h.id} bind mounts from the compose service and the lock")
     if check.installed_version is None and all(f.where is None for f in check.files):
         return f"package {h.package!r} not found in this interpreter: check --python / the image"
-    if verdict.release_change(h.baseline_version, check.installed_version, None) is not None:
+    if check.state == verdict.STALE:
         return (f"{h.distribution} is {check.installed_version} here, the lock was exported from "
-                f"{h.baseline_version}: re-export {h.id} against this image (`hotfix export {h.id} --python "
-                f"<this image's python>`) and mount what it writes")
+                f"{h.baseline_version}: re-export {h.id} against this image (`hotfix export {h.id} --to "
+                f"hotfix-export {option}`) and mount what it writes")
+    if check.state == verdict.STALE_BYTECODE:
+        return (f"{check.detail}: remove those __pycache__ entries from the image (or build it with "
+                f"`PYTHONDONTWRITEBYTECODE=1`); the mounted files themselves are right")
     lines = []
     by_path = {f.path: f for f in h.files}
     for f in check.files:

@@ -285,14 +285,3 @@ def remove_stray_temps(root: Path, paths: Iterable[str]) -> list[str]:
                     continue
                 removed.append(os.path.relpath(entry.path, root))
     return sorted(removed)
-
-
-def recover_target(root: Path) -> None:
-    """``recover`` the journal of the target ``root`` and say so; call with the target lock held."""
-    from vllm_hotfix.output import note
-    from vllm_hotfix.paths import TargetDir
-
-    report = recover(TargetDir.of(root).journal)
-    if report is not None:
-        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
-             f"{len(report.removed)} created file(s) removed")
