@@ -10,7 +10,7 @@ from vllm_hotfix.containers import compose, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix.inputs import read_bounded as read_input
 from vllm_hotfix.txn.lockfile import load_lock
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, say, say_lines
 from vllm_hotfix.txn.atomic import atomic_write
 
 
@@ -63,7 +63,7 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
     if dry_run:
         diff = difflib.unified_diff(original.splitlines(True), new_text.splitlines(True), source, source)
         text = "".join(diff)
-        say(text.rstrip("\n") if text else f"{source}: no change")
+        say_lines(text.rstrip("\n").split("\n") if text else [f"{source}: no change"])
         return 0
     verb = "removed from" if remove else "added to"
     if not changed:

@@ -67,8 +67,10 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         if versions is not None:
             raise UsageError("--from-release makes a hotfix for ==BASE; --versions does not apply")
         drafts, release_report = _from_release(hotfix_id, from_release, base, split_by_file=split_by_file)
+    from vllm_hotfix.flow.hotfix import read_patch_file
+
     for offset, path in enumerate(add_patches, start=len(drafts[0].patches) + 1):
-        data = Path(path).read_bytes()
+        data = read_patch_file(Path(path))  # a regular file, capped (inputs.read_patch_file)
         parse_patch(data, source=str(path))
         drafts[0].patches.append(NewPatch(f"{offset:04d}-{Path(path).name}", data, f"added from {Path(path).name}"))
 

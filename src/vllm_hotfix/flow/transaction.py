@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -22,8 +21,8 @@ from vllm_hotfix.core.apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import note
-from vllm_hotfix.paths import TargetDir
-from vllm_hotfix.txn.atomic import atomic_write, fsync_dir, unlink_if_present
+from vllm_hotfix.paths import TargetDir, make_state_dir
+from vllm_hotfix.txn.atomic import atomic_write, copy_new_file, fsync_dir, unlink_if_present
 from vllm_hotfix.flow.plan import invert
 from vllm_hotfix.txn.fsops import (Interrupted, parallel, digests_remembered, hold_late_signals, late_signal,
                                    signals_as_exceptions)
@@ -211,7 +210,7 @@ def _keep(tdir: TargetDir, root: Path, keep: dict[str, bytes | str]) -> str:
 
 
 def _make_dir(directory: str) -> None:
-    os.makedirs(directory, exist_ok=True)
+    make_state_dir(directory)  # 0o755 whatever the umask: never a folder another user can plant files in
 
 
 def _keep_one(root: Path, dest: str, what: bytes | str) -> None:
@@ -237,4 +236,4 @@ def _link_or_copy(source: str, dest: str) -> None:
             raise
         if os.path.lexists(dest):
             raise FileExistsError(errno.EEXIST, "exists", dest) from None
-        shutil.copyfile(source, dest)
+        copy_new_file(source, dest)

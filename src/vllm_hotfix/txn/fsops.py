@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 
 from vllm_hotfix.output import note
 from vllm_hotfix.paths import JOURNAL_NAME
-from vllm_hotfix.txn.atomic import unlink_if_present
+from vllm_hotfix.txn.atomic import copy_new_file, unlink_if_present
 from vllm_hotfix.txn.writable import describe
 
 JOURNAL = JOURNAL_NAME  # the name is defined once, in paths
@@ -255,12 +255,14 @@ def signals_blocked() -> Iterator[None]:
 
 
 def link_backup(original: Path, backup: Path) -> None:
+    """A hard link of ``original`` at ``backup``, else (another file system, a link refused) a copy made
+    with mode 0o644 whatever the umask."""
     try:
         os.link(original, backup)
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
             raise
-        shutil.copyfile(original, backup)
+        copy_new_file(original, backup)
 
 
 def remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
