@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.trees import snapshot
+from fixtures.trees import one_file_target, snapshot
 
 OTHER_UID = 4242  # "another user": no account needed for os.chown
-PATCH = b"--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n-a\n+b\n"
 EVIL = b"import os; os.system('id > /tmp/owned')\n"
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making another user's files needs root (os.chown)")
@@ -31,13 +30,7 @@ def hotfix(*args, umask: int = 0o022) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def target(tmp_path) -> tuple[Path, Path]:
-    root = tmp_path / "root"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pkg" / "m.py").write_bytes(b"a\n")
-    (root / "pkg" / "keep.py").write_bytes(b"keep me\n")
-    patch = tmp_path / "m.diff"
-    patch.write_bytes(PATCH)
-    return root, patch
+    return one_file_target(tmp_path, **{"keep.py": b"keep me\n"})
 
 
 def error(done: subprocess.CompletedProcess) -> str:

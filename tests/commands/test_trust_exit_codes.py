@@ -11,21 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.trees import everything as tree
+from fixtures.trees import everything as tree, one_file_target
 
-PATCH = b"--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n-a\n+b\n"
 DEEP = 100_000  # far past the interpreter's recursion limit
 
 
 
 @pytest.fixture
 def target(tmp_path) -> tuple[Path, Path]:
-    root = tmp_path / "root"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pkg" / "m.py").write_bytes(b"a\n")
-    patch = tmp_path / "m.diff"
-    patch.write_bytes(PATCH)
-    return root, patch
+    return one_file_target(tmp_path)
 
 
 def one_error(done: subprocess.CompletedProcess) -> str:

@@ -106,6 +106,11 @@ class HotfixCheck(Value):
 def load_lock(path: Path) -> Lock:
     """The lock at ``path``, read as input (a regular file, no symlink followed, never blocking, at most
     LOCK_LIMIT bytes) and validated (``parse_lock``)."""
+    return read_lock(path)[0]
+
+
+def read_lock(path: Path) -> tuple[Lock, bytes]:
+    """``load_lock`` and the very bytes it parsed (what a ConfigMap carries: never read a second time)."""
     if "\x00" in str(path):
         raise InvalidInput(f"{str(path)!r}: a lock path cannot contain a NUL byte")
     try:
@@ -114,7 +119,32 @@ def load_lock(path: Path) -> Lock:
         raise InvalidInput(f"{path}: cannot read lock file: {exc.strerror}") from None
     if data is None:
         raise InvalidInput(f"{path}: lock file not found", hint="run `hotfix export ID... --to DIR` to write DIR/hotfix.lock")
-    return parse_lock(data, source=str(path))
+    return parse_lock(data, source=str(path)), data
+
+
+def read_exported(export_dir: Path, files: tuple[LockedFile, ...], lock_path: Path) -> dict[str, bytes]:
+    """The exported bytes of each of ``files`` (``LockedFile.export``, relative to ``export_dir``), read as
+    input (``inputs.read_bounded``: a regular file, no symlink followed, never blocking, at most
+    EXPORT_FILE_LIMIT) and checked against the lock's sha256 before they go into a ConfigMap, a bind
+    mount or an image: InvalidInput (exit 8) naming the file otherwise."""
+    import hashlib
+
+    from vllm_hotfix.inputs import EXPORT_FILE_LIMIT, read_bounded
+
+    hint = f"re-run `hotfix export` into {export_dir}"
+    found: dict[str, bytes] = {}
+    for locked in files:
+        path = Path(export_dir) / locked.export
+        try:
+            data = read_bounded(path, cap=EXPORT_FILE_LIMIT, what="exported file", follow_symlinks=False, hint=hint)
+        except OSError as exc:
+            raise InvalidInput(f"{path}: listed in {lock_path} but not readable: {exc.strerror}", hint=hint) from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != locked.sha256:
+            raise InvalidInput(f"{path}: does not hold the bytes {lock_path} names (sha256 {digest[:12]}, expected "
+                               f"{locked.sha256[:12]})", hint=hint)
+        found[locked.export] = data
+    return found
 
 
 def parse_lock(data: bytes, *, source: str = LOCK_NAME) -> Lock:
