@@ -10,7 +10,6 @@ them as on any patch file, and they parse with ``strip = 1``.
 from __future__ import annotations
 
 import hashlib
-import os
 import zipfile
 from pathlib import Path
 from typing import Sequence
@@ -37,13 +36,11 @@ def _require_git(commit: str) -> None:
 
 def _open(repo_path: Path, commit: str):
     _require_git(commit)
-    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     import git  # GitPython: imported lazily, only commands that read commits pay for it
 
-    try:
-        repo = git.Repo(repo_path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise Refused(f"{repo_path} is not a git repository: cannot read commit {commit[:12]}") from None
+    from vllm_hotfix.install.git import repository  # hardened: owner checked, no fsmonitor, hooks or global config
+
+    repo = repository(repo_path, f"cannot read commit {commit[:12]}")
     try:
         return repo, repo.commit(commit)
     except (git.BadName, ValueError, git.GitCommandError):
