@@ -25,6 +25,7 @@ PATCH_LIMIT = 64 * MIB  # a patch file (--patch, --patch-file, a catalog's): see
 TARGET_FILE_LIMIT = 256 * MIB  # one file of a target read to plan or check (vLLM's largest .py is ~0.3 MB)
 EXPORT_FILE_LIMIT = 64 * MIB  # one exported file (a ConfigMap holds at most 1 MiB anyway)
 YAML_LIMIT = 4 * MIB  # a Kubernetes manifest or kustomization read by `hotfix k8s`
+ARCHIVE_MEMBER_LIMIT = 64 * MIB  # one member of a wheel read into memory (a source file, a RECORD)
 
 
 class Unfit(InvalidInput):

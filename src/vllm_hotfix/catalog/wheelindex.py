@@ -25,7 +25,11 @@ from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from vllm_hotfix.errors import Unavailable
+from vllm_hotfix.errors import HotfixError, Unavailable
+from vllm_hotfix.inputs import read_bounded
+from vllm_hotfix.output import note, visible
+from vllm_hotfix.paths import make_state_dir, trust_problem
+from vllm_hotfix.txn.atomic import atomic_write
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 TIMEOUT = 60.0
@@ -195,7 +199,7 @@ class Index:
             raise Unavailable(f"no wheel of {project} {version} on {self.config.describe()}",
                               hint=f"put it into {directory} yourself, or pass --wheel FILE")
         wheel = _best(candidates)
-        directory.mkdir(parents=True, exist_ok=True)
+        make_state_dir(directory)  # 0o755 whatever the umask
         final = directory / wheel.filename
         fd, tmp_name = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=directory)
         tmp = Path(tmp_name)
@@ -211,11 +215,14 @@ class Index:
                 out.flush()
                 os.fsync(out.fileno())
             if wheel.sha256 is None:
-                print(f"note: {redact(wheel.url)} publishes no sha256; downloaded without a check", file=sys.stderr)
+                note(f"{redact(wheel.url)} publishes no sha256; downloaded without a check")
             elif digest.hexdigest() != wheel.sha256.lower():
                 raise Unavailable(f"{wheel.filename}: sha256 {digest.hexdigest()} does not match the index's "
                                   f"{wheel.sha256}: download discarded",
                                   hint="a broken mirror or proxy? nothing was kept")
+            os.chmod(tmp, 0o644)
+            if wheel.sha256 is not None:  # the index's word, kept beside the wheel: checked before each use
+                atomic_write(sidecar(final), wheel.sha256.lower().encode() + b"\n", 0o644)
             os.replace(tmp, final)
         except Unavailable:
             raise
@@ -225,6 +232,76 @@ class Index:
         finally:
             tmp.unlink(missing_ok=True)
         return final
+
+    def index_sha256(self, project: str, filename: str) -> str | None:
+        """The sha256 the index gives ``filename`` (None: it gives none, or has no such file). The index
+        is read once per project and process. Unavailable when it cannot be read."""
+        key = (self.config.urls, project)
+        listed = _LISTED.get(key)
+        if listed is None:
+            listed = _LISTED[key] = {}
+            for w in self.wheels(project):  # the first index that lists a file is the one pip would take
+                listed.setdefault(w.filename, w.sha256)
+        found = listed.get(filename)
+        return found.lower() if found else None
+
+    def cached(self, project: str, version: str, directory: Path, *, prefix: str, download: bool = True) -> Path:
+        """The wheel of ``project==version`` in the cache ``directory``, checked before it is used: the
+        cache must be this user's (``cache_problem``; another user's is not used: the wheel is fetched into
+        a private temporary folder instead); the wheel's sha256 must be the one the index gave, kept beside
+        it (``NAME.sha256``; a wheel without one is checked against the index, when it can be reached).
+        A wheel that does not match (tampered, truncated) is fetched once more; then Unavailable.
+        ``prefix``: how the wheel's file name starts (``upstream._wheel_prefix``)."""
+        from vllm_hotfix.errors import Refused
+
+        problem = cache_problem(directory)
+        if problem is not None:
+            note(f"{directory}: {problem}: not used as a cache (another user could have planted a wheel there); "
+                 f"fetching into a private temporary folder")
+            directory = _private_cache()
+        found = sorted(p for p in directory.glob("*.whl") if p.name.lower().startswith(prefix.lower())) \
+            if directory.is_dir() else []
+        for wheel in found:
+            why = self._unfit(project, wheel)
+            if why is None:
+                return wheel
+            note(f"{wheel}: {why}; fetching it once more")
+            for stale in (wheel, sidecar(wheel)):
+                stale.unlink(missing_ok=True)
+        if not download:
+            raise Refused(f"no cached wheel of {project} {version} in {directory}",
+                          hint=f"pip download --no-deps --only-binary :all: {project}=={version} -d {directory}")
+        return self.download(project, version, directory)
+
+    def _unfit(self, project: str, wheel: Path) -> str | None:
+        """Why the cached ``wheel`` must not be used (None: its bytes are the index's)."""
+        recorded = None
+        try:
+            text = read_bounded(sidecar(wheel), cap=256, what="sha256 file", follow_symlinks=False)
+            recorded = text.decode("ascii", "replace").strip().lower()
+        except FileNotFoundError:
+            pass
+        except (OSError, HotfixError):
+            return "its sha256 file is unreadable"
+        if recorded is None:
+            try:
+                recorded = self.index_sha256(project, wheel.name)
+            except Unavailable:
+                recorded = None
+            if recorded is None:  # put there by hand, and no index to ask: used as it is
+                return None
+        try:
+            actual = file_sha256(wheel)
+        except OSError as exc:
+            return f"unreadable ({exc.strerror or exc})"
+        if actual != recorded:
+            return f"sha256 {actual[:12]} is not the index's {recorded[:12]} (changed or truncated)"
+        if not sidecar(wheel).exists():
+            try:
+                atomic_write(sidecar(wheel), recorded.encode() + b"\n", 0o644)
+            except OSError:
+                pass
+        return None
 
     def _stream(self, url: str) -> tuple[Optional[int], Iterable[bytes]]:
         if urlparse(url).scheme == "file":
@@ -244,6 +321,55 @@ class Index:
             with response:
                 yield from response.iter_content(CHUNK)
         return (int(length) if length and length.isdigit() else None), body()
+
+
+def sidecar(wheel: Path) -> Path:
+    """Where the index's sha256 of a cached wheel is kept: beside it, ``NAME.whl.sha256``."""
+    return wheel.with_name(wheel.name + ".sha256")
+
+
+def cache_problem(directory: Path) -> str | None:
+    """Why a cache folder (and the cache above it) must not be used: ``paths.trust_problem``, the rule the
+    state directory follows (a link, another user's, writable by group or others). pip refuses a cache it
+    does not own too."""
+    for folder in (directory.parent, directory):
+        problem = trust_problem(folder)
+        if problem is not None:
+            return f"{folder} {problem}"
+    return None
+
+
+_PRIVATE: list[Path] = []
+_LISTED: dict[tuple, dict[str, str | None]] = {}  # (index urls, project) -> {wheel file name: sha256}: read once
+
+
+def _private_cache() -> Path:
+    """A temporary folder of this process's own for wheels when the cache cannot be trusted (removed at exit)."""
+    if not _PRIVATE:
+        import atexit
+        import shutil
+
+        _PRIVATE.append(Path(tempfile.mkdtemp(prefix="hotfix-wheels-")))
+        atexit.register(shutil.rmtree, _PRIVATE[0], True)
+    return _PRIVATE[0]
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a cached wheel, read without following a link or blocking (a regular file only)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        digest = hashlib.sha256()
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return digest.hexdigest()
+            digest.update(chunk)
+    finally:
+        os.close(fd)
 
 
 def _best(candidates: list[WheelFile]) -> WheelFile:
@@ -289,6 +415,7 @@ class LineProgress(Progress):
 
     def __enter__(self) -> "LineProgress":
         size = f" ({self.total / 1e6:.0f} MB)" if self.total else ""
+        self.name = visible(self.name)  # a file name from an index: shown, never obeyed by the terminal
         print(f"downloading {self.name}{size}", file=self.stream, flush=True)
         return self
 

@@ -20,7 +20,7 @@ from vllm_hotfix.catalog.model import ID_PATTERN
 from vllm_hotfix.catalog.manifest import manifest_from_dict
 from vllm_hotfix.catalog.manifest_text import toml_value
 from vllm_hotfix.core.data import load_toml
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, quote_path, say
 from vllm_hotfix.install.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write
 
@@ -286,13 +286,13 @@ def _from_release(hotfix_id: str, text: str, base: str | None, *, split_by_file:
                            f"{dist}=={release}")
     lines = [f"{dist} {base} -> {release}: {len(diff.python)} Python file(s) differ; "
              f"{', '.join(diff.excluded) or 'no _version.py'} left out (the installed version stays {base})"]
-    lines += [f"  {f.path}" for f in diff.python]
+    lines += [f"  {quote_path(f.path)}" for f in diff.python]
     if diff.compiled:
         lines.append(f"compiled files that differ, NOT included (the hotfix cannot carry them; recorded in the "
                      f"manifest as compiled_changes): {len(diff.compiled)}")
-        lines += [f"  {path}" for path in diff.compiled]
+        lines += [f"  {quote_path(path)}" for path in diff.compiled]
     if diff.other:
-        lines.append("other changed files, not included: " + ", ".join(diff.other))
+        lines.append("other changed files, not included: " + ", ".join(map(quote_path, diff.other)))
     groups = [(f"{hotfix_id}-{_slug_of(f.path, diff.package)}", [f]) for f in diff.python] if split_by_file \
         else [(hotfix_id, list(diff.python))]
     seen: dict[str, int] = {}
