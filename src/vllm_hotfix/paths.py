@@ -116,6 +116,11 @@ def all_target_dirs() -> list[TargetDir]:
         names = sorted(os.listdir(targets_dir()))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as exc:
+        from vllm_hotfix.errors import WriteFailed
+
+        raise WriteFailed(f"{targets_dir()}: cannot list the recorded targets: {exc.strerror or exc}",
+                          hint=f"run hotfix as the user who owns the state directory, or set {STATE_DIR_ENV}") from None
     return [TargetDir(targets_dir() / name) for name in names]
 
 
@@ -144,8 +149,10 @@ def trust_problem(directory: Path | str) -> str | None:
     others (another local user could plant records, journals or links there)."""
     try:
         info = os.lstat(directory)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:  # a folder on the way this user may not search
+        return f"cannot be looked at by this user ({exc.strerror or exc})"
     if stat.S_ISLNK(info.st_mode):
         return "is a symbolic link"
     if not stat.S_ISDIR(info.st_mode):
@@ -172,6 +179,9 @@ def check_trusted(*directories: Path | str) -> None:
 
     for directory in directories:
         problem = trust_problem(directory)
+        if problem is not None and problem.startswith("cannot be looked at"):
+            raise WriteFailed(f"{directory}: {problem}", hint=f"run hotfix as the user the state directory belongs to, "
+                              f"or set {STATE_DIR_ENV} to a directory of your own")
         if problem is not None:
             raise WriteFailed(f"{directory}: {problem}; vllm-hotfix keeps records, journals and backups only where "
                               f"no other user can write", hint=f"`chmod go-w {directory}` and own it (`chown`), or set "
