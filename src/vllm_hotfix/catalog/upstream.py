@@ -142,12 +142,13 @@ def published_wheel(distribution: str, version: str, *, download: bool = True) -
     Not cached: downloaded from the index pip is configured with (``catalog.wheelindex``, no pip
     needed), sha256-checked, with progress on stderr; ``errors.Unavailable`` when that fails. Cached: used
     only from a cache this user owns, and only when it still holds the index's sha256
-    (``wheelindex.Index.cached``: else fetched once more).
+    (``wheelcache.cached``: else fetched once more).
     """
+    from vllm_hotfix.catalog.wheelcache import cached
     from vllm_hotfix.catalog.wheelindex import Index
 
-    return Index().cached(distribution, version, cache_dir() / "wheels", prefix=_wheel_prefix(distribution, version),
-                          download=download)
+    return cached(Index(), distribution, version, cache_dir() / "wheels", prefix=_wheel_prefix(distribution, version),
+                  download=download)
 
 
 class WheelReader:

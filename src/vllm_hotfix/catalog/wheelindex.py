@@ -25,10 +25,9 @@ from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from vllm_hotfix.errors import HotfixError, Unavailable
-from vllm_hotfix.inputs import read_bounded
+from vllm_hotfix.errors import Unavailable
 from vllm_hotfix.output import note, visible
-from vllm_hotfix.paths import make_state_dir, trust_problem
+from vllm_hotfix.paths import make_state_dir
 from vllm_hotfix.txn.atomic import atomic_write
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
@@ -245,64 +244,6 @@ class Index:
         found = listed.get(filename)
         return found.lower() if found else None
 
-    def cached(self, project: str, version: str, directory: Path, *, prefix: str, download: bool = True) -> Path:
-        """The wheel of ``project==version`` in the cache ``directory``, checked before it is used: the
-        cache must be this user's (``cache_problem``; another user's is not used: the wheel is fetched into
-        a private temporary folder instead); the wheel's sha256 must be the one the index gave, kept beside
-        it (``NAME.sha256``; a wheel without one is checked against the index, when it can be reached).
-        A wheel that does not match (tampered, truncated) is fetched once more; then Unavailable.
-        ``prefix``: how the wheel's file name starts (``upstream._wheel_prefix``)."""
-        from vllm_hotfix.errors import Refused
-
-        problem = cache_problem(directory)
-        if problem is not None:
-            note(f"{directory}: {problem}: not used as a cache (another user could have planted a wheel there); "
-                 f"fetching into a private temporary folder")
-            directory = _private_cache()
-        found = sorted(p for p in directory.glob("*.whl") if p.name.lower().startswith(prefix.lower())) \
-            if directory.is_dir() else []
-        for wheel in found:
-            why = self._unfit(project, wheel)
-            if why is None:
-                return wheel
-            note(f"{wheel}: {why}; fetching it once more")
-            for stale in (wheel, sidecar(wheel)):
-                stale.unlink(missing_ok=True)
-        if not download:
-            raise Refused(f"no cached wheel of {project} {version} in {directory}",
-                          hint=f"pip download --no-deps --only-binary :all: {project}=={version} -d {directory}")
-        return self.download(project, version, directory)
-
-    def _unfit(self, project: str, wheel: Path) -> str | None:
-        """Why the cached ``wheel`` must not be used (None: its bytes are the index's)."""
-        recorded = None
-        try:
-            text = read_bounded(sidecar(wheel), cap=256, what="sha256 file", follow_symlinks=False)
-            recorded = text.decode("ascii", "replace").strip().lower()
-        except FileNotFoundError:
-            pass
-        except (OSError, HotfixError):
-            return "its sha256 file is unreadable"
-        if recorded is None:
-            try:
-                recorded = self.index_sha256(project, wheel.name)
-            except Unavailable:
-                recorded = None
-            if recorded is None:  # put there by hand, and no index to ask: used as it is
-                return None
-        try:
-            actual = file_sha256(wheel)
-        except OSError as exc:
-            return f"unreadable ({exc.strerror or exc})"
-        if actual != recorded:
-            return f"sha256 {actual[:12]} is not the index's {recorded[:12]} (changed or truncated)"
-        if not sidecar(wheel).exists():
-            try:
-                atomic_write(sidecar(wheel), recorded.encode() + b"\n", 0o644)
-            except OSError:
-                pass
-        return None
-
     def _stream(self, url: str) -> tuple[Optional[int], Iterable[bytes]]:
         if urlparse(url).scheme == "file":
             path = Path(unquote(urlparse(url).path))
@@ -323,53 +264,12 @@ class Index:
         return (int(length) if length and length.isdigit() else None), body()
 
 
-def sidecar(wheel: Path) -> Path:
-    """Where the index's sha256 of a cached wheel is kept: beside it, ``NAME.whl.sha256``."""
-    return wheel.with_name(wheel.name + ".sha256")
-
-
-def cache_problem(directory: Path) -> str | None:
-    """Why a cache folder (and the cache above it) must not be used: ``paths.trust_problem``, the rule the
-    state directory follows (a link, another user's, writable by group or others). pip refuses a cache it
-    does not own too."""
-    for folder in (directory.parent, directory):
-        problem = trust_problem(folder)
-        if problem is not None:
-            return f"{folder} {problem}"
-    return None
-
-
-_PRIVATE: list[Path] = []
 _LISTED: dict[tuple, dict[str, str | None]] = {}  # (index urls, project) -> {wheel file name: sha256}: read once
 
 
-def _private_cache() -> Path:
-    """A temporary folder of this process's own for wheels when the cache cannot be trusted (removed at exit)."""
-    if not _PRIVATE:
-        import atexit
-        import shutil
-
-        _PRIVATE.append(Path(tempfile.mkdtemp(prefix="hotfix-wheels-")))
-        atexit.register(shutil.rmtree, _PRIVATE[0], True)
-    return _PRIVATE[0]
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a cached wheel, read without following a link or blocking (a regular file only)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        import stat
-
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        digest = hashlib.sha256()
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return digest.hexdigest()
-            digest.update(chunk)
-    finally:
-        os.close(fd)
+def sidecar(wheel: Path) -> Path:
+    """Where the index's sha256 of a cached wheel is kept: beside it, ``NAME.whl.sha256``."""
+    return wheel.with_name(wheel.name + ".sha256")
 
 
 def _best(candidates: list[WheelFile]) -> WheelFile:
