@@ -191,6 +191,7 @@ def _keep(tdir: TargetDir, root: Path, keep: dict[str, bytes | str]) -> str:
     link(2) per file on a new name; a name kept from an earlier apply is replaced atomically. The
     directories are made level by level and the files kept on threads: creating an inode is the
     slow part (~0.25 ms a directory here, 300 of them for the real 0.29 -> 0.30 diff)."""
+    tdir.check(*sorted({os.path.dirname(rel) for rel in keep if os.path.dirname(rel)}))  # planted folders: exit 6
     items = [(os.path.join(tdir.directory, rel), what) for rel, what in keep.items()]
     parents = {os.path.dirname(dest) for dest, _ in items}
     missing: set[str] = set()
