@@ -17,13 +17,18 @@ T = TypeVar("T")
 
 
 def emit_json(obj: Any) -> None:
-    """--json: JSON escapes every control character itself; a lone surrogate (a file name that is not
-    UTF-8, read with surrogateescape) is written as its escape, never as an encoding error."""
+    """--json: readable UTF-8, where JSON itself escapes the C0 controls; every other character ``visible``
+    would escape (C1 controls such as U+009B, bidi and zero-width characters, a lone surrogate from a file
+    name that is not UTF-8) is written as its ``\\uXXXX`` escape too: the same value for a JSON reader,
+    nothing a terminal obeys when the document is printed to one."""
     import json
 
     text = json.dumps(obj, indent=2, default=str, ensure_ascii=False)
     if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates -> \udcXX
+        import re
+
+        text = re.sub(r"[^\x00-\x7f]", lambda m: m.group() if m.group().isprintable() else json.dumps(m.group())[1:-1],
+                      text)
     _write(sys.stdout, text + "\n", flush=True)
 
 
