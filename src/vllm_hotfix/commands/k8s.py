@@ -25,6 +25,7 @@ from vllm_hotfix.txn.lockfile import read_exported, read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
 from vllm_hotfix.inputs import YAML_LIMIT, read_bounded
 from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 RENDER_TIMEOUT = 120.0
@@ -125,7 +126,7 @@ def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
     from vllm_hotfix.txn.atomic import atomic_write
 
     try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        make_state_dir(out_dir.parent)
         staged = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=STAGE_SUFFIX, dir=out_dir.parent))
     except OSError as exc:
         raise WriteFailed(f"{out_dir.parent}: cannot write the overlay: {exc.strerror}; nothing was written") from None
@@ -133,7 +134,7 @@ def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
         staged.chmod(0o755)
         for rel, data in files.items():
             path = staged / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(path.parent)
             atomic_write(path, data, 0o644)
     except OSError as exc:
         shutil.rmtree(staged, ignore_errors=True)

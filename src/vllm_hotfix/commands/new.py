@@ -23,6 +23,7 @@ from vllm_hotfix.core.data import load_toml
 from vllm_hotfix.output import emit_json, note, quote_path, say
 from vllm_hotfix.install.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,8 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         written.append((draft, manifest_path, Path(out_dir) / "patches" / draft.hotfix_id, entries, text))
     if not dry_run:
         for draft, manifest_path, patch_dir, _, text in written:
-            patch_dir.mkdir(parents=True, exist_ok=True)
-            manifest_path.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(patch_dir)
+            make_state_dir(manifest_path.parent)
             for p in draft.patches:
                 atomic_write(patch_dir / p.name, p.data)
             atomic_write(manifest_path, text.encode())  # last: the manifest only appears with its patches

@@ -30,6 +30,7 @@ from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import LOCK_NAME, TargetDir
 from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 
 @dataclass(frozen=True)
@@ -190,10 +191,10 @@ def write_export(out_dir: Path, export: Export) -> None:
 
     tree = Tree(out_dir)
     try:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        make_state_dir(out_dir)
         for path, data in export.outputs.items():
             target = tree.path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(target.parent)
             atomic_write(target, data, 0o644)
         atomic_write(Path(out_dir) / LOCK_NAME, lockfile.dump_lock(export.lock), 0o644)
     except OSError as exc:
