@@ -154,7 +154,8 @@ def test_unreadable_state_file_and_folder_are_named(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "listdir", denied)
     (verdict,) = guard.check(lock=None, require=("x",))
-    assert verdict.detail == f"unknown: cannot read the recorded state: state folder {tmp_path / 'state' / 'targets'}: Permission denied"
+    assert verdict.detail == (f"unknown: cannot read the recorded state: {tmp_path / 'state' / 'targets'}: cannot list "
+                              "the recorded targets: Permission denied")  # paths.all_target_dirs, the one lister
 
 
 def test_each_id_once_with_its_sources(monkeypatch):

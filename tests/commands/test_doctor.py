@@ -173,7 +173,7 @@ def test_help_documents_the_exit_codes(run_hotfix):
 @pytest.mark.parametrize("grep", ["grep", ""], ids=["grep -F prefilter", "python prefilter"])
 def test_both_prefilters_give_the_result_of_plain_blocks(tmp_path, grep):
     from vllm_hotfix.catalog.index import Catalog
-    from vllm_hotfix.commands.doctor import _parts, blocks
+    from vllm_hotfix.commands.doctor_logs import blocks, parts as _parts
     from vllm_hotfix.doctor import scan
     from vllm_hotfix.doctor.engine import needles_for
 

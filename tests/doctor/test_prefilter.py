@@ -178,7 +178,7 @@ def test_the_commands_reader_gives_the_result_of_one_block(reuse):
     command reads files) scanned as they come give what one block gives."""
     import io
 
-    from vllm_hotfix.commands.doctor import blocks
+    from vllm_hotfix.commands.doctor_logs import blocks
 
     data = b"".join((HERE / "logs" / name).read_bytes() for name in ("000-server.log", "001-mamba-align.log", "001-dmesg.txt"))
     whole = scan([("x.log", [data])], CATALOG)
@@ -190,7 +190,7 @@ def test_the_grep_prefilter_counts_a_last_line_without_a_newline():
     import io
     import shutil
 
-    from vllm_hotfix.commands.doctor import _parts
+    from vllm_hotfix.commands.doctor_logs import parts as _parts
 
     if not shutil.which("grep"):
         pytest.skip("no grep")

@@ -9,7 +9,7 @@ from typing import Sequence
 from vllm_hotfix.core.apply import FileEdit, Plan
 from vllm_hotfix.core.diff import DiffStat
 from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, note, quote_path, say
+from vllm_hotfix.output import emit_json, note, quote_path, say, say_lines
 
 LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
 
@@ -219,4 +219,4 @@ def _report(plan: Plan, source: str, stats: DiffStat, *, dry_run: bool, already:
             lines.append(f"recorded as {hotfix_id}: `hotfix status --root {root}` / `hotfix rollback {hotfix_id} --root {root}`")
         elif recorded:
             lines.append(f"record of {hotfix_id} removed")
-    say("\n".join(lines))
+    say_lines(lines)

@@ -1,6 +1,7 @@
 """`hotfix doctor [LOG ...]`: from a crash log to the hotfix (or advisory) that fixes it.
 
-Reads the logs (files, ``-`` for stdin, ``.gz`` by content) in 8 MiB blocks, hands them to the pure
+Reads the logs (``commands.doctor_logs``: files, ``-`` for stdin, FIFOs, ``.gz`` by content, in 8 MiB blocks
+and bounded memory), hands them to the pure
 engine (``vllm_hotfix.doctor``), which prefilters them in this process (``doctor.prefilter``: SIMD
 Aho-Corasick; ``HOTFIX_DOCTOR_PREFILTER=grep`` pipes the blocks through ``grep -F`` instead,
 ``=python`` uses ``bytes.find``), then decides each match's *level* by evidence tier:
@@ -30,15 +31,14 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Sequence
+from typing import Sequence
 
 from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
+from vllm_hotfix.commands.doctor_logs import prefilter_kind, sources
 from vllm_hotfix.output import emit_json, say
 
-BLOCK = 8 << 20  # bytes read at a time: the file is never held
 IN_EFFECT = ("applied", "fixed-upstream")  # core.verdict.IN_EFFECT; every other state of a confident match: needed
 OUT_OF_RANGE = ("not-applicable", "fixed-upstream")
-PREFILTERS = ("aho-corasick", "grep", "python")  # HOTFIX_DOCTOR_PREFILTER
 HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorded, but the files are back to baseline)",
             "stale": "needed, stale (recorded on another release than the one installed)",
             "stale-bytecode": "needed, stale bytecode (the files hold it, a __pycache__ entry does not)",
@@ -85,151 +85,6 @@ class Verdict:
                      "role": e.role or e.signature.role, "weight": e.signature.weight, "confirmed": e.signature.confirmed,
                      "text": e.line.raw, "normalised": e.line.text, "explain": e.signature.explain}
                     for e in self.evidence]}
-
-
-def blocks(stream: BinaryIO, size: int = BLOCK, *, reuse: bool = False) -> Iterator[bytes]:
-    """The stream's bytes in blocks of ``size``, cut anywhere (the engine joins a line that runs over
-    a block's end): each byte is copied once, by the read itself. ``reuse`` reads every block into one
-    buffer (no new memory per block): a block is then valid only until the next one is asked for,
-    which is how the engine reads them (it copies out the few lines it keeps)."""
-    if not reuse:
-        while True:
-            data = stream.read(size)
-            if not data:
-                return
-            yield data
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    while True:
-        got = stream.readinto(view)
-        if not got:
-            return
-        yield buffer if got == size else bytes(view[:got])  # type: ignore[misc]
-
-
-def _open(name: str) -> tuple[str, BinaryIO, BinaryIO]:
-    """(label, the stream of log bytes, the file to close); gzip is recognised by its magic bytes."""
-    if name == "-":
-        if sys.stdin is None:  # `<&-`: there is no standard input at all
-            raise UsageError("-: standard input is closed, there is no log to read",
-                             hint="pipe the log in (docker logs vllm 2>&1 | hotfix doctor -) or name the log files")
-        raw: BinaryIO = sys.stdin.buffer
-        label = "<stdin>"
-    else:
-        try:
-            raw = open(name, "rb")  # noqa: SIM115 - closed by _sources
-        except OSError as exc:
-            raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
-        label = name
-    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    if head == b"\x1f\x8b":
-        import gzip
-
-        return label, gzip.GzipFile(fileobj=raw), raw  # type: ignore[return-value]
-    return label, raw, raw
-
-
-def _sources(names: Sequence[str], needles: tuple[bytes, ...], prefilter: str) -> Iterator[tuple[str, Iterator]]:
-    for name in names:
-        label, stream, raw = _open(name)
-        try:
-            grep = _grep() if prefilter == "grep" else ""
-            yield label, _checked(label, _parts(stream, needles, grep=grep, reuse=True))  # the engine reads in order
-        finally:
-            if raw is not sys.stdin.buffer:
-                raw.close()
-
-
-def _prefilter_kind() -> str:
-    """Which prefilter finds the candidate lines: ``HOTFIX_DOCTOR_PREFILTER`` (aho-corasick, grep,
-    python), by default Aho-Corasick in this process when ``ahocorasick-rs`` is installed, else
-    ``grep -F`` when there is a grep, else ``bytes.find``."""
-    wanted = os.environ.get("HOTFIX_DOCTOR_PREFILTER", "")
-    if wanted and wanted not in PREFILTERS:
-        raise UsageError(f"HOTFIX_DOCTOR_PREFILTER={wanted}: expected one of {', '.join(PREFILTERS)}")
-    from vllm_hotfix.doctor.engine import Prefilter
-
-    fast = Prefilter((b"x",)).kind == "aho-corasick"
-    if wanted == "aho-corasick" and not fast:
-        raise UsageError("HOTFIX_DOCTOR_PREFILTER=aho-corasick: the ahocorasick-rs package is not installed",
-                         hint="pip install ahocorasick-rs, or leave HOTFIX_DOCTOR_PREFILTER unset")
-    if wanted:
-        return wanted
-    return "aho-corasick" if fast else "grep" if _grep() else "python"
-
-
-def _grep() -> str | None:
-    import shutil  # only the grep prefilter needs shutil, subprocess and threading (they cost start-up)
-
-    return shutil.which("grep")
-
-
-def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None, *, reuse: bool = False) -> Iterator:
-    """The log as the engine takes it: blocks as read (the engine prefilters them), or, given a
-    ``grep`` binary, prefiltered batches: ``grep -F`` finds the lines holding a needle while this
-    process only copies the bytes into its pipe and counts the lines. Same result either way.
-    ``reuse``: the blocks share one buffer (``blocks``), for a consumer that reads them in order."""
-    if not grep:
-        yield from blocks(stream, reuse=reuse)
-        return
-    import subprocess
-    import threading
-
-    from vllm_hotfix.doctor.engine import Prefiltered
-
-    argv = [grep, "-F", "-n", "-a"] + [arg for needle in needles for arg in (b"-e", needle)]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "LC_ALL": "C"})
-    counted: list[int] = []
-    failure: list[BaseException] = []
-
-    def pump() -> None:  # a thread: grep's output is read below while its input is written here
-        lines, last = 0, b"\n"
-        try:
-            for chunk in blocks(stream):
-                lines += chunk.count(b"\n")
-                last = chunk[-1:]
-                proc.stdin.write(chunk)
-        except BrokenPipeError:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
-            failure.append(exc)
-        finally:
-            counted.append(lines + (last != b"\n"))  # a last line without a newline counts
-            try:
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-
-    writer = threading.Thread(target=pump, daemon=True)
-    writer.start()
-    base, batch = 0, []
-    try:
-        for out in proc.stdout:
-            number, _, text = out.partition(b":")
-            batch.append((int(number) - 1 - base, text.rstrip(b"\n")))
-            if len(batch) >= 10_000:
-                last = int(number)
-                yield Prefiltered(tuple(batch), last - base)
-                base, batch = last, []
-        writer.join()
-        if failure:
-            raise failure[0]
-        if proc.wait() > 1:
-            raise UsageError(f"{grep} failed (exit {proc.returncode}) while prefiltering the log",
-                             hint="HOTFIX_DOCTOR_PREFILTER=python makes doctor search in Python")
-        yield Prefiltered(tuple(batch), counted[0] - base)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        writer.join()
-
-
-def _checked(label: str, parts: Iterator) -> Iterator:
-    try:
-        yield from parts
-    except (OSError, EOFError) as exc:  # a truncated or corrupt .gz
-        raise UsageError(f"{label}: cannot read: {exc}") from None
 
 
 def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
@@ -409,8 +264,8 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
     catalog = Catalog.load(catalogs)
     manifests = [m for m in catalog.latest() if m.signatures]
     needles = needles_for(manifests)
-    kind = _prefilter_kind()
-    findings = scan(_sources(names, needles, kind), manifests, prefilter_=Prefilter(needles, python=kind == "python"))
+    kind = prefilter_kind()
+    findings = scan(sources(names, needles, kind), manifests, prefilter_=Prefilter(needles, python=kind == "python"))
     log_versions = {dist: version for dist, version, _ in findings.versions}
     judged = [_judge(match, python=python, root=root, catalog=catalog, log_versions=log_versions, catalogs=catalogs)
               for match in findings.matches]

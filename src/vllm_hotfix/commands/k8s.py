@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers import k8s
-from vllm_hotfix.txn.lockfile import load_lock
+from vllm_hotfix.txn.lockfile import read_exported, read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
+from vllm_hotfix.inputs import YAML_LIMIT, read_bounded
 from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 RENDER_TIMEOUT = 120.0
@@ -42,19 +44,13 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         raise UsageError("--base is required: the workload's manifest file or kustomization directory")
     target = k8s.parse_workload(workload, kind, name)
     lock_path = export_dir / "hotfix.lock"
-    lock = load_lock(lock_path)
-    exported = {}
-    for locked in lock.mounted_files():
-        try:
-            exported[locked.export] = (export_dir / locked.export).read_bytes()
-        except OSError:
-            raise InvalidInput(f"{export_dir / locked.export}: listed in {lock_path} but not readable",
-                               hint="re-run `hotfix export` into this directory") from None
+    lock_bytes, lock = read_lock(lock_path)
+    exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
     out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points
     _refuse_foreign(out_dir)
     renderer = kustomize_command()
     resources, manifests, copies = _base(Path(base), out_dir, renderer)
-    overlay = k8s.build(lock, exported, lock_path.read_bytes(), target, tuple(containers), resources=resources,
+    overlay = k8s.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
                         max_configmaps=max_configmaps)
     files = {**overlay.files, **copies}
@@ -135,7 +131,7 @@ def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
     from vllm_hotfix.txn.atomic import atomic_write
 
     try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        make_state_dir(out_dir.parent)
         staged = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=STAGE_SUFFIX, dir=out_dir.parent))
     except OSError as exc:
         raise WriteFailed(f"{out_dir.parent}: cannot write the overlay: {exc.strerror}; nothing was written") from None
@@ -143,7 +139,7 @@ def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
         staged.chmod(0o755)
         for rel, data in files.items():
             path = staged / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(path.parent)
             atomic_write(path, data, 0o644)
     except OSError as exc:
         shutil.rmtree(staged, ignore_errors=True)
@@ -175,7 +171,7 @@ def _refuse_foreign(out_dir: Path) -> None:
     if not out_dir.is_dir() or not any(out_dir.iterdir()):
         return
     existing = _kustomization(out_dir)
-    text = existing.read_text(encoding="utf-8", errors="replace") if existing else ""
+    text = _read(existing) if existing else ""
     if "- name: vllm-hotfix-0" not in text:
         raise Refused(f"{out_dir}: not empty and not an overlay written by `hotfix k8s`; nothing was written",
                       hint="pass --to a new directory (e.g. k8s/hotfix) beside your manifests")
@@ -228,8 +224,9 @@ def _local_resources(directory: Path, seen: set) -> list:
 
 
 def _read(path: Path) -> str:
+    """A manifest or kustomization of the base: a regular file, at most inputs.YAML_LIMIT (the one reader)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_bounded(path, cap=YAML_LIMIT, what="Kubernetes manifest").decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: not found", hint="--base: the workload's manifest file or kustomization directory") from None
     except (OSError, UnicodeDecodeError) as exc:

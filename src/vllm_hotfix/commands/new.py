@@ -20,9 +20,10 @@ from vllm_hotfix.catalog.model import ID_PATTERN
 from vllm_hotfix.catalog.manifest import manifest_from_dict
 from vllm_hotfix.catalog.manifest_text import toml_value
 from vllm_hotfix.core.data import load_toml
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, quote_path, say
 from vllm_hotfix.install.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,10 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         if versions is not None:
             raise UsageError("--from-release makes a hotfix for ==BASE; --versions does not apply")
         drafts, release_report = _from_release(hotfix_id, from_release, base, split_by_file=split_by_file)
+    from vllm_hotfix.flow.hotfix import read_patch_file
+
     for offset, path in enumerate(add_patches, start=len(drafts[0].patches) + 1):
-        data = Path(path).read_bytes()
+        data = read_patch_file(Path(path))  # a regular file, capped (inputs.read_patch_file)
         parse_patch(data, source=str(path))
         drafts[0].patches.append(NewPatch(f"{offset:04d}-{Path(path).name}", data, f"added from {Path(path).name}"))
 
@@ -87,8 +90,8 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         written.append((draft, manifest_path, Path(out_dir) / "patches" / draft.hotfix_id, entries, text))
     if not dry_run:
         for draft, manifest_path, patch_dir, _, text in written:
-            patch_dir.mkdir(parents=True, exist_ok=True)
-            manifest_path.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(patch_dir)
+            make_state_dir(manifest_path.parent)
             for p in draft.patches:
                 atomic_write(patch_dir / p.name, p.data)
             atomic_write(manifest_path, text.encode())  # last: the manifest only appears with its patches
@@ -342,13 +345,13 @@ def _from_release(hotfix_id: str, text: str, base: str | None, *, split_by_file:
                            f"{dist}=={release}")
     lines = [f"{dist} {base} -> {release}: {len(diff.python)} Python file(s) differ; "
              f"{', '.join(diff.excluded) or 'no _version.py'} left out (the installed version stays {base})"]
-    lines += [f"  {f.path}" for f in diff.python]
+    lines += [f"  {quote_path(f.path)}" for f in diff.python]
     if diff.compiled:
         lines.append(f"compiled files that differ, NOT included (the hotfix cannot carry them; recorded in the "
                      f"manifest as compiled_changes): {len(diff.compiled)}")
-        lines += [f"  {path}" for path in diff.compiled]
+        lines += [f"  {quote_path(path)}" for path in diff.compiled]
     if diff.other:
-        lines.append("other changed files, not included: " + ", ".join(diff.other))
+        lines.append("other changed files, not included: " + ", ".join(map(quote_path, diff.other)))
     groups = [(f"{hotfix_id}-{_slug_of(f.path, diff.package)}", [f]) for f in diff.python] if split_by_file \
         else [(hotfix_id, list(diff.python))]
     seen: dict[str, int] = {}

@@ -157,7 +157,9 @@ def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
     try:
         lock = load_lock(path)
     except InvalidInput as exc:
-        message = exc.message.replace("\n", "\\n").replace("\r", "\\r").replace("\x1b", "\\e")  # one line, no escapes
+        from vllm_hotfix.output import visible
+
+        message = visible(exc.message)  # one line, no escapes (emit sanitises the whole line too)
         return [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {message}",
                          exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK",
                          "lock"), None)], None
@@ -184,6 +186,7 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
     record holds it is the guard's own question, the verdict on that record is txn/judgement's, the one
     `hotfix status` gives (without the derivation a sealed record vouches for: docs/design.md).
     Returns the verdicts and the judged hotfixes (for the fingerprint)."""
+    from vllm_hotfix.core.docfields import is_record_id
     from vllm_hotfix.errors import HotfixError
     from vllm_hotfix.paths import TargetDir, all_target_dirs, state_dir, targets_dir
     from vllm_hotfix.txn.state import TargetState
@@ -206,6 +209,9 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
     judged_by_dir: dict = {}
     judged = []
     for hotfix_id in ids:
+        if not is_record_id(hotfix_id):  # an id no record can hold: never looked up, never printed raw
+            results.append((_invalid_id(hotfix_id), None))
+            continue
         holding = [s for s in states if hotfix_id in s.hotfixes]
         if holding:
             recorded = holding[0].hotfixes[hotfix_id]
@@ -275,6 +281,15 @@ def _option(catalog: str | None = None) -> str:
 
     words = ["--python", sys.executable] + (["--catalog", catalog] if catalog else [])
     return " ".join(shlex.quote(w) for w in words)
+
+
+def _invalid_id(hotfix_id: str) -> Verdict:
+    """HOTFIX_REQUIRE names something that breaks the id rule (core.docfields.is_record_id): refused,
+    shown quoted (a newline or an escape in it cannot forge a line)."""
+    from vllm_hotfix.output import quoted
+
+    return Verdict(quoted(hotfix_id), False, "invalid: HOTFIX_REQUIRE names no hotfix id ([A-Za-z0-9][A-Za-z0-9._+-]*, "
+                   "at most 128 characters)", "fix HOTFIX_REQUIRE (comma-separated hotfix ids)", "require")
 
 
 def _unreadable(hotfix_id: str, problems: list[str]) -> Verdict:
@@ -400,9 +415,12 @@ def summary_line(verdicts: tuple[Verdict, ...], fingerprint: str) -> str:
 
 
 def strict_message(failing: list[Verdict]) -> str:
+    from vllm_hotfix.output import visible  # the one sanitiser: this text ends up in vLLM's traceback
+
     details = "; ".join(f"{v.hotfix_id}: {v.detail} -> {v.remedy}" for v in failing)
-    return (f"vllm-hotfix: {len(failing)} required hotfix(es) not in effect in this process "
-            f"(pid {os.getpid()}, {process_role()}), refusing to serve (HOTFIX_STRICT=1; unset it to only log): {details}")
+    return visible(f"vllm-hotfix: {len(failing)} required hotfix(es) not in effect in this process "
+                   f"(pid {os.getpid()}, {process_role()}), refusing to serve (HOTFIX_STRICT=1; unset it to only log): "
+                   f"{details}")
 
 
 def _log(verdicts: tuple[Verdict, ...], fingerprint: str) -> None:

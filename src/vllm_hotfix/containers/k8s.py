@@ -365,7 +365,13 @@ def load_all(text: str, *, source: str) -> list:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    from vllm_hotfix.containers.yamledit import check_aliases
+
+    yaml = YAML(typ="safe", pure=True)
     try:
-        return [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
+        nodes = list(yaml.compose_all(text))
+        for node in nodes:  # refused while loading, before any alias is expanded into objects
+            check_aliases(node, source)
+        return [d for d in (yaml.constructor.construct_document(node) for node in nodes) if d is not None]
     except YAMLError as exc:
         raise InvalidInput(f"{source}: not YAML: {exc}".splitlines()[0]) from None

@@ -130,17 +130,20 @@ class _Scan:
     def feed(self, source: str, chunks: Iterable[bytes | Prefiltered]) -> None:
         base = 0  # lines of this source before the current part
         for part in self.prefilter.stream(chunks):
+            beyond = dict(part.cut) if part.cut else None
             for index, raw in part.lines:
-                self.line(source, base + index + 1, raw)
+                self.line(source, base + index + 1, raw, beyond.get(index, 0) if beyond else 0)
             base += part.count
         self.lines += base
 
-    def line(self, source: str, lineno: int, data: bytes) -> None:
+    def line(self, source: str, lineno: int, data: bytes, beyond: int = 0) -> None:
+        """One candidate line: ``data`` its first bytes (prefilter.LINE_HEAD at most), ``beyond`` the bytes
+        of it that were counted and not kept (a line is never held whole)."""
         raw = data[:MATCH_LIMIT * 4].decode("utf-8", "replace").rstrip("\r\n")
         cut = len(raw) - MATCH_LIMIT if len(raw) > MATCH_LIMIT else 0
-        if cut or len(data) > MATCH_LIMIT * 4:
+        if cut or len(data) > MATCH_LIMIT * 4 or beyond:
             self.long_lines += 1
-            cut += max(0, len(data) - MATCH_LIMIT * 4)
+            cut += max(0, len(data) - MATCH_LIMIT * 4) + beyond
             raw = raw[:MATCH_LIMIT]
         process, text = normalise(raw)
         made: list[Line] = []

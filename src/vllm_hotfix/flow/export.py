@@ -20,7 +20,7 @@ from vllm_hotfix.txn import lockfile
 from vllm_hotfix.core.apply import FileState, plan_patch
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
-from vllm_hotfix.errors import FixedUpstream, InvalidInput, Refused, WriteFailed
+from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
 from vllm_hotfix.flow.applicability import check_applicable
 from vllm_hotfix.flow.hotfix import catalog_hotfix, sha256
 from vllm_hotfix.flow.plan import prove_bytes_pristine, prove_files_pristine
@@ -30,6 +30,7 @@ from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import LOCK_NAME, TargetDir
 from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 
 @dataclass(frozen=True)
@@ -206,10 +207,10 @@ def write_export(out_dir: Path, export: Export) -> None:
 
     tree = Tree(out_dir)
     try:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        make_state_dir(out_dir)
         for path, data in export.outputs.items():
             target = tree.path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(target.parent)
             atomic_write(target, data, 0o644)
         atomic_write(Path(out_dir) / LOCK_NAME, lockfile.dump_lock(export.lock), 0o644)
     except OSError as exc:
@@ -219,36 +220,8 @@ def write_export(out_dir: Path, export: Export) -> None:
 
 def read_exported(directory: Path) -> tuple[lockfile.Lock, bytes, dict]:
     """What `hotfix export` wrote into ``directory``, read back as input: the lock (parsed, and its
-    bytes) and the bytes of every file it mounts, by export path. Each is a regular file reached without
-    following a symbolic link below ``directory`` (a link or a device is InvalidInput), read without
-    blocking and capped (inputs.read_bounded). Whether the bytes are the lock's is the caller's check
-    (containers.bundle.content), made before they are used."""
-    import os
-    import stat
-
-    from vllm_hotfix.inputs import read_bounded
-
+    bytes) and the bytes of every file it mounts, by export path (``lockfile.read_exported``: real
+    directories, regular files, bounded reads, each checked against the lock's sha256)."""
     directory = Path(directory)
     lock_bytes, lock = lockfile.read_lock(directory / LOCK_NAME)
-    files: dict[str, bytes] = {}
-    for locked in lock.mounted_files():
-        parts = locked.export.split("/")
-        for depth in range(1, len(parts)):
-            parent = directory.joinpath(*parts[:depth])
-            try:
-                mode = os.lstat(parent).st_mode
-            except OSError as exc:
-                raise InvalidInput(f"{quote_path(str(parent))}: {exc.strerror} (on the way to {quote_path(locked.export)}, "
-                                   f"listed in {LOCK_NAME})", hint="re-run `hotfix export` into this directory") from None
-            if not stat.S_ISDIR(mode):
-                what = "a symbolic link" if stat.S_ISLNK(mode) else "not a directory"
-                raise InvalidInput(f"{quote_path(str(parent))}: {what}; an export is read only through its own "
-                                   "directories", hint="re-run `hotfix export` into a new directory")
-        path = directory.joinpath(*parts)
-        try:
-            files[locked.export] = read_bounded(path, cap=lockfile.TARGET_FILE_LIMIT, what="file of the export",
-                                                follow_symlinks=False, hint="re-run `hotfix export` into this directory")
-        except OSError as exc:
-            raise InvalidInput(f"{quote_path(str(path))}: listed in {LOCK_NAME} but not readable: {exc.strerror}",
-                               hint="re-run `hotfix export` into this directory") from None
-    return lock, lock_bytes, files
+    return lock, lock_bytes, lockfile.read_exported(directory, lock.mounted_files(), directory / LOCK_NAME)

@@ -303,7 +303,22 @@ def prove_bytes_pristine(target: Target, spec: TargetSpec | None, pristine: dict
                 raise Refused(f"baseline not pristine: {path}: the series on it started from other bytes than HEAD's",
                               hint="see `hotfix status`; restore the checkout and apply the series again")
     else:
-        note(f"{target.root}: a {target.kind} install with no RECORD or git: the baseline cannot be proven")
+        _unproven(target)
+
+
+def _unproven(target: Target) -> None:
+    """No RECORD and no git state to prove a baseline with: a note, unless git's state could not be read
+    because another user owns the checkout (git's dubious ownership): then refused (exit 3), never
+    written on unproven."""
+    from vllm_hotfix.install.facts import find_work_tree
+    from vllm_hotfix.install.version import checkout_owner_problem
+
+    top = find_work_tree(target.root) if target.kind == "git" else None
+    problem = checkout_owner_problem(top) if top is not None else None
+    if problem is not None:
+        raise Refused(f"{problem}; the baseline cannot be proven", hint=f"run hotfix as the user who owns {top}, "
+                      f"or give it to this user (chown -R)")
+    note(f"{target.root}: a {target.kind} install with no RECORD or git: the baseline cannot be proven")
 
 
 def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterable[str],
@@ -343,7 +358,7 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
             raise Refused(f"baseline not pristine: {problems[0]}",
                           hint="restore the checkout (git checkout -- FILE / git stash) and retry")
     else:
-        note(f"{target.root}: a {target.kind} install with no RECORD or git: the baseline cannot be proven")
+        _unproven(target)
 
 
 def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:

@@ -97,8 +97,8 @@ _started: dict[tuple[str, bool, str | None], Any] = {}  # probes started ahead o
 def interpreter_path(python: str | None) -> str:
     """The interpreter a --python value names (a venv directory names its bin/python); None: this one."""
     interpreter = python or sys.executable
-    if Path(interpreter).is_dir() and (Path(interpreter) / "bin" / "python").exists():
-        interpreter = str(Path(interpreter) / "bin" / "python")  # a venv given by its directory
+    if os.path.isdir(interpreter) and os.path.exists(os.path.join(interpreter, "bin", "python")):  # never raise:
+        interpreter = str(Path(interpreter) / "bin" / "python")  # a venv given by its directory (EACCES: run_probe says)
     return interpreter
 
 
@@ -171,6 +171,14 @@ def cannot_start(interpreter: str, exc: Exception) -> UsageError:
         return UsageError(f"--python {interpreter}: is a directory, not an interpreter (nor a venv with "
                           f"bin/python)", hint=hint)
     if isinstance(exc, PermissionError):
+        try:
+            os.stat(interpreter)
+        except PermissionError:  # a folder on the way this user may not search: it cannot even be looked at
+            return UsageError(f"--python {interpreter}: this user (uid {os.geteuid()}) cannot reach it (permission "
+                              f"denied on the way)", hint="run hotfix as a user who can run that interpreter (the "
+                                                          "one vLLM runs as), or give that user access")
+        except OSError:
+            pass
         return UsageError(f"--python {interpreter}: not executable", hint=hint)
     if isinstance(exc, OSError) and exc.errno == errno.ENOEXEC:
         return UsageError(f"--python {interpreter}: not a program this system can run (Exec format error)",

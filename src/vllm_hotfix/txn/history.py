@@ -86,7 +86,7 @@ def parse_line(line: bytes, source: str) -> Entry:
 
 def _read(path: Path) -> bytes:
     try:
-        return read_own_file(path, limit=HISTORY_LIMIT) or b""
+        return read_own_file(path, limit=HISTORY_LIMIT, owned=True) or b""
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read the history: {exc.strerror}",
                            hint="fix its permissions (the user running hotfix must read it)") from None

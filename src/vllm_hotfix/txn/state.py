@@ -17,7 +17,7 @@ from pathlib import Path
 from vllm_hotfix.core.data import load_json
 from vllm_hotfix.core.docfields import Fields, is_hex64
 from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.paths import STATE_LIMIT, STATE_NAME, TargetDir, read_own_file
+from vllm_hotfix.paths import STATE_LIMIT, STATE_NAME, TargetDir, read_own_file, trust_problem
 
 SCHEMA = 2  # 2: "series", an ordered list (1: "hotfixes", an object keyed by id; still read)
 SOURCES = ("catalog", "adhoc")
@@ -93,7 +93,7 @@ class TargetState:
         path = Path(directory) / STATE_NAME
         TargetDir(Path(directory)).check()  # a record steers writes and deletes: never one another user wrote
         try:
-            data = read_own_file(path, limit=STATE_LIMIT)
+            data = read_own_file(path, limit=STATE_LIMIT, owned=True)
         except OSError as exc:
             raise InvalidInput(f"{path}: cannot read the recorded state: {exc.strerror}",
                                hint="fix its permissions (the user running hotfix must read it)") from None
@@ -151,16 +151,19 @@ class TargetState:
         import hashlib
 
         path = self.backup_path(recorded, file.path)
-        try:
+        TargetDir(self.directory).check(os.path.relpath(path.parent, self.directory).replace(os.sep, "/"))
+        try:  # a hard link of the original may be owned by the original's owner: trusted by its bytes alone
             data = read_own_file(path, limit=BACKUP_LIMIT)
         except (OSError, InvalidInput):
             return None
         return data if data is not None and hashlib.sha256(data).hexdigest() == file.before_sha256 else None
 
     def read_patch(self, rel: str) -> bytes | None:
-        """The kept bytes of a recorded patch (``rel`` was validated as patches/<id>/<name>), or None."""
+        """The kept bytes of a recorded patch (``rel`` was validated as patches/<id>/<name>), or None;
+        WriteFailed (exit 6) when its folder or the file itself is not this user's or root's."""
+        TargetDir(self.directory).check(rel.rsplit("/", 1)[0])
         try:
-            return read_own_file(self.directory / rel, limit=PATCH_LIMIT)
+            return read_own_file(self.directory / rel, limit=PATCH_LIMIT, owned=True)
         except OSError:
             return None
 
@@ -179,8 +182,8 @@ class TargetState:
         wanted = {rel for h in self.hotfixes.values() for rel in h.patches}
         for kind in ("patches", "backups"):
             base = self.directory / kind
-            if not _real_dir(base):
-                continue
+            if not _real_dir(base) or trust_problem(base) is not None:
+                continue  # nothing is deleted in a folder another user could have written
             for folder in _entries(base):
                 if not _real_dir(folder):
                     os.unlink(folder)  # a stray file or link where a hotfix's folder belongs
