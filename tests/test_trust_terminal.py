@@ -90,7 +90,7 @@ def test_doctor_first_errors_and_evidence(tmp_path):
     done = hotfix("doctor", log)
     assert done.returncode in (1, 9), done.stderr
     text = assert_inert(done)
-    assert "first error of each process" in text
+    assert "root error of each process" in text
     done = hotfix("doctor", log, "--json")  # JSON escapes them too (C1 and bidi included): same value, inert text
     printed = done.stdout.decode()
     assert not [c for c in printed if c in FORBIDDEN and c not in "\n"]

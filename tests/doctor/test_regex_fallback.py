@@ -1,4 +1,4 @@
-"""Issue 31, the `re` fallback (no google-re2 wheel): catalog.signatures.linear_time_problem refuses every
+"""Issue 31, the `re` fallback (no google-re2 wheel): catalog.linear.linear_time_problem refuses every
 ambiguous nested repetition and more than one wide repeat that overlaps what follows it, on every
 platform (exit 8 when the catalog loads); the built-in catalog's patterns, matched by `re` on crafted
 lines cut at 8 KB, finish. Each run is a subprocess with a timeout: a hang fails, no time is asserted."""
@@ -72,7 +72,8 @@ def test_what_the_lint_allows_finishes_on_crafted_8kb_lines_under_re(tmp_path, p
 
 def test_the_built_in_catalog_under_re_on_lines_built_from_its_own_literals(tmp_path):
     from vllm_hotfix.catalog.index import Catalog
-    from vllm_hotfix.catalog.signatures import linear_time_problem, literal_runs
+    from vllm_hotfix.catalog.linear import linear_time_problem
+    from vllm_hotfix.catalog.signatures import literal_runs
 
     patterns = [s.pattern for m in Catalog.load().latest() for s in m.signatures]
     assert patterns and all(linear_time_problem(p) is None for p in patterns)

@@ -220,8 +220,10 @@ def write_export(out_dir: Path, export: Export) -> None:
 
 def read_exported(directory: Path) -> tuple[lockfile.Lock, bytes, dict]:
     """What `hotfix export` wrote into ``directory``, read back as input: the lock (parsed, and its
-    bytes) and the bytes of every file it mounts, by export path (``lockfile.read_exported``: real
+    bytes) and the bytes of every file it mounts, by export path (``txn.exported.read_exported``: real
     directories, regular files, bounded reads, each checked against the lock's sha256)."""
     directory = Path(directory)
     lock_bytes, lock = lockfile.read_lock(directory / LOCK_NAME)
-    return lock, lock_bytes, lockfile.read_exported(directory, lock.mounted_files(), directory / LOCK_NAME)
+    from vllm_hotfix.txn.exported import read_exported as read_files
+
+    return lock, lock_bytes, read_files(directory, lock.mounted_files(), directory / LOCK_NAME)
