@@ -150,7 +150,7 @@ def measure(shape: str, size: int, rounds: int, work: Path, patterns: Path) -> N
 
 def phases(log: Path, rounds: int, work: Path, doctor_cpu: float, grep_cpu: float) -> None:
     """doctor's CPU time on ``log`` by phase (see the module docstring), next to grep's."""
-    from vllm_hotfix.commands.doctor import blocks
+    from vllm_hotfix.commands.doctor_logs import blocks
     from vllm_hotfix.doctor import scan
     from vllm_hotfix.doctor.engine import Prefilter, needles_for
 

@@ -1,11 +1,15 @@
 """What the guard adds to a vLLM process start, under the real vLLM 0.30.0 loader (torch and all, the
 cached ~9 GB venv of tests/realdata.py: built on first use, minutes).
 
-    python benchmarks/guard.py [--rounds 9] [--vs main]
+    python benchmarks/guard.py [--rounds 9] [--vs main] [--part all|code|record]
 
 Each round starts a fresh process that imports vLLM's plugin module and calls vLLM's own
 ``load_general_plugins()`` with ``HOTFIX_LOCK`` set (tests/fixtures/vllmfull.py: a patched copy of the
-mamba file on PYTHONPATH, vllm-hotfix installed from its wheel with bytecode). Timed inside the process:
+mamba file on PYTHONPATH, vllm-hotfix installed from its wheel with bytecode); then the same with
+``HOTFIX_REQUIRE`` and a real record of that copy in the state directory (the guard's verdict on a
+record: txn/judgement, the seal instead of the re-derivation), and with a ``.pyc`` of the patched module
+that Python wrote itself (the bytecode check then compiles the source to prove it, and hands the compile
+to the import watch). Timed inside the process:
 the loading of the guard's entry point (vLLM's ``EntryPoint.load()``: importing the guard) and its
 ``register()`` call (the check: read the lock, find vllm, hash the locked file, log one line), wall
 and CPU. Their sum is what the guard adds to the process start (goal <= 5 ms); vLLM's own plugins
@@ -32,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fixtures.rebinding import rebinding_setup  # noqa: E402
-from fixtures.vllmfull import run  # noqa: E402
+from fixtures.vllmfull import legit_pyc, record_setup, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -191,68 +195,120 @@ def install_ref(ref: str, work: Path) -> Path:
     return target
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--vs", default="main", help="git ref of the vllm-hotfix to compare with (default main)")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="guard-bench-") as scratch:
-        full = rebinding_setup(Path(scratch) / "work")
-        named, plain = everything_named(full["lock"], full["patched"]), without_names(full["lock"])
-        before = install_ref(args.vs, Path(scratch))
-        plugin = full["plugins"]["hotfix_test_unrelated"]  # a plugin package to scan (its rebinding is of no fixed name)
-        script = full["work"] / "timer.py"
-        script.write_text(TIMER)
-        (full["work"] / "class_cost.py").write_text(CLASS_COST)
-        done = run(full, [str(full["venv"].python), str(full["work"] / "class_cost.py")])
-        class_cost = json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 else None
-        guards = {f"{args.vs} (names ignored)": (before, named), "this tree, lock without names": (full["hotfix"], plain),
-                  "this tree, lock with names": (full["hotfix"], named)}
-        rows: dict[str, list[dict]] = {name: [] for name in guards}
-        checkpoint = []
-        for round_no in range(args.rounds + 1):
-            order = list(guards)[round_no % 3:] + list(guards)[:round_no % 3]
-            for name in order:
-                hotfix, lock = guards[name]
-                done = run(full, [str(full["venv"].python), str(script)], pythonpath=[hotfix, plugin, full["patched"]],
-                           HOTFIX_LOCK=str(lock), VLLM_PLUGINS="vllm_hotfix_guard,hotfix_test_unrelated",
-                           **({"CHECKPOINT": "1"} if name.endswith("with names") else {}))
-                report = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-                if done.returncode != 0 or not report or "register" not in report[-1]:
-                    sys.exit(f"{name}: exit {done.returncode}: {done.stdout[-600:]} {done.stderr[-600:]}")
-                if round_no:  # the first process warms caches and bytecode
-                    rows[name].append(report[-1])
-                    if "checkpoint" in report[-1]:
-                        checkpoint.append(report[-1]["checkpoint"])
+def rounds(full, script: Path, count: int, **env) -> list[dict]:
+    rows: list[dict] = []
+    for round_no in range(count + 1):
+        done = run(full, [str(full["venv"].python), str(script)], **env)
+        report = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode != 0 or not report or "register" not in report[-1]:
+            sys.exit(f"exit {done.returncode}: {done.stdout[-600:]} {done.stderr[-600:]}")
+        if round_no:  # the first process warms caches and bytecode
+            rows.append(report[-1])
+    return rows
 
-    def median(name: str, key: str, index: int) -> float:
-        return statistics.median(row[key][index] for row in rows[name]) * 1e3
 
-    print(f"{args.rounds} rounds, the three guards in rotating order, medians (wall / cpu, ms):")
+def report(name: str, rows: list[dict]) -> None:
+    def median(key: str, index: int) -> float:
+        return statistics.median(row[key][index] for row in rows) * 1e3
+
+    total = statistics.median((row["vllm_hotfix_guard"][0] + row["register"][0]) for row in rows) * 1e3
+    total_cpu = statistics.median((row["vllm_hotfix_guard"][1] + row["register"][1]) for row in rows) * 1e3
+    print(f"{name}:")
+    print(f"  importing the guard (vLLM's EntryPoint.load): median {median('vllm_hotfix_guard', 0):5.2f} ms   "
+          f"cpu {median('vllm_hotfix_guard', 1):5.2f} ms")
+    print(f"  register() (the check and its line):         median {median('register', 0):5.2f} ms   cpu {median('register', 1):5.2f} ms")
+    print(f"  the guard adds {total:.2f} ms (cpu {total_cpu:.2f} ms) to a vLLM process start; goal <= 5 ms "
+          f"({rows[-1].get('modules')} modules of vllm_hotfix)")
+    print(f"  for scale: load_general_plugins() as a whole (vLLM's own plugins too): {median('load_general_plugins', 0):.1f} ms")
+
+
+def code_rounds(full, script: Path, guards: dict, plugin: Path, count: int) -> tuple[dict, list]:
+    """The three guards of the code check in the same rounds, the order rotating."""
+    rows: dict[str, list[dict]] = {name: [] for name in guards}
+    checkpoint = []
+    for round_no in range(count + 1):
+        order = list(guards)[round_no % 3:] + list(guards)[:round_no % 3]
+        for name in order:
+            hotfix, lock = guards[name]
+            done = run(full, [str(full["venv"].python), str(script)], pythonpath=[hotfix, plugin, full["patched"]],
+                       HOTFIX_LOCK=str(lock), VLLM_PLUGINS="vllm_hotfix_guard,hotfix_test_unrelated",
+                       **({"CHECKPOINT": "1"} if name.endswith("with names") else {}))
+            found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+            if done.returncode != 0 or not found or "register" not in found[-1]:
+                sys.exit(f"{name}: exit {done.returncode}: {done.stdout[-600:]} {done.stderr[-600:]}")
+            if round_no:  # the first process warms caches and bytecode
+                rows[name].append(found[-1])
+                if "checkpoint" in found[-1]:
+                    checkpoint.append(found[-1]["checkpoint"])
+    return rows, checkpoint
+
+
+def code_report(rows: dict, checkpoint: list, vs: str, count: int) -> None:
+    def total(found: list[dict], index: int = 0) -> float:
+        return statistics.median(r["vllm_hotfix_guard"][index] + r["register"][index] for r in found) * 1e3
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(row[key][0] for row in rows[name]) * 1e3
+
+    print(f"{count} rounds, the three guards in rotating order, medians (wall / cpu, ms):")
     for name, found in rows.items():
-        total = statistics.median(r["vllm_hotfix_guard"][0] + r["register"][0] for r in found) * 1e3
-        total_cpu = statistics.median(r["vllm_hotfix_guard"][1] + r["register"][1] for r in found) * 1e3
-        print(f"  {name:32} import {median(name, 'vllm_hotfix_guard', 0):5.2f}  register {median(name, 'register', 0):5.2f}"
-              f"  = {total:5.2f} (cpu {total_cpu:5.2f}); {found[-1].get('modules')} vllm_hotfix modules")
-    base = statistics.median(r["vllm_hotfix_guard"][0] + r["register"][0] for r in rows[f"{args.vs} (names ignored)"])
+        print(f"  {name:32} import {median(name, 'vllm_hotfix_guard'):5.2f}  register {median(name, 'register'):5.2f}"
+              f"  = {total(found):5.2f} (cpu {total(found, 1):5.2f}); {found[-1].get('modules')} vllm_hotfix modules")
+    base = total(rows[f"{vs} (names ignored)"])
     for name in list(rows)[1:]:
-        total = statistics.median(r["vllm_hotfix_guard"][0] + r["register"][0] for r in rows[name])
-        print(f"  {name} / {args.vs}: {total / base:.2f}x")
+        print(f"  {name} / {vs}: {total(rows[name]) / base:.2f}x")
     print("the guard adds the 'import + register' figure to a vLLM process start; goal <= 5 ms")
     if checkpoint:
-        seconds, names, states, loaded, scanned = checkpoint[-1]
+        _, names, states, loaded, scanned = checkpoint[-1]
         print(f"the check at a checkpoint (judge_all, {names} names, states {', '.join(states)}; {loaded} modules "
               f"loaded, {scanned} plugin modules scanned): median {statistics.median(c[0] for c in checkpoint) * 1e3:.3f} ms; "
               "goal <= 1 ms")
     any_rows = rows["this tree, lock with names"]
     print(f"for scale: load_general_plugins() as a whole: {statistics.median(r['load_general_plugins'][0] for r in any_rows) * 1e3:.1f} ms")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--vs", default="main", help="git ref of the vllm-hotfix to compare with (default main)")
+    parser.add_argument("--part", choices=("all", "code", "record"), default="all",
+                        help="code: the three guards of the code check only; record: HOTFIX_REQUIRE and .pyc only")
+    args = parser.parse_args()
+    modules = None
+    with tempfile.TemporaryDirectory(prefix="guard-bench-") as scratch:
+        full = rebinding_setup(Path(scratch) / "work")
+        named, plain = everything_named(full["lock"], full["patched"]), without_names(full["lock"])
+        script = full["work"] / "timer.py"
+        script.write_text(TIMER)
+        (full["work"] / "class_cost.py").write_text(CLASS_COST)
+        done = run(full, [str(full["venv"].python), str(full["work"] / "class_cost.py")])
+        class_cost = json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 else None
+        if args.part in ("all", "code"):
+            before = install_ref(args.vs, Path(scratch))
+            plugin = full["plugins"]["hotfix_test_unrelated"]  # a plugin package to scan (its rebinding is of no fixed name)
+            guards = {f"{args.vs} (names ignored)": (before, named), "this tree, lock without names": (full["hotfix"], plain),
+                      "this tree, lock with names": (full["hotfix"], named)}
+            code_report(*code_rounds(full, script, guards, plugin, args.rounds), args.vs, args.rounds)
+        if args.part in ("all", "record"):
+            lock_rows = rounds(full, script, args.rounds, HOTFIX_LOCK=str(plain))
+            report("HOTFIX_LOCK (the lock without code names: no record)", lock_rows)
+            modules = lock_rows[-1].get("modules") if lock_rows else None
+            record_setup(full)
+            report("HOTFIX_REQUIRE (a sealed record)", rounds(full, script, args.rounds, HOTFIX_REQUIRE="mamba-align-block-size"))
+            report("HOTFIX_LOCK + HOTFIX_REQUIRE", rounds(full, script, args.rounds, HOTFIX_LOCK=str(plain),
+                                                         HOTFIX_REQUIRE="mamba-align-block-size"))
+            legit_pyc(full)
+            report("HOTFIX_REQUIRE with a .pyc Python would load (compiled to prove it; the import watch reuses it)",
+                   rounds(full, script, args.rounds, HOTFIX_REQUIRE="mamba-align-block-size"))
     if class_cost:  # why the guard's model is values.Value, not frozen dataclasses (docs/design.md)
         empty = class_cost.pop("empty module import", None)
         print("creating one 5-field class inside the vLLM process: "
               + ", ".join(f"{kind} {seconds * 1e6:.0f} us" for kind, seconds in class_cost.items()))
         if empty is not None:
+            tail = (f"; the guard with the lock loads {modules} modules of vllm_hotfix: {empty * modules * 1e3:.2f} ms of it"
+                    if modules else "")
             print(f"the import system alone, per module, in that process: {empty * 1e6:.0f} us (an empty module, "
-                  f"bytecode cached)")
+                  f"bytecode cached){tail}")
     return 0
 
 

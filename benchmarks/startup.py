@@ -52,6 +52,20 @@ def timed(argv: list[str], env: dict) -> tuple[float, float]:
     return wall, now.ru_utime - used.ru_utime + now.ru_stime - used.ru_stime
 
 
+def _signed(scratch: Path, lock: Path) -> Path:
+    """Two keys (`minisign -G -W`) sign the lock with `minisign -S`; the policy lists both, threshold 2."""
+    policy = "threshold = 2\n"
+    for name in ("release", "sre"):
+        pub, key = scratch / f"{name}.pub", scratch / f"{name}.key"
+        subprocess.run(["minisign", "-G", "-W", "-f", "-p", pub, "-s", key], check=True, capture_output=True)
+        key_id = pub.read_text().splitlines()[0].split()[-1]
+        subprocess.run(["minisign", "-S", "-s", key, "-m", lock, "-x", lock.parent / f"{lock.name}.{key_id}.minisig"],
+                       check=True, capture_output=True)
+        policy += f'[[keys]]\nname = "{name}"\nminisign = "{pub.read_text().splitlines()[1]}"\n'
+    (scratch / "trust.toml").write_text(policy)
+    return scratch / "trust.toml"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=11)
@@ -72,12 +86,16 @@ def main() -> int:
         exported = scratch / "export" / HOTFIX
         for path in exported.rglob("*.py"):  # "mount" the patched file, as the bind mount would
             shutil.copyfile(path, image.site_packages / path.relative_to(exported))
+        trust = _signed(scratch, lock) if shutil.which("minisign") else None
         commands = {
             "import click": [str(tool.python), "-c", "import click"],
             "verify --lock --python": [str(tool_hotfix), "verify", "--lock", str(lock), "--python", str(image.python)],
             "verify --lock (in image)": [str(image_hotfix), "verify", "--lock", str(lock)],
             "  same, python -m": [str(image.python), "-m", "vllm_hotfix", "verify", "--lock", str(lock)],
         }
+        if trust is not None:  # issue 36: a trust policy of threshold 2 (two signatures, each with its global one)
+            commands["verify --lock (in image), policy"] = [str(image_hotfix), "verify", "--lock", str(lock), "--trust",
+                                                            str(trust)]
         full = realdata.VENVS / f"vllm-full-0.30.0-py{sys.version_info[0]}.{sys.version_info[1]}" / "bin" / "python"
         if full.exists():  # the real image's site-packages (~200 distributions): what the probe costs there
             probe = (Path(__file__).resolve().parent.parent / "src" / "vllm_hotfix" / "install" / "probe.py").read_text()

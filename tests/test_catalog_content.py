@@ -26,7 +26,8 @@ CATALOG = Path(__file__).resolve().parent.parent
 MANIFESTS = sorted((CATALOG / "manifests").glob("*.toml"))
 MAMBA_FILE = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 DOCUMENTED_KEYS = {"schema", "id", "version", "title", "description", "symptoms", "fixed_in", "supersedes",
-                   "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by"}
+                   "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by",
+                   "confirm", "platforms"}
 
 
 def test_catalog_has_the_three_hotfixes_and_the_advisories():
@@ -43,8 +44,10 @@ def test_manifest_is_toml_with_documented_keys(path):
     manifest = load_manifest(path)
     assert manifest.title and manifest.description and manifest.references
     assert not manifest.symptoms, "the built-in manifests say what a crash looks like with [[signatures]]"
-    roles = [s.role for s in manifest.signatures]
-    assert "first-error" in roles  # a crash it can be the first error of; specific / veto tiers: tests/doctor
+    roles = {r for s in manifest.signatures for r in s.roles}
+    assert roles & {"first-error", "error-line"}  # a crash it can be the error of; tiers and contexts: tests/doctor
+    tiers = {s.tier for s in manifest.signatures}
+    assert {"specific", "condition"} <= tiers and manifest.confirm  # it can be named, be possible, and be confirmed
     if manifest.kind == "advisory":
         assert manifest.workaround and not manifest.patches and not manifest.checks
     else:

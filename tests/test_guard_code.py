@@ -45,7 +45,8 @@ from vllm_hotfix.containers import guard_code, guard_imports, guard_points, guar
 from vllm_hotfix.containers.guard_model import HotfixNotInEffect, Watched
 from vllm_hotfix.core import codeprint
 from vllm_hotfix.core.verdict import FileCheck
-from vllm_hotfix.txn.lockfile import HotfixCheck, LockedCode, LockedFile, LockedHotfix, LockedName
+from vllm_hotfix.txn.lockcode import LockedCode, LockedName
+from vllm_hotfix.txn.lockfile import HotfixCheck, LockedFile, LockedHotfix
 
 lines = []
 class Collect(logging.Handler):

@@ -90,9 +90,9 @@ def test_missing_lock_file_says_how_to_make_one(tmp_path):
         (None, "0.30.0", "drifted"),  # the same word `hotfix status` uses for a missing file
         (PRISTINE, "0.32.0", "fixed-upstream"),
         (PRISTINE, "0.33.0rc1", "fixed-upstream"),
-        (PRISTINE, "0.32.0rc1", "lost"),
+        (PRISTINE, "0.32.0rc1", "stale"),
         (PATCHED, "0.30.0+cu126", "applied"),  # a local label names the same release
-        (PATCHED, "0.31.0", "lost"),  # another release under the lock: its files' bytes are 0.30.0's
+        (PATCHED, "0.31.0", "stale"),  # another release under the lock: its files' bytes are 0.30.0's
     ],
 )
 def test_states_against_files_on_disk(tmp_path, content, version, state):
@@ -100,7 +100,7 @@ def test_states_against_files_on_disk(tmp_path, content, version, state):
     assert check.state == state
     assert check.in_effect == (state in ("applied", "fixed-upstream"))
     advice = lockfile.advice(check, lambda locked, fc: f"./x/{locked.export}:{fc.where}:ro")
-    if state == "lost" and version != "0.30.0":
+    if state == "stale":
         assert advice.startswith(f"vllm is {version} here, the lock was exported from 0.30.0: re-export")
     elif state == "lost":
         assert advice.startswith(f"lost: {PATH} is the pristine 0.30.0 file: the bind mount is missing")
@@ -210,3 +210,21 @@ def test_a_file_that_is_not_python_has_no_code_names():
     doc["hotfixes"][0]["files"][0]["path"] = "vllm/kernels/x.cu"
     with pytest.raises(InvalidInput, match=r"files\[0\]\.code: 'vllm/kernels/x.cu' is not a Python file"):
         lockfile.parse_lock(json.dumps(doc).encode())
+
+
+def test_the_expected_fingerprint_is_what_a_check_in_effect_gives(tmp_path):
+    """expected_fingerprint (what a bundle is labelled with and admission approves) answers as
+    fingerprint(check_lock(...)) does on an install where the lock is in effect -- also for a series,
+    where the lower hotfix's file holds the upper one's bytes -- and differs once a byte differs."""
+    top = PATCHED + b"# and the second fix\n"
+    second = LockedHotfix("second-fix", 2, "vllm", "vllm", "0.30.0", None,
+                          (LockedFile(PATH, sha(top), sha(PATCHED), f"second-fix/{PATH}"),
+                           LockedFile("vllm/other.py", sha(b"new\n"), None, "second-fix/vllm/other.py")))
+    lock = lockfile.parse_lock(lockfile.dump_lock(Lock(make_lock().site_packages, (*make_lock().hotfixes, second))))
+    installed = install(tmp_path, top)
+    (installed.package_dir / "other.py").write_bytes(b"new\n")
+    checks = lockfile.check_lock(lock, lambda package: installed)
+    assert all(c.in_effect for c in checks)
+    assert lockfile.fingerprint(checks) == lockfile.expected_fingerprint(lock)
+    (installed.package_dir / "other.py").write_bytes(b"new!\n")
+    assert lockfile.fingerprint(lockfile.check_lock(lock, lambda package: installed)) != lockfile.expected_fingerprint(lock)

@@ -49,15 +49,36 @@ INVALID = [
     (_set(("signatures",), [SIGNATURES[0], dict(SIGNATURES[1], pattern=r"\d+|x")]),
      "signatures[1].pattern: needs a literal text of at least 3 characters"),
     (_set(("signatures",), [dict(SIGNATURES[0], role="crash")]),
-     "signatures[0].role: expected one of first-error, context, config, noise, got 'crash'"),
+     "signatures[0].role: expected one of first-error, error-line, fault-report, traceback, context, config, noise, got 'crash'"),
+    (_set(("signatures",), [dict(SIGNATURES[0], role=["traceback", "kernel"])]),
+     "signatures[0].role[1]: expected one of first-error, error-line, fault-report, traceback, context, config, noise, got 'kernel'"),
+    (_set(("signatures",), [dict(SIGNATURES[0], role=[])]), "signatures[0].role: needs at least one role"),
+    (_set(("signatures",), [dict(SIGNATURES[0], role=["traceback", "traceback"])]),
+     "signatures[0].role[1]: 'traceback' is listed twice"),
+    (_set(("signatures",), [dict(SIGNATURES[0], role=3)]), "signatures[0].role: expected a string or an array, got an integer"),
+    (_set(("signatures",), [dict(SIGNATURES[3], role=["noise", "context"])]), "signatures[0].role: a noise signature has the one role 'noise'"),
+    (_set(("signatures",), [dict(SIGNATURES[0], tier="specific", role="context")]),
+     "signatures[0].role: a specific signature counts only where a name faults (fault-report, traceback, error-line), "
+     "not 'context': a name in a profiler table, a config dump or prose would name the fix"),
+    (_set(("signatures",), [dict(SIGNATURES[0], tier="specific", role=["fault-report", "first-error"])]),
+     "signatures[0].role: a specific signature counts only where a name faults (fault-report, traceback, error-line), "
+     "not 'first-error'"),
     (_set(("signatures",), [dict(SIGNATURES[0], weight=1.0)]), "signatures[0].weight: must be at least -1 and below 1, got 1.0"),
     (_set(("signatures",), [dict(SIGNATURES[0], tier="strong")]),
-     "signatures[0].tier: expected one of specific, generic, veto, got 'strong'"),
+     "signatures[0].tier: expected one of specific, condition, generic, veto, got 'strong'"),
+    (_set(("confirm",), [{"step": "restart with CUDA_LAUNCH_BLOCKING=1"}]), "confirm[0].shows: missing required key"),
+    (_set(("confirm",), [{"step": "x", "shows": "y", "run": "z"}]), "confirm[0].run: unknown key (allowed: step, shows)"),
+    (_set(("confirm",), [{"step": " ", "shows": "y"}]), "confirm[0].step: must not be empty"),
+    (_set(("confirm",), {"step": "x"}), "confirm: expected an array, got a table"),
+    (_set(("platforms",), ["cuda", "gaudi"]), "platforms[1]: expected one of cuda, rocm, ascend, metax, xpu, tpu, cpu, got 'gaudi'"),
+    (_set(("platforms",), ["cuda", "cuda"]), "platforms[1]: 'cuda' is listed twice"),
+    (_set(("platforms",), []), "platforms: needs at least one platform"),
+    (_set(("platforms",), "cuda"), "platforms: expected an array, got a string"),
     (_set(("signatures",), [dict(SIGNATURES[0], tier="specific", weight=-0.2)]),
      "signatures[0].weight: a negative weight is evidence against: use tier = \"veto\""),
     (_set(("signatures",), [dict(SIGNATURES[0], confirmed="no")]), "signatures[0].confirmed: expected true or false, got a string"),
-    (_set(("signatures",), [dict(SIGNATURES[0], pattern="(a+)+$ and more")]), "signatures[0].pattern: nested unbounded quantifiers"),
-    (_set(("signatures",), [dict(SIGNATURES[0], pattern=r"(?:x*y?)*abcd")]), "signatures[0].pattern: nested unbounded quantifiers"),
+    (_set(("signatures",), [dict(SIGNATURES[0], pattern="(a+)+$ and more")]), "signatures[0].pattern: a repetition of varying count inside"),
+    (_set(("signatures",), [dict(SIGNATURES[0], pattern=r"(?:x*y?)*abcd")]), "signatures[0].pattern: a repetition of something that can match nothing"),
     (_set(("signatures",), [dict(SIGNATURES[0], pattern=r"CUDA error(?= \d)")]), "signatures[0].pattern: a lookahead / lookbehind is not allowed"),
     (_set(("signatures",), [dict(SIGNATURES[0], pattern=r"(err)or \1 again")]), "signatures[0].pattern: a back-reference is not allowed"),
     (_set(("signatures",), [dict(SIGNATURES[0], weight="high")]), "signatures[0].weight: expected an integer or a number, got a string"),
@@ -98,10 +119,26 @@ def test_invalid_advisories(tmp_path, change, expected):
     assert_invalid(tmp_path, advisory_data(), change, expected)
 
 
-def test_tiers_and_confirmed_load(tmp_path):
-    signatures = [dict(SIGNATURES[0], tier="specific", confirmed=False), dict(SIGNATURES[1], tier="veto")]
-    m = load_manifest(write_manifest(tmp_path, manifest_data(signatures=signatures)))
-    assert [(s.tier, s.confirmed) for s in m.signatures] == [("specific", False), ("veto", True)]
+def test_tiers_roles_confirm_and_platforms_load(tmp_path):
+    signatures = [dict(SIGNATURES[0], tier="specific", role=["fault-report", "traceback"], confirmed=False),
+                  dict(SIGNATURES[1], tier="condition"), dict(SIGNATURES[1], tier="veto")]
+    confirm = [{"step": "restart with CUDA_LAUNCH_BLOCKING=1", "shows": "the traceback names the kernel"}]
+    m = load_manifest(write_manifest(tmp_path, manifest_data(signatures=signatures, confirm=confirm, platforms=["cuda", "rocm"])))
+    assert [(s.tier, s.roles, s.confirmed) for s in m.signatures] == [
+        ("specific", ("fault-report", "traceback"), False), ("condition", ("config",), True), ("veto", ("config",), True)]
+    assert m.signatures[0].role == "fault-report|traceback"
+    assert [(c.step, c.shows) for c in m.confirm] == [(confirm[0]["step"], confirm[0]["shows"])]
+    assert m.platforms == ("cuda", "rocm")
+
+
+def test_naming_problem_is_a_manifest_without_specific_evidence(tmp_path):
+    from vllm_hotfix.catalog.signatures import naming_problem
+
+    old_form = load_manifest(write_manifest(tmp_path, manifest_data(signatures=SIGNATURES)))  # weights, no tier
+    assert "doctor can never name it" in naming_problem(old_form.signatures)
+    named = load_manifest(write_manifest(tmp_path, manifest_data(signatures=[
+        dict(SIGNATURES[0], tier="specific", role="error-line")])))
+    assert naming_problem(named.signatures) is None and naming_problem(()) is None
 
 
 def test_every_catalog_pattern_is_linear_time_and_the_unconfirmed_ones_are_marked(run_hotfix):
@@ -113,4 +150,4 @@ def test_every_catalog_pattern_is_linear_time_and_the_unconfirmed_ones_are_marke
     unconfirmed = {m.id for m in catalog.latest() for s in m.signatures if not s.confirmed}
     assert {"qwen38-flash-next", "qwen38-ple-placeholder", "qwen38-draft-rejected-assert", "qwen38-response-format-500"} <= unconfirmed
     shown = run_hotfix("show", "qwen38-ple-placeholder").stdout
-    assert "specific first-error  (unconfirmed: written from a description, not yet seen in a real log)" in shown
+    assert "specific error-line  (unconfirmed: written from a description, not yet seen in a real log)" in shown

@@ -113,23 +113,48 @@ def sha256(data: bytes) -> str:
 
 
 def patch_file(site_packages: Path, relpath: str, old: bytes, new: bytes) -> dict:
-    """Write the patched file; return its state.json file record."""
+    """Write the patched file; return its state.json file record (with the bytes, for its kept patch)."""
     path = site_packages / relpath
     before = path.read_bytes()
     after = before.replace(old, new, 1) if old else before + new
     assert after != before
     path.write_bytes(after)
-    return {"path": relpath, "before_sha256": sha256(before), "after_sha256": sha256(after)}
+    return file_record(relpath, before, after)
+
+
+def file_record(relpath: str, before: bytes, after: bytes) -> dict:
+    return {"path": relpath, "before_sha256": sha256(before), "after_sha256": sha256(after), "_bytes": (before, after)}
+
+
+def kept_patch(record: dict) -> bytes:
+    """A real `diff -u` of the record's before and after bytes: the patch `hotfix apply` would have kept."""
+    import tempfile
+
+    before, after = record["_bytes"]
+    with tempfile.TemporaryDirectory() as work:
+        (Path(work) / "a").write_bytes(before)
+        (Path(work) / "b").write_bytes(after)
+        done = subprocess.run(["diff", "-u", "--label", f"a/{record['path']}", "--label", f"b/{record['path']}",
+                               str(Path(work) / "a"), str(Path(work) / "b")], capture_output=True)
+    assert done.returncode == 1, done.stderr
+    return done.stdout
 
 
 def write_state(site_packages: Path, files_by_id: dict[str, list[dict]]) -> Path:
+    """The record `hotfix apply` writes, as an older vllm-hotfix wrote it (schema 1, no seal): its kept
+    patches really give the recorded bytes, as the guard derives them (txn/judgement)."""
     directory = TargetDir.of(site_packages).directory
     directory.mkdir(parents=True, exist_ok=True)
+    for hid, files in files_by_id.items():
+        (directory / "patches" / hid).mkdir(parents=True, exist_ok=True)
+        (directory / "patches" / hid / "1.patch").write_bytes(b"".join(kept_patch(f) for f in files))
     state = {
         "schema": 1,
         "target": {"root": str(site_packages), "package": "vllm", "distribution": "vllm", "version": "0.30.0", "kind": "wheel"},
-        "hotfixes": {hid: {"version": 1, "applied_at": "2026-11-29T10:00:00Z", "source": "catalog", "patches": [],
-                           "files": files, "backups": f"backups/{hid}"} for hid, files in files_by_id.items()},
+        "hotfixes": {hid: {"version": 1, "applied_at": "2026-11-29T10:00:00Z", "source": "catalog",
+                           "patches": [f"patches/{hid}/1.patch"],
+                           "files": [{k: v for k, v in f.items() if k != "_bytes"} for f in files],
+                           "backups": f"backups/{hid}"} for hid, files in files_by_id.items()},
     }
     (directory / "state.json").write_text(json.dumps(state))
     return directory / "state.json"
@@ -157,8 +182,7 @@ def guarded(tmp_path_factory):
     realdata.pip_install(venv, str(wheel))
     pristine_lost = (venv.site_packages / LOST_FILE).read_bytes()
     files = {hid: [patch_file(venv.site_packages, *edit)] for hid, edit in HOTFIXES.items()}
-    files[LOST] = [{"path": LOST_FILE, "before_sha256": sha256(pristine_lost),
-                    "after_sha256": sha256(pristine_lost + b"# hotfix: cache-config-note\n")}]
+    files[LOST] = [file_record(LOST_FILE, pristine_lost, pristine_lost + b"# hotfix: cache-config-note\n")]
     harness = work / "harness.py"
     harness.write_text(HARNESS)
     return {"venv": venv, "files": files, "harness": harness, "work": work}
@@ -218,7 +242,8 @@ def test_three_applied_hotfixes_in_effect_one_info_line_per_process(recorded):
     proc, report = vllm_process(recorded, HOTFIX_REQUIRE=APPLIED, HOTFIX_STRICT="1", HARNESS_TIMES="5")
     assert proc.returncode == 0, proc.stderr
     (line,) = guard_lines(proc)
-    assert line.startswith(f"INFO vllm.vllm_hotfix: vllm-hotfix guard pid={report['pid']} role=main (harness.py) fingerprint=hf1-none: ")
+    assert re.match(rf"INFO vllm.vllm_hotfix: vllm-hotfix guard pid={report['pid']} role=main \(harness.py\) "
+                    r"fingerprint=hf1-[0-9a-f]{16}: ", line), line  # of the hotfixes it checked (the records' here)
     assert line.endswith("; ".join(f"{hid} [require] in effect" for hid in HOTFIXES))
     assert len(report["call_seconds"]) == 5
     assert not {m for m in report["new_modules"] if m.split(".")[0] in ("vllm", "torch")}
@@ -234,12 +259,15 @@ def test_lost_hotfix_logged_as_error_and_strict_stops_the_process(recorded):
     assert "mamba-align-block-size [require] in effect" in line
     assert f"{LOST} [require] NOT IN EFFECT: lost: {lost_path} has sha256 " in line and "(the unpatched original)" in line
     assert "never-applied [require] NOT IN EFFECT: not-applied: no record of applying it in " in line
-    assert f"-> the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {LOST}`" in line and "-> apply it (`hotfix apply never-applied`)" in line
+    python = recorded["venv"].python
+    assert f"-> the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {LOST} --python {python}`" in line
+    # an id no record names: the guard knows no catalog, so the form to complete is not a command to paste
+    assert f"-> apply it (hotfix apply never-applied --python {python} --catalog DIR (the catalog that has it))" in line
 
     proc, report = vllm_process(recorded, HOTFIX_REQUIRE=LOST, HOTFIX_STRICT="1")
     assert proc.returncode == 1 and report is None
     assert "vllm_hotfix.containers.guard_model.HotfixNotInEffect: vllm-hotfix: 1 required hotfix(es) not in effect" in proc.stderr
-    assert f"re-apply with `hotfix apply {LOST}`" in proc.stderr
+    assert f"re-apply with `hotfix apply {LOST} --python {python}`" in proc.stderr
 
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE=LOST, HOTFIX_STRICT="1", VLLM_PLUGINS="some_other_plugin")
     assert proc.returncode == 0 and guard_lines(proc) == []
@@ -248,7 +276,8 @@ def test_lost_hotfix_logged_as_error_and_strict_stops_the_process(recorded):
 def test_every_process_checks_itself_spawned_and_forked(recorded):
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE=APPLIED, HARNESS_SPAWN="EngineCore_DP0")
     assert proc.returncode == 0, proc.stderr
-    assert "role=EngineCore_DP0 fingerprint=hf1-none: mamba-align-block-size [require] in effect" in guard_lines(proc)[0]
+    assert re.search(r"role=EngineCore_DP0 fingerprint=hf1-[0-9a-f]{16}: mamba-align-block-size \[require\] in effect",
+                     guard_lines(proc)[0])
 
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE=APPLIED, HARNESS_FORK="VllmWorker-0")
     pids = [json.loads(line)["pid"] for line in proc.stdout.splitlines()]
@@ -280,7 +309,7 @@ def test_lock_file_in_effect_and_shadowed(guarded, overlay, tmp_path):
     proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(lock), HOTFIX_STRICT="1", PYTHONPATH=str(overlay))
     assert proc.returncode == 1
     assert f"mamba-align-block-size: lost: {overlay / MAMBA} has sha256 " in proc.stderr
-    assert "(the unpatched original)" in proc.stderr and "`hotfix verify --lock`" in proc.stderr
+    assert "(the unpatched original)" in proc.stderr and f"`hotfix verify --lock {lock} --python " in proc.stderr
 
 
 def test_unusable_lock_file_is_named(guarded, tmp_path):

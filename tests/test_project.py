@@ -30,7 +30,7 @@ def test_version_and_help_list_every_command():
     out = subprocess.run([sys.executable, "-m", "vllm_hotfix", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     for name in ("apply", "status", "log", "verify", "rollback", "recover", "where", "audit", "list", "show",
-                 "new", "check-catalog", "port", "contains", "export", "compose", "guard", "k8s", "bake"):
+                 "new", "check-catalog", "port", "contains", "export", "compose", "guard", "k8s", "pack", "bake"):
         assert re.search(rf"^\s+{re.escape(name)}\s+\S", out.stdout, re.M), name
     assert "Exit codes" in out.stdout
     ver = subprocess.run([sys.executable, "-m", "vllm_hotfix", "--version"], capture_output=True, text=True)

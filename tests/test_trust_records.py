@@ -78,6 +78,11 @@ def test_a_forged_record_cannot_make_rollback_write_chosen_bytes(applied, run_ho
     edit_record(tdir, lambda h: h["files"][0].update(before_sha256=hashlib.sha256(chosen).hexdigest()))
     done = run_hotfix("rollback", HOTFIX, "--python", venv.python)
     assert done.returncode == 8, done.stderr
+    assert "record was changed after hotfix wrote it (its seal does not match" in done.stderr  # the seal first
+    assert target.read_bytes() == patched
+    edit_record(tdir, lambda h: h.update(seal=None, patch_sha256=[]))  # as a record from before seals: the origin
+    done = run_hotfix("rollback", HOTFIX, "--python", venv.python)
+    assert done.returncode == 8, done.stderr
     assert "pip's RECORD gives" in done.stderr and "does not describe this install" in done.stderr
     assert target.read_bytes() == patched
 

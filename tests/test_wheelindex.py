@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from fixtures.manifests import write_manifest
-from fixtures.localindex import build_wheel, isolated_pip_env, serve, write_simple_index
+from fixtures.localindex import build_wheel, isolated_pip_env, serve, tiny_catalog, write_simple_index
 from vllm_hotfix.catalog.wheelindex import Index, LineProgress, index_config
 from vllm_hotfix.errors import Unavailable
 
@@ -62,7 +61,8 @@ def test_releases_and_a_checked_download_from_a_local_index(index, tmp_path):
     percents = [int(line.rsplit(" ", 1)[1][:-1]) for line in lines if line.endswith("%")]
     assert len(percents) >= 3 and percents == sorted(percents) and percents[-1] == 100
     assert "done" in lines[-1]
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [got.name]  # no temp file left
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [got.name, f"{got.name}.sha256"]  # no temp file
+    assert (tmp_path / "cache" / f"{got.name}.sha256").read_text().strip() == hashlib.sha256(served.read_bytes()).hexdigest()
 
 
 def test_sha256_mismatch_keeps_nothing(tmp_path):
@@ -94,17 +94,8 @@ def test_file_index_as_configured_on_this_kind_of_machine(tmp_path):
     assert hashlib.sha256(got.read_bytes()).hexdigest() == hashlib.sha256(wheel.read_bytes()).hexdigest()
 
 
-def _catalog(root):
-    patch = f"--- a/{PATCHED}\n+++ b/{PATCHED}\n@@ -1,2 +1,2 @@\n def f():\n-    return 1\n+    return 2\n".encode()
-    write_manifest(root, {"schema": 1, "id": "tiny-fix", "version": 1, "title": "a hotfix for tinypkg",
-                          "targets": [{"distribution": "tinypkg", "versions": ">=1.0"}],
-                          "patches": [{"file": "tiny/0.patch", "sha256": hashlib.sha256(patch).hexdigest()}]})
-    (root / "patches" / "tiny" / "0.patch").write_bytes(patch)
-    return root
-
-
 def test_check_catalog_lists_and_downloads_through_pip_index_url(index, tmp_path, run_hotfix):
-    catalog = _catalog(tmp_path / "catalog")
+    catalog = tiny_catalog(tmp_path / "catalog")
     env = isolated_pip_env(tmp_path, index.url)
     done = run_hotfix("check-catalog", "--catalog", catalog, "--json", env=env)
     assert done.returncode == 0, done.stderr
@@ -117,7 +108,7 @@ def test_check_catalog_lists_and_downloads_through_pip_index_url(index, tmp_path
 def test_check_catalog_download_failure_is_unavailable_not_fails(tmp_path, run_hotfix):
     from fixtures.localindex import free_port
 
-    catalog = _catalog(tmp_path / "catalog")
+    catalog = tiny_catalog(tmp_path / "catalog")
     env = isolated_pip_env(tmp_path, f"http://127.0.0.1:{free_port()}/simple/")
     done = run_hotfix("check-catalog", "tiny-fix", "--catalog", catalog, "--versions", "1.0.0", "--json", env=env)
     assert done.returncode == 10, done.stderr

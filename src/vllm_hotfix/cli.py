@@ -11,11 +11,12 @@ from pathlib import Path
 
 import click
 
-from vllm_hotfix import __version__
+from vllm_hotfix import __version__, cli_bundles, cli_signing
 from vllm_hotfix.cli_options import (
-    AUDIT_HELP, CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, LOG_HELP, NEW_HELP,
-    PORT_HELP, WHERE_HELP, all_targets_option, catalog_option, complete_ids, dry_run_option, guard_options, json_option,
-    python_option, root_option,
+    ADMISSION_PARAMS, AUDIT_HELP, CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, LOG_HELP,
+    NEW_HELP, OVERLAY_PARAMS, PORT_HELP, WHERE_HELP, admission_options, all_targets_option, catalog_option, complete_ids,
+    dry_run_option, given_options, guard_options, json_option, k8s_overlay_options, lock_fields_options, python_option,
+    root_option, runtime_options,
 )
 from vllm_hotfix.core.verdict import IN_EFFECT, STATES
 from vllm_hotfix.errors import ExitCode, HotfixError
@@ -81,18 +82,13 @@ def apply_cmd(hotfix_id, patch_file, root, python, package, adhoc_id, strip, pat
 @python_option
 @root_option
 @all_targets_option("Every target recorded in the state directory, its series and words; gone ones marked STALE.")
-@click.option("--runtime", is_flag=True, help="Load vLLM's plugins and the platform's patches in the interpreter that "
-              "runs vLLM (this environment's VLLM_PLUGINS) and list every vLLM function they rebind, naming those that "
-              "touch a hotfix (exit 1 if any does).")
-@click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="With --runtime: the fixed names of this lock (written by `hotfix export`), not the record's.")
+@runtime_options
 @catalog_option
 @json_option
 def status_cmd(hotfix_ids, python, root, all_targets, runtime, lock_file, catalogs, as_json) -> None:
     from vllm_hotfix.commands import status as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), all_targets=all_targets, as_json=as_json,
-                      runtime=runtime, lock_file=lock_file))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), all_targets=all_targets, as_json=as_json, runtime=runtime, lock_file=lock_file))
 
 
 @cli.command("log", help=LOG_HELP, short_help="Who applied, upgraded or rolled back what, and when (history.jsonl).")
@@ -222,13 +218,14 @@ def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
 @click.option("--target", "distribution", help="Distribution the hotfix targets (vllm, vllm-ascend).")
 @click.option("--versions", help="PEP 440 range the hotfix applies to, e.g. '>=0.29,<0.32' (--from-install: default ==installed).")
 @click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="--from-install: the pristine wheel of the installed release (default: cached, else pip download).")
+@click.option("--include-applied", is_flag=True, help="--from-install: also fold in the changes of the hotfixes recorded on that install (default: only the edits made on top of them).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Catalog directory to write manifests/ and patches/ into.")
 @dry_run_option
 @json_option
-def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_release, base, split_by_file, python, distribution, versions, wheel, out_dir, dry_run, as_json) -> None:
+def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_release, base, split_by_file, python, distribution, versions, wheel, include_applied, out_dir, dry_run, as_json) -> None:
     from vllm_hotfix.commands import new as command
 
-    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, from_release=from_release, base=base, split_by_file=split_by_file, python=python, distribution=distribution, versions=versions, wheel=wheel, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, from_release=from_release, base=base, split_by_file=split_by_file, python=python, distribution=distribution, versions=versions, wheel=wheel, include_applied=include_applied, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")
@@ -285,15 +282,21 @@ def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distrib
 @cli.command("export")
 @click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the patched files and hotfix.lock.")
+@lock_fields_options
 @python_option
 @catalog_option
 @dry_run_option
 @json_option
-def export_cmd(hotfix_ids, out_dir, python, catalogs, dry_run, as_json) -> None:
-    """Write patched files (from a pristine baseline) and a hotfix.lock for bind mounts."""
+def export_cmd(hotfix_ids, out_dir, lock_version, expires, python, catalogs, dry_run, as_json) -> None:
+    """Write patched files (from a pristine baseline) and a hotfix.lock for bind mounts.
+
+    \b
+    Example: hotfix export mamba-align-block-size --to hotfix-export --lock-version 8 --expires 30d
+    Then sign it: hotfix sign hotfix-export/hotfix.lock --key release.key
+    """
     from vllm_hotfix.commands import export as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json, lock_version=lock_version, expires=expires))
 
 
 @cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
@@ -313,23 +316,19 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("k8s", help=K8S_HELP, short_help="Write a kustomize overlay mounting an export into a Kubernetes workload.")
-@click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
-@click.option("--base", required=True, type=click.Path(exists=True, path_type=Path), help="The workload's manifest file (e.g. `helm template` output) or kustomization directory; only read.")
-@click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the overlay (kustomization.yaml, patch, files).")
-@click.option("--workload", help="KIND/NAME, e.g. deployment/vllm, statefulset/vllm, leaderworkerset/vllm.")
-@click.option("--kind", help="Workload kind (instead of --workload).")
-@click.option("--name", help="Workload name (instead of --workload).")
-@click.option("--container", "containers", multiple=True, required=True, help="Container to mount the files into (repeatable).")
-@click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock).")
-@click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect.")
-@click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this.")
+@cli.command("k8s", help=K8S_HELP, short_help="Write a kustomize overlay mounting an export into a Kubernetes workload (or --admission: a policy).")
+@k8s_overlay_options
+@admission_options
 @dry_run_option
 @json_option
-def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, dry_run, as_json) -> None:
+def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, admission, approve, namespaces, params_namespace, warn_only, dry_run, as_json) -> None:
+    if admission:
+        from vllm_hotfix.commands import admission as command
+
+        _exit(command.run(approve=tuple(approve), namespaces=tuple(namespaces), params_namespace=params_namespace, warn_only=warn_only, out_dir=out_dir, overlay_options=given_options(OVERLAY_PARAMS), dry_run=dry_run, as_json=as_json))
     from vllm_hotfix.commands import k8s as command
 
-    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, admission_options=given_options(ADMISSION_PARAMS), dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("bake", short_help="Write a Containerfile deriving an image with the hotfixes applied and verified.")
@@ -377,6 +376,11 @@ def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, python, as_
 
     _exit(command.run(print_env=print_env, check_env=check_env, lock_file=lock_file, require=require, strict=strict,
                       fmt=fmt, python=python, as_json=as_json))
+
+
+cli.add_command(cli_signing.sign_cmd)
+cli.add_command(cli_bundles.pack_cmd)
+cli.add_command(cli_signing.trust_group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ import click
 EXIT_CODES_HELP = """\b
 Exit codes:
   0  success / everything in effect
-  1  not in effect (verify, status) or not pristine (audit)
+  1  not in effect (verify, status) or not pristine, or a recorded fix not in effect (audit)
   2  usage error
   3  refused: baseline not clean, checksum mismatch, version out of range,
      unmet precondition, unsafe path
@@ -22,6 +22,11 @@ Exit codes:
   9  doctor: no known issue matches the logs
   10 unavailable: a release could not be listed or downloaded (check-catalog, port,
      contains --versions, new)
+  11 a trust policy (--trust, HOTFIX_TRUST) refuses: unsigned
+  12 ... fewer valid signatures from listed keys than its threshold
+  13 ... tampered: a listed key's signature does not verify on these bytes
+  14 ... rollback: the lock's version is below min_version
+  15 ... expired (past the policy's grace with expired = "warn")
   70 internal error (HOTFIX_DEBUG=1 shows the traceback)
   130/143 interrupted by SIGINT/SIGTERM; every file was restored
 """
@@ -30,7 +35,8 @@ Exit codes:
 DOCTOR_EXIT_HELP = """\b
 Exit codes of doctor:
   0  a known issue matches, and its fix is already in effect (applied / fixed upstream)
-  1  a known issue matches and its fix is needed (not applied, lost, drifted, state unknown)
+  1  a known issue matches confidently and its fix is not in effect (any state but applied /
+     fixed upstream: not applied, lost, stale, stale bytecode, drifted, interrupted, unknown)
   2  usage error (unreadable log, bad option)
   8  invalid manifest in the catalog
   9  no known issue matches (or only ones for other releases)
@@ -39,10 +45,13 @@ Exit codes of doctor:
 
 DOCTOR_HELP = """Read crash logs (files, '-' for stdin, .gz too) and name the hotfix or advisory that fixes the crash.
 
-Finds the first error of every process (vLLM's (EngineCore_DP0 pid=...) / (Worker_TP3 ...) prefixes,
-CANN plog pids, one file = one process otherwise), matches the catalog's [[signatures]], and with
---python / --root checks whether the fix is already in effect on that target. Prints a ranked
-verdict with the evidence lines (file:line), the confidence and the command to run next.
+Finds the root error of every process (vLLM's (EngineCore_DP0 pid=...) / (Worker_TP3 ...) prefixes,
+CANN plog pids, one file = one process otherwise; its innermost exception first), matches the
+catalog's [[signatures]] where each counts (a fault report, a traceback, the log's own error lines, a
+config line; never a table or prose), and with --python / --root checks whether the fix is already
+in effect on that target. Prints a ranked verdict with the evidence lines (file:line): confident
+(apply), possible (a generic error and a condition of the bug: how to confirm it, then the
+`hotfix apply ID --dry-run` to run), or no candidate (a generic error alone: who shares it).
 
 \b
 Examples:
@@ -91,7 +100,8 @@ Answers:
   partly          some files or hunks hold the post-image, the rest does not apply
   conflicts       nothing of it is there, and the patch does not apply
   not-applicable  outside the hotfix's targets
-Exit: 0 contained/applied, 1 applicable, 3 not-applicable, 4 partly/conflicts; with --versions
+  stale-bytecode  recorded and in the files, but Python would load a __pycache__ entry holding other code
+Exit: 0 contained/applied, 1 applicable/stale-bytecode, 3 not-applicable, 4 partly/conflicts; with --versions
 0 when every release was answered, 10 when one could not be downloaded.
 
 \b
@@ -102,6 +112,45 @@ Examples:
 
 """
 
+
+SIGN_HELP = """Sign a lock, a trust policy or a catalog (--catalog DIR) with a minisign secret key.
+
+Writes FILE.<KEYID>.minisig beside FILE (KEYID: the key id minisign prints, 16 hex digits), one
+file per key, so several keys can sign one lock; `minisign -V -m FILE -x FILE.<KEYID>.minisig -p
+KEY.pub` accepts it, and a signature `minisign -S` wrote (FILE.minisig, or -x FILE.<KEYID>.minisig)
+counts the same. The signature is prehashed (BLAKE2b-512, as minisign's default) and its trusted
+comment is signed too. FILE is never changed; re-sign after every `hotfix export`. A catalog gets
+DIR/hotfix-catalog.sha256 (every file of manifests/ and patches/, as sha256sum writes it) and its
+signature.
+
+Keys come from `minisign -G` (encrypted with scrypt) or `minisign -G -W` (unencrypted). The
+password of an encrypted key: --password-file FILE or HOTFIX_KEY_PASSWORD_FILE (its first line;
+a mounted secret in CI), else HOTFIX_KEY_PASSWORD, else a prompt on the terminal; never an argument.
+
+\b
+Examples:
+  minisign -G -p release.pub -s release.key
+  hotfix sign hotfix-export/hotfix.lock --key release.key
+  HOTFIX_KEY_PASSWORD_FILE=/run/secrets/sre-key-pw hotfix sign hotfix-export/hotfix.lock --key sre.key
+  hotfix sign --catalog ./my-catalog --key release.key
+  hotfix verify --lock hotfix-export/hotfix.lock --trust trust.toml
+"""
+
+TRUST_ROTATE_HELP = """Replace the trust policy (--trust) by NEW, a higher version signed by the policy's keys.
+
+NEW must carry a higher `version`, and signatures (NEW.<KEYID>.minisig, `hotfix sign NEW --key
+...`) by `threshold` keys of the current policy and by `threshold` of its own. Then it replaces
+the current file (atomically, with its signatures), and the old keys stop counting. --chain DIR
+also writes DIR/policy-<version>.toml: containers whose image pins an older policy walk that
+chain with HOTFIX_TRUST_CHAIN=DIR, each step checked against the one before. Exit 11-14 names
+what is missing (README: Exit codes); nothing is written then.
+
+\b
+Examples:
+  hotfix sign trust-v2.toml --key release.key; hotfix sign trust-v2.toml --key sre.key
+  hotfix trust rotate trust-v2.toml --trust /etc/vllm-hotfix/trust.toml --dry-run
+  hotfix trust rotate trust-v2.toml --trust ./trust.toml --chain ./trust-chain
+"""
 
 GC_HELP = """Remove recorded state, journals and backups kept for targets (venvs, checkouts) that are gone.
 
@@ -118,6 +167,37 @@ mounts over site-packages in the named containers, and the guard's environment.
 A workload or container the base does not have is refused (exit 3), naming what it has. With
 kubectl (or kustomize) on PATH, the overlay is rendered before it replaces --to, and a render in
 which a named container lacks a mount or the guard's variables is refused with nothing written.
+
+With --admission it writes instead a ValidatingAdmissionPolicy (CEL, no webhook), its binding to the
+--namespace(s), and a ConfigMap of the approved pairs (image digest -> fingerprints) from each
+--approve: a bundle `hotfix pack` wrote (checked blob by blob, file by file against its lock), or an
+image digest and the lock it runs with. A pod there is admitted only when every image and image
+volume is pinned by digest and its vllm-hotfix.io/fingerprint annotation is approved for its images.
+
+\b
+Examples:
+  hotfix k8s --export-dir hotfix-export --base k8s/base --to k8s/hotfix --workload deployment/vllm --container vllm
+  hotfix k8s --admission --approve bundle --namespace inference --to k8s/admission
+  hotfix k8s --admission --namespace inference --to k8s/admission \\
+      --approve "registry.example/vllm-openai@sha256:$DIGEST=hotfix-export/hotfix.lock"
+"""
+
+
+PACK_HELP = """Pack an export into a hotfix bundle: an OCI image layout (one layer: the patched files under
+site-packages/ at their site-packages-relative paths, and hotfix.lock) that Kubernetes mounts as an
+image volume pinned by digest, for fixes past the 1 MiB a ConfigMap holds.
+
+The export is what `hotfix export --to DIR` wrote (--export-dir; every file is checked against the
+lock's sha256 first, no symlink is followed), or IDs exported on the fly from --python. The image is
+reproducible: the same export gives the same digest. It is a runnable image (a real config with
+rootfs.diff_ids, as containerd requires for image volumes), one manifest per --platform under an
+image index. Push it with skopeo; the command prints the line.
+
+\b
+Examples:
+  hotfix pack --export-dir hotfix-export --to bundle --repository registry.example/team/vllm-hotfix
+  hotfix pack mamba-align-block-size --python /opt/venv/bin/python --to bundle --platform linux/arm64
+  skopeo inspect oci:bundle
 """
 
 
@@ -136,7 +216,10 @@ Examples:
 AUDIT_HELP = """Check every installed file of PACKAGE against pip's RECORD (exit 1 if not pristine).
 
 Prints only differences, `rpm -V` style: `S.5......` size, `..5......` digest, `missing`,
-`unrecorded` (a file in the package directory RECORD does not list; __pycache__/*.pyc ignored).
+`unrecorded` (a file in the package directory RECORD does not list; __pycache__/*.pyc ignored),
+`stale-bytecode` (a __pycache__ entry Python would load instead of a changed or recorded source,
+holding other code); then the hotfixes recorded for the install with their state (exit 1 when one is
+not in effect, even on a pristine install: a rebuild or an upgrade under the record).
 
 \b
 Examples:
@@ -160,6 +243,69 @@ Examples:
 
 def all_targets_option(text: str):
     return click.option("--all", "all_targets", is_flag=True, help=text)
+
+
+OVERLAY_PARAMS = ("export_dir", "base", "workload", "kind", "name", "containers", "container_site_packages", "strict",
+                  "max_configmaps")
+ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only")
+
+
+def k8s_overlay_options(command):
+    """--to, and the options of `hotfix k8s` that shape the overlay (OVERLAY_PARAMS)."""
+    for option in reversed((
+        click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the overlay (kustomization.yaml, patch, files), or for the --admission policy."),
+        click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`."),
+        click.option("--base", type=click.Path(exists=True, path_type=Path), help="The workload's manifest file (e.g. `helm template` output) or kustomization directory; only read.  [required without --admission]"),
+        click.option("--workload", help="KIND/NAME, e.g. deployment/vllm, statefulset/vllm, leaderworkerset/vllm."),
+        click.option("--kind", help="Workload kind (instead of --workload)."),
+        click.option("--name", help="Workload name (instead of --workload)."),
+        click.option("--container", "containers", multiple=True, help="Container to mount the files into (repeatable).  [required without --admission]"),
+        click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock)."),
+        click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect."),
+        click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this."),
+    )):
+        command = option(command)
+    return command
+
+
+def admission_options(command):
+    """The options of `hotfix k8s --admission` (--admission and ADMISSION_PARAMS)."""
+    for option in reversed((
+        click.option("--admission", is_flag=True, help="Write a ValidatingAdmissionPolicy, its binding and the ConfigMap of approved image digests and fingerprints instead of an overlay."),
+        click.option("--approve", "approve", multiple=True, metavar="BUNDLE_DIR|IMAGE@sha256:DIGEST=LOCK", help="With --admission: a bundle `hotfix pack` wrote, or an image and the lock it runs with (repeatable)."),
+        click.option("--namespace", "namespaces", multiple=True, metavar="NS", help="With --admission: a namespace whose pods the policy judges (repeatable)."),
+        click.option("--params-namespace", default="vllm-hotfix-admission", show_default=True, metavar="NS", help="With --admission: the namespace of the approved-images ConfigMap (one the workloads' owners cannot write)."),
+        click.option("--warn-only", is_flag=True, help="With --admission: warn and audit instead of denying (to roll the policy out)."),
+    )):
+        command = option(command)
+    return command
+
+
+def pack_options(command):
+    """The options of `hotfix pack` but the target's and the catalog's."""
+    for option in reversed((
+        click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Directory written by `hotfix export` (default: hotfix-export; not with IDs)."),
+        click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the OCI image layout (new, or a bundle packed before: replaced whole)."),
+        click.option("--tag", help="The image's tag in the layout (default: the fingerprint, hf1-...)."),
+        click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH", help="Platform of the image config (repeatable; default: linux/amd64 and linux/arm64). containerd unpacks only an image of the node's platform."),
+        click.option("--repository", metavar="REGISTRY/PATH", help="Where it will be pushed, to print the skopeo line and the pinned reference in full."),
+    )):
+        command = option(command)
+    return command
+
+
+def given_options(names) -> tuple[str, ...]:
+    """The options of the running command among ``names`` (parameter names) given on the command line
+    or by their environment variable, as the user spells them (``--base``): options of another mode."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    found = []
+    for param in ctx.command.params:
+        if param.name in names and ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,
+                                                                             ParameterSource.ENVIRONMENT):
+            found.append(max(param.opts, key=len))
+    return tuple(found)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
@@ -196,9 +342,20 @@ _allow_shadow_flag = click.option(
 )
 
 
+def _trust(ctx, param, value) -> None:
+    if value:  # read where a policy applies (txn.signed.policy_path), by every command alike
+        os.environ["HOTFIX_TRUST"] = str(value)
+
+
+trust_flag = click.option(
+    "--trust", type=click.Path(dir_okay=False, path_type=Path), expose_value=False, callback=_trust, is_eager=True,
+    metavar="FILE", help="Trust policy (TOML) that locks and, with catalogs = \"signed\", user catalogs must satisfy "
+                         "(env HOTFIX_TRUST; in an image /etc/vllm-hotfix/trust.toml).")
+
+
 def catalog_option(command):
-    """--catalog DIR (repeatable) and --allow-shadow, on every command that reads the catalog."""
-    return _catalog_dirs(_allow_shadow_flag(command))
+    """--catalog DIR (repeatable), --allow-shadow and --trust, on every command that reads the catalog."""
+    return _catalog_dirs(_allow_shadow_flag(trust_flag(command)))
 def guard_options(command):
     """The options of `hotfix guard` (--print-env and its settings, --check-env)."""
     from vllm_hotfix.settings import CONTAINER_LOCK
@@ -217,6 +374,49 @@ def guard_options(command):
     )):
         command = option(command)
     return command
+
+
+def _stack(*options):
+    def apply(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return apply
+
+
+sign_options = _stack(
+    click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[FILE]"),
+    click.option("--catalog", "catalog", type=click.Path(file_okay=False, path_type=Path),
+                 help="Sign this catalog directory instead of a FILE."),
+    click.option("--key", required=True, type=click.Path(dir_okay=False, path_type=Path),
+                 help="The minisign secret key (`minisign -G`)."),
+    click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path),
+                 help="File whose first line is the key's password (env HOTFIX_KEY_PASSWORD_FILE)."),
+    click.option("--trusted-comment", help="The signed comment (default, as minisign: "
+                                           "timestamp:T<TAB>file:NAME<TAB>hashed)."),
+)
+trust_rotate_options = _stack(
+    click.argument("new_policy", type=click.Path(dir_okay=False, path_type=Path), metavar="NEW"),
+    click.option("--trust", type=click.Path(dir_okay=False, path_type=Path), envvar="HOTFIX_TRUST", metavar="FILE",
+                 help="The current policy (env HOTFIX_TRUST)."),
+    click.option("--chain", type=click.Path(file_okay=False, path_type=Path),
+                 help="Also write NEW as DIR/policy-<version>.toml, for HOTFIX_TRUST_CHAIN."),
+)
+lock_fields_options = _stack(
+    click.option("--lock-version", type=click.IntRange(min=1),
+                 help="The lock's version (a trust policy's min_version; default: the lock in --to's + 1, else 1)."),
+    click.option("--expires", metavar="WHEN", help="When a trust policy stops accepting the lock: a duration (30d, 12h) "
+                                                   "or a UTC time (2027-01-31T00:00:00Z)."),
+)
+
+
+runtime_options = _stack(  # `hotfix status --runtime [--lock FILE]`
+    click.option("--runtime", is_flag=True, help="Load vLLM's plugins and the platform's patches in the interpreter "
+                 "that runs vLLM (this environment's VLLM_PLUGINS) and list every vLLM function they rebind, naming "
+                 "those that touch a hotfix (exit 1 if any does)."),
+    click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path),
+                 help="With --runtime: the fixed names of this lock (written by `hotfix export`), not the record's."),
+)
 
 
 dry_run_option = click.option("--dry-run", is_flag=True, help="Check and plan everything, change nothing, say what would change.")

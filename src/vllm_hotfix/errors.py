@@ -19,6 +19,12 @@ class ExitCode:
     INVALID_INPUT = 8  # malformed diff, manifest or lock file
     NO_MATCH = 9  # doctor: no known issue matches the logs (or only ones for other releases)
     UNAVAILABLE = 10  # the package index or a download failed (network, missing release, sha256 mismatch)
+    # a trust policy (HOTFIX_TRUST / --trust) refuses a lock, a catalog or a new policy (core/trust.py)
+    UNSIGNED = 11  # no signature file beside it
+    UNTRUSTED = 12  # fewer valid signatures from distinct listed keys than the policy's threshold
+    TAMPERED = 13  # a listed key's signature or trusted comment does not verify on these bytes
+    ROLLBACK = 14  # its version is below the policy's min_version (a policy: not above the current one)
+    EXPIRED = 15  # past its `expires` (and past the policy's grace with expired = "warn")
     INTERNAL = 70  # a bug in vllm-hotfix; rerun with HOTFIX_DEBUG=1 for a traceback
 
 
@@ -71,6 +77,12 @@ class Busy(HotfixError):
 
 class InvalidInput(HotfixError):
     exit_code = ExitCode.INVALID_INPUT
+
+
+class Untrusted(HotfixError):
+    """A trust policy refuses what was to be used; ``exit_code`` is the refusal's (11-15)."""
+
+    exit_code = ExitCode.UNTRUSTED
 
 
 class Unavailable(HotfixError):

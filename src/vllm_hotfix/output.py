@@ -1,23 +1,86 @@
-"""Printing: human lines on stdout, JSON on stdout with --json, notes and progress on stderr."""
+"""Printing: human lines on stdout, JSON on stdout with --json, notes and progress on stderr.
+
+Every line printed in text mode passes ``visible`` (the one sanitiser): a string that came from outside
+(a path, a patch or file line, a log line, a title, an id, an environment value) cannot drive the
+terminal. File names are C-quoted as git quotes them (``quote_path``). Stdlib only and cheap to import
+(no ``json``, ``re`` or ``time`` until used): the guard prints its one line through ``visible`` in every
+vLLM process.
+"""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sys
-import time
 from typing import Any, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
 
 def emit_json(obj: Any) -> None:
-    _write(sys.stdout, json.dumps(obj, indent=2, default=str, ensure_ascii=False) + "\n", flush=True)
+    """--json: readable UTF-8, where JSON itself escapes the C0 controls; every other character ``visible``
+    would escape (C1 controls such as U+009B, bidi and zero-width characters, a lone surrogate from a file
+    name that is not UTF-8) is written as its ``\\uXXXX`` escape too: the same value for a JSON reader,
+    nothing a terminal obeys when the document is printed to one."""
+    import json
+
+    text = json.dumps(obj, indent=2, default=str, ensure_ascii=False)
+    if not text.isascii():
+        import re
+
+        text = re.sub(r"[^\x00-\x7f]", lambda m: m.group() if m.group().isprintable() else json.dumps(m.group())[1:-1],
+                      text)
+    _write(sys.stdout, text + "\n", flush=True)
+
+
+# -- the one sanitiser ----------------------------------------------------------------------------
+# What a terminal obeys: C0 controls (ESC starts CSI/OSC/DCS sequences: colours, the title, hyperlinks,
+# clipboard writes; CR and BS overwrite what was printed; BEL rings), DEL, C1 controls (U+0080-U+009F:
+# U+009B is CSI and U+009D OSC on their own), and the format characters that reorder or hide text
+# (bidi overrides and isolates U+202A-E / U+2066-9, zero-width characters): all of them are Unicode's
+# non-printable characters (str.isprintable is False), as are the lone surrogates a non-UTF-8 name decodes
+# to. Tab stays as it is (it moves the cursor forward only); a newline only where a block of lines is
+# printed (``lines=True``).
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the undecodable byte itself
+        return f"\\x{code - 0xDC00:02x}"
+    if code < 0x100:
+        return {0x0A: "\\n", 0x0D: "\\r", 0x1B: "\\e"}.get(code) or f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def visible(text: str, *, lines: bool = False) -> str:
+    """``text`` with every character that could drive a terminal shown as an escape (``\\e[31m``,
+    ``\\x9b``, ``\\u202e``, ``\\r``; ``\\n`` too unless ``lines``): the one sanitiser of text output.
+    Printable text, whatever its script, is left as it is (``tiling入口``)."""
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable() or char == "\t" or (lines and char == "\n"):
+            out.append(char)
+        else:
+            out.append(_escape(char))
+    return "".join(out)
+
+
+def quoted(text: str) -> str:
+    """An outside string shown as content (a patch or file line, a log line) inside a message: in double
+    quotes, ``"`` and ``\\`` escaped and the rest ``visible``, so its bounds are plain to see and it
+    cannot end the message early."""
+    return '"' + visible(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 def say(line: str = "") -> None:
-    _write(sys.stdout, line + "\n")
+    """One line on stdout (a newline inside it is shown as ``\\n``: no outside string can add a line)."""
+    _write(sys.stdout, visible(line) + "\n")
+
+
+def say_lines(lines: Iterable[str]) -> None:
+    """Several lines on stdout, each as ``say`` prints it (a diff of a compose file, a summary block)."""
+    for line in lines:
+        say(line)
 
 
 def terminal_width() -> int | None:
@@ -51,12 +114,13 @@ def wrap(text: str, width: int | None, indent: str = "", first: str | None = Non
 
 def note(line: str) -> None:
     """A side remark (warning, progress text) that must not pollute --json stdout."""
-    _write(sys.stderr, f"hotfix: {line}\n")
+    _write(sys.stderr, f"hotfix: {visible(line)}\n")
 
 
 def error_lines(message: str, hint: str | None) -> None:
     """The one-line error and its hint, on stderr (cli.main's report)."""
-    _write(sys.stderr, f"hotfix: error: {message}\n" + (f"hotfix: hint: {hint}\n" if hint else ""), flush=True)
+    _write(sys.stderr, f"hotfix: error: {visible(message)}\n" + (f"hotfix: hint: {visible(hint)}\n" if hint else ""),
+           flush=True)
 
 
 _LOST: set[int] = set()  # the fds (1, 2) whose reader went away: later output to them is dropped
@@ -105,6 +169,9 @@ def progress(items: Iterable[T], total: int, label: str, *, enabled: bool | None
     if not enabled or total <= 0:
         yield from items
         return
+    import time
+
+    label = visible(label)
     last = 0.0
     done = 0
     for item in items:
@@ -122,7 +189,6 @@ def progress(items: Iterable[T], total: int, label: str, *, enabled: bool | None
 # git's quote_c_style with core.quotePath on: control characters, '"', '\' and every byte >= 0x80.
 _C_QUOTED = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 34: '\\"', 92: "\\\\"}
 _PLAIN = frozenset(range(0x20, 0x7F)) - {34, 92}
-_NEEDS_QUOTING = re.compile(r'[^\x20-\x7e]|["\\]')
 
 
 def quote_path(name: str) -> str:
@@ -130,7 +196,7 @@ def quote_path(name: str) -> str:
     when every byte is printable ASCII, else C-quoted in double quotes (``"b/x\\nFAKE"``,
     ``"caf\\303\\251.py"``), so no name can forge an output line or hide behind terminal escapes.
     Every human-readable line that names such a file goes through here; --json needs no quoting."""
-    if not _NEEDS_QUOTING.search(name):
+    if name.isascii() and name.isprintable() and '"' not in name and "\\" not in name:
         return name
     raw = name.encode("utf-8", "surrogateescape")
     out = ['"']

@@ -84,9 +84,24 @@ class TargetDir(Value):
         """Written by `hotfix gc` when the target is first seen missing (flow/gc.py)."""
         return self.directory / "gone.json"
 
-    def check(self) -> None:
-        """WriteFailed unless this target's folder, targets/ and the state directory can be trusted."""
-        check_trusted(state_dir(), targets_dir(), self.directory)
+    def check(self, *inside: str) -> None:
+        """WriteFailed (exit 6) unless the state directory, targets/, this target's folder and every folder
+        on the way to each of ``inside`` (relative to it: ``"journal/backups"``, ``"backups/<id>"``) can be
+        trusted: checked before anything in them is read, replayed or deleted."""
+        folders = [state_dir(), targets_dir(), self.directory]
+        for rel in inside:
+            parts = rel.split("/")
+            folders += [self.directory.joinpath(*parts[:end]) for end in range(1, len(parts) + 1)]
+        check_trusted(*dict.fromkeys(folders))
+
+    def make(self, *inside: str) -> None:
+        """``make_target_dir``, then each folder of ``inside`` (mode 0o755 whatever the umask), checked."""
+        make_target_dir(self)
+        for rel in inside:
+            parts = rel.split("/")
+            for end in range(1, len(parts) + 1):
+                make_state_dir(self.directory.joinpath(*parts[:end]))
+        self.check(*inside)
 
     def pending(self) -> bool:
         """An interrupted transaction waits for recovery."""
@@ -101,6 +116,11 @@ def all_target_dirs() -> list[TargetDir]:
         names = sorted(os.listdir(targets_dir()))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as exc:
+        from vllm_hotfix.errors import WriteFailed
+
+        raise WriteFailed(f"{targets_dir()}: cannot list the recorded targets: {exc.strerror or exc}",
+                          hint=f"run hotfix as the user who owns the state directory, or set {STATE_DIR_ENV}") from None
     return [TargetDir(targets_dir() / name) for name in names]
 
 
@@ -120,6 +140,7 @@ def read_small_file(path: str | os.PathLike, limit: int) -> bytes | None:
 # -- trust: the state directory steers writes and deletes, so another user must not have written it ----
 
 STATE_DIR_MODE = 0o755  # what we create: never writable by group or others, whatever the umask
+STATE_FILE_MODE = 0o644  # the files we write there (txn.atomic.atomic_write sets it explicitly)
 
 
 def trust_problem(directory: Path | str) -> str | None:
@@ -128,8 +149,10 @@ def trust_problem(directory: Path | str) -> str | None:
     others (another local user could plant records, journals or links there)."""
     try:
         info = os.lstat(directory)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:  # a folder on the way this user may not search
+        return f"cannot be looked at by this user ({exc.strerror or exc})"
     if stat.S_ISLNK(info.st_mode):
         return "is a symbolic link"
     if not stat.S_ISDIR(info.st_mode):
@@ -142,30 +165,52 @@ def trust_problem(directory: Path | str) -> str | None:
     return None
 
 
+def owner_problem(info: os.stat_result) -> str | None:
+    """Why a file of the state tree cannot be trusted by who wrote it: owned by another user than this one
+    or root (None: it can). The one rule for the files, as ``trust_problem`` is for the folders."""
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}) or root"
+    return None
+
+
 def check_trusted(*directories: Path | str) -> None:
     """WriteFailed (exit 6) naming the first directory of the state tree that cannot be trusted."""
     from vllm_hotfix.errors import WriteFailed
 
     for directory in directories:
         problem = trust_problem(directory)
+        if problem is not None and problem.startswith("cannot be looked at"):
+            raise WriteFailed(f"{directory}: {problem}", hint=f"run hotfix as the user the state directory belongs to, "
+                              f"or set {STATE_DIR_ENV} to a directory of your own")
         if problem is not None:
             raise WriteFailed(f"{directory}: {problem}; vllm-hotfix keeps records, journals and backups only where "
                               f"no other user can write", hint=f"`chmod go-w {directory}` and own it (`chown`), or set "
                               f"{STATE_DIR_ENV} to a directory of your own (README: Running with a shared state directory)")
 
 
+def make_state_dir(directory: Path | str) -> None:
+    """Create ``directory`` and any missing parent with mode exactly 0o755, whatever the umask (a plain
+    mkdir under umask 000 makes 0777, under 002 0775: a folder another user could plant a journal in).
+    An existing one is left as it is (the trust check judges it). OSError when it cannot be made."""
+    directory = os.fspath(directory)
+    if os.path.isdir(directory):
+        return
+    parent = os.path.dirname(directory)
+    if parent and parent != directory and not os.path.isdir(parent):
+        make_state_dir(parent)
+    try:
+        os.mkdir(directory, STATE_DIR_MODE)
+    except FileExistsError:
+        return
+    if stat.S_IMODE(os.lstat(directory).st_mode) != STATE_DIR_MODE:
+        os.chmod(directory, STATE_DIR_MODE)
+
+
 def make_target_dir(tdir: TargetDir) -> None:
     """Create the state directory, targets/ and the target's folder (mode 0o755 each) where they are
     missing, then check them. OSError when one cannot be created (the caller says why, exit 6)."""
     for directory in (state_dir(), targets_dir(), tdir.directory):
-        if os.path.isdir(directory):
-            continue
-        try:
-            os.mkdir(directory, STATE_DIR_MODE)
-        except FileExistsError:
-            pass
-        except FileNotFoundError:
-            os.makedirs(directory, STATE_DIR_MODE, exist_ok=True)
+        make_state_dir(directory)
     check_trusted(state_dir(), targets_dir(), tdir.directory)
 
 
@@ -176,13 +221,28 @@ def cache_dir() -> Path:
     return _xdg("XDG_CACHE_HOME", Path(".cache")) / "vllm-hotfix"
 
 
-def read_own_file(path: Path | str, *, limit: int) -> bytes | None:
+def read_own_file(path: Path | str, *, limit: int, owned: bool = False) -> bytes | None:
     """The bytes of one of our own files (a record, a journal, a lock, a kept original) read back as input:
-    ``inputs.read_bounded`` without following a symlink; None when it does not exist."""
+    ``inputs.read_bounded`` without following a symlink; None when it does not exist. ``owned``: a file of
+    the state tree (journal, record, kept patch), refused (WriteFailed, exit 6) unless this user or root
+    owns it (``owner_problem``), checked on the open file."""
     from vllm_hotfix.inputs import read_bounded
 
     try:
         return read_bounded(path, cap=limit, what="file vllm-hotfix writes", follow_symlinks=False,
-                            hint="this is not a file vllm-hotfix wrote; move it aside")
+                            hint="this is not a file vllm-hotfix wrote; move it aside",
+                            check=_owned_check(path) if owned else None)
     except FileNotFoundError:
         return None
+
+
+def _owned_check(path: Path | str):
+    def check(info: os.stat_result) -> None:
+        problem = owner_problem(info)
+        if problem is not None:
+            from vllm_hotfix.errors import WriteFailed
+
+            raise WriteFailed(f"{path}: {problem}; vllm-hotfix uses a record, journal or kept patch only when it "
+                              f"wrote it itself", hint="another user may have planted it: inspect it, then move it "
+                                                       "aside (README: Trust model)")
+    return check

@@ -66,3 +66,36 @@ def test_failing_release_exits_1_with_the_first_hunk_error_and_matrix(run_hotfix
 def test_bad_versions_option_is_a_usage_error(run_hotfix):
     done = run_hotfix("check-catalog", "--versions", "0.30.x")
     assert done.returncode == 2 and "0.30.x" in done.stderr
+
+
+def test_signatures_that_can_never_name_the_fix_are_refused(run_hotfix, tmp_path):
+    """The form `hotfix new` wrote before the tiers (weights, no tier): doctor could at most ever say
+    "possible"; check-catalog fails it (exit 1) naming why, before any release is looked at."""
+    catalog = tmp_path / "catalog"
+    (catalog / "manifests").mkdir(parents=True)
+    body = """\
+schema = 1
+id = "weights-only"
+version = 1
+title = "signatures in the old form"
+[[targets]]
+distribution = "vllm-ascend"
+git = { tag = "v0.30.0rc2" }
+[[patches]]
+file = "x/0.patch"
+sha256 = "%s"
+[[signatures]]
+pattern = 'CUDA error: an illegal memory access was encountered'
+role = "first-error"
+weight = 0.5
+explain = "the crash"
+""" % ("0" * 64)
+    (catalog / "manifests" / "weights-only.toml").write_text(body)
+    done = run_hotfix("check-catalog", "weights-only", "--catalog", catalog)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert 'weights-only@1 (vllm-ascend): fails: signatures: doctor can never name it: no [[signatures]] entry has tier = "specific"' \
+        in done.stdout
+    (catalog / "manifests" / "weights-only.toml").write_text(body.replace('weight = 0.5', 'tier = "specific"').replace(
+        'role = "first-error"', 'role = "error-line"'))
+    done = run_hotfix("check-catalog", "weights-only", "--catalog", catalog, "--json")
+    assert done.returncode == 0 and [c["state"] for c in json.loads(done.stdout)["cells"]] == ["skipped"]

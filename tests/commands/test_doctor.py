@@ -27,20 +27,34 @@ def doctor(run_hotfix, *args, **kwargs):
 def test_001_without_a_target_names_mamba_from_the_logs_release(run_hotfix):
     done = doctor(run_hotfix, *MAMBA_LOGS)
     assert done.returncode == 1, done.stderr
-    assert ("1. mamba-align-block-size: needed? state unknown → hotfix apply mamba-align-block-size --python PY "
+    assert ("1. mamba-align-block-size: needed? state unknown → hotfix apply mamba-align-block-size "
             "(or upgrade vllm to 0.32.0, fixed upstream)") in done.stdout
     assert "the log's vllm 0.30.0 is affected" in done.stdout
     assert f"{MAMBA_LOGS[0]}:22" in done.stdout and "confident: specific evidence" in done.stdout
-    assert f"specific context     {MAMBA_LOGS[2]}:3" in done.stdout
+    assert f"specific  fault-report {MAMBA_LOGS[2]}:3" in done.stdout
 
 
-def test_001_without_the_faulting_kernel_is_only_possible(run_hotfix):
-    """The issue's false "apply": the start-up lines of align mode plus a generic illegal memory access."""
+def test_001_without_the_faulting_kernel_is_possible_and_says_how_to_confirm(run_hotfix, tmp_path):
+    """The seed-001-shaped log (align mode, attention block size 1152, an illegal memory access in a
+    worker, the sample_tokens RPC abort, Xid 13 and Xid 31 VIRT_READ): not confident, but mamba first,
+    with what would confirm it and the dry run to paste, carrying the --python and --catalog given."""
     done = doctor(run_hotfix, *MAMBA_LOGS[:2])
     assert done.returncode == 9, done.stdout + done.stderr
-    assert "hotfix apply" not in done.stdout and "possible (generic evidence only" in done.stdout
+    assert "→ hotfix apply" not in done.stdout and "possible (a generic error and a condition of the bug" in done.stdout
+    assert "  - mamba-align-block-size @1:" in done.stdout.split("possible (", 1)[1].splitlines()[1]
     assert "check: the faulting kernel is the align-mode pre-copy" in done.stdout
-    assert "paste the first error lines above" in done.stderr
+    assert "confirm 1. restart the server with CUDA_LAUNCH_BLOCKING=1" in done.stdout
+    assert "vllm:prefix_cache_hits_total" in done.stdout  # which counter shows a prefix resume
+    assert "      then: hotfix apply mamba-align-block-size --dry-run\n" in done.stdout
+    assert "paste the" not in done.stderr  # a candidate with its next steps is no dead end
+    empty = tmp_path / "team catalog"
+    (empty / "manifests").mkdir(parents=True)
+    report = json.loads(doctor(run_hotfix, *MAMBA_LOGS[:2], "--python", "/opt/vllm env/bin/python", "--catalog", empty,
+                               "--json").stdout)
+    (verdict,) = [v for v in report["verdicts"] if v["id"] == "mamba-align-block-size"]
+    assert verdict["level"] == "possible" and len(verdict["confirm"]) == 3
+    assert verdict["then"] == (f"hotfix apply mamba-align-block-size --dry-run --python '/opt/vllm env/bin/python' "
+                               f"--catalog '{empty}'")
 
 
 def test_stdin_and_gzip_give_the_same_verdict_as_the_file(run_hotfix, tmp_path):
@@ -55,7 +69,7 @@ def test_stdin_and_gzip_give_the_same_verdict_as_the_file(run_hotfix, tmp_path):
         (verdict,) = [v for v in report["verdicts"] if v["named"]]
         assert (verdict["id"], verdict["state"], verdict["level"]) == ("mamba-align-block-size", "unknown", "confident")
         assert report["exit_code"] == 1 and report["log_versions"] == {"vllm": "0.30.0"}
-        assert (verdict["next"], verdict["upgrade"]) == ("hotfix apply mamba-align-block-size --python PY", "vllm 0.32.0")
+        assert (verdict["next"], verdict["upgrade"]) == ("hotfix apply mamba-align-block-size", "vllm 0.32.0")
 
 
 def test_json_carries_first_errors_and_evidence(run_hotfix):
@@ -72,7 +86,8 @@ def test_json_carries_first_errors_and_evidence(run_hotfix):
 
 
 @pytest.mark.parametrize("log, code, expected", [
-    ("001-no-align.log", 9, "no known issue matches these logs with specific evidence"),
+    ("001-no-align.log", 9, "not a candidate: 1 catalog entry shares this log's generic errors, and the log shows none "
+                            "of their trigger conditions"),
     ("001-vllm-0.24.0.log", 9, "ruled out: mamba-align-block-size (the log's vllm 0.24.0 is outside >=0.25.0,<0.32.0)"),
 ])
 def test_negative_cases(run_hotfix, log, code, expected):
@@ -121,14 +136,16 @@ def test_004_advisories_fixed_by_a_hotfix_version_join_with_the_recorded_version
     ours = tmp_path / "advisories"
     for hotfix_id, fixed_by in (("placeholder-v3", "qwen-standin@3"), ("placeholder-v6", "qwen-standin@6")):
         data = advisory_data(id=hotfix_id, fixed_by=fixed_by, targets=[{"distribution": "vllm-ascend", "git": {"tag": "v0.26.0rc1"}}],
-                             signatures=[{"pattern": r"PLE\w* placeholder", "role": "first-error", "tier": "specific", "explain": "p"},
+                             signatures=[{"pattern": r"PLE\w* placeholder", "role": "error-line", "tier": "specific", "explain": "p"},
                                          {"pattern": "async_scheduling=True", "role": "config", "weight": 0.5, "explain": "a"}])
         write_manifest(ours, data)
     done = doctor(run_hotfix, LOGS / "004-qwen-ple-placeholder.log", "--root", standin.checkout, *catalogs, "--catalog", ours, "--json")
     assert done.returncode == 1, done.stderr
     states = {v["id"]: (v["state"], v["next"]) for v in json.loads(done.stdout)["verdicts"] if v["named"]}
-    assert states["placeholder-v3"] == ("applied", f"hotfix verify qwen-standin --root {standin.checkout}")
-    assert states["placeholder-v6"] == ("not-applied", f"hotfix apply qwen-standin --root {standin.checkout} --patch-file PATH")
+    given = " ".join(f"--catalog {d}" for d in [*catalogs[1::2], ours])  # every next step names the catalogs it was given
+    assert states["placeholder-v3"] == ("applied", f"hotfix verify qwen-standin --root {standin.checkout} {given}")
+    assert states["placeholder-v6"] == ("not-applied",
+                                        f"hotfix apply qwen-standin --root {standin.checkout} {given} --patch-file PATH")
     assert states["qwen38-ple-placeholder"][0] == "unknown"  # the built-in one: qwen38-flash-next needs its patch file
 
 
@@ -156,7 +173,7 @@ def test_help_documents_the_exit_codes(run_hotfix):
 @pytest.mark.parametrize("grep", ["grep", ""], ids=["grep -F prefilter", "python prefilter"])
 def test_both_prefilters_give_the_result_of_plain_blocks(tmp_path, grep):
     from vllm_hotfix.catalog.index import Catalog
-    from vllm_hotfix.commands.doctor import _parts, blocks
+    from vllm_hotfix.commands.doctor_logs import blocks, parts as _parts
     from vllm_hotfix.doctor import scan
     from vllm_hotfix.doctor.engine import needles_for
 
@@ -244,3 +261,34 @@ def test_real_target_and_log_disagree_the_report_says_so_and_the_log_decides(run
     assert done.returncode == 9, done.stdout + done.stderr
     assert "note: the log says vllm 0.11.1rc4" in done.stdout and "has vllm 0.30.0" in done.stdout
     assert "ruled out: mamba-align-block-size (the log's vllm 0.11.1rc4 is outside" in done.stdout
+
+
+def test_possible_then_carries_the_root_and_catalogs_given_and_an_advisory_says_show(run_hotfix, tmp_path):
+    """glm-conv-null-slot from seed 000's lines (FULL_DECODE_ONLY, the MTE error): the dry run on the
+    --root doctor was given; the FlashInfer advisory without its specific lines: its workaround."""
+    checkout = tmp_path / "vllm ascend"
+    checkout.mkdir()
+    report = json.loads(doctor(run_hotfix, LOGS / "000-server.log", LOGS / "000-plog-5493.log", "--root", checkout,
+                               "--json").stdout)
+    (glm,) = [v for v in report["verdicts"] if v["id"] == "glm-conv-null-slot"]
+    assert glm["level"] == "possible" and glm["confirm"][0]["step"].startswith("set ASCEND_GLOBAL_LOG_LEVEL=0")
+    assert glm["then"] == f"hotfix apply glm-conv-null-slot --dry-run --root '{checkout}'"
+    log = tmp_path / "mnnvl.log"
+    log.write_text("".join(l for l in (LOGS / "003-flashinfer-mnnvl.log").read_text().splitlines(keepends=True)
+                           if "mnnvl.py" not in l and "cuMemFree" not in l))
+    report = json.loads(doctor(run_hotfix, log, "--json").stdout)
+    (advisory,) = [v for v in report["verdicts"] if v["id"] == "flashinfer-mnnvl-allreduce"]
+    assert (advisory["level"], advisory["then"]) == ("possible", "hotfix show flashinfer-mnnvl-allreduce")
+    assert report["exit_code"] == 9
+
+
+def test_a_generic_error_alone_is_no_candidate_and_json_says_what_tells_them_apart(run_hotfix):
+    report = json.loads(doctor(run_hotfix, LOGS / "001-no-align.log", "--json").stdout)
+    assert not [v for v in report["verdicts"] if v["level"] in ("confident", "possible")]
+    (shared,) = report["shared"]
+    assert shared["id"] == "mamba-align-block-size" and shared["level"] == "shared"
+    assert shared["tell_apart"][0].startswith("needs: align mode is on")
+    assert any(t.startswith("named by: the faulting kernel") for t in shared["tell_apart"])
+    roots = report["root_errors"]
+    assert roots[0]["text"].endswith("torch.AcceleratorError: CUDA error: an illegal memory access was encountered")
+    assert roots[0]["wrappers"][0]["text"].endswith("WorkerProc hit an exception.")

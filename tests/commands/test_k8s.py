@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.kube import DEPLOYMENT, HELM_RENDERED, LWS, SITE, STATEFULSET, make_export, render, validate
-from vllm_hotfix.txn.lockfile import load_lock
+from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
+from vllm_hotfix.txn.lockfile import expected_fingerprint, load_lock
 
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 
@@ -72,6 +73,9 @@ def test_deployment(tmp_path, run_hotfix, base_dir):
     assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]  # the user's own stay
     assert env(container) == {"NCCL_DEBUG": "WARN", "HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1"}
     assert container["image"] == "vllm/vllm-openai:v0.30.0" and deployment["spec"]["replicas"] == 2
+    # the fingerprint `hotfix k8s --admission`'s policy checks, beside the labels the base gives
+    assert deployment["spec"]["template"]["metadata"] == {"labels": {"app": "vllm"}, "annotations": {
+        FINGERPRINT_ANNOTATION: expected_fingerprint(load_lock(export / "hotfix.lock"))}}
     manifest = base / "workload.yaml" if base_dir else base
     assert manifest.read_text() == DEPLOYMENT  # only read
 
@@ -106,6 +110,20 @@ def test_leaderworkerset_leader_and_worker_templates(tmp_path, run_hotfix):
     assert leader["containers"][0]["command"][0] == "sh" and worker["volumes"][0]["name"] == "shm"
     configmaps = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
     assert {v["configMap"]["name"] for v in worker["volumes"] if "configMap" in v} == configmaps  # hashed names followed
+    annotation = {FINGERPRINT_ANNOTATION: expected_fingerprint(load_lock(export / "hotfix.lock"))}
+    assert lwt["leaderTemplate"]["metadata"] == {"labels": {"role": "leader"}, "annotations": annotation}
+    assert lwt["workerTemplate"]["metadata"] == {"annotations": annotation}  # the base has no metadata there
+
+
+def test_leaderworkerset_templates_with_annotations_keep_theirs(tmp_path, run_hotfix):
+    annotated = LWS.replace("        labels: {role: leader}\n", "        labels: {role: leader}\n        annotations: {team/x: keep}\n")
+    assert annotated != LWS
+    done, export, _, out = overlay(tmp_path, run_hotfix, annotated, "--workload", "leaderworkerset/vllm",
+                                   "--container", "vllm-leader", "--container", "vllm-worker")
+    assert done.returncode == 0, done.stderr
+    leader = by_kind(render(out), "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    assert leader["metadata"]["annotations"] == {
+        "team/x": "keep", FINGERPRINT_ANNOTATION: expected_fingerprint(load_lock(export / "hotfix.lock"))}
 
 
 def test_helm_rendered_deployment_with_two_containers(tmp_path, run_hotfix):
@@ -233,6 +251,10 @@ def test_the_render_check_finds_what_a_render_lacks(tmp_path, run_hotfix):
                if m["mountPath"] == mamba)
     assert f"{mamba} would not hold the exported bytes" in broken(lambda c, cm: cm["data"].update({key: "other"}))[0]
     assert "HOTFIX_STRICT is None" in broken(lambda c, cm: c.update(env=[e for e in c["env"] if e["name"] != "HOTFIX_STRICT"]))[0]
+    unannotated = copy.deepcopy(objects)
+    by_kind(unannotated, "Deployment")["spec"]["template"]["metadata"].pop("annotations")
+    assert k8s.check_render(unannotated, workload, built) == [
+        f"Deployment/vllm template: annotation {FINGERPRINT_ANNOTATION} is None, not {built.annotations[FINGERPRINT_ANNOTATION]!r}"]
     assert k8s.check_render([o for o in objects if o["kind"] != "Deployment"], workload, built) == ["the render has no Deployment/vllm"]
 
 

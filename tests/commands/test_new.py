@@ -10,7 +10,7 @@ import pytest
 from fixtures.ascend import CAUSAL_CONV1D, RELEASE_NOTE, make_upstream_clone, make_vllm_ascend_checkout
 
 from vllm_hotfix.catalog.index import builtin_dir
-from vllm_hotfix.core.apply import plan_patch
+from vllm_hotfix.core.apply import FileState, plan_patch
 from vllm_hotfix.core.diff import parse_patch
 from vllm_hotfix.catalog.model import verify_patch_bytes
 from vllm_hotfix.catalog.manifest import load_manifest
@@ -68,7 +68,8 @@ def test_new_writes_signature_guidance_and_a_try_it_line_that_works(run_hotfix, 
     done = _new_from_commit(run_hotfix, clone, out)
     assert done.returncode == 0, done.stderr
     text = (out / "manifests" / "glm-null-slot.toml").read_text()
-    assert "symptoms" not in text and "#   [[signatures]]" in text and '#   role = "first-error"' in text
+    assert "symptoms" not in text and "# [[signatures]]" in text and '# tier = "specific"' in text
+    assert "weight" not in text  # the weights-only form could never name a fix
     (line,) = [l for l in done.stderr.splitlines() if l.startswith("hotfix: try it: ")]
     assert f"hotfix show glm-null-slot --catalog {out} && hotfix apply glm-null-slot --catalog {out} --root CHECKOUT --dry-run" in line
     checkout = make_vllm_ascend_checkout(tmp_path / "checkout")
@@ -120,6 +121,42 @@ def test_new_from_install_diffs_hand_edits_against_the_pristine_wheel(run_hotfix
     assert edit.before == pristine and edit.after == edited.read_bytes()
 
 
+def test_new_from_install_on_top_of_the_recorded_series_holds_only_the_new_edit(run_hotfix, vllm_install, vllm_wheel,
+                                                                              tmp_path):
+    """The built-in mamba fix applied, then another line of the same file edited by hand: the new patch is
+    the difference from what the series leaves there (and goes after it); --include-applied folds it in."""
+    venv = vllm_install("0.30.0")
+    assert run_hotfix("apply", "mamba-align-block-size", "--python", venv.python).returncode == 0
+    edited = venv.site_packages / MAMBA
+    applied = edited.read_bytes()
+    old = b"        # Chunked prefill does not sample a token, so num_sampled can be 0.\n"
+    assert applied.count(old) == 1
+    edited.write_bytes(applied.replace(old, old[:-2] + b" (hand edit).\n"))
+
+    done = run_hotfix("new", "on-top", "--from-install", "vllm", "--python", venv.python, "--wheel",
+                      vllm_wheel("0.30.0"), "--out", tmp_path / "catalog")
+    assert done.returncode == 0, done.stderr
+    manifest = load_manifest(tmp_path / "catalog" / "manifests" / "on-top.toml")
+    assert manifest.after == ("mamba-align-block-size",)
+    patch = parse_patch(manifest.patch_path(manifest.patches[0]).read_bytes())
+    assert (patch.stats.insertions, patch.stats.deletions) == (1, 1)  # the hand edit alone
+    (edit,) = plan_patch(patch, lambda path: FileState(applied, 0o644) if path == MAMBA else None).edits
+    assert edit.after == edited.read_bytes()
+
+    done = run_hotfix("new", "folded", "--from-install", "vllm", "--python", venv.python, "--wheel",
+                      vllm_wheel("0.30.0"), "--out", tmp_path / "catalog", "--include-applied")
+    assert done.returncode == 0, done.stderr
+    assert "also holds the changes of the recorded hotfixes mamba-align-block-size" in done.stderr
+    manifest = load_manifest(tmp_path / "catalog" / "manifests" / "folded.toml")
+    folded = parse_patch(manifest.patch_path(manifest.patches[0]).read_bytes())
+    assert folded.stats.insertions > 1  # mamba's change and the hand edit
+
+    edited.write_bytes(applied)  # only what the series wrote: nothing of its own
+    done = run_hotfix("new", "nothing", "--from-install", "vllm", "--python", venv.python, "--wheel",
+                      vllm_wheel("0.30.0"), "--out", tmp_path / "catalog")
+    assert done.returncode == 3 and "no edit of its own" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("before,after", [
     (b"a\nb\nc\n", b"a\nB\nc\n"),
     (b"a\nb", b"a\nb\nc"),          # no newline at the end, on both sides
@@ -138,3 +175,21 @@ def test_file_diff_round_trips_through_the_engine(before, after):
     files = {"pkg/mod.py": FileState(before, 0o644)} if before is not None else {}
     (edit,) = plan_patch(patch, files.get).edits
     assert (edit.before, edit.after) == (before, after)
+
+
+def test_the_signature_example_new_writes_is_the_current_form_and_can_name_the_fix(run_hotfix, clone, tmp_path):
+    """Uncommented, the example at the end of a new manifest loads with every tier, a specific signature
+    counted only where a name faults, and a [[confirm]] step: check-catalog's naming rule accepts it."""
+    from vllm_hotfix.catalog.signatures import naming_problem
+
+    out = tmp_path / "catalog"
+    assert _new_from_commit(run_hotfix, clone, out).returncode == 0
+    path = out / "manifests" / "glm-null-slot.toml"
+    text = path.read_text()
+    example = text[text.index("# [[signatures]]"):]
+    path.write_text(text[:text.index("# [[signatures]]")] + "".join(
+        line[2:] if line.startswith("# ") else line.lstrip("#") for line in example.splitlines(keepends=True)))
+    manifest = load_manifest(path)
+    assert [(s.tier, s.roles) for s in manifest.signatures] == [
+        ("specific", ("fault-report", "traceback")), ("condition", ("config",)), ("generic", ("first-error",))]
+    assert manifest.confirm and naming_problem(manifest.signatures) is None

@@ -5,27 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from fixtures.trees import everything as tree
+from fixtures.trees import everything as tree, one_file_target
 
-PATCH = b"--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n-a\n+b\n"
 DEEP = 100_000  # far past the interpreter's recursion limit
 
 
 
 @pytest.fixture
 def target(tmp_path) -> tuple[Path, Path]:
-    root = tmp_path / "root"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pkg" / "m.py").write_bytes(b"a\n")
-    patch = tmp_path / "m.diff"
-    patch.write_bytes(PATCH)
-    return root, patch
+    return one_file_target(tmp_path)
 
 
 def one_error(done: subprocess.CompletedProcess) -> str:
@@ -236,3 +231,33 @@ def test_a_relative_state_dir_is_taken_against_the_current_directory_once(tmp_pa
     same = subprocess.run([sys.executable, "-m", "vllm_hotfix", "status", "--root", root, "--json"], cwd=elsewhere,
                           env={**os.environ, "HOTFIX_STATE_DIR": str(here / "state")}, capture_output=True, text=True)
     assert [s["state"] for s in json.loads(same.stdout)] == ["applied"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not os.access("/usr/bin/python3", os.X_OK),
+                    reason="needs root, setpriv and a system python to run hotfix as another user")
+def test_a_python_another_user_cannot_reach_is_one_line_exit_2(tmp_path):
+    """`status --python` with an interpreter behind a folder this user may not search was exit 70 (issue 31):
+    run as another user (nobody), when this machine lets that user import this vllm-hotfix at all."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    shutil.copy("/usr/bin/python3", locked / "python")
+    locked.chmod(0o700)
+    tmp_path.chmod(0o755)
+    import vllm_hotfix
+    import click
+
+    path = os.pathsep.join([str(Path(vllm_hotfix.__file__).parent.parent), str(Path(click.__file__).parent.parent)])
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                            "import vllm_hotfix.cli"], env={"PYTHONPATH": path}, capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("the other user cannot import this vllm-hotfix (its folders are not readable to it)")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-m", "vllm_hotfix"]
+    env = {"PYTHONPATH": path, "HOME": "/", "PATH": "/usr/bin:/bin", "HOTFIX_STATE_DIR": "/nonexistent/hotfix-state"}
+    for command in (("status",), ("where", "vllm"), ("verify",), ("apply", "mamba-align-block-size", "--dry-run")):
+        done = subprocess.run([*nobody, *command, "--python", str(locked / "python")], env=env, capture_output=True,
+                              text=True)
+        assert done.returncode == 2, (command, done.stderr)
+        assert "cannot reach it (permission denied on the way)" in one_error(done), done.stderr
+    env["HOTFIX_STATE_DIR"] = str(locked / "state")  # a state directory behind that folder: exit 6, one line
+    done = subprocess.run([*nobody, "status", "--all"], env=env, capture_output=True, text=True)
+    assert done.returncode == 6 and "cannot be looked at by this user" in one_error(done), done.stderr

@@ -80,15 +80,16 @@ def test_prefix_clauses_agree_with_packaging(version, op, wanted):
     assert verdict.version_in(public, clause) == SpecifierSet(clause, prereleases=True).contains(public), clause
 
 
-def test_the_release_changed_exactly_when_judge_says_lost_for_it():
-    """flow/series.release_changed asks core.verdict.release_change, the rule of judge's step 4: for
-    every combination, the release changed iff judge answers LOST with that very detail."""
+def test_the_release_changed_exactly_when_judge_says_stale_for_it():
+    """txn/judgement.release_of (apply's new series, rollback's forget) asks core.verdict.release_change, the
+    rule of judge's step 4: for every combination, the release changed iff judge answers STALE with that
+    very detail."""
     applied = (verdict.FileCheck("vllm/a.py", verdict.PATCHED, "a" * 64, "a" * 64, "/x/vllm/a.py"),)
     for recorded, installed, moved in itertools.product(
             (None, "0.30.0", "0.30"), (None, "0.30.0", "0.30.0.post0", "0.31.0"), (None, "commit a to commit b")):
         changed = verdict.release_change(recorded, installed, moved, "vllm")
         state, detail = verdict.judge(applied, recorded_release=recorded, installed_release=installed, moved=moved,
                                       distribution="vllm")
-        assert (state, detail) == (verdict.LOST, changed) if changed else state == verdict.APPLIED
+        assert (state, detail) == (verdict.STALE, changed) if changed else state == verdict.APPLIED
         assert (changed is not None) == (moved is not None or bool(
             recorded and installed and Version(recorded) != Version(installed)))

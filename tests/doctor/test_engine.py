@@ -88,18 +88,21 @@ def test_001_the_align_resume_crash_is_specific_evidence():
     assert worker.lineno == 16 and "WorkerProc hit an exception" in worker.text
 
 
-def test_001_start_up_lines_and_a_generic_crash_are_only_generic():
-    """The false "apply" of the issue: align mode + block size + an illegal memory access, nothing that
-    names the mechanism. However high the weights add up, that is "possible"."""
+def test_001_start_up_lines_and_a_generic_crash_are_only_possible():
+    """The false "apply" of issue 22: align mode + block size + an illegal memory access, nothing that
+    names the mechanism. However high the weights add up, that is a generic error with the bug's
+    conditions: "possible", never specific."""
     mamba = match(findings("001-mamba-align.log", "001-dmesg.txt"), "mamba-align-block-size")
-    assert mamba.tier == "generic" and mamba.score >= 1.5 and not mamba.specific
+    assert mamba.tier == "condition" and mamba.score >= 1.5 and not mamba.specific
+    assert [e.line.lineno for e in mamba.conditions] == [4, 5]
     assert {s.pattern for s in mamba.missing} == {"precopy_mamba_align_fused_kernel", "_copy_mamba_state_block"}
 
 
-def test_an_illegal_memory_access_without_align_mode_is_generic_too():
+def test_an_illegal_memory_access_without_a_condition_of_the_bug_is_generic_only():
     found = findings("001-no-align.log", "001-dmesg.txt")
-    assert match(found, "mamba-align-block-size").tier == "generic"
-    assert not [m for m in found.matches if m.tier == "specific"]
+    mamba = match(found, "mamba-align-block-size")
+    assert mamba.tier == "generic" and not mamba.conditions  # no candidate: the command lists it as shared
+    assert not [m for m in found.matches if m.tier in ("specific", "condition")]
 
 
 def test_prefix_caching_off_vetoes_mamba_even_with_its_kernel():
@@ -119,7 +122,8 @@ def test_a_debugger_naming_another_kernel_vetoes_mamba():
 def test_000_the_seed_lines_are_generic_and_the_faulting_kernel_makes_them_specific():
     found = findings("000-server.log", "000-plog-5493.log")
     glm = match(found, "glm-conv-null-slot")
-    assert glm.tier == "generic" and glm.evidence[0].line.where == "000-plog-5493.log:14"
+    assert glm.tier == "condition" and glm.conditions[0].line.where == "000-server.log:2"  # FULL_DECODE_ONLY in the args
+    assert glm.errors[0].line.where == "000-plog-5493.log:14"
     plog_first = next(line for line in found.first_errors if line.source == "000-plog-5493.log")
     assert "Task run failed" in plog_first.text  # not one of the 11 '[ERROR] ... tiling入口' debug prints
     kernel = ("[ERROR] RUNTIME(5493,python3):2026-11-30-09:55:33.588.300 [task_info.cc:1010]5493 Aicore kernel execute "
@@ -169,3 +173,37 @@ def test_chunking_does_not_change_the_result(chunk_lines):
 def test_a_last_line_without_newline_is_read_and_counted():
     found = scan_text(b"INFO x\nERROR [a.py:1] boom", CATALOG)
     assert found.lines == 2 and found.first_errors[0].lineno == 2
+
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+def corpus_log(name: str) -> str:
+    return "".join(l for l in (CORPUS / name).read_text().splitlines(keepends=True) if not l.startswith("# "))
+
+
+def test_the_root_error_of_each_process_comes_first_then_its_wrappers():
+    """vllm-ascend#5748's whole start-up log: "WorkerProc failed to start.", "EngineCore failed to start."
+    and "... See root cause above." are wrappers; each process's innermost exception is shown first,
+    the worker's (the cause) before the echoes of the engine core and the API server."""
+    found = scan_text(corpus_log("ascend-5748-hccl-workerproc-failed-to-start.log"), CATALOG)
+    roots = [(r.line.process, r.line.text.split("] ", 1)[-1][:40], r.echo) for r in found.root_errors]
+    assert roots == [("Worker_DP0_TP0_EP0 pid=8457", "RuntimeError: create_config:build/CMakeF", False),
+                     ("EngineCore_DP0 pid=8041", "Exception: WorkerProc initialization fai", True),
+                     ("APIServer pid=7658", "RuntimeError: Engine core initialization", True)]
+    worker = found.root_errors[0]
+    assert [w.text.split("] ", 1)[-1] for w in worker.wrappers] == ["WorkerProc failed to start."]
+    assert found.first_errors[0].text.endswith("WorkerProc failed to start.")  # the first error line is still the first
+
+
+def test_an_out_of_memory_start_up_shows_the_out_of_memory_error_first():
+    """The same start-up failing on memory: the worker's root is torch.OutOfMemoryError (its message is
+    club-3090#16's real one), ahead of the three wrapper lines."""
+    log = corpus_log("ascend-5748-hccl-workerproc-failed-to-start.log").replace(
+        "RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:148 HCCL function error: "
+        "hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error code is 1",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total capacity of 23.56 GiB of "
+        "which 21.75 MiB is free.")
+    found = scan_text(log, CATALOG)
+    assert "torch.OutOfMemoryError: CUDA out of memory" in found.root_errors[0].line.text
+    assert all(r.echo for r in found.root_errors[1:])

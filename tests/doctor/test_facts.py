@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.doctor import scan_text
 from vllm_hotfix.doctor.facts import usable_version
@@ -59,7 +61,8 @@ def test_an_ascend_only_hotfix_is_ruled_out_on_a_cuda_log():
     log = ("torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
            "[ERROR] fault kernel_name=causal_conv1d_update_0, MTE error, retCode=0x91\n")
     glm = next(m for m in scan_text(log, CATALOG).matches if m.manifest.id == "glm-conv-null-slot")
-    assert glm.tier == "veto" and "vllm-ascend (NPU) issue" in glm.vetoes[0].reason
+    assert glm.tier == "veto" and glm.vetoes[0].reason == ("the log is of cuda (NVIDIA CUDA GPUs); this issue occurs on "
+                                                           "Ascend NPUs")
 
 
 def test_a_split_xid_31_message_counts_and_a_write_fault_does_not():
@@ -93,3 +96,69 @@ def test_first_errors_of_every_format():
     for line in lines:
         found = scan_text("INFO 12-01 00:00:00 [x.py:1] starting\n" + line + "\n", CATALOG)
         assert [l.lineno for l in found.first_errors] == [2], line
+
+
+# Engines and platforms from their own lines (issue 34): each rule with the real line it was written from.
+ENGINE_LINES = [
+    ("sglang", "[16:43:29 TP0] Prefill batch. #new-seq: 1, #new-token: 2062, #cached-token: 0, cache hit rate: 0.00%, "
+               "token usage: 0.00, #running-req: 0, #queue-req: 0"),  # sgl-project/sglang#1612
+    ("sglang", "[2026-08-23 09:05:37 TP0 EP0] Decode batch, #running-req: 1, #full token: 165376, full token usage: 0.02, "
+               "#swa token: 768, swa token usage: 0.00, accept len: 5.30"),  # sgl-project/sglang#36081
+    ("sglang", '  File "/opt/conda/lib/python3.10/site-packages/sglang/srt/managers/scheduler.py", line 2610, in '
+               "run_scheduler_process"),  # sgl-project/sglang#10407
+    ("tensorrt-llm", "[TensorRT-LLM][ERROR] tensorrt_llm::common::TllmException: [TensorRT-LLM][ERROR] CUDA runtime error in "
+                     "::cudaFreeAsync(ptr, mCudaStream->get()): an illegal memory access was encountered "
+                     "(/mnt/workspace/TensorRT-LLM/cpp/tensorrt_llm/runtime/tllmBuffers.h:131)"),  # NVIDIA/TensorRT-LLM#2868
+    ("tensorrt-llm", "1       0xef067b76188c /usr/local/lib/python3.12/dist-packages/tensorrt_llm/libs/libtensorrt_llm.so"
+                     "(+0xc7188c) [0xef067b76188c]"),  # NVIDIA/TensorRT-LLM#2868
+    ("vllm-ascend", '(EngineCore_0 pid=38549) ERROR 08-25 08:44:40 [core.py:702]   File "/vllm-workspace/vllm-ascend/vllm_ascend/'
+                    'worker/worker_v1.py", line 205, in execute_model'),  # vllm-project/vllm-ascend#2544
+    ("vllm", "(APIServer pid=1) INFO 11-30 22:31:02 [api_server.py:1839] vLLM API server version 0.30.0"),  # seed 001's shape
+    (None, "#0  0x00007f42b0431c70 in void tensorrt_llm::kernels::quantize_with_block_size_tma<(tensorrt_llm::"
+           "BlockScaleQuantizationType)0, __nv_bfloat16, 16, false>"),  # flashinfer-ai/flashinfer#2704: a kernel namespace
+]
+PLATFORM_LINES = [
+    ("rocm", "INFO 08-25 14:50:19 [__init__.py:244] Automatically detected platform rocm."),  # nlzy/vllm-gfx906#30
+    ("rocm", "(EngineCore_DP0 pid=555309) ERROR 03-05 22:09:18 [core.py:1100] torch.AcceleratorError: HIP error: an illegal "
+             "memory access was encountered"),  # vllm-project/vllm#36180
+    ("rocm", "Search for `hipErrorIllegalAddress' in https://rocm.docs.amd.com/projects/HIP/en/latest/index.html for more "
+             "information."),  # ROCm/vllm#959 (torch prints CUDA's words on ROCm: "CUDA error: an illegal memory access")
+    ("rocm", "RuntimeError: Triton Error [HIP]: Code: 700, Message: an illegal memory access was encountered"),  # vllm#50347
+    ("metax", "[16:21:04.331][MCR][E]mx_device.cpp :10106: trapping: kernelName: mm_kernel ,commandIndex: 2555 , trapType: "
+              "Memory Violation(0x4)"),  # flagos-ai/FlagGems#6112
+    ("metax", "vllm current_platform = vllm_metax.platform.MxsmlMacaPlatform"),  # verl-project/verl-omni#191
+    ("metax", "[conda] flash-attn                           2.6.3+metax3.1.0.4torch2.6        pypi_0              pypi"),  # MetaX-MACA/vLLM-metax#142
+    ("cuda", "INFO 05-07 02:57:53 [__init__.py:239] Automatically detected platform cuda."),  # vllm-project/vllm#17756
+    ("ascend", "INFO 11-28 03:10:01 [__init__.py:217] Platform plugin ascend is activated"),  # tests/doctor/logs/004 (seed 004)
+]
+
+
+@pytest.mark.parametrize("engine, line", ENGINE_LINES, ids=[f"{e}-{i}" for i, (e, _) in enumerate(ENGINE_LINES)])
+def test_engines_from_their_own_lines(engine, line):
+    found = scan_text(line + "\n", CATALOG)
+    assert (found.engine.name if found.engine else None) == engine
+
+
+@pytest.mark.parametrize("platform, line", PLATFORM_LINES, ids=[f"{p}-{i}" for i, (p, _) in enumerate(PLATFORM_LINES)])
+def test_platforms_from_their_own_lines_a_vendor_over_cudas_words(platform, line):
+    cuda_words = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"  # what ROCm / MetaX torch print
+    found = scan_text(cuda_words + line + "\n", CATALOG)
+    assert found.platform.name == platform
+
+
+@pytest.mark.parametrize("line, reason", [
+    (PLATFORM_LINES[4][1], "the log is of metax (MetaX GPUs, CUDA-compatible); this issue occurs on NVIDIA CUDA GPUs, AMD ROCm GPUs"),
+    (PLATFORM_LINES[0][1], None),  # ROCm: the align-mode pre-copy runs there too (a ROCm profile lists it)
+    (ENGINE_LINES[0][1], "the log is of sglang, not vLLM"),
+    (ENGINE_LINES[3][1], "the log is of tensorrt-llm, not vLLM"),
+    ("(EngineCore_DP0 pid=931761) ERROR 09-19 07:42:16 [dump_input.py:69] Dumping input data for V1 LLM engine (v0.9.1) with "
+     "config: model='Qwen/Qwen3-Next-80B-A3B-Instruct', device_config=npu", "the log is of ascend (Ascend NPUs)"),  # vllm-ascend
+])
+def test_a_hotfix_for_another_engine_or_platform_is_ruled_out_saying_why(line, reason):
+    crash = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+    gdb = "The exception was triggered at PC 0xe259ff9429e0  precopy_mamba_align_fused_kernel  (mamba_utils.py:93)\n"  # vllm#54173
+    mamba = next(m for m in scan_text(crash + line + "\n" + gdb, CATALOG).matches if m.manifest.id == "mamba-align-block-size")
+    if reason is None:
+        assert mamba.tier == "specific"
+    else:
+        assert mamba.tier == "veto" and mamba.vetoes[0].reason.startswith(reason)

@@ -16,7 +16,7 @@ import pytest
 
 from test_manifest import manifest_data, write_manifest
 from vllm_hotfix.catalog.index import Catalog
-from vllm_hotfix.doctor import engine, facts, normalise
+from vllm_hotfix.doctor import contexts, engine, facts, normalise
 from vllm_hotfix.doctor.engine import needles_for, scan
 from vllm_hotfix.doctor.prefilter import GROUP, Prefilter, Prefiltered, covers, groups
 
@@ -30,22 +30,43 @@ def engine_patterns() -> list[tuple[str, str]]:
     """(what, pattern): every regular expression and literal with which the engine reads a line and
     finds something in it (an error line, a fact, a guard line, an Xid continuation, a signature).
     Not here: the noise rules (NOT_AN_ERROR, role = "noise"): they only silence a line that is
-    already an error line or already carries a first-error signature, and both hold their needles."""
+    already an error line or already carries a first-error signature, and both hold their needles;
+    the context tests a signature's match is checked against (doctor.contexts: a fault-report line, a
+    table, a dump): they only run on a line a signature matched, which holds a needle already."""
     found = [("normalise.ERROR_LINE", normalise.ERROR_LINE.pattern), ("engine.GUARD_LINE", engine.GUARD_LINE.pattern),
-             ("facts.ARCHITECTURE", facts.ARCHITECTURE.pattern), ("facts.KERNEL", facts.KERNEL.pattern)]
+             ("facts.ARCHITECTURE", facts.ARCHITECTURE.pattern), ("facts.KERNEL", facts.KERNEL.pattern),
+             ("engine.EXCEPTION (a root error)", engine.EXCEPTION.pattern),
+             # lines whose context a later line depends on: a fault report's first line, a Python frame (the
+             # line under it is its source line); every other context is decided on a line a signature matches
+             ("contexts.FAULT_START", contexts.FAULT_START.pattern), ("contexts.PY_FRAME", contexts.PY_FRAME.pattern)]
     found += [(f"facts.VERSION_LINES[{i}]", p.pattern) for i, (p, _, _) in enumerate(facts.VERSION_LINES)]
     found += [(f"facts.FLAGS {flag}", p.pattern) for p, flag in facts.FLAGS]
     found += [(f"facts.ENGINES {needle!r}", re.escape(needle)) for needle, _, _ in facts.ENGINES]
     found += [(f"facts.PLATFORMS {needle!r}", re.escape(needle)) for needle, _ in facts.PLATFORMS]
     found += [(f"Xid continuation {needle!r}", re.escape(needle)) for needle in ("NVRM:", *engine.XID_NEEDLES)]
     found += [(f"{m.id} signatures[{i}]", s.pattern) for m in CATALOG for i, s in enumerate(m.signatures)
-              if s.role != "noise"]
+              if s.roles not in (("noise",), ("error-line",))]  # error-line ones count only where ERROR_LINE matches
     return found
 
 
 @pytest.mark.parametrize("what, pattern", engine_patterns(), ids=[w for w, _ in engine_patterns()])
 def test_every_match_of_every_pattern_the_engine_reads_holds_a_needle(what, pattern):
     assert covers(pattern, NEEDLES), f"{what}: /{pattern}/ can match a line without any of the prefilter's needles"
+
+
+def test_a_signature_counted_only_on_error_lines_needs_no_needle_of_its_own():
+    """It is matched only on a line ERROR_LINE matches (proved covered above): the error needles find it."""
+    from vllm_hotfix.catalog.index import Catalog as _Catalog
+
+    rpc = next(s for m in CATALOG for s in m.signatures if s.pattern == "RPC call to sample_tokens aborted")
+    assert rpc.roles == ("error-line",) and rpc.anchor.encode() not in needles_for(CATALOG)
+    log = (b"INFO 12-01 00:00:00 [x.py:1] RPC call to sample_tokens aborted (a mention, no error word)\n"
+           b"(EngineCore_DP0 pid=1) ERROR 12-01 00:00:01 [core.py:868] RuntimeError: RPC call to sample_tokens aborted: "
+           b"a worker process died before responding\n")
+    found = scan([("x.log", [log])], [m for m in _Catalog.load(env={}).latest() if m.signatures])
+    mamba = next(m for m in found.matches if m.manifest.id == "mamba-align-block-size")
+    assert [(e.line.lineno, e.role) for e in mamba.evidence if e.signature.pattern == rpc.pattern] == [(2, "error-line")]
+    assert found == scan([("x.log", [every_line(log)])], CATALOG)
 
 
 def test_a_user_catalog_signature_brings_its_own_needle(tmp_path):
@@ -55,7 +76,8 @@ def test_a_user_catalog_signature_brings_its_own_needle(tmp_path):
     manifests = [m for m in Catalog.load([tmp_path], env={}).latest() if m.signatures]
     needles = [n.decode() for n in needles_for(manifests)]
     assert "frobnicate_kernel(" in needles and " in widget_" in needles
-    assert all(covers(s.pattern, needles) for m in manifests for s in m.signatures if s.role != "noise")
+    assert all(covers(s.pattern, needles) for m in manifests for s in m.signatures
+               if s.roles not in (("noise",), ("error-line",)))
 
 
 @pytest.mark.parametrize("pattern, needles, proved", [
@@ -156,7 +178,7 @@ def test_the_commands_reader_gives_the_result_of_one_block(reuse):
     command reads files) scanned as they come give what one block gives."""
     import io
 
-    from vllm_hotfix.commands.doctor import blocks
+    from vllm_hotfix.commands.doctor_logs import blocks
 
     data = b"".join((HERE / "logs" / name).read_bytes() for name in ("000-server.log", "001-mamba-align.log", "001-dmesg.txt"))
     whole = scan([("x.log", [data])], CATALOG)
@@ -168,7 +190,7 @@ def test_the_grep_prefilter_counts_a_last_line_without_a_newline():
     import io
     import shutil
 
-    from vllm_hotfix.commands.doctor import _parts
+    from vllm_hotfix.commands.doctor_logs import parts as _parts
 
     if not shutil.which("grep"):
         pytest.skip("no grep")

@@ -1,200 +1,389 @@
-"""One verdict: the same files get the same state word and exit code from status, verify, verify --lock,
-the in-process guard (with a lock and with HOTFIX_REQUIRE), doctor's join with the target, export and
-apply (which refuses a drifted target), on real vLLM installs.
+"""One verdict: for each state an install can be in, every reader gives the same word and the same
+fingerprint, and no reader exits 0 while a recorded file does not hold its fix -- on real vLLM installs.
 
-The hotfix is a catalog hotfix of two real files of vLLM (range >=0.30.0,<0.32.0, fixed in 0.32.0), and
-``top-note`` a second one on top of it in one of the same files. Locks are exported once from a pristine
-0.30.0: one of two-files alone, one of the series two-files + top-note. A lock is a record of what must
-be there, so on a target where nothing was applied it reads `lost` (the mount is missing), as `status`
-reads a record whose files are all back to their baseline.
+Readers: `status` (text, --json, --all), `verify` (all, ID), `verify --lock` and the guard with that lock,
+the guard with HOTFIX_REQUIRE, doctor's join with the target, `contains` and `audit`. A record and a lock
+are two claims: the record's readers (status, verify, the guard's HOTFIX_REQUIRE, doctor) give one word,
+the lock's readers (verify --lock, the guard with the lock) another one, and where the lock holds exactly
+the recorded hotfixes the fingerprints of all of them agree. `contains` answers by content (`applied` by
+the record only when the record's verdict is in effect); `audit` is pristine or not, and names stale
+bytecode and the recorded hotfixes that are not in effect.
 
-Two rows are the disagreements a review confirmed before the one verdict: the release changed under the
-record while the files hold the patched bytes (`release-changed`: lost everywhere, the record and the
-lock describe another release's bytes), and a hotfix that deletes a file with every file back, the
-deleted one included (test_deleted_file_back_is_lost_everywhere).
+Hotfixes (a test catalog on vLLM's real files, range >=0.30.0,<0.32.0, fixed in 0.32.0): ``two-files``
+(vllm/envs.py + vllm/version.py), ``top-note`` on top of it in envs.py, ``mid-note`` (another line of
+envs.py); ``from-release`` is `hotfix new --from-release vllm==0.25.1` for 0.25.0 (its files are 0.25.1's).
+Each row's advice lines are then run as printed (test_every_printed_next_step_runs_as_pasted).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import realdata
 from fixtures import crash
+from fixtures.bytecode import stale_pyc
 from fixtures.series import edit_diff, write_catalog
 from fixtures.twofiles import ENVS, VERSION, make_two_file_patch, snapshot
 
 pytestmark = pytest.mark.slow
 
-HOTFIX = "two-files"
+A, B, C, R = "two-files", "top-note", "mid-note", "from-release"
 SRC = Path(__file__).resolve().parents[2] / "src"
 SIGNATURE = """
 [[signatures]]
 pattern = 'two-files test crash marker'
-role = "first-error"
+role = "error-line"
 tier = "specific"
 weight = 0.6
 explain = "the test crash this hotfix fixes"
 """
-LOG = "ERROR 12-01 10:00:05 [core.py:868] EngineCore encountered a fatal error.\n" \
-      "ERROR 12-01 10:00:05 [core.py:868] RuntimeError: two-files test crash marker\n"
+LOG = ("ERROR 12-01 10:00:05 [core.py:868] EngineCore encountered a fatal error.\n"
+       "ERROR 12-01 10:00:05 [core.py:868] RuntimeError: two-files test crash marker\n")
+MID_OLD = b"    # ================== Installation Time Env Vars ==================\n"
+MID_NEW = b"    # ================== Installation Time Env Vars (mid-note) ==================\n"
 
-# the word each reader gives (None: that reader has nothing to say: no record to require), and exit codes
-COLUMNS = ("status", "verify", "lock", "lock_exit", "guard_lock", "guard_require", "doctor", "export", "apply")
-MATRIX = {
-    "not-applied":     ("not-applied", 1, "lost", 1, "lost", None, "not-applied", 0, 0),
-    "applied":         ("applied", 0, "applied", 0, "applied", "applied", "applied", 0, 0),
-    "applied-under":   ("applied", 0, "applied", 0, "applied", "applied", "applied", 0, 0),
-    "lost":            ("lost", 1, "lost", 1, "lost", "lost", "lost", 0, 0),
-    "drifted":         ("drifted", 1, "drifted", 1, "drifted", "drifted", "drifted", 3, 3),
-    "half-lost":       ("drifted", 1, "drifted", 1, "drifted", "drifted", "drifted", 0, 3),
-    "release-changed": ("lost", 1, "lost", 1, "lost", "lost", "lost", 3, 3),
-    "fixed-upstream":  ("fixed-upstream", 0, "fixed-upstream", 0, "fixed-upstream", None, "fixed-upstream", 5, 5),
-    "not-applicable":  ("not-applicable", 1, "not-applicable", 1, "not-applicable", None, "not-applicable", 3, 3),
-    "interrupted":     ("interrupted", 1, "interrupted", 1, "interrupted", "interrupted", "interrupted", 3, 0),
+# row -> (vLLM release, the record's word for A (None: no record), the lock's word, the hotfixes recorded)
+ROWS = {
+    "clean":               ("0.30.0", None, "lost", ()),
+    "applied":             ("0.30.0", "applied", "applied", (A,)),
+    "two-on-one-file":     ("0.30.0", "applied", "applied", (A, B)),
+    "middle-rolled-back":  ("0.30.0", "applied", "applied", (A, C)),
+    "file-reinstalled":    ("0.30.0", "drifted", "drifted", (A,)),
+    "edited-by-hand":      ("0.30.0", "drifted", "drifted", (A,)),
+    "deleted":             ("0.30.0", "drifted", "drifted", (A,)),
+    "upgraded-equal-file": ("0.25.1", "fixed-upstream", "fixed-upstream", (R,)),
+    "upgraded-other-file": ("0.31.0", "stale", "stale", (A,)),
+    "killed-series-apply": ("0.30.0", "interrupted", "interrupted", (A,)),
+    "forged-top":          ("0.30.0", "unknown", "drifted", (A,)),
+    "forged-top-and-patch": ("0.30.0", "unknown", "drifted", (A,)),
+    "forged-unsealed":     ("0.30.0", "unknown", "drifted", (A,)),
+    "forged-garbage":      ("0.30.0", "unknown", "applied", (A,)),
+    "forged-no-change":    ("0.30.0", "unknown", "lost", (A,)),
+    "stale-bytecode":      ("0.30.0", "stale-bytecode", "stale-bytecode", (A,)),
+    "fixed-upstream":      ("0.32.0", None, "fixed-upstream", ()),
+    "checkout":            ("checkout", "applied", None, (A,)),
 }
-VERSION_OF = {"fixed-upstream": "0.32.0", "not-applicable": "0.25.0"}
+IN_EFFECT = ("applied", "fixed-upstream")
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory):
-    base = tmp_path_factory.mktemp("matrix")
+def world(tmp_path_factory):
+    """The catalog, the crash log and the locks (exported once per set of hotfixes and release)."""
+    base = tmp_path_factory.mktemp("verdict")
     template = realdata.vllm_template("0.30.0")
     two = make_two_file_patch(template.site_packages, base / "diff").read_bytes()
     envs = (template.site_packages / ENVS).read_bytes()
     last = envs.splitlines(keepends=True)[-1]
     top = edit_diff({ENVS: envs}, {ENVS: (last, last + b"# top-note: a second hotfix of this file\n")}, base / "top")
-    catalog = write_catalog(base / "catalog", {HOTFIX: (two, SIGNATURE), "top-note": (top, "")})
-    for hotfix_id in (HOTFIX, "top-note"):  # the range: 0.31.0 is in it, for the release-changed row
+    mid = edit_diff({ENVS: envs}, {ENVS: (MID_OLD, MID_NEW)}, base / "mid")
+    catalog = write_catalog(base / "catalog", {A: (two, SIGNATURE), B: (top, ""), C: (mid, "")})
+    for hotfix_id in (A, B, C):
         manifest = catalog / "manifests" / f"{hotfix_id}.toml"
         manifest.write_text(manifest.read_text().replace('versions = "==0.30.0"', 'versions = ">=0.30.0,<0.32.0"'))
-    (base / "crash.log").write_text(LOG)
-    return catalog
-
-
-def export(catalog, tmp_path_factory, *ids) -> Path:
-    venv = realdata.copy_venv(realdata.vllm_template("0.30.0"), tmp_path_factory.mktemp("pristine") / "venv")
-    out = tmp_path_factory.mktemp("export")
-    done = subprocess.run(crash.hotfix_argv("export", *ids, "--to", out, "--python", venv.python, "--catalog", catalog),
+    made = subprocess.run(crash.hotfix_argv("new", R, "--from-release", "vllm==0.25.1", "--out", catalog),
                           capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    manifest = catalog / "manifests" / f"{R}.toml"
+    manifest.write_text(manifest.read_text() + SIGNATURE.replace("two-files", R))
+    (base / "crash.log").write_text(LOG)
+    (base / "crash-r.log").write_text(LOG.replace("two-files", R))
+    locks: dict = {}
+
+    def lock(ids: tuple, release: str) -> Path:
+        if (ids, release) not in locks:
+            venv = realdata.copy_venv(realdata.vllm_template(release), tmp_path_factory.mktemp("pristine") / "venv")
+            out = tmp_path_factory.mktemp("export")
+            done = subprocess.run(crash.hotfix_argv("export", *ids, "--to", out, "--python", venv.python,
+                                                    "--catalog", catalog), capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            locks[(ids, release)] = out / "hotfix.lock"
+        return locks[(ids, release)]
+
+    return {"catalog": catalog, "logs": {A: base / "crash.log", R: base / "crash-r.log"}, "lock": lock}
+
+
+def _hotfix(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(crash.hotfix_argv(*args), capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+GUARD = r'''
+import json, sys
+sys.path.append(sys.argv[1])
+from vllm_hotfix.containers import guard
+out = {}
+for mode, lock, require in (("lock", sys.argv[2] or None, ()), ("require", None, tuple(sys.argv[3:]))):
+    if (mode == "lock" and lock) or (mode == "require" and require):
+        verdicts, _, fingerprint = guard._check_all(lock=lock, require=require)
+        out[mode] = {"verdicts": [v.as_dict() for v in verdicts], "fingerprint": fingerprint}
+print(json.dumps(out))
+'''
+
+
+def guard_verdicts(python: str, lock: Path | None, require: tuple, env: dict) -> dict:
+    done = subprocess.run([python, "-c", GUARD, str(SRC), str(lock or ""), *require], capture_output=True, text=True,
+                          env={**os.environ, **env})
     assert done.returncode == 0, done.stderr
-    return out / "hotfix.lock"
-
-
-@pytest.fixture(scope="module")
-def locks(catalog, tmp_path_factory):
-    return {"one": export(catalog, tmp_path_factory, HOTFIX), "series": export(catalog, tmp_path_factory, HOTFIX, "top-note")}
-
-
-def guard(python: Path, *, lock: Path | None, require: str | None) -> dict:
-    code = (f"import sys, json; sys.path.append({str(SRC)!r}); from vllm_hotfix.containers.guard import check; "
-            f"print(json.dumps([v.as_dict() for v in check(lock={str(lock) if lock else None!r}, "
-            f"require={(require,) if require else ()!r})]))")
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
-
-
-def make_row(row, venv, options, run_hotfix, tmp_path) -> None:
-    sp = venv.site_packages
-    pristine = snapshot(sp) if row not in VERSION_OF else None
-    if row in ("applied", "applied-under", "lost", "drifted", "half-lost", "release-changed"):
-        assert run_hotfix("apply", HOTFIX, *options).returncode == 0
-    if row == "applied-under":
-        assert run_hotfix("apply", "top-note", *options).returncode == 0
-    if row == "lost":  # a real reinstall of the same release, as a container rebuild does
-        realdata.pip_install(venv, "--force-reinstall", str(realdata.vllm_wheel("0.30.0")))
-        assert snapshot(sp) == pristine
-    if row == "release-changed":  # another release installed, the patched 0.30.0 files kept (as mounts keep them)
-        patched = snapshot(sp)
-        realdata.pip_install(venv, "--force-reinstall", str(realdata.vllm_wheel("0.31.0")))
-        for rel, data in patched.items():
-            (sp / rel).write_bytes(data)
-    if row == "drifted":
-        path = sp / ENVS
-        path.write_bytes(path.read_bytes().replace(b"marker one", b"marker edited by hand"))
-    if row == "half-lost":
-        (sp / VERSION).write_bytes(pristine[VERSION])
-    if row == "interrupted":
-        argv = crash.hotfix_argv("apply", HOTFIX, *options)
-        at = crash.after_switching(argv, sp / ENVS, tmp_path / "trace.log")
-        assert run_hotfix("apply", HOTFIX, *options).returncode == 0
-        assert run_hotfix("rollback", HOTFIX, *options).returncode == 0
-        killed = crash.run_with(argv, "rename", at, "signal=SIGKILL")
-        assert killed.returncode != 0
+    return json.loads(done.stdout)
 
 
 def word_of(detail: str) -> str:
     return detail.split(":", 1)[0]
 
 
-@pytest.mark.parametrize("row", list(MATRIX))
-def test_one_word_per_row(row, catalog, locks, vllm_install, run_hotfix, tmp_path):
-    venv = vllm_install(VERSION_OF.get(row, "0.30.0"))
-    options = ("--python", str(venv.python), "--catalog", str(catalog))
-    make_row(row, venv, options, run_hotfix, tmp_path)
-    want = dict(zip(COLUMNS, MATRIX[row]))
-    lock = locks["series" if row == "applied-under" else "one"]
-
-    done = run_hotfix("status", HOTFIX, *options, "--json")
-    (entry,) = json.loads(done.stdout)
-    assert (entry["state"], done.returncode) == (want["status"], want["verify"]), (row, entry)
-    assert run_hotfix("verify", HOTFIX, *options).returncode == want["verify"]
-    done = run_hotfix("verify", "--lock", lock, HOTFIX, "--python", venv.python, "--json")
-    (locked,) = json.loads(done.stdout)
-    assert (locked["state"], done.returncode) == (want["lock"], want["lock_exit"]), (row, locked)
-
-    verdict = guard(venv.python, lock=lock, require=None)
-    assert verdict["in_effect"] == (want["guard_lock"] in ("applied", "fixed-upstream")), verdict
-    if not verdict["in_effect"]:
-        assert word_of(verdict["detail"]) == want["guard_lock"], verdict
-    if want["guard_require"] is not None:
-        verdict = guard(venv.python, lock=None, require=HOTFIX)
-        assert verdict["in_effect"] == (want["guard_require"] == "applied"), verdict
-        if not verdict["in_effect"]:
-            assert word_of(verdict["detail"]) == want["guard_require"], verdict
-
-    done = run_hotfix("doctor", catalog.parent / "crash.log", *options, "--json")
-    (named,) = [v for v in json.loads(done.stdout)["verdicts"] if v["id"] == HOTFIX]
-    assert named["state"] == want["doctor"], (row, named)
-
-    out = tmp_path / "export"
-    done = run_hotfix("export", HOTFIX, "--to", out, *options)
-    assert done.returncode == want["export"], (row, done.stdout, done.stderr)
-
-    applied = run_hotfix("apply", HOTFIX, *options)
-    assert applied.returncode == want["apply"], (row, applied.stderr)
-    if row in ("drifted", "half-lost"):
-        assert "is drifted on" in applied.stderr and "then apply again" in applied.stderr
-    if want["apply"] == 0:
-        (entry,) = json.loads(run_hotfix("status", HOTFIX, *options, "--json").stdout)
-        assert entry["state"] == "applied", entry
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def test_deleted_file_back_is_lost_everywhere(vllm_install, run_hotfix, tmp_path):
-    """A hotfix that deletes a file: with every file back, the deleted one included, status and the
-    guard's HOTFIX_REQUIRE both say lost (the deleted file gets no special case)."""
-    venv = vllm_install("0.30.0")
+def state_file() -> Path:
+    (found,) = (Path(os.environ["HOTFIX_STATE_DIR"]) / "targets").glob("*/state.json")
+    return found
+
+
+def edit_record(change) -> None:
+    """A hand edit of state.json (the record keeps its seal: what a tool or a person that knows nothing of
+    seals leaves)."""
+    doc = json.loads(state_file().read_text())
+    change(doc)
+    state_file().write_text(json.dumps(doc, indent=2))
+
+
+def make_checkout(root: Path, template: realdata.Venv) -> Path:
+    """A git checkout of vLLM's two files (static version 0.30.0), importable with PYTHONPATH=root."""
+    for rel in (ENVS, VERSION, "vllm/_version.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes((template.site_packages / rel).read_bytes())
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text('[project]\nname = "vllm"\nversion = "0.30.0"\n')
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@x"}
+    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "vllm 0.30.0"]):
+        subprocess.run(["git", "-C", str(root), *argv], check=True, env=env, capture_output=True)
+    return root
+
+
+def make_row(row: str, world, tmp_path: Path) -> dict:
+    """Build the row's install; returns how to name it (options, env) and what its readers see."""
+    catalog = world["catalog"]
+    release, _, _, recorded = ROWS[row]
+    if row == "checkout":
+        root = make_checkout(tmp_path / "vllm-src", realdata.vllm_template("0.30.0"))
+        options = ("--root", str(root), "--catalog", str(catalog))
+        ok(_hotfix("apply", A, *options))
+        return {"options": options, "env": {"PYTHONPATH": str(root)}, "python": sys.executable, "root": root,
+                "files": root}
+    first = "0.25.0" if row == "upgraded-equal-file" else "0.30.0" if row == "upgraded-other-file" else release
+    venv = realdata.copy_venv(realdata.vllm_template(first), tmp_path / "venv")
     sp = venv.site_packages
-    gone = "vllm/v1/worker/gpu/README.md"
-    before = {rel: (sp / rel).read_bytes() for rel in (ENVS, gone)}
-    work = tmp_path / "diff"
-    for side in ("a", "b"):
-        for rel, data in before.items():
+    options = ("--python", str(venv.python), "--catalog", str(catalog))
+    pristine = snapshot(sp) if first == "0.30.0" else None
+    for hotfix_id in (recorded if row != "middle-rolled-back" else (A, B, C)):
+        ok(_hotfix("apply", hotfix_id, *options))
+    if row == "middle-rolled-back":
+        ok(_hotfix("rollback", B, *options))
+    if row == "file-reinstalled":
+        (sp / VERSION).write_bytes(pristine[VERSION])
+    if row == "edited-by-hand":
+        (sp / ENVS).write_bytes((sp / ENVS).read_bytes().replace(b"marker one", b"marker edited by hand"))
+    if row == "deleted":
+        (sp / VERSION).unlink()
+    if row.startswith("upgraded"):  # a real `pip install` of the next release over the patched one
+        realdata.pip_install(venv, str(realdata.vllm_wheel(release)))
+    if row == "killed-series-apply":  # SIGKILL at the rename of envs.py while B goes on top of A
+        argv = crash.hotfix_argv("apply", B, *options)
+        at = crash.after_switching(argv, sp / ENVS, tmp_path / "trace.log")
+        ok(_hotfix("rollback", B, *options))
+        assert crash.run_with(argv, "rename", at, "signal=SIGKILL").returncode != 0
+    reverted = (sp / ENVS).read_bytes().replace(b"# hotfix: two-file test, marker one\n", b"# reverted by hand\n")
+    if row.startswith("forged-top"):  # a hand edit that reverts the fix, and a record that calls it the top
+        (sp / ENVS).write_bytes(reverted)
+        edit_record(lambda doc: doc["series"][0]["files"][0].update(after_sha256=sha256(reverted)))
+    if row == "forged-top-and-patch":  # ... and the kept patch rewritten to give exactly those bytes
+        _rewrite_kept_patch(pristine[ENVS], reverted, pristine[VERSION], (sp / VERSION).read_bytes())
+    if row == "forged-unsealed":  # the first one as a record from before seals: the guard derives it in full
+        (sp / ENVS).write_bytes(reverted)
+
+        def unsealed(doc):
+            doc["series"][0]["files"][0]["after_sha256"] = sha256(reverted)
+            doc["series"][0]["seal"] = None
+            doc["series"][0]["patch_sha256"] = []
+        edit_record(unsealed)
+    if row == "forged-garbage":  # a correctly patched file, a record whose top hash is nobody's
+        edit_record(lambda doc: doc["series"][0]["files"][0].update(after_sha256="ab" * 32))
+    if row == "forged-no-change":  # a pristine file, a record that says the hotfix wrote those very bytes
+        realdata.pip_install(venv, "--force-reinstall", str(realdata.vllm_wheel("0.30.0")))
+        edit_record(lambda doc: doc["series"][0]["files"][0].update(after_sha256=sha256(pristine[ENVS])))
+    if row == "stale-bytecode":  # a pyc of the pre-fix code, whose header names the patched file's mtime and size
+        _stale_pyc(venv.python, sp / ENVS, pristine[ENVS])
+    return {"options": options, "env": {}, "python": str(venv.python), "root": sp, "files": sp, "venv": venv}
+
+
+def _rewrite_kept_patch(envs_before: bytes, envs_after: bytes, version_before: bytes, version_after: bytes) -> None:
+    """The kept patch of A replaced by a real diff that gives the forged bytes."""
+    work = state_file().parent / "forge"
+    for side, (envs, version) in (("a", (envs_before, version_before)), ("b", (envs_after, version_after))):
+        for rel, data in ((ENVS, envs), (VERSION, version)):
             (work / side / rel).parent.mkdir(parents=True, exist_ok=True)
-            if side == "a" or rel == ENVS:
-                (work / side / rel).write_bytes(data if side == "a" else b"# deletes a file\n" + data)
-    with open(tmp_path / "delete.diff", "wb") as out:
-        subprocess.run(["diff", "-ruN", "a", "b"], cwd=work, stdout=out)
-    options = ("--python", str(venv.python))
-    assert run_hotfix("apply", "--patch", tmp_path / "delete.diff", "--package", "vllm", *options).returncode == 0
-    assert not (sp / gone).exists()
-    for rel, data in before.items():
-        (sp / rel).write_bytes(data)
-    (entry,) = json.loads(run_hotfix("status", "delete", *options, "--json").stdout)
-    assert entry["state"] == "lost", entry
-    verdict = guard(venv.python, lock=None, require="delete")
-    assert not verdict["in_effect"] and word_of(verdict["detail"]) == "lost", verdict
+            (work / side / rel).write_bytes(data)
+    diff = subprocess.run(["diff", "-ruN", "a", "b"], cwd=work, capture_output=True).stdout
+    (kept,) = (state_file().parent / "patches" / A).glob("*.patch")
+    kept.write_bytes(diff)
+    subprocess.run(["rm", "-rf", str(work)], check=True)
+
+
+def _stale_pyc(python: Path, source: Path, old: bytes) -> None:
+    (source.parent / "old.bytes").write_bytes(old)
+    stale_pyc(python, source, source.parent / "old.bytes")
+    (source.parent / "old.bytes").unlink()
+
+
+def read_everything(row: str, made: dict, world) -> dict:
+    """Every reader on the row's install: {reader: (word, exit code, fingerprint or None, advice lines)}."""
+    release, _, lock_word, recorded = ROWS[row]
+    options, env = made["options"], made["env"]
+    main = recorded[0] if recorded else (R if release == "0.25.1" else A)
+    out: dict = {}
+
+    def advice_of(text: str) -> list[str]:
+        return re.findall(r"`(hotfix [^`]+)`", text)
+
+    done = _hotfix("status", *(() if recorded else (main,)), *options, "--json", env=env)  # the recorded series
+    entries = {e["id"]: e for e in json.loads(done.stdout)}
+    out["status --json"] = (entries[main]["state"], done.returncode, entries[main]["fingerprint"],
+                            advice_of(entries[main]["advice"] or ""))
+    line = rf"^ *(?:ok|--|!!) +(?:\d+\.)? +{re.escape(main)} +([\w-]+)"
+    done = _hotfix("status", *options, env=env)
+    word = re.search(line, done.stdout, re.M)
+    fp = re.search(r"^fingerprint: (\S+)", done.stdout, re.M)
+    out["status"] = (word.group(1) if word else None, done.returncode, fp.group(1) if fp and recorded else None,
+                     advice_of(done.stdout))
+    done = _hotfix("status", "--all", "--catalog", world["catalog"], env=env)
+    word = re.search(line, done.stdout, re.M)
+    fp = re.search(r"^  fingerprint: (\S+)", done.stdout, re.M)
+    out["status --all"] = (word.group(1) if word else None, done.returncode, fp.group(1) if fp else None,
+                           advice_of(done.stdout))
+    done = _hotfix("status", "--all", "--catalog", world["catalog"], "--json", env=env)
+    targets = [t for t in json.loads(done.stdout)["targets"] if t["hotfixes"]]
+    entry = next((h for t in targets for h in t["hotfixes"] if h["id"] == main), None)
+    out["status --all --json"] = (entry["state"] if entry else None, done.returncode,
+                                  targets[0]["fingerprint"] if targets else None, [])
+    done = _hotfix("verify", *options, "--json", env=env)
+    if recorded:
+        entries = {e["id"]: e for e in json.loads(done.stdout)}
+        out["verify"] = (entries[main]["state"], done.returncode, entries[main]["fingerprint"], [])
+    else:
+        out["verify"] = (None, done.returncode, None, [])
+    done = _hotfix("verify", *(recorded or (main,)), *options, env=env)  # each named
+    word = re.search(rf"(?:in effect: {main}@\S+ \(([\w-]+)|NOT IN EFFECT: {main} is ([\w-]+))", done.stdout)
+    fp = re.search(r"^fingerprint: (\S+)", done.stdout, re.M)
+    out["verify ID"] = ((word.group(1) or word.group(2)) if word else None, done.returncode,
+                        fp.group(1) if fp and recorded else None, advice_of(done.stdout))
+    lock = None
+    if lock_word is not None:
+        lock = world["lock"](recorded or (main,), "0.25.0" if release == "0.25.1" else
+                             "0.30.0" if release in ("0.31.0", "0.32.0") else release)
+        python = ("--python", made["python"], "--catalog", world["catalog"])  # the catalog its advice names
+        done = _hotfix("verify", "--lock", lock, *python, "--json", env=env)
+        (entry,) = [e for e in json.loads(done.stdout) if e["id"] == main]
+        out["verify --lock"] = (entry["state"], done.returncode, entry["fingerprint"], advice_of(entry["advice"] or ""))
+        done = _hotfix("verify", "--lock", lock, *python, env=env)
+        fp = re.search(r"^fingerprint: (\S+)", done.stdout, re.M)
+        out["verify --lock (text)"] = (None, done.returncode, fp.group(1) if fp else None, advice_of(done.stdout))
+    guard = guard_verdicts(made["python"], lock, recorded or (main,), env)
+    if lock is not None:
+        (verdict,) = [v for v in guard["lock"]["verdicts"] if v["hotfix_id"] == main]
+        out["guard lock"] = ("applied" if verdict["in_effect"] and not verdict["detail"] else word_of(verdict["detail"]),
+                             0 if all(v["in_effect"] for v in guard["lock"]["verdicts"]) else 1,
+                             guard["lock"]["fingerprint"], advice_of(verdict["remedy"]))
+    if recorded or release != "0.32.0":  # nothing recorded: "not-applied" (the guard knows no catalog)
+        (verdict,) = [v for v in guard["require"]["verdicts"] if v["hotfix_id"] == main]
+        out["guard require"] = ("applied" if verdict["in_effect"] and not verdict["detail"] else word_of(verdict["detail"]),
+                                0 if all(v["in_effect"] for v in guard["require"]["verdicts"]) else 1,
+                                guard["require"]["fingerprint"], advice_of(verdict["remedy"]))
+    done = _hotfix("doctor", world["logs"][main], *options, "--json", env=env)
+    (named,) = [v for v in json.loads(done.stdout)["verdicts"] if v["id"] == main]
+    out["doctor"] = (named["state"], done.returncode, None, [named["next"]] if (named["next"] or "").startswith("hotfix ") else [])
+    done = _hotfix("contains", main, *options, "--json", env=env)
+    out["contains"] = (json.loads(done.stdout).get("state", "refused"), done.returncode, None, [])
+    if made.get("venv") is not None:
+        done = _hotfix("audit", "vllm", "--python", made["python"], "--json", env=env)
+        report = json.loads(done.stdout)
+        out["audit"] = ("pristine" if report["pristine"] else "stale-bytecode" if any(
+            d["kind"] == "stale-bytecode" for d in report["differences"]) else "not-pristine", done.returncode,
+            report.get("fingerprint"), [])
+    return out
+
+
+RECORD_READERS = ("status --json", "status", "status --all", "status --all --json", "verify", "verify ID",
+                  "guard require", "doctor")
+LOCK_READERS = ("verify --lock", "verify --lock (text)", "guard lock")
+
+
+@pytest.mark.parametrize("row", list(ROWS))
+def test_every_reader_gives_one_verdict(row, world, tmp_path):
+    made = make_row(row, world, tmp_path)
+    seen = read_everything(row, made, world)
+    release, record_word, lock_word, recorded = ROWS[row]
+    words = {reader: seen[reader][0] for reader in RECORD_READERS if reader in seen and seen[reader][0] is not None}
+    if record_word is None:  # nothing recorded: status of the named hotfix and doctor judge its files
+        words.pop("verify", None)
+    wanted = record_word or ("fixed-upstream" if release == "0.32.0" else "not-applied")
+    assert set(words.values()) == {wanted}, (row, words)
+    locked = {reader: seen[reader][0] for reader in LOCK_READERS if reader in seen and seen[reader][0] is not None}
+    assert set(locked.values()) <= {lock_word}, (row, locked)
+    fingerprints = {reader: seen[reader][2] for reader in seen if seen[reader][2] is not None}
+    same_set = lock_word is not None and recorded
+    compared = {r: fp for r, fp in fingerprints.items() if r not in LOCK_READERS or same_set}
+    assert len(set(compared.values())) <= 1 or not recorded, (row, compared)  # of what is recorded
+    for reader, (word, code, _, _) in seen.items():  # exit codes follow the printed verdict
+        if word is None or reader in ("audit", "contains") or (not recorded and reader.startswith("status")):
+            continue  # (with nothing recorded, `status` only informs: exit 0)
+        if reader == "doctor":
+            assert code in ((0,) if word in IN_EFFECT else (1, 9)), (row, reader, word, code)
+        else:
+            assert (code == 0) == (word in IN_EFFECT), (row, reader, word, code)
+    holds = wanted in IN_EFFECT or row == "forged-garbage"  # there the record lies, the files hold the fix
+    if seen["contains"][1] == 0:  # by content: it may say "contained" only where the files hold the fix
+        assert holds, (row, seen["contains"])
+    if "audit" in seen and seen["audit"][1] == 0:  # pristine, and no record says a fix belongs there
+        assert seen["audit"][0] == "pristine" and (not recorded or wanted == "fixed-upstream"), (row, seen["audit"])
+    if row == "stale-bytecode":
+        assert seen["audit"][0] == "stale-bytecode" and seen["contains"][0] == "stale-bytecode", seen
+    if row == "killed-series-apply":  # a confident match printed: its exit code follows it, not "no match" (9)
+        assert seen["doctor"][1] == 1, seen["doctor"]
+    steps = {line: reader for reader, (_, _, _, lines) in seen.items() for line in lines}
+    for step, reader in sorted(steps.items()):  # every next step it printed runs as pasted: never a usage error, never an unknown id
+        done = subprocess.run([sys.executable, "-m", "vllm_hotfix", *shlex.split(step)[1:]], capture_output=True,
+                              text=True, env={**os.environ, **made["env"]}, timeout=600, cwd=tmp_path)
+        assert done.returncode != 2 and "unknown hotfix" not in done.stderr and "No such option" not in done.stderr, \
+            (row, reader, step, done.stderr)
+
+
+def test_in_a_container_status_and_verify_say_the_lock_s_words(world, tmp_path):
+    """HOTFIX_LOCK set, nothing recorded (the image's install, the file back to pristine): `verify` reads the
+    lock (its default) and `status` judges the locked hotfix by it too -- "lost", the bind mount missing,
+    and the advice to put the mount back, never `hotfix apply` on the image."""
+    venv = realdata.copy_venv(realdata.vllm_template("0.30.0"), tmp_path / "venv")
+    lock = world["lock"]((A,), "0.30.0")
+    env = {"HOTFIX_LOCK": str(lock)}
+    options = ("--python", str(venv.python), "--catalog", str(world["catalog"]))
+    verify = _hotfix("verify", *options, env=env)
+    assert verify.returncode == 1 and f"NOT IN EFFECT: {A}@1 is lost" in verify.stdout, verify.stdout
+    done = _hotfix("status", A, *options, "--json", env=env)
+    (entry,) = json.loads(done.stdout)
+    assert (entry["state"], done.returncode) == ("lost", 1), entry
+    assert "the bind mount is missing" in entry["advice"] and "hotfix apply" not in entry["advice"], entry

@@ -254,4 +254,4 @@ def test_a_hotfix_that_bumps_the_version_file_is_not_a_release_change_under_its_
     assert done.returncode == 0, done.stderr
     (root / "scm_demo" / "_version.py").write_text("__version__ = version = '0.30.0'\n")  # a reinstall / a checkout
     word, detail = state()
-    assert word == "lost" and "changed from 0.29.0 to 0.30.0" in detail
+    assert word == "stale" and "changed from 0.29.0 to 0.30.0" in detail

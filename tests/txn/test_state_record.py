@@ -24,7 +24,7 @@ def test_the_record_reads_back(tmp_path):
     directory = tmp_path / "target"
     directory.mkdir(mode=0o700)
     state = TargetState(directory, {"root": str(tmp_path / "site"), "package": "vllm"}, {HOTFIX.id: HOTFIX})
-    state.save()
+    state.path.write_bytes(state.to_bytes())
     again = TargetState.load(directory)
     assert again.hotfixes == {HOTFIX.id: HOTFIX}
     assert again.to_bytes() == state.to_bytes()

@@ -115,6 +115,7 @@ class Catalog:
         manifests: list[Manifest] = []
         origins: dict[int, CatalogDir] = {}
         builtin_ids: dict[str, Manifest] = {}
+        _require_signed([d for d in dirs if not d.builtin], env)
         for catalog_dir in dirs:
             for manifest in _load_dir(catalog_dir):
                 if catalog_dir.builtin:
@@ -171,6 +172,31 @@ class Catalog:
                 return manifest
         known = ", ".join(str(m.version) for m in candidates)
         raise Refused(f"hotfix '{hotfix_id}' has no version {version}", hint=f"known versions: {known}")
+
+
+def _require_signed(user_dirs: list[CatalogDir], env: Mapping[str, str]) -> None:
+    """With a trust policy whose ``catalogs = "signed"``, every user catalog must be signed as it asks
+    (catalog/sums.py); else Untrusted (exit 11-13) with each refusal. The built-in catalog is part of the
+    installed package, trusted as the package is."""
+    if not user_dirs:
+        return
+    import time
+
+    from vllm_hotfix.txn.signed import load_policy, refuse
+
+    now = time.time()
+    policy = load_policy(now=now, env=env)
+    if policy is None or policy.catalogs != "signed":
+        return
+    from vllm_hotfix.catalog.sums import catalog_verdict
+    from vllm_hotfix.output import quote_path
+
+    for catalog_dir in user_dirs:
+        if catalog_dir.path.is_dir():
+            refuse(catalog_verdict(catalog_dir.path, policy, now=now,
+                                   subject=f"catalog {quote_path(os.path.abspath(catalog_dir.path))}"),
+                   hint=f"sign the catalog with enough listed keys: hotfix sign --catalog "
+                        f"{quote_path(str(catalog_dir.path))} --key KEY")
 
 
 def _load_dir(catalog_dir: CatalogDir) -> list[Manifest]:

@@ -16,7 +16,7 @@ from vllm_hotfix.catalog.model import (
     ID_PATTERN, KINDS, REFERENCE_KINDS, SCHEMA, FixedIn, GitBaseline, Manifest, PatchSpec, PatchStats, PostCheck,
     Reference, Requirement, TargetSpec,
 )
-from vllm_hotfix.catalog.signatures import signature_from_table
+from vllm_hotfix.catalog.signatures import confirm_from_table, platforms_from, signature_from_table
 from vllm_hotfix.catalog.table import Table, type_name
 from vllm_hotfix.core.data import load_toml
 from vllm_hotfix.errors import InvalidInput
@@ -188,7 +188,7 @@ def _reference(path: str, raw: Any, source: str) -> Reference:
 
 _TOP_KEYS = ("schema", "id", "version", "title", "description", "symptoms", "fixed_in", "supersedes",
              "references", "targets", "patches", "requires", "checks", "kind", "signatures", "workaround", "fixed_by",
-             "compiled_changes", "conflicts", "after")
+             "compiled_changes", "conflicts", "after", "confirm", "platforms")
 
 
 def _ids(top: "Table", key: str, own: str) -> tuple[str, ...]:
@@ -261,6 +261,8 @@ def manifest_from_dict(data: Mapping[str, Any], source: str, *, source_path: Pat
         symptoms=top.strings("symptoms"),
         kind=kind,
         signatures=tuple(signature_from_table(p, r, source) for p, r in top.tables("signatures")),
+        confirm=tuple(confirm_from_table(p, r, source) for p, r in top.tables("confirm")),
+        platforms=platforms_from(top),
         workaround=workaround,
         fixed_by=fixed_by,
         fixed_in=_fixed_in(top),

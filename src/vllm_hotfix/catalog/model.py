@@ -12,7 +12,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from vllm_hotfix.catalog.signatures import Signature
+from vllm_hotfix.catalog.signatures import ConfirmStep, Signature
 from vllm_hotfix.errors import InvalidInput, Refused
 
 SCHEMA = 1
@@ -189,6 +189,8 @@ class Manifest:
     symptoms: tuple[str, ...] = ()  # free text, kept for older manifests; doctor reads ``signatures``
     kind: str = "hotfix"
     signatures: tuple[Signature, ...] = ()
+    confirm: tuple[ConfirmStep, ...] = ()  # doctor: how to get the evidence that confirms a "possible" verdict
+    platforms: tuple[str, ...] = ()  # doctor: the platforms the bug occurs on (cuda, rocm, ascend, ...); () = any
     workaround: str | None = None  # advisories: what to do instead of a patch
     fixed_by: str | None = None  # advisories: "ID@VERSION", the catalog hotfix (from that version on) that fixes it
     fixed_in: FixedIn | None = None

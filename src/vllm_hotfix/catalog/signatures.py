@@ -10,27 +10,48 @@ no ANSI colours, no ``(EngineCore_DP0 pid=…)`` prefix, no leading timestamp, l
 as ``0x…``, PCI ids as ``PCI:…``; at most its first 8 KB, ``doctor.normalise.MATCH_LIMIT``). Two independent
 properties:
 
-``role`` says *where* a line counts:
+``role`` says *where* a line counts (one role, or an array of them: a match in any counts):
 
 - ``first-error``: only inside the first error of a process and the lines right after it;
-- ``context``: any line of the logs (echoes, kernel messages, debugger output, later errors);
-- ``config``: a start-up or configuration line (``Mamba cache mode is set to 'align'``);
+- ``error-line``: one of the log's own error lines, anywhere (an ERROR / CRITICAL line, an exception, a
+  CUDA / NPU runtime error, an Xid), never a table row, a config dump or prose quoting one;
+- ``fault-report``: a debugger or sanitizer fault report: cuda-gdb (``CUDA Exception: …`` and the block
+  after it: ``The exception was triggered at PC … KERNEL``, ``#0 KERNEL<<<…>>>``, ``0x… in KERNEL<<<…>>>``),
+  compute-sanitizer (``========= …``), a CUDA core dump (``Kernel: …``), an Ascend plog
+  (``fault kernel_name=…``), a MetaX trap (``kernelName: …``);
+- ``traceback``: a traceback frame (``File "…", line N, in …``, ``frame #N: …``) or the source line
+  under a Python frame;
+- ``context``: any line of the logs (echoes, kernel messages, later errors);
+- ``config``: a start-up or configuration line (``Mamba cache mode is set to 'align'``), also a dump of
+  the configuration;
 - ``noise``: an error-level line that is not an error (a debug print logged as ``[ERROR]``); it is
   skipped when looking for the first error and never counts.
+
+A markdown or profiler table row and prose (a markdown list item, quote or heading, a line with
+inline code) count for no role but ``context``: a kernel name there is a mention, not a fault.
 
 ``tier`` says *what a match proves* (the evidence tiers of `hotfix doctor`):
 
 - ``specific``: discriminating evidence, a line only this mechanism writes (the faulting kernel's
-  name, the file and line in a traceback, the operator, the slot index). Only a specific match,
-  with an in-range version from the log or the target, makes doctor name the hotfix ("apply X");
+  name, the file and line in a traceback, the operator, the slot index). It counts only where a name
+  faults: its roles must be among ``fault-report``, ``traceback``, ``error-line``. Only a specific
+  match, with an in-range version from the log or the target, makes doctor name the hotfix ("apply X");
+- ``condition``: a fact about the bug's trigger condition (align mode on, a hybrid model, the backend,
+  the setting the bug needs). A generic error is a candidate ("possible") only with one of these;
 - ``generic`` (the default): context every crash of the kind shares (an illegal memory access,
-  507011, "a worker died", align mode on). However many match, they only raise "possible, check X";
+  507011, "a worker died"). Alone they give no candidate: doctor says which catalog entries share them
+  and what would tell those apart;
 - ``veto``: evidence against (MTP on hides the GLM bug). One veto match rules the hotfix out.
 
 ``weight`` (optional, in [-1, 1)) only orders candidates of the same tier; a negative weight
 without a ``tier`` means ``veto`` (manifests written before the tiers). ``confirmed = false`` marks
 a pattern written from a description (a symptom table) that no real log line has confirmed yet:
 `hotfix show` and doctor's evidence lines say so.
+
+A manifest's ``[[confirm]]`` tables (``step``: what to do, ``shows``: what then confirms it) tell a
+user holding a "possible" verdict how to make the specific evidence appear; ``platforms`` names
+the platforms the bug occurs on (a log of another one rules it out). ``naming_problem`` is the rule
+`hotfix check-catalog` refuses a manifest by: signatures that can never name it.
 
 Patterns are RE2 syntax (the common subset of Python ``re`` without lookarounds, back-references
 and atomic groups) and are matched by ``google-re2`` in linear time, so no log line can hang doctor.
@@ -45,10 +66,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from vllm_hotfix.catalog.linear import linear_time_problem
 from vllm_hotfix.catalog.table import Table
 
-ROLES = ("first-error", "context", "config", "noise")
-TIERS = ("specific", "generic", "veto")
+ROLES = ("first-error", "error-line", "fault-report", "traceback", "context", "config", "noise")
+TIERS = ("specific", "condition", "generic", "veto")
+FAULT_ROLES = ("fault-report", "traceback", "error-line")  # where a specific signature may count: where a name faults
+# the platforms a log names (doctor.facts) and a manifest's ``platforms`` may list; metax is a CUDA-compatible vendor
+PLATFORMS = ("cuda", "rocm", "ascend", "metax", "xpu", "tpu", "cpu")
 MIN_ANCHOR = 3  # characters of literal text every pattern must contain (the prefilter's needle)
 
 
@@ -63,12 +88,25 @@ class Signature:
     """A crash-log pattern of a manifest that points `hotfix doctor` at it."""
 
     pattern: str  # RE2 syntax, searched in the normalised line
-    role: str  # one of ROLES: where the line counts
+    roles: tuple[str, ...]  # of ROLES: where the line counts (any of them)
     explain: str  # one short sentence: why this line means this issue
     tier: str = "generic"  # one of TIERS: what a match proves
     weight: float = 0.0  # in [-1, 1): orders candidates inside a tier
     confirmed: bool = True  # False: written from a description, not yet seen in a real log
     anchor: str = ""  # the longest literal every match contains (derived, for the prefilter)
+
+    @property
+    def role(self) -> str:
+        """The roles as written in a manifest: ``fault-report`` or ``fault-report|traceback``."""
+        return "|".join(self.roles)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfirmStep:
+    """One way to get the evidence that confirms a "possible" verdict (a manifest's ``[[confirm]]``)."""
+
+    step: str  # what to do (a setting, a tool, a request to send again)
+    shows: str  # what then confirms it (the line that appears, the counter that moves)
 
 
 def engine() -> str:
@@ -152,50 +190,22 @@ def _has_branch(items: Any) -> bool:
     return any(str(op) == "BRANCH" for op, _ in items)
 
 
-_UNBOUNDED = _sre_parse.MAXREPEAT
-_NOT_LINEAR = {"ASSERT": "a lookahead / lookbehind", "ASSERT_NOT": "a negative lookahead / lookbehind",
-               "GROUPREF": "a back-reference", "GROUPREF_EXISTS": "a conditional group",
-               "ATOMIC_GROUP": "an atomic group", "POSSESSIVE_REPEAT": "a possessive quantifier"}
-
-
-def linear_time_problem(pattern: str) -> str | None:
-    """Why ``pattern`` cannot be matched in linear time (by RE2), or None.
-
-    Refused everywhere, whichever engine is installed: the constructs RE2 does not have (lookarounds,
-    back-references, conditionals, atomic groups, possessive quantifiers) and a repeat inside a
-    repeat that can both match without bound (``(a+)+``, ``(?:x*y?)*``): the shape that makes a
-    backtracking engine take exponential time when RE2 is missing."""
-    try:
-        parsed = _sre_parse.parse(pattern)
-    except (re.error, ValueError):
-        return None  # the caller reports the syntax error
-
-    def walk(items: Any, inside_unbounded: bool) -> str | None:
-        for op, arg in items:
-            name = str(op)
-            if name in _NOT_LINEAR:
-                return f"{_NOT_LINEAR[name]} is not allowed (RE2 syntax: doctor matches in linear time)"
-            children: list[Any] = []
-            unbounded = inside_unbounded
-            if name in ("MAX_REPEAT", "MIN_REPEAT"):
-                low, high, body = arg
-                if high == _UNBOUNDED or high > 1000:
-                    if inside_unbounded:
-                        return ("nested unbounded quantifiers (like '(a+)+') are not allowed: they backtrack "
-                                "exponentially; repeat the inner part once ('a+')")
-                    unbounded = True
-                children = [body]
-            elif name == "SUBPATTERN":
-                children = [arg[-1]]
-            elif name == "BRANCH":
-                children = list(arg[1])
-            for child in children:
-                problem = walk(child, unbounded)
-                if problem:
-                    return problem
-        return None
-
-    return walk(parsed, False)
+def _roles(table: Table) -> tuple[str, ...]:
+    raw = table.value("role", (str, list), required=True)
+    items = [raw] if isinstance(raw, str) else raw
+    if not items:
+        raise table.error("role", "needs at least one role")
+    roles = []
+    for index, role in enumerate(items):
+        key = "role" if isinstance(raw, str) else f"role[{index}]"
+        if not isinstance(role, str) or role not in ROLES:
+            raise table.error(key, f"expected one of {', '.join(ROLES)}, got {role!r}")
+        if role in roles:
+            raise table.error(key, f"{role!r} is listed twice")
+        roles.append(role)
+    if "noise" in roles and len(roles) > 1:
+        raise table.error("role", "a noise signature has the one role 'noise'")
+    return tuple(roles)
 
 
 def signature_from_table(path: str, raw: Any, source: str) -> Signature:
@@ -219,9 +229,7 @@ def signature_from_table(path: str, raw: Any, source: str) -> Signature:
     if len(anchor) < MIN_ANCHOR:
         raise table.error("pattern", f"needs a literal text of at least {MIN_ANCHOR} characters that every "
                                      f"match contains (case-sensitive; the fast prefilter searches for it)")
-    role = table.text("role", required=True)
-    if role not in ROLES:
-        raise table.error("role", f"expected one of {', '.join(ROLES)}, got {role!r}")
+    roles = _roles(table)
     weight = table.value("weight", (int, float), default=0)
     if not -1 <= weight < 1:
         raise table.error("weight", f"must be at least -1 and below 1, got {weight}")
@@ -230,8 +238,45 @@ def signature_from_table(path: str, raw: Any, source: str) -> Signature:
         raise table.error("tier", f"expected one of {', '.join(TIERS)}, got {tier!r}")
     if weight < 0 and tier != "veto":
         raise table.error("weight", f"a negative weight is evidence against: use tier = \"veto\" (got tier {tier!r})")
-    if role == "noise" and (weight != 0 or table.has("tier")):
+    if roles == ("noise",) and (weight != 0 or table.has("tier")):
         raise table.error("weight" if weight != 0 else "tier", "a noise signature does not count: leave weight and tier out")
-    return Signature(pattern=pattern, role=role, tier=tier, weight=float(weight),
+    if tier == "specific" and not set(roles) <= set(FAULT_ROLES):
+        wrong = next(r for r in roles if r not in FAULT_ROLES)
+        raise table.error("role", f"a specific signature counts only where a name faults ({', '.join(FAULT_ROLES)}), "
+                                  f"not {wrong!r}: a name in a profiler table, a config dump or prose would name the fix")
+    return Signature(pattern=pattern, roles=roles, tier=tier, weight=float(weight),
                      explain=table.text("explain", required=True),
                      confirmed=table.value("confirmed", (bool,), default=True), anchor=anchor)
+
+
+def confirm_from_table(path: str, raw: Any, source: str) -> ConfirmStep:
+    """Validate one ``[[confirm]]`` table: ``step`` and ``shows``, both required, both text."""
+    table = Table(raw, path, source, ("step", "shows"))
+    return ConfirmStep(step=table.text("step", required=True), shows=table.text("shows", required=True))
+
+
+def platforms_from(table: Table) -> tuple[str, ...]:
+    """A manifest's ``platforms``: the platforms its bug occurs on (of PLATFORMS, each once)."""
+    values = table.strings("platforms")
+    if table.has("platforms") and not values:
+        raise table.error("platforms", "needs at least one platform (leave the key out for any platform)")
+    for index, value in enumerate(values):
+        if value not in PLATFORMS:
+            raise table.error(f"platforms[{index}]", f"expected one of {', '.join(PLATFORMS)}, got {value!r}")
+        if value in values[:index]:
+            raise table.error(f"platforms[{index}]", f"{value!r} is listed twice")
+    return tuple(values)
+
+
+def naming_problem(signatures: tuple[Signature, ...]) -> str | None:
+    """Why doctor can never name a manifest with these signatures (None when it can, or has none).
+
+    Naming needs a specific signature (it counts where a name faults); a manifest that has only
+    generic ones -- the form ``hotfix new`` wrote before the tiers (``weight = 0.5``, no ``tier``) --
+    is at most ever listed as "possible", and only with a condition."""
+    if not signatures:
+        return None
+    if not any(s.tier == "specific" for s in signatures):
+        return ("doctor can never name it: no [[signatures]] entry has tier = \"specific\" (a line only this bug "
+                "writes, with role fault-report, traceback or error-line); weights alone never name a fix")
+    return None

@@ -10,7 +10,6 @@ them as on any patch file, and they parse with ``strip = 1``.
 from __future__ import annotations
 
 import hashlib
-import os
 import zipfile
 from pathlib import Path
 from typing import Sequence
@@ -19,7 +18,8 @@ from packaging.utils import canonicalize_name
 
 from vllm_hotfix.core.apply import FileState
 from vllm_hotfix.core.diff import exclude_paths, normalised_diff_bytes, parse_patch
-from vllm_hotfix.errors import Refused
+from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix.output import quote_path
 from vllm_hotfix.catalog.model import PatchSpec
 from vllm_hotfix.paths import cache_dir
 from vllm_hotfix.install.git import find_work_tree, git_available, has_commit
@@ -37,13 +37,11 @@ def _require_git(commit: str) -> None:
 
 def _open(repo_path: Path, commit: str):
     _require_git(commit)
-    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     import git  # GitPython: imported lazily, only commands that read commits pay for it
 
-    try:
-        repo = git.Repo(repo_path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise Refused(f"{repo_path} is not a git repository: cannot read commit {commit[:12]}") from None
+    from vllm_hotfix.install.git import repository  # hardened: owner checked, no fsmonitor, hooks or global config
+
+    repo = repository(repo_path, f"cannot read commit {commit[:12]}")
     try:
         return repo, repo.commit(commit)
     except (git.BadName, ValueError, git.GitCommandError):
@@ -142,19 +140,15 @@ def published_wheel(distribution: str, version: str, *, download: bool = True) -
     """The real wheel of ``distribution==version`` from the cache (``paths.cache_dir()/wheels``).
 
     Not cached: downloaded from the index pip is configured with (``catalog.wheelindex``, no pip
-    needed), sha256-checked, with progress on stderr; ``errors.Unavailable`` when that fails.
+    needed), sha256-checked, with progress on stderr; ``errors.Unavailable`` when that fails. Cached: used
+    only from a cache this user owns, and only when it still holds the index's sha256
+    (``wheelcache.cached``: else fetched once more).
     """
-    wheels = cache_dir() / "wheels"
-    prefix = _wheel_prefix(distribution, version)
-    found = sorted(p for p in wheels.glob("*.whl") if p.name.lower().startswith(prefix.lower()))
-    if found:
-        return found[0]
-    if not download:
-        raise Refused(f"no cached wheel of {distribution} {version} in {wheels}",
-                      hint=f"pip download --no-deps --only-binary :all: {distribution}=={version} -d {wheels}")
+    from vllm_hotfix.catalog.wheelcache import cached
     from vllm_hotfix.catalog.wheelindex import Index
 
-    return Index().download(distribution, version, wheels)
+    return cached(Index(), distribution, version, cache_dir() / "wheels", prefix=_wheel_prefix(distribution, version),
+                  download=download)
 
 
 class WheelReader:
@@ -182,7 +176,27 @@ class WheelReader:
         if info is None:
             return None
         mode = (info.external_attr >> 16) & 0o7777 or 0o644
-        return FileState(self._zip.read(info), mode)
+        return FileState(self.read_member(info), mode)
+
+    def read_member(self, info: zipfile.ZipInfo) -> bytes:
+        """A member's bytes, capped by its declared size and by what it really inflates to (both at most
+        ``inputs.ARCHIVE_MEMBER_LIMIT``: a 1.7 MB wheel declaring, or inflating to, a 400 MB member is
+        refused, exit 8, before it is held)."""
+        from vllm_hotfix.inputs import ARCHIVE_MEMBER_LIMIT, size_text
+
+        name = quote_path(info.filename)
+        if info.file_size > ARCHIVE_MEMBER_LIMIT:
+            raise InvalidInput(f"{self.wheel.name}: {name} declares {size_text(info.file_size)}, over the "
+                               f"{size_text(ARCHIVE_MEMBER_LIMIT)} a wheel member read may be")
+        try:
+            with self._zip.open(info) as member:
+                data = member.read(ARCHIVE_MEMBER_LIMIT + 1)
+        except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:  # CRC, truncated, bad compression
+            raise InvalidInput(f"{self.wheel.name}: {name}: not readable: {exc}") from None
+        if len(data) > ARCHIVE_MEMBER_LIMIT or len(data) != info.file_size:
+            raise InvalidInput(f"{self.wheel.name}: {name} inflates to {'more than ' if len(data) > ARCHIVE_MEMBER_LIMIT else ''}"
+                               f"{size_text(len(data))}, not the {size_text(info.file_size)} it declares")
+        return data
 
     def close(self) -> None:
         self._zip.close()

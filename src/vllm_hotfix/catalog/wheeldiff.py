@@ -54,8 +54,8 @@ class _Wheel(WheelReader):
         if len(records) != 1:
             raise InvalidInput(f"{self.path.name}: expected one *.dist-info/RECORD, found {len(records)}")
         self.dist_info = records[0].split("/")[0]
-        self.record = {p: e for p, e in parse_record(self.zip.read(records[0]).decode("utf-8", "replace"),
-                                                      source=f"{self.path.name}:{records[0]}").items()
+        text = self.read_member(self.members[records[0]]).decode("utf-8", "replace")
+        self.record = {p: e for p, e in parse_record(text, source=f"{self.path.name}:{records[0]}").items()
                        if not _is_metadata(p)}
         files = {n for n in self.members if not _is_metadata(n)}
         missing = sorted(files ^ set(self.record))
@@ -66,7 +66,7 @@ class _Wheel(WheelReader):
                 raise InvalidInput(f"{self.path.name}: {name}: size {self.members[name].file_size} differs from RECORD")
 
     def read(self, name: str) -> bytes:
-        data = self.zip.read(self.members[name])
+        data = self.read_member(self.members[name])  # capped by declared and by actual size
         entry: RecordEntry = self.record[name]
         if entry.algorithm is not None and data_digest(data, entry.algorithm) != entry.digest:
             raise InvalidInput(f"{self.path.name}: {name} does not match its RECORD hash")

@@ -26,6 +26,9 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.errors import Unavailable
+from vllm_hotfix.output import note, visible
+from vllm_hotfix.paths import make_state_dir
+from vllm_hotfix.txn.atomic import atomic_write
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 TIMEOUT = 60.0
@@ -195,7 +198,7 @@ class Index:
             raise Unavailable(f"no wheel of {project} {version} on {self.config.describe()}",
                               hint=f"put it into {directory} yourself, or pass --wheel FILE")
         wheel = _best(candidates)
-        directory.mkdir(parents=True, exist_ok=True)
+        make_state_dir(directory)  # 0o755 whatever the umask
         final = directory / wheel.filename
         fd, tmp_name = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=directory)
         tmp = Path(tmp_name)
@@ -211,11 +214,14 @@ class Index:
                 out.flush()
                 os.fsync(out.fileno())
             if wheel.sha256 is None:
-                print(f"note: {redact(wheel.url)} publishes no sha256; downloaded without a check", file=sys.stderr)
+                note(f"{redact(wheel.url)} publishes no sha256; downloaded without a check")
             elif digest.hexdigest() != wheel.sha256.lower():
                 raise Unavailable(f"{wheel.filename}: sha256 {digest.hexdigest()} does not match the index's "
                                   f"{wheel.sha256}: download discarded",
                                   hint="a broken mirror or proxy? nothing was kept")
+            os.chmod(tmp, 0o644)
+            if wheel.sha256 is not None:  # the index's word, kept beside the wheel: checked before each use
+                atomic_write(sidecar(final), wheel.sha256.lower().encode() + b"\n", 0o644)
             os.replace(tmp, final)
         except Unavailable:
             raise
@@ -225,6 +231,18 @@ class Index:
         finally:
             tmp.unlink(missing_ok=True)
         return final
+
+    def index_sha256(self, project: str, filename: str) -> str | None:
+        """The sha256 the index gives ``filename`` (None: it gives none, or has no such file). The index
+        is read once per project and process. Unavailable when it cannot be read."""
+        key = (self.config.urls, project)
+        listed = _LISTED.get(key)
+        if listed is None:
+            listed = _LISTED[key] = {}
+            for w in self.wheels(project):  # the first index that lists a file is the one pip would take
+                listed.setdefault(w.filename, w.sha256)
+        found = listed.get(filename)
+        return found.lower() if found else None
 
     def _stream(self, url: str) -> tuple[Optional[int], Iterable[bytes]]:
         if urlparse(url).scheme == "file":
@@ -244,6 +262,14 @@ class Index:
             with response:
                 yield from response.iter_content(CHUNK)
         return (int(length) if length and length.isdigit() else None), body()
+
+
+_LISTED: dict[tuple, dict[str, str | None]] = {}  # (index urls, project) -> {wheel file name: sha256}: read once
+
+
+def sidecar(wheel: Path) -> Path:
+    """Where the index's sha256 of a cached wheel is kept: beside it, ``NAME.whl.sha256``."""
+    return wheel.with_name(wheel.name + ".sha256")
 
 
 def _best(candidates: list[WheelFile]) -> WheelFile:
@@ -289,6 +315,7 @@ class LineProgress(Progress):
 
     def __enter__(self) -> "LineProgress":
         size = f" ({self.total / 1e6:.0f} MB)" if self.total else ""
+        self.name = visible(self.name)  # a file name from an index: shown, never obeyed by the terminal
         print(f"downloading {self.name}{size}", file=self.stream, flush=True)
         return self
 

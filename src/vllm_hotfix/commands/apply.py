@@ -9,7 +9,7 @@ from typing import Sequence
 from vllm_hotfix.core.apply import FileEdit, Plan
 from vllm_hotfix.core.diff import DiffStat
 from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, note, quote_path, say
+from vllm_hotfix.output import emit_json, note, quote_path, say, say_lines
 
 LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
 
@@ -60,7 +60,8 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
     manifest_of = None
     if patch_file is None:
         manifest_of = lambda other: catalog.get(other) if other in catalog.ids() else None  # noqa: E731
-    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run, manifest_of=manifest_of)
+    catalog_dir = str(origin.path.absolute()) if origin is not None and not origin.builtin else None
+    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run, manifest_of=manifest_of, catalog_dir=catalog_dir)
     _report_hotfix(outcome, origin, as_json=as_json)
     return 0
 
@@ -77,11 +78,14 @@ def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
             "target": target_summary(target),
             "applied": not outcome.dry_run and not proposal.already,
             "dry_run": outcome.dry_run, "already_applied": proposal.already, "adopted": outcome.adopted,
+            "sealed": outcome.sealed,
             "superseded": proposal.superseded.version if proposal.superseded else None,
             "contained_in": list(proposal.contained_in), "dropped": list(proposal.dropped),
             "catalog": origin.to_json() if origin is not None else None,
             "patches": [{"patch": p.label, "versions": p.versions, "sha256": p.sha256} for p in _picked(hotfix, target)],
             "files": [_edit_json(e) for e in edits],
+            "stale_bytecode": [{"source": source, "pyc": pyc, "why": why, "removed": not outcome.dry_run}
+                               for source, pyc, why in proposal.bytecode],
         })
         return
     if origin is not None and hotfix.manifest is not None:
@@ -95,6 +99,15 @@ def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
         verb = "would record" if outcome.dry_run else "recorded"
         say(f"adopted: the files of {where} already hold {hotfix.ref}'s change; {verb} it for this "
             f"{'commit' if target.commit else 'release'}, no file changed")
+        return
+    if proposal.already and proposal.bytecode:
+        verb = "would remove" if outcome.dry_run else "removed"
+        say(f"already applied: {hotfix.ref} on {where}; {verb} the stale bytecode Python would have loaded "
+            f"instead: {', '.join(quote_path(pyc) for _, pyc, _ in proposal.bytecode)}")
+        return
+    if outcome.sealed:
+        say(f"already applied: {hotfix.ref} on {where}; {'would seal' if outcome.dry_run else 'sealed'} its record "
+            f"(written before records carried seals: the guard now checks the seal instead of re-deriving it)")
         return
     if proposal.already:
         say(f"already applied: {hotfix.ref} on {where}; nothing to do")
@@ -206,4 +219,4 @@ def _report(plan: Plan, source: str, stats: DiffStat, *, dry_run: bool, already:
             lines.append(f"recorded as {hotfix_id}: `hotfix status --root {root}` / `hotfix rollback {hotfix_id} --root {root}`")
         elif recorded:
             lines.append(f"record of {hotfix_id} removed")
-    say("\n".join(lines))
+    say_lines(lines)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from pathlib import Path
+
 from vllm_hotfix.errors import ExitCode, Refused
 from vllm_hotfix.output import emit_json, progress, quote_path, say
 from vllm_hotfix.flow.resolve import Resolver, warn
@@ -29,8 +31,11 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
         site_packages, entries,
         progress=(lambda ticks, total: progress(ticks, total, f"auditing {target.distribution}")) if show_progress else None,
     )
+    report = _with_stale_bytecode(report, target, site_packages)
+    judged = _recorded(target)
     loaded_is_audited = target.kind == "wheel"
     pristine = report.pristine and loaded_is_audited
+    missing = [j for j in judged if not j.in_effect]  # a pristine install whose record says a fix belongs there
     if as_json:
         emit_json({
             "pristine": pristine,
@@ -44,6 +49,8 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
             "path": str(target.package_dir),
             "kind": target.kind,
             "warnings": list(target.warnings),
+            "recorded": [{"id": j.hotfix_id, "version": j.version, "state": j.state, "detail": j.detail} for j in judged],
+            "fingerprint": _fingerprint(judged),
         })
     else:
         for difference in report.differences:
@@ -59,7 +66,61 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
             verdict = "pristine"
         say(f"{target.distribution} {target.version}: {report.files_checked} files, "
             f"{_megabytes(report.bytes)} checked against {target.dist_info.name}/RECORD: {verdict}")
-    return int(ExitCode.OK) if pristine else int(ExitCode.NOT_IN_EFFECT)
+        for j in judged:  # what the record says belongs here, in `hotfix status`'s words
+            say(f"recorded: {j.hotfix_id}@{j.version} {j.state}" + (f": {j.detail}" if not j.in_effect else ""))
+        if judged:
+            say(f"fingerprint: {_fingerprint(judged)}")
+    return int(ExitCode.OK) if pristine and not missing else int(ExitCode.NOT_IN_EFFECT)
+
+
+def _recorded(target) -> list:
+    """The one verdict (txn/judgement, as `hotfix status` gives it) on each hotfix recorded for this install."""
+    from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix.flow.series import judged
+    from vllm_hotfix.txn.state import TargetState
+
+    try:
+        state = TargetState.for_root(target.root)
+    except HotfixError:
+        return []
+    return list(judged(state, target).values()) if state.hotfixes else []
+
+
+def _fingerprint(judged: list) -> str | None:
+    from vllm_hotfix.core.fingerprint import fingerprint
+    from vllm_hotfix.txn.judgement import fingerprint_entries
+
+    return fingerprint(fingerprint_entries(judged)) if judged else None
+
+
+def _with_stale_bytecode(report, target, site_packages):
+    """The report plus a ``stale-bytecode`` difference for each ``__pycache__`` entry Python would load
+    instead of a source that differs from RECORD or that a recorded hotfix changed (install/bytecode.py,
+    judged in the target interpreter): such an entry runs other code than the file audited."""
+    from dataclasses import replace
+
+    from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix.install.in_target import in_interpreter
+    from vllm_hotfix.install.record import Difference
+    from vllm_hotfix.txn.state import TargetState
+
+    paths = {d.path for d in report.differences if d.kind in ("digest", "size")}
+    try:
+        paths |= {f.path for h in TargetState.for_root(target.root).hotfixes.values() for f in h.files}
+    except HotfixError:  # a record that cannot be read names no file; the audit itself stands
+        pass
+    sources = sorted(str(site_packages / p) for p in paths if p.endswith(".py") and (site_packages / p).is_file())
+    found = []
+    for source, entries in in_interpreter(target.python, sources).items():
+        for pyc, why in entries:
+            try:
+                rel = Path(pyc).relative_to(site_packages).as_posix()
+            except ValueError:
+                rel = pyc
+            found.append(Difference(rel, "stale-bytecode", None, why))
+    if not found:
+        return report
+    return replace(report, differences=tuple(sorted(report.differences + tuple(found), key=lambda d: d.path)))
 
 
 def _megabytes(count: int) -> str:

@@ -5,6 +5,9 @@ content rule of ``core.presence``) against the files read straight from the rele
 (cached under ``paths.cache_dir()/wheels``, downloaded once): no install.
 States: applies, fixed-upstream, fails (the first hunk error: the hotfix's fault), not-applicable,
 unavailable (the index or the download failed: nobody's verdict, exit 10); git targets are skipped.
+Before any release, each manifest's ``[[signatures]]`` are checked: signatures that can never name the
+fix (``catalog.signatures.naming_problem``: none specific, e.g. the weights-only form of older manifests)
+are a ``fails`` cell without a release (exit 1).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from packaging.version import Version
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
+from vllm_hotfix.catalog.signatures import naming_problem
 from vllm_hotfix.core import verdict
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED
 from vllm_hotfix.errors import ExitCode, HotfixError, Unavailable
@@ -54,6 +58,9 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
     cells: list[Cell] = []
     jobs: list[tuple[Manifest, TargetSpec, str]] = []
     for manifest in manifests:
+        problem = naming_problem(manifest.signatures)
+        if problem:
+            cells.append(Cell(manifest.ref, manifest.targets[0].distribution, None, FAILS, f"signatures: {problem}"))
         for target in manifest.targets:
             skip = skip_reason(manifest, target)
             if skip:

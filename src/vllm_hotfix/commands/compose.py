@@ -9,8 +9,9 @@ from pathlib import Path
 from vllm_hotfix.containers import compose, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix.inputs import read_bounded as read_input
+from vllm_hotfix.txn.exported import read_exported
 from vllm_hotfix.txn.lockfile import load_lock
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, say, say_lines
 from vllm_hotfix.txn.atomic import atomic_write
 
 
@@ -19,6 +20,8 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
         dry_run: bool = False, as_json: bool = False) -> int:
     lock = load_lock(export_dir / "hotfix.lock")
     hotfixes = lock.select(tuple(hotfix_ids))
+    if not remove:  # what gets bind-mounted is a regular file holding the lock's bytes, never a link out
+        read_exported(export_dir, lock.mounted_files(hotfixes), export_dir / "hotfix.lock")
     base_files = [compose_file] if compose_file is not None else composefiles.discover(Path.cwd(), dict(os.environ))
     if compose_file is None and override_file is None:
         compose_file = _defining(base_files, service)
@@ -63,7 +66,7 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
     if dry_run:
         diff = difflib.unified_diff(original.splitlines(True), new_text.splitlines(True), source, source)
         text = "".join(diff)
-        say(text.rstrip("\n") if text else f"{source}: no change")
+        say_lines(text.rstrip("\n").split("\n") if text else [f"{source}: no change"])
         return 0
     verb = "removed from" if remove else "added to"
     if not changed:

@@ -1,8 +1,9 @@
 """`hotfix contains (ID | --patch FILE)`: is this fix in this install, or in each published release? By content.
 
 The answers come from ``flow.contains`` (applicability, the record, ``core.presence``: the rules
-status and check-catalog use). Exit codes: 0 contained / applied, 1 applicable (not in, applies),
-3 not-applicable, 4 partly / conflicts; with ``--versions`` (a matrix) 0 when every release was
+status and check-catalog use). Exit codes: 0 contained / applied, 1 applicable (not in, applies) or
+stale-bytecode (the recorded fix is in the files, a ``__pycache__`` entry Python would load is not), 3
+not-applicable, 4 partly / conflicts; with ``--versions`` (a matrix) 0 when every release was
 answered, 10 when one could not be downloaded.
 """
 
@@ -14,9 +15,9 @@ from typing import Sequence
 from packaging.version import Version
 
 from vllm_hotfix.errors import ExitCode, Refused, UsageError
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, quote_path, say
 
-EXIT = {"contained": 0, "applied": 0, "applicable": 1, "not-applicable": int(ExitCode.REFUSED),
+EXIT = {"contained": 0, "applied": 0, "applicable": 1, "stale-bytecode": 1, "not-applicable": int(ExitCode.REFUSED),
         "partly": int(ExitCode.DOES_NOT_APPLY), "conflicts": int(ExitCode.DOES_NOT_APPLY)}
 
 
@@ -68,7 +69,7 @@ def _one(manifest, version, hotfix, python, root, package, catalog, as_json: boo
     if as_json:
         emit_json({"hotfix": what, "target": where.replace("  ", " "), "exit_code": code, **answer.to_json()})
         return code
-    say(f"{answer.state}: {what} on {where.replace('  ', ' ')}")
+    say(f"{answer.state}: {quote_path(what)} on {where.replace('  ', ' ')}")
     say(f"  {answer.detail}")
     for line in _file_lines(answer):
         say(line)
@@ -79,7 +80,7 @@ def _file_lines(answer) -> list[str]:
     lines = []
     for f in answer.found.files if answer.found else ():
         hunks = "; ".join(f"{h.header} {h.state}" + (f" (line {h.line})" if h.line else "") for h in f.hunks)
-        lines.append(f"  {f.path}: {f.state}" + (f": {hunks}" if hunks else ""))
+        lines.append(f"  {quote_path(f.path)}: {f.state}" + (f": {hunks}" if hunks else ""))
     return lines
 
 
@@ -126,7 +127,7 @@ def _matrix(manifest, hotfix, versions: str, distribution: str, as_json: bool) -
         emit_json({"hotfix": what, "distribution": distribution, "exit_code": code,
                    "releases": [a.to_json() for a in answers]})
         return code
-    rows = [["RELEASE", *(a.release for a in answers)], [Path(what).name, *(a.state for a in answers)]]
+    rows = [["RELEASE", *(a.release for a in answers)], [quote_path(Path(what).name), *(a.state for a in answers)]]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         say("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())

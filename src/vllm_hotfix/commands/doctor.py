@@ -1,6 +1,7 @@
 """`hotfix doctor [LOG ...]`: from a crash log to the hotfix (or advisory) that fixes it.
 
-Reads the logs (files, ``-`` for stdin, ``.gz`` by content) in 8 MiB blocks, hands them to the pure
+Reads the logs (``commands.doctor_logs``: files, ``-`` for stdin, FIFOs, ``.gz`` by content, in 8 MiB blocks
+and bounded memory), hands them to the pure
 engine (``vllm_hotfix.doctor``), which prefilters them in this process (``doctor.prefilter``: SIMD
 Aho-Corasick; ``HOTFIX_DOCTOR_PREFILTER=grep`` pipes the blocks through ``grep -F`` instead,
 ``=python`` uses ``bytes.find``), then decides each match's *level* by evidence tier:
@@ -8,32 +9,41 @@ Aho-Corasick; ``HOTFIX_DOCTOR_PREFILTER=grep`` pipes the blocks through ``grep -
 - ``confident`` ("apply X"): specific evidence, no veto, and an in-range release from the log or the
   target; joined with the target in ONE place, ``_target_state``, which asks the code `hotfix status`
   uses (it is also what judges the log's own release, called without a target);
-- ``possible`` ("possible, check X"): generic evidence only, or no release to check the range with;
-- ``ruled-out``: a veto, another engine, another faulting kernel, or the log's release outside the range.
+- ``possible`` ("possible, check X"): a generic error and a fact of the bug's trigger condition (a
+  ``condition`` signature), or specific evidence without a release to check the range with; it prints
+  the manifest's ``[[confirm]]`` steps and then the ``hotfix apply ID --dry-run`` to run (with the
+  ``--python`` / ``--root`` / ``--catalog`` doctor was given);
+- ``shared`` (no candidate): a generic error alone; the report says which catalog entries share it and
+  what would tell them apart (their conditions, their specific evidence);
+- ``ruled-out``: a veto, another engine, a platform the bug does not occur on, another faulting kernel,
+  or the log's release outside the range.
 
-Exit codes: 1 a confident match's fix is needed (not applied, lost, drifted, or its state unknown), or
-the guard fingerprints differ; 0 every confident match is already in effect, or nothing matched and
-the fingerprints of every node agree; 9 no confident match.
+Exit codes follow the printed confidence: 1 a confident match's fix is not in effect (any state but
+applied / fixed-upstream: not applied, lost, stale, drifted, interrupted, unknown), or the guard
+fingerprints differ; 0 every confident match is already in effect, or nothing matched and the
+fingerprints of every node agree; 9 no confident match.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Sequence
+from typing import Sequence
 
 from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
+from vllm_hotfix.commands.doctor_logs import prefilter_kind, sources
 from vllm_hotfix.output import emit_json, say
 
-BLOCK = 8 << 20  # bytes read at a time: the file is never held
-NEEDED = ("not-applied", "lost", "drifted", "unknown")
-IN_EFFECT = ("applied", "fixed-upstream")
+IN_EFFECT = ("applied", "fixed-upstream")  # core.verdict.IN_EFFECT; every other state of a confident match: needed
 OUT_OF_RANGE = ("not-applicable", "fixed-upstream")
-PREFILTERS = ("aho-corasick", "grep", "python")  # HOTFIX_DOCTOR_PREFILTER
 HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorded, but the files are back to baseline)",
+            "stale": "needed, stale (recorded on another release than the one installed)",
+            "stale-bytecode": "needed, stale bytecode (the files hold it, a __pycache__ entry does not)",
             "drifted": "needed, drifted (a touched file was changed)", "unknown": "needed? state unknown",
+            "interrupted": "needed? an apply or rollback was interrupted (run hotfix recover)",
             "applied": "already applied", "fixed-upstream": "fixed upstream", "not-applicable": "not applicable"}
 
 
@@ -45,7 +55,7 @@ class Verdict:
     version: int | str
     kind: str
     title: str
-    level: str  # confident | possible | ruled-out
+    level: str  # confident | possible | shared (no candidate: a generic error alone) | ruled-out
     score: float
     state: str  # the state word of _target_state ("" when none was asked)
     detail: str
@@ -54,6 +64,9 @@ class Verdict:
     vetoes: tuple = ()  # of engine Veto
     check: tuple[str, ...] = ()  # possible: what would confirm it
     upgrade: str | None = None  # "vllm 0.32.0": the release with the fix, the alternative to a patch
+    confirm: tuple = ()  # possible: the manifest's ConfirmSteps (how to make the confirming evidence appear)
+    then: str | None = None  # possible: the command to run once confirmed (hotfix apply ID --dry-run ...)
+    tell_apart: tuple[str, ...] = ()  # shared: what would make it a candidate (its conditions, its specific evidence)
 
     @property
     def named(self) -> bool:
@@ -63,158 +76,15 @@ class Verdict:
         return {"id": self.id, "version": self.version, "kind": self.kind, "title": self.title, "level": self.level,
                 "named": self.named, "score": self.score, "state": self.state, "detail": self.detail,
                 "next": self.next, "upgrade": self.upgrade, "check": list(self.check),
+                "confirm": [{"step": c.step, "shows": c.shows} for c in self.confirm], "then": self.then,
+                "tell_apart": list(self.tell_apart),
                 "vetoes": [{"reason": v.reason, "source": v.line.source, "line": v.line.lineno, "text": v.line.raw}
                            for v in self.vetoes],
                 "evidence": [
                     {"source": e.line.source, "line": e.line.lineno, "process": e.line.process, "tier": e.signature.tier,
-                     "role": e.signature.role, "weight": e.signature.weight, "confirmed": e.signature.confirmed,
+                     "role": e.role or e.signature.role, "weight": e.signature.weight, "confirmed": e.signature.confirmed,
                      "text": e.line.raw, "normalised": e.line.text, "explain": e.signature.explain}
                     for e in self.evidence]}
-
-
-def blocks(stream: BinaryIO, size: int = BLOCK, *, reuse: bool = False) -> Iterator[bytes]:
-    """The stream's bytes in blocks of ``size``, cut anywhere (the engine joins a line that runs over
-    a block's end): each byte is copied once, by the read itself. ``reuse`` reads every block into one
-    buffer (no new memory per block): a block is then valid only until the next one is asked for,
-    which is how the engine reads them (it copies out the few lines it keeps)."""
-    if not reuse:
-        while True:
-            data = stream.read(size)
-            if not data:
-                return
-            yield data
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    while True:
-        got = stream.readinto(view)
-        if not got:
-            return
-        yield buffer if got == size else bytes(view[:got])  # type: ignore[misc]
-
-
-def _open(name: str) -> tuple[str, BinaryIO, BinaryIO]:
-    """(label, the stream of log bytes, the file to close); gzip is recognised by its magic bytes."""
-    if name == "-":
-        if sys.stdin is None:  # `<&-`: there is no standard input at all
-            raise UsageError("-: standard input is closed, there is no log to read",
-                             hint="pipe the log in (docker logs vllm 2>&1 | hotfix doctor -) or name the log files")
-        raw: BinaryIO = sys.stdin.buffer
-        label = "<stdin>"
-    else:
-        try:
-            raw = open(name, "rb")  # noqa: SIM115 - closed by _sources
-        except OSError as exc:
-            raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
-        label = name
-    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    if head == b"\x1f\x8b":
-        import gzip
-
-        return label, gzip.GzipFile(fileobj=raw), raw  # type: ignore[return-value]
-    return label, raw, raw
-
-
-def _sources(names: Sequence[str], needles: tuple[bytes, ...], prefilter: str) -> Iterator[tuple[str, Iterator]]:
-    for name in names:
-        label, stream, raw = _open(name)
-        try:
-            grep = _grep() if prefilter == "grep" else ""
-            yield label, _checked(label, _parts(stream, needles, grep=grep, reuse=True))  # the engine reads in order
-        finally:
-            if raw is not sys.stdin.buffer:
-                raw.close()
-
-
-def _prefilter_kind() -> str:
-    """Which prefilter finds the candidate lines: ``HOTFIX_DOCTOR_PREFILTER`` (aho-corasick, grep,
-    python), by default Aho-Corasick in this process when ``ahocorasick-rs`` is installed, else
-    ``grep -F`` when there is a grep, else ``bytes.find``."""
-    wanted = os.environ.get("HOTFIX_DOCTOR_PREFILTER", "")
-    if wanted and wanted not in PREFILTERS:
-        raise UsageError(f"HOTFIX_DOCTOR_PREFILTER={wanted}: expected one of {', '.join(PREFILTERS)}")
-    from vllm_hotfix.doctor.engine import Prefilter
-
-    fast = Prefilter((b"x",)).kind == "aho-corasick"
-    if wanted == "aho-corasick" and not fast:
-        raise UsageError("HOTFIX_DOCTOR_PREFILTER=aho-corasick: the ahocorasick-rs package is not installed",
-                         hint="pip install ahocorasick-rs, or leave HOTFIX_DOCTOR_PREFILTER unset")
-    if wanted:
-        return wanted
-    return "aho-corasick" if fast else "grep" if _grep() else "python"
-
-
-def _grep() -> str | None:
-    import shutil  # only the grep prefilter needs shutil, subprocess and threading (they cost start-up)
-
-    return shutil.which("grep")
-
-
-def _parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None, *, reuse: bool = False) -> Iterator:
-    """The log as the engine takes it: blocks as read (the engine prefilters them), or, given a
-    ``grep`` binary, prefiltered batches: ``grep -F`` finds the lines holding a needle while this
-    process only copies the bytes into its pipe and counts the lines. Same result either way.
-    ``reuse``: the blocks share one buffer (``blocks``), for a consumer that reads them in order."""
-    if not grep:
-        yield from blocks(stream, reuse=reuse)
-        return
-    import subprocess
-    import threading
-
-    from vllm_hotfix.doctor.engine import Prefiltered
-
-    argv = [grep, "-F", "-n", "-a"] + [arg for needle in needles for arg in (b"-e", needle)]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "LC_ALL": "C"})
-    counted: list[int] = []
-    failure: list[BaseException] = []
-
-    def pump() -> None:  # a thread: grep's output is read below while its input is written here
-        lines, last = 0, b"\n"
-        try:
-            for chunk in blocks(stream):
-                lines += chunk.count(b"\n")
-                last = chunk[-1:]
-                proc.stdin.write(chunk)
-        except BrokenPipeError:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
-            failure.append(exc)
-        finally:
-            counted.append(lines + (last != b"\n"))  # a last line without a newline counts
-            try:
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-
-    writer = threading.Thread(target=pump, daemon=True)
-    writer.start()
-    base, batch = 0, []
-    try:
-        for out in proc.stdout:
-            number, _, text = out.partition(b":")
-            batch.append((int(number) - 1 - base, text.rstrip(b"\n")))
-            if len(batch) >= 10_000:
-                last = int(number)
-                yield Prefiltered(tuple(batch), last - base)
-                base, batch = last, []
-        writer.join()
-        if failure:
-            raise failure[0]
-        if proc.wait() > 1:
-            raise UsageError(f"{grep} failed (exit {proc.returncode}) while prefiltering the log",
-                             hint="HOTFIX_DOCTOR_PREFILTER=python makes doctor search in Python")
-        yield Prefiltered(tuple(batch), counted[0] - base)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        writer.join()
-
-
-def _checked(label: str, parts: Iterator) -> Iterator:
-    try:
-        yield from parts
-    except (OSError, EOFError) as exc:  # a truncated or corrupt .gz
-        raise UsageError(f"{label}: cannot read: {exc}") from None
 
 
 def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
@@ -231,14 +101,13 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
 
     fix_id, fix_version = parse_ref(manifest.fixed_by) if manifest.fixed_by else (manifest.id, None)
     subject = catalog.get(fix_id) if manifest.fixed_by else manifest
-    option = f"--root {root}" if root is not None else f"--python {python}" if python else None
+    option = _option(python, root, catalog)
     logged = [(s, log_versions[s.distribution]) for s in subject.targets if s.distribution in log_versions]
-    dist = logged[0][0] if logged else subject.targets[0]  # the target the log names, for the advice
-    apply = (f"hotfix apply {subject.id} {option or ('--root DIR' if dist.git else '--python PY')}"
+    apply = (f"hotfix apply {subject.id} {option}".rstrip()
              + (" --patch-file PATH" if any(p.kind == "external" for p in subject.patches) else ""))
     if subject.kind == "advisory":
         apply = f"follow the workaround (hotfix show {manifest.id})"
-    if option is None:
+    if python is None and root is None:
         if not logged:
             return "unknown", "no --python/--root given and the log does not name its release", apply
         spec, version = logged[0]
@@ -266,18 +135,57 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
         return "not-applied", f"{subject.id} version {status.version} is applied; this is fixed from {fix_version}", apply
     if status.state in ("applied", "fixed-upstream"):
         detail = status.detail or f"{subject.id}@{status.version} is in effect"
-        return status.state, detail, f"hotfix verify {subject.id} {option}" if status.state == "applied" else None
+        return status.state, detail, f"hotfix verify {subject.id} {option}".rstrip() if status.state == "applied" else None
     if status.state in ("not-applied", "lost", "unknown"):
         return status.state, status.detail or "", apply
-    return status.state, status.detail, (status.advice or "").replace("`", "") or None
+    import re
+
+    first = re.search(r"`(hotfix [^`]+)`", status.advice or "")  # the status's own next step (stale, interrupted, ...)
+    return status.state, status.detail, first.group(1) if first else (status.advice or "").replace("`", "") or None
 
 
-def _judge(match, *, python: str | None, root: Path | None, catalog, log_versions: dict[str, str]) -> Verdict:
+def _option(python: str | None, root: Path | None, catalog) -> str:
+    """``--python`` / ``--root`` (when given) and the --catalog dirs of this command, quoted, for its next steps."""
+    import shlex
+
+    words = ["--root", str(root)] if root is not None else ["--python", python] if python else []
+    for folder in catalog.dirs:
+        if folder.origin == "--catalog":
+            words += ["--catalog", os.path.abspath(folder.path)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _then(manifest, catalog, *, python: str | None, root: Path | None, catalogs: Sequence[Path]) -> str:
+    """The command to run once a "possible" verdict is confirmed, runnable as pasted: the dry run of the
+    apply (of the hotfix an advisory is ``fixed_by``; ``hotfix show`` of an advisory without one), with
+    the ``--root`` / ``--python`` / ``--catalog`` doctor was given (without either, ``hotfix apply`` takes
+    the interpreter ``--python`` defaults to, as doctor's own run would)."""
+    from vllm_hotfix.catalog.index import parse_ref
+
+    extra = [arg for directory in catalogs for arg in ("--catalog", str(directory))]
+    subject = catalog.get(parse_ref(manifest.fixed_by)[0]) if manifest.fixed_by else manifest
+    if subject.kind == "advisory":
+        return shlex.join(["hotfix", "show", subject.id, *extra])
+    target = ["--root", str(root)] if root is not None else ["--python", python] if python else []
+    patch_file = next((["--patch-file", p.external] for p in subject.patches if p.kind == "external"), [])
+    return shlex.join(["hotfix", "apply", subject.id, "--dry-run", *target, *extra, *patch_file])
+
+
+def _tell_apart(manifest) -> tuple[str, ...]:
+    """What would make a shared-error match a candidate: its conditions, then its specific evidence."""
+    needs = [f"needs: {s.explain}" for s in manifest.signatures if s.tier == "condition"]
+    named = [f"named by: {s.explain} ({s.role})" for s in manifest.signatures if s.tier == "specific"]
+    return tuple(needs[:2] + named[:2])
+
+
+def _judge(match, *, python: str | None, root: Path | None, catalog, log_versions: dict[str, str],
+           catalogs: Sequence[Path] = ()) -> Verdict:
     """One match's verdict: its level by evidence tier, and (when confident) its state on the target.
 
     The log's own release is judged by ``_target_state`` called without a target (the log describes
     the process that crashed): outside the range or fixed there, the hotfix is ruled out whatever the
-    target says. Specific evidence then needs an in-range release, from the log or the target."""
+    target says. A generic error needs a condition of the bug to be a candidate ("possible"); specific
+    evidence then needs an in-range release, from the log or the target, to be confident."""
     m = match.manifest
     verdict = dict(id=m.id, version=m.version, kind=m.kind, title=m.title, score=match.score,
                    evidence=match.evidence, vetoes=match.vetoes)
@@ -288,22 +196,27 @@ def _judge(match, *, python: str | None, root: Path | None, catalog, log_version
         state, detail, next_cmd = _target_state(m, python=None, root=None, catalog=catalog, log_versions=log_versions)
         if state in OUT_OF_RANGE:
             return Verdict(level="ruled-out", state=state, detail=detail, next=None, **verdict)
-    check = tuple(f"{s.explain} (look for /{s.pattern}/)" for s in match.missing)
+    if not match.specific and not match.conditions:
+        return Verdict(level="shared", state="", detail="a generic error alone: no fact of this bug's trigger condition",
+                       next=None, tell_apart=_tell_apart(m), **verdict)
+    then = _then(m, catalog, python=python, root=root, catalogs=catalogs)
+    check = tuple(f"{s.explain} (look for /{s.pattern}/ in a {' or '.join(s.roles)} line)" for s in match.missing)
     if not match.specific:
-        return Verdict(level="possible", state="", detail="generic evidence only", next=None,
-                       check=check or ("no line in the catalog tells it apart: compare the traceback by hand",), **verdict)
+        return Verdict(level="possible", state="", detail="a generic error and a condition of the bug, no specific evidence",
+                       next=None, check=check or ("no line in the catalog tells it apart: compare the traceback by hand",),
+                       confirm=m.confirm, then=then, **verdict)
     targeted = python is not None or root is not None
     if targeted:
         state, detail, next_cmd = _target_state(m, python=python, root=root, catalog=catalog, log_versions=log_versions)
         if dist not in log_versions and state == "unknown":  # the target could not be judged, the log has no release
             return Verdict(level="possible", state=state, detail=detail, next=None,
-                           check=(f"the release: {detail}",), **verdict)
+                           check=(f"the release: {detail}",), then=then, **verdict)
     elif dist not in log_versions:
         return Verdict(level="possible", state="unknown", detail="the log does not name its release", next=None,
                        check=(f"the release: give --python/--root (the {dist} install that crashed), or a log with "
-                              "its start-up banner",), **verdict)
+                              "its start-up banner",), then=then, **verdict)
     upgrade = None
-    if state in NEEDED and m.fixed_in is not None and m.fixed_in.version:
+    if state not in IN_EFFECT and state != "not-applicable" and m.fixed_in is not None and m.fixed_in.version:
         upgrade = f"{m.targets[0].distribution} {m.fixed_in.version}"
     return Verdict(level="confident", state=state, detail=detail, next=next_cmd, upgrade=upgrade, **verdict)
 
@@ -351,18 +264,19 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
     catalog = Catalog.load(catalogs)
     manifests = [m for m in catalog.latest() if m.signatures]
     needles = needles_for(manifests)
-    kind = _prefilter_kind()
-    findings = scan(_sources(names, needles, kind), manifests, prefilter_=Prefilter(needles, python=kind == "python"))
+    kind = prefilter_kind()
+    findings = scan(sources(names, needles, kind), manifests, prefilter_=Prefilter(needles, python=kind == "python"))
     log_versions = {dist: version for dist, version, _ in findings.versions}
-    verdicts = [_judge(match, python=python, root=root, catalog=catalog, log_versions=log_versions)
-                for match in findings.matches]
+    judged = [_judge(match, python=python, root=root, catalog=catalog, log_versions=log_versions, catalogs=catalogs)
+              for match in findings.matches]
     order = {"confident": 0, "possible": 1, "ruled-out": 2}
-    verdicts.sort(key=lambda v: order[v.level])
+    verdicts = sorted((v for v in judged if v.level != "shared"), key=lambda v: order[v.level])
+    shared = [v for v in judged if v.level == "shared"]
     disagree = _disagreements(findings, verdicts, catalog, python=python, root=root)
     named = [v for v in verdicts if v.named]
     fleet = findings.fingerprint_problem()
     agree = findings.fingerprint_agreement()
-    if any(v.state in NEEDED for v in named) or fleet:
+    if any(v.state not in IN_EFFECT for v in named) or fleet:
         code = int(ExitCode.NOT_IN_EFFECT)  # a fix is needed, or nodes / ranks do not run the same code
     elif any(v.state in IN_EFFECT for v in named) or (agree and not named):
         code = int(ExitCode.OK)
@@ -375,14 +289,19 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
                               "line": f.line.lineno} for f in findings.facts],
                    "first_errors": [{"source": l.source, "line": l.lineno, "process": l.process, "text": l.raw}
                                     for l in findings.first_errors],
+                   "root_errors": [{"source": r.line.source, "line": r.line.lineno, "process": r.line.process,
+                                    "text": r.line.raw, "echo": r.echo,
+                                    "wrappers": [{"source": w.source, "line": w.lineno, "text": w.raw} for w in r.wrappers]}
+                                   for r in findings.root_errors],
                    "verdicts": [v.to_json() for v in verdicts],
+                   "shared": [v.to_json() for v in shared],
                    "fingerprints": {"problem": fleet, "agree": {"fingerprint": agree[0], "logs": agree[1]} if agree else None,
                                     "processes": [{"source": l.source, "line": l.lineno, "role": role, "fingerprint": fp}
                                                   for role, fp, l in findings.fingerprints]}})
         return code
     from vllm_hotfix.commands.doctor_report import print_fingerprints, print_report
 
-    print_report(findings, verdicts, log_versions, disagree, show_all)
+    print_report(findings, verdicts, log_versions, disagree, show_all, shared)
     if fleet:
         print_fingerprints(findings, fleet)
     elif agree:

@@ -11,13 +11,14 @@ from vllm_hotfix.output import emit_json, say
 
 
 def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dry_run: bool = False,
-        as_json: bool = False) -> int:
+        as_json: bool = False, lock_version: int | None = None, expires: str | None = None) -> int:
     from vllm_hotfix.catalog.index import Catalog, parse_ref
     from vllm_hotfix.flow.export import plan_export, write_export
 
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids]
-    export = plan_export(manifests, python=python, out_dir=out_dir)
+    export = plan_export(manifests, python=python, out_dir=out_dir, lock_version=lock_version,
+                         expires=expires_at(expires) if expires else None)
     if not dry_run:
         write_export(out_dir, export)
     lock, lock_path = export.lock, export.lock_path
@@ -25,6 +26,7 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
     if as_json:
         emit_json({
             "to": str(out_dir), "dry_run": dry_run, "lock": str(lock_path), "site_packages": lock.site_packages,
+            "lock_version": lock.version, "expires": lock.expires,
             "hotfixes": [{"id": h.id, "version": h.version, "baseline_version": h.baseline_version,
                           "files": [{"path": f.path, "export": f.export, "sha256": f.sha256,
                                      "baseline_sha256": f.baseline_sha256, "code": f.code.to_json() if f.code else None} for f in h.files]}
@@ -42,7 +44,23 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
     if dry_run:
         say(f"dry run: would write {lock_path}; nothing was written")
         return 0
-    say(f"wrote {lock_path} (site-packages {lock.site_packages})")
+    until = f", expires {lock.expires}" if lock.expires else ""
+    say(f"wrote {lock_path} (version {lock.version}{until}, site-packages {lock.site_packages})")
     say(f"next: hotfix compose {' '.join(h.id for h in lock.hotfixes)} --service SERVICE --export-dir {out_dir}")
     return 0
 
+
+def expires_at(text: str, now: float | None = None) -> str:
+    """--expires: a duration from now ('30d', '12h', '2w') or a UTC time (YYYY-MM-DDTHH:MM:SSZ)."""
+    import time
+
+    from vllm_hotfix.core.trust import format_utc, parse_duration, parse_utc
+    from vllm_hotfix.errors import UsageError
+
+    if parse_utc(text) is not None:
+        return text
+    seconds = parse_duration(text)
+    if seconds is None or seconds == 0:
+        raise UsageError(f"--expires {text!r}: expected a duration (30d, 12h, 2w) or a UTC time such as "
+                         "2027-01-31T00:00:00Z")
+    return format_utc(int(time.time() if now is None else now) + seconds)

@@ -21,9 +21,12 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers import k8s
-from vllm_hotfix.txn.lockfile import load_lock
+from vllm_hotfix.txn.exported import read_exported
+from vllm_hotfix.txn.lockfile import read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
+from vllm_hotfix.inputs import YAML_LIMIT, read_bounded
 from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 RENDER_TIMEOUT = 120.0
@@ -31,32 +34,31 @@ STAGE_SUFFIX = ".hotfix-k8s"
 KUBECTL_ENV = "HOTFIX_KUBECTL"
 
 
-def run(*, export_dir: Path, out_dir: Path, base: Path, workload: Optional[str] = None, kind: Optional[str] = None,
+def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Optional[str] = None, kind: Optional[str] = None,
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
-        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, dry_run: bool = False,
+        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, admission_options=(), dry_run: bool = False,
         as_json: bool = False) -> int:
+    if admission_options:
+        raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
+                         hint="add --admission to write the admission policy instead")
+    if base is None:
+        raise UsageError("--base is required: the workload's manifest file or kustomization directory")
     target = k8s.parse_workload(workload, kind, name)
     lock_path = export_dir / "hotfix.lock"
-    lock = load_lock(lock_path)
-    exported = {}
-    for locked in lock.mounted_files():
-        try:
-            exported[locked.export] = (export_dir / locked.export).read_bytes()
-        except OSError:
-            raise InvalidInput(f"{export_dir / locked.export}: listed in {lock_path} but not readable",
-                               hint="re-run `hotfix export` into this directory") from None
+    lock_bytes, lock = read_lock(lock_path)
+    exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
     out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points
     _refuse_foreign(out_dir)
     renderer = kustomize_command()
     resources, manifests, copies = _base(Path(base), out_dir, renderer)
-    overlay = k8s.build(lock, exported, lock_path.read_bytes(), target, tuple(containers), resources=resources,
+    overlay = k8s.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
                         max_configmaps=max_configmaps)
     files = {**overlay.files, **copies}
     staged = _stage(out_dir, files)
     try:
         if renderer is not None:
-            problems = k8s.check_render(_render(renderer, staged, what="the overlay"), target, overlay)
+            problems = k8s.check_render(render(renderer, staged, what="the overlay"), target, overlay)
             if problems:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise Refused(f"`{' '.join(renderer)} {out_dir}` would not mount the hotfix: {problems[0]}{more}; "
@@ -110,7 +112,7 @@ def kustomize_command() -> Optional[list[str]]:
     return [standalone, "build"] if standalone else None
 
 
-def _render(renderer: list[str], directory: Path, *, what: str) -> list:
+def render(renderer: list[str], directory: Path, *, what: str) -> list:
     try:
         done = subprocess.run([*renderer, str(directory)], capture_output=True, text=True, timeout=RENDER_TIMEOUT,
                               stdin=subprocess.DEVNULL)
@@ -130,7 +132,7 @@ def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
     from vllm_hotfix.txn.atomic import atomic_write
 
     try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        make_state_dir(out_dir.parent)
         staged = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=STAGE_SUFFIX, dir=out_dir.parent))
     except OSError as exc:
         raise WriteFailed(f"{out_dir.parent}: cannot write the overlay: {exc.strerror}; nothing was written") from None
@@ -138,7 +140,7 @@ def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
         staged.chmod(0o755)
         for rel, data in files.items():
             path = staged / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(path.parent)
             atomic_write(path, data, 0o644)
     except OSError as exc:
         shutil.rmtree(staged, ignore_errors=True)
@@ -170,7 +172,7 @@ def _refuse_foreign(out_dir: Path) -> None:
     if not out_dir.is_dir() or not any(out_dir.iterdir()):
         return
     existing = _kustomization(out_dir)
-    text = existing.read_text(encoding="utf-8", errors="replace") if existing else ""
+    text = _read(existing) if existing else ""
     if "- name: vllm-hotfix-0" not in text:
         raise Refused(f"{out_dir}: not empty and not an overlay written by `hotfix k8s`; nothing was written",
                       hint="pass --to a new directory (e.g. k8s/hotfix) beside your manifests")
@@ -184,7 +186,7 @@ def _base(base: Path, out_dir: Path, renderer: Optional[list[str]]) -> tuple[tup
         if _kustomization(base) is None:
             raise UsageError(f"{base}: a directory without kustomization.yaml",
                              hint="pass the manifest file itself, or a kustomization directory")
-        docs = _render(renderer, base, what=f"the base {base}") if renderer else _local_resources(base, set())
+        docs = render(renderer, base, what=f"the base {base}") if renderer else _local_resources(base, set())
         relative = os.path.relpath(os.path.abspath(base), os.path.abspath(out_dir))
         return (relative,), docs, {}
     text = _read(base)
@@ -223,8 +225,9 @@ def _local_resources(directory: Path, seen: set) -> list:
 
 
 def _read(path: Path) -> str:
+    """A manifest or kustomization of the base: a regular file, at most inputs.YAML_LIMIT (the one reader)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_bounded(path, cap=YAML_LIMIT, what="Kubernetes manifest").decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: not found", hint="--base: the workload's manifest file or kustomization directory") from None
     except (OSError, UnicodeDecodeError) as exc:

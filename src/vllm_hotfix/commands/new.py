@@ -15,14 +15,15 @@ from typing import Any, Sequence
 
 from vllm_hotfix.core.diff import exclude_paths, parse_patch
 from vllm_hotfix.core.render import file_diff
-from vllm_hotfix.errors import Refused, UsageError
+from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
 from vllm_hotfix.catalog.manifest import manifest_from_dict
 from vllm_hotfix.catalog.manifest_text import toml_value
 from vllm_hotfix.core.data import load_toml
-from vllm_hotfix.output import emit_json, note, say
+from vllm_hotfix.output import emit_json, note, quote_path, say
 from vllm_hotfix.install.record import data_digest
 from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         add_patches: Sequence[Path] = (), from_install: str | None = None, python: str | None = None,
         from_release: str | None = None, base: str | None = None, split_by_file: bool = False,
         distribution: str | None = None, versions: str | None = None, out_dir: Path = Path("."),
-        wheel: Path | None = None, dry_run: bool = False, as_json: bool = False) -> int:
+        wheel: Path | None = None, include_applied: bool = False, dry_run: bool = False, as_json: bool = False) -> int:
     if not ID_PATTERN.fullmatch(hotfix_id):
         raise UsageError(f"hotfix id {hotfix_id!r}: use lowercase letters, digits and '-' (e.g. mamba-align-block-size)")
     if sum(x is not None for x in (commit, from_install, from_release)) != 1:
@@ -56,19 +57,23 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
                          "--from-release DIST==X.Y.Z")
     if from_release is None and (base is not None or split_by_file):
         raise UsageError("--base and --split-by-file go with --from-release")
+    if include_applied and from_install is None:
+        raise UsageError("--include-applied goes with --from-install")
     release_report = None
     if commit is not None:
         patches, fields = _from_commit(commit, repo, exclude, distribution, versions)
         drafts = [Draft(hotfix_id, patches, fields)]
     elif from_install is not None:
-        patches, fields = _from_install(from_install, python, versions, wheel)
+        patches, fields = _from_install(from_install, python, versions, wheel, include_applied)
         drafts = [Draft(hotfix_id, patches, fields)]
     else:
         if versions is not None:
             raise UsageError("--from-release makes a hotfix for ==BASE; --versions does not apply")
         drafts, release_report = _from_release(hotfix_id, from_release, base, split_by_file=split_by_file)
+    from vllm_hotfix.flow.hotfix import read_patch_file
+
     for offset, path in enumerate(add_patches, start=len(drafts[0].patches) + 1):
-        data = Path(path).read_bytes()
+        data = read_patch_file(Path(path))  # a regular file, capped (inputs.read_patch_file)
         parse_patch(data, source=str(path))
         drafts[0].patches.append(NewPatch(f"{offset:04d}-{Path(path).name}", data, f"added from {Path(path).name}"))
 
@@ -85,8 +90,8 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
         written.append((draft, manifest_path, Path(out_dir) / "patches" / draft.hotfix_id, entries, text))
     if not dry_run:
         for draft, manifest_path, patch_dir, _, text in written:
-            patch_dir.mkdir(parents=True, exist_ok=True)
-            manifest_path.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(patch_dir)
+            make_state_dir(manifest_path.parent)
             for p in draft.patches:
                 atomic_write(patch_dir / p.name, p.data)
             atomic_write(manifest_path, text.encode())  # last: the manifest only appears with its patches
@@ -121,7 +126,8 @@ def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, 
     else:
         where = f" --python {python}" if python else (" --python PY" if from_release else "")
     note(f"try it: hotfix show {first} --catalog {out_dir} && hotfix apply {first} --catalog {out_dir}{where} "
-         "--dry-run; then fill in [[signatures]] (the commented example at the top of the manifest) and description")
+         "--dry-run; then fill in [[signatures]] and [[confirm]] (the commented example at the end of the manifest), "
+         "the description, and check it: hotfix check-catalog " + first + " --catalog " + str(out_dir))
     return 0
 
 
@@ -188,7 +194,7 @@ def _from_commit(commit: str, repo: Path | None, exclude: Sequence[str], distrib
 # --- from an installed wheel edited by hand -----------------------------------------------------------
 
 def _from_install(package: str, python: str | None, versions: str | None,
-                  wheel: Path | None) -> tuple[list[NewPatch], dict[str, Any]]:
+                  wheel: Path | None, include_applied: bool = False) -> tuple[list[NewPatch], dict[str, Any]]:
     from vllm_hotfix.flow.resolve import Resolver
     from vllm_hotfix.install.record import audit, read_record
     from vllm_hotfix.catalog.upstream import WheelReader, published_wheel
@@ -205,11 +211,18 @@ def _from_install(package: str, python: str | None, versions: str | None,
     if not changed:
         raise Refused(f"{target.distribution} {target.version} in {target.root}: no file differs from RECORD",
                       hint="edit the installed files first (hotfix where PACKAGE shows them), then run this again")
+    tops, owners = _recorded_tops(target, [d.path for d in changed], include_applied)
+    changed = [d for d in changed if d.path not in tops or tops[d.path] != _read(target.root, d.path)]
+    if not changed:
+        raise Refused(f"{target.distribution} {target.version} in {target.root}: the files that differ from RECORD "
+                      f"hold exactly what the recorded hotfixes ({', '.join(owners)}) put there: no edit of its own",
+                      hint="edit the installed files first, or fold the recorded hotfixes in with --include-applied")
     wheel_path = Path(wheel) if wheel else published_wheel(target.distribution, target.version)
     chunks = []
     with WheelReader(wheel_path) as pristine:
         for difference in changed:
-            chunk = _diff_installed(target.root, difference, entries.get(difference.path), pristine, wheel_path)
+            chunk = _diff_installed(target.root, difference, entries.get(difference.path), pristine, wheel_path,
+                                    base=tops.get(difference.path, _PRISTINE))
             if chunk:
                 chunks.append(chunk)
     if not chunks:
@@ -225,10 +238,55 @@ def _from_install(package: str, python: str | None, versions: str | None,
                      "versions": versions or f"=={target.version}"}],
         "comment": f"Written by `hotfix new --from-install` against {wheel_path.name}.",
     }
+    if tops:  # the new edit goes on top of the recorded series: it names the hotfixes it must stay above
+        below = sorted({h for h in owners})
+        fields["top"] = {"after": below}
+        fields["description"] += f" It holds only the edits made on top of the recorded hotfixes {', '.join(below)}."
     return [NewPatch(f"{target.version}.patch", data, f"edits to {label}")], fields
 
 
-def _diff_installed(root: Path, difference: Any, entry: Any, pristine: Any, wheel_path: Path) -> bytes | None:
+_PRISTINE = object()  # _diff_installed's default base: the file as the wheel has it
+
+
+def _read(root: Path, path: str) -> bytes | None:
+    from vllm_hotfix.install.tree import Tree
+
+    found = Tree(root).read(path)
+    return found.data if found is not None else None
+
+
+def _recorded_tops(target: Any, paths: list[str], include_applied: bool) -> tuple[dict[str, bytes | None], list[str]]:
+    """(path -> the bytes the target's recorded series leaves in it, the recorded hotfixes touching those
+    paths) for the changed paths a record covers: a new hotfix made from the install is the difference
+    from there, on top of the series (txn/derive.py gives every state, each checked against the record).
+    With ``include_applied`` the recorded changes are folded in (said on stderr) and nothing is subtracted."""
+    from vllm_hotfix.install.tree import Tree
+    from vllm_hotfix.txn.derive import Derivation
+    from vllm_hotfix.txn.state import TargetState
+
+    state = TargetState.for_root(target.root)
+    derivation = Derivation(state, Tree(target.root).read, target.root)
+    covered = [p for p in paths if p in derivation.chains]
+    owners = list(dict.fromkeys(s[0] for p in covered for s in derivation.chains[p]))
+    if not covered:
+        return {}, []
+    if include_applied:
+        note(f"--include-applied: the patch also holds the changes of the recorded hotfixes {', '.join(owners)} "
+             f"(in {', '.join(covered)})")
+        return {}, owners
+    tops = {}
+    for path in covered:
+        found = Tree(target.root).read(path)
+        try:
+            tops[path] = derivation.derive(path, found, None)[-1]
+        except (Refused, InvalidInput) as exc:
+            raise Refused(f"{path}: cannot derive what the recorded series ({', '.join(owners)}) leaves in it: "
+                          f"{exc.message}", hint="fold the recorded hotfixes in with --include-applied") from None
+    return tops, owners
+
+
+def _diff_installed(root: Path, difference: Any, entry: Any, pristine: Any, wheel_path: Path,
+                    base: Any = _PRISTINE) -> bytes | None:
     path = difference.path
     before = pristine(path)
     if entry is not None and before is not None and entry.algorithm == "sha256" and data_digest(before.data) != entry.digest:
@@ -240,10 +298,13 @@ def _diff_installed(root: Path, difference: Any, entry: Any, pristine: Any, whee
     file = Path(root) / path
     after = file.read_bytes() if file.exists() else None
     mode = file.stat().st_mode & 0o777 if after is not None else (before.mode if before else 0o644)
-    if b"\0" in (before.data if before else b"") + (after or b""):
+    old = before.data if before else None
+    if base is not _PRISTINE:  # on top of the recorded series: from what it leaves in the file
+        old = base
+    if b"\0" in (old or b"") + (after or b""):
         note(f"{path}: binary file differs from RECORD; left out of the patch")
         return None
-    return file_diff(path, before.data if before else None, after, mode)
+    return file_diff(path, old, after, mode)
 
 
 # --- from a patch release: its Python changes as hotfixes for its .0 -----------------------------------
@@ -284,13 +345,13 @@ def _from_release(hotfix_id: str, text: str, base: str | None, *, split_by_file:
                            f"{dist}=={release}")
     lines = [f"{dist} {base} -> {release}: {len(diff.python)} Python file(s) differ; "
              f"{', '.join(diff.excluded) or 'no _version.py'} left out (the installed version stays {base})"]
-    lines += [f"  {f.path}" for f in diff.python]
+    lines += [f"  {quote_path(f.path)}" for f in diff.python]
     if diff.compiled:
         lines.append(f"compiled files that differ, NOT included (the hotfix cannot carry them; recorded in the "
                      f"manifest as compiled_changes): {len(diff.compiled)}")
-        lines += [f"  {path}" for path in diff.compiled]
+        lines += [f"  {quote_path(path)}" for path in diff.compiled]
     if diff.other:
-        lines.append("other changed files, not included: " + ", ".join(diff.other))
+        lines.append("other changed files, not included: " + ", ".join(map(quote_path, diff.other)))
     groups = [(f"{hotfix_id}-{_slug_of(f.path, diff.package)}", [f]) for f in diff.python] if split_by_file \
         else [(hotfix_id, list(diff.python))]
     seen: dict[str, int] = {}
@@ -327,12 +388,44 @@ def _from_release(hotfix_id: str, text: str, base: str | None, *, split_by_file:
 
 # --- manifest text ------------------------------------------------------------------------------------
 
+# The commented example at the end of every manifest `new` writes: uncommented (drop the leading "# "), it is
+# valid and in the current signature form (tiers and roles; tests/commands/test_new.py loads it that way).
+SIGNATURE_TEMPLATE = """\
+# How `hotfix doctor` recognises the crash, and how a user confirms it. Uncomment, edit, and run
+# `hotfix check-catalog` (it refuses signatures that can never name the fix). tier: specific names the
+# fix (a line only this bug writes, counted where a name faults), condition makes a generic error
+# "possible" (the setting the bug needs), generic alone is no candidate, veto rules it out. role: where
+# a line counts: fault-report (debugger / sanitizer), traceback (a frame, or the source line under it),
+# error-line (the log's own error lines), first-error (a process's first error and the lines after
+# it), config, context (anywhere; never for a specific one).
+#
+# [[signatures]]
+# pattern = 'the_faulting_kernel_name'
+# role = ["fault-report", "traceback"]
+# tier = "specific"
+# explain = "the faulting kernel is the one this patch fixes"
+#
+# [[signatures]]
+# pattern = "the start-up line of the setting the bug needs"
+# role = "config"
+# tier = "condition"
+# explain = "the bug happens only with this setting on"
+#
+# [[signatures]]
+# pattern = 'CUDA error: an illegal memory access was encountered'
+# role = "first-error"
+# tier = "generic"
+# explain = "the crash every bug of the kind shows (generic alone)"
+#
+# [[confirm]]
+# step = "restart with CUDA_LAUNCH_BLOCKING=1 and send the request that crashed again"
+# shows = "the traceback stops at the_faulting_kernel_name: give doctor that log"
+"""
+
+
 def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[str, Any]]) -> str:
     lines = [f"# {fields['comment']}",
-             "# Fill in [[signatures]] (the log lines `hotfix doctor` recognises the crash by) and fixed_in when known:",
-             "#   [[signatures]]", "#   pattern = 'CUDA error: an illegal memory access was encountered'",
-             '#   role = "first-error"   # or context, config, noise', "#   weight = 0.5           # named at a total of 1.0",
-             '#   explain = "why this line means this bug"',
+             "# Fill in [[signatures]] and [[confirm]] (the commented example at the end) and fixed_in when known.",
              "schema = 1", f"id = {toml_value(hotfix_id)}", "version = 1",
              f"title = {toml_value(fields['title'])}", f"description = {toml_value(fields['description'])}",
              "supersedes = []"]
@@ -340,4 +433,4 @@ def _render_manifest(hotfix_id: str, fields: dict[str, Any], patches: list[dict[
     for table, rows in (("references", fields["references"]), ("targets", fields["targets"]), ("patches", patches)):
         for row in rows:
             lines += ["", f"[[{table}]]"] + [f"{k} = {toml_value(v)}" for k, v in row.items()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + SIGNATURE_TEMPLATE

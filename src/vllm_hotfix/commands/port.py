@@ -21,6 +21,7 @@ from vllm_hotfix.flow.port import CONFLICTS, FAILED, PortResult, port
 from vllm_hotfix.flow.releases import parse_versions, releases_in_scope, skip_reason
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 
 def run(*, hotfix_id: str, versions: str | None = None, catalogs: Sequence[Path] = (), out_dir: Path,
@@ -69,7 +70,7 @@ def run(*, hotfix_id: str, versions: str | None = None, catalogs: Sequence[Path]
     writes = _planned_writes(manifest, result, Path(out_dir), out_manifest, in_place) if code == 0 else []
     if writes and not dry_run:
         for path, data in writes:  # the manifest is last: it only appears with its patches
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(path.parent)
             atomic_write(path, data)
     if as_json:
         emit_json(_to_json(manifest, spec, result, writes, out_dir, dry_run, code))

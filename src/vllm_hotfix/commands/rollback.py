@@ -29,7 +29,16 @@ def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool,
             "id": hotfix_id, "version": recorded.version, "target": str(target_root),
             "dry_run": outcome.dry_run, "method": outcome.method, "rebased": list(outcome.rebased),
             "files": [{"path": e.path, "action": e.action} for e in outcome.plan.edits],
+            "forgotten": outcome.method == "forget", "release_change": outcome.release_change,
         })
+        return 0
+    if outcome.method == "forget":
+        if outcome.dry_run:
+            say(f"dry run: would forget the record of {hotfix_id}@{recorded.version} in {target_root} "
+                f"({outcome.release_change}); nothing was written")
+        else:
+            say(f"forgot the record of {hotfix_id}@{recorded.version} in {target_root}: {outcome.release_change}; "
+                f"no file was written (its backups are that release's files)")
         return 0
     for edit in outcome.plan.edits:
         say(f"{'restore' if edit.action != 'delete' else 'remove '} {quote_path(edit.path)}")

@@ -24,7 +24,8 @@ def run(*, hotfix_id: str, catalogs: Sequence[Path] = (), as_json: bool = False)
             patch["path"] = str(manifest.patch_path(spec)) if spec.kind == "file" else None
         emit_json(data)
         return 0
-    lines = render(manifest, versions)
+    origin = catalog.origin(manifest)
+    lines = render(manifest, versions, catalog_dir=None if origin is None or origin.builtin else origin.path)
     lines.insert(1, provenance(catalog, manifest))
     for line in lines:
         say(line)
@@ -40,7 +41,7 @@ def provenance(catalog: Catalog, manifest: Manifest) -> str:
     return f"From: {where} ({manifest.source}){shadow}"
 
 
-def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
+def render(m: Manifest, versions: Sequence[int | str], catalog_dir: Path | None = None) -> list[str]:
     lines = [f"{m.id} (version {m.version}): {m.title}", ""]
     if m.kind == "advisory":
         lines.append("Kind: advisory (a known issue without a patch of its own)")
@@ -51,6 +52,11 @@ def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
         lines.append("Signatures (what `hotfix doctor` looks for in a log; only a specific one can name the fix):")
         lines += [f"  {s.tier:<8} {s.role}{'' if s.confirmed else '  (unconfirmed: written from a description, not yet seen in a real log)'}"
                   f"\n{'':<4}{s.pattern}\n{'':<4}{s.explain}" for s in m.signatures]
+    if m.confirm:
+        lines.append("To confirm a \"possible\" match (doctor prints these):")
+        lines += [f"  {number}. {c.step}\n{'':<5}→ {c.shows}" for number, c in enumerate(m.confirm, 1)]
+    if m.platforms:
+        lines.append(f"Occurs on: {', '.join(m.platforms)} (doctor rules it out on a log of another platform)")
     if m.description:
         lines.append("Description:")
         lines += [f"  {line}".rstrip() for line in m.description.strip().splitlines()]
@@ -92,7 +98,13 @@ def render(m: Manifest, versions: Sequence[int | str]) -> list[str]:
     if m.kind == "advisory":
         lines.append("Check a log for it: hotfix doctor LOG")
         return lines
-    lines.append(f"Try it: hotfix apply {m.id} --dry-run" + (" --patch-file PATH" if any(p.kind == "external" for p in m.patches) else ""))
+    import os
+    import shlex
+
+    where = f" --catalog {shlex.quote(os.path.abspath(catalog_dir))}" if catalog_dir is not None else ""
+    lines.append(f"Try it: hotfix apply {m.id}{where} --dry-run"
+                 + (" --patch-file PATH" if any(p.kind == "external" for p in m.patches) else "")
+)
     return lines
 
 

@@ -29,8 +29,7 @@ def version_fields(status, targets: list) -> dict:
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
         all_targets: bool, as_json: bool, runtime: bool = False, lock_file: Path | None = None) -> int:
     """Exit 1 when a named or recorded hotfix is not in effect (catalog extras only inform)."""
-    from vllm_hotfix.core.verdict import IN_EFFECT
-    from vllm_hotfix.errors import NotInEffect
+    from vllm_hotfix.core.verdict import exit_code
 
     if runtime or lock_file:
         if all_targets or root or not runtime:
@@ -60,7 +59,7 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
         warn(target)
     named = bool(hotfix_ids)
     counted = [s for s in statuses if named or s.recorded]  # these decide the exit code, and the fingerprint
-    code = int(NotInEffect.exit_code) if any(s.state not in IN_EFFECT for s in counted) else 0
+    code = exit_code(s.state for s in counted)  # core.verdict's rule: 0 only when every one is in effect
     digest = fingerprint(counted)
     names = code_names(statuses)
     if as_json:
@@ -169,8 +168,8 @@ def run_all(*, catalogs: Sequence[Path], as_json: bool) -> int:
     from vllm_hotfix.paths import state_dir
 
     reports = overview(Catalog.load(catalogs))
-    failing = any((not r.stale and r.recorded and r.not_judged) or any(s.state not in IN_EFFECT for s in r.statuses)
-                  for r in reports)
+    failing = any((not r.stale and r.not_judged) or any(s.state not in IN_EFFECT for s in r.statuses)
+                  for r in reports)  # a live target whose record cannot be read or judged is not "in effect"
     code = int(NotInEffect.exit_code) if failing else 0
     if as_json:
         emit_json({"state_dir": str(state_dir()), "targets": [
@@ -193,7 +192,7 @@ def run_all(*, catalogs: Sequence[Path], as_json: bool) -> int:
             continue
         for place, hotfix_id in enumerate(report.recorded, 1):
             say(f"  -- {place:>2}. {hotfix_id:<{width}} recorded")
-        if not report.recorded and not report.pending:
+        if not report.recorded and not report.pending and not report.not_judged:
             say("  nothing recorded (every hotfix was rolled back; `hotfix log` shows when)")
         if report.not_judged and not report.stale:
             say(f"     not judged: {report.not_judged}")

@@ -11,7 +11,7 @@ from vllm_hotfix.errors import NotInEffect
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, lock_file: Path | None,
         catalogs: Sequence[Path], as_json: bool) -> int:
     if lock_file:
-        return _verify_lock(Path(lock_file), ids=tuple(hotfix_ids), python=python, as_json=as_json)
+        return _verify_lock(Path(lock_file), ids=tuple(hotfix_ids), python=python, catalogs=catalogs, as_json=as_json)
     return _verify_recorded(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, as_json=as_json)
 
 
@@ -33,7 +33,8 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
             "nothing to verify: no hotfix is named and none is recorded for this target",
             hint="name the hotfixes that must be in effect (`hotfix verify ID...`) or use `--lock FILE`",
         )
-    from vllm_hotfix.flow.status import fingerprint, mount_sources
+    from vllm_hotfix.flow.mounted import mount_sources
+    from vllm_hotfix.flow.status import fingerprint
 
     problems = [s for s in statuses if s.state not in IN_EFFECT]
     digest = fingerprint(statuses)
@@ -62,10 +63,7 @@ def _without_state(state: str, detail: str) -> str:
 
 # -- --lock: the container entrypoint guard --------------------------------------------------------
 
-DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` default
-
-
-def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, as_json: bool) -> int:
+def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, catalogs=(), as_json: bool) -> int:
     if "\0" in str(lock_file):
         from vllm_hotfix.errors import InvalidInput
 
@@ -83,7 +81,10 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
     from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
     from vllm_hotfix.output import emit_json, say
 
-    lock = lockfile.load_lock(lock_file)
+    data, lock = lockfile.read_lock(lock_file)
+    refused, trust_json = _trust_step(lock_file, data, lock, as_json)
+    if refused:
+        return refused
 
     def resolve(package: str) -> lockfile.Installed:
         from vllm_hotfix.paths import TargetDir
@@ -92,13 +93,14 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
         return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
                                   target.distribution)
 
-    def mount_line(locked: lockfile.LockedFile, check: lockfile.FileCheck) -> str:
-        beside_lock = lock_file.absolute().parent / locked.export
-        source = str(beside_lock) if beside_lock.is_file() else f"{DEFAULT_EXPORT_SOURCE}/{locked.export}"
-        return f"{source}:{check.where}:ro"
+    def stale(sources: list[str]) -> dict:
+        from vllm_hotfix.install.in_target import in_interpreter
 
-    checks = lockfile.check_lock(lock, resolve, ids)
-    report = [(check, lockfile.advice(check, mount_line)) for check in checks]
+        return in_interpreter(resolver.python, sources)  # judged in the interpreter checked (its cache tag)
+
+    checks = lockfile.check_lock(lock, resolve, ids, bytecode=stale)
+    option = _lock_option(resolver, catalogs)
+    report = [(check, lockfile.advice(check, lockfile.mount_line_for(lock_file), option)) for check in checks]
     all_in_effect = all(check.in_effect for check in checks)
     digest = lockfile.fingerprint(checks)
 
@@ -119,6 +121,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, a
                 ],
                 "advice": advice,
                 "fingerprint": digest,
+                **({"trust": trust_json} if trust_json is not None else {}),
             }
             for c, advice in report
         ])
@@ -159,6 +162,46 @@ def _interpreter_note(resolver, hotfix, code) -> str:
     if here == code.interpreter:
         return ""
     return f" (this interpreter is Python {version}: the guard compares the code it compiles there)"
+
+
+def _trust_step(lock_file: Path, data: bytes, lock, as_json: bool) -> tuple[int, dict | None]:
+    """The trust policy (--trust / HOTFIX_TRUST / the image's pinned one) on the lock's bytes: (exit code
+    of its refusal or 0, its JSON or None without a policy). A refused lock is not checked further: what
+    it claims is nobody's word. Its lines: each refusal on stdout, warnings on stderr."""
+    import time
+
+    from vllm_hotfix.output import emit_json, note, quote_path, say
+    from vllm_hotfix.txn import signed
+
+    now = time.time()
+    policy = signed.load_policy(now=now)
+    if policy is None:
+        return 0, None
+    verdict = signed.lock_verdict(lock_file, data, lock, policy, now=now, subject=quote_path(str(lock_file)))
+    for warning in verdict.warnings:
+        note(warning)
+    if not verdict.trusted:
+        if as_json:
+            emit_json({"trust": verdict.to_json()})
+        else:
+            for refusal in verdict.refusals:
+                say(refusal.line)
+        return verdict.exit_code, verdict.to_json()
+    if not as_json:
+        say(f"trusted: {verdict.summary()}")
+    return 0, verdict.to_json()
+
+
+def _lock_option(resolver, catalogs) -> str:
+    """``--python`` of the interpreter the lock was checked in, and the --catalog dirs given, for the advice."""
+    import shlex
+    import sys
+
+    python = next((t.python for t in resolver.resolved() if t.python), None) or resolver.python
+    words = ["--python", python or sys.executable]
+    for folder in catalogs:
+        words += ["--catalog", str(Path(folder).absolute())]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _lock_mounts(resolver):

@@ -106,22 +106,29 @@ def check_with_modules(*, lock: str | None, require: tuple[str, ...]) -> tuple[t
 
 
 def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Verdict, ...], tuple[Watched, ...], str]:
-    """check_with_modules, plus the fingerprint of HOTFIX_LOCK (core/fingerprint.py) computed from the
-    same checks: each locked file is found and hashed once per process."""
-    from vllm_hotfix.core.fingerprint import NONE
+    """check_with_modules, plus the fingerprint (core/fingerprint.py) of every hotfix checked, computed from
+    the same checks (each file is found and hashed once per process): a hotfix both locked and required
+    counts once, as the lock has it -- the fingerprint `verify --lock` and `status` print for those bytes."""
+    from vllm_hotfix.core.fingerprint import NONE, fingerprint as digest
 
     results: list[tuple[Verdict, tuple]] = []  # (verdict, (hotfix id, its FileChecks) or None)
-    fingerprint = NONE
+    entries: dict = {}  # hotfix id -> core.fingerprint.Entry
     if lock:
         locked, checks = _check_lock(Path(lock))
         results.extend(locked)
         _code_checks[:] = checks or ()
         if checks is not None:  # a lock that loaded
-            from vllm_hotfix.txn.lockfile import fingerprint as lock_fingerprint
+            from vllm_hotfix.txn.lockfile import fingerprint_entries
 
-            fingerprint = lock_fingerprint(checks)
+            entries.update((e.id, e) for e in fingerprint_entries(checks))
     if require:
-        results.extend(_check_required_ids(require))
+        required, judged = _check_required_ids(require)
+        results.extend(required)
+        from vllm_hotfix.txn.judgement import fingerprint_entries as record_entries
+
+        for entry in record_entries(judged):
+            entries.setdefault(entry.id, entry)
+    fingerprint = digest(entries.values()) if entries else NONE
     verdicts: dict[str, Verdict] = {}
     for v, _ in results:
         seen = verdicts.get(v.hotfix_id)
@@ -153,20 +160,36 @@ def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
     try:
         lock = load_lock(path)
     except InvalidInput as exc:
-        message = exc.message.replace("\n", "\\n").replace("\r", "\\r").replace("\x1b", "\\e")  # one line, no escapes
+        from vllm_hotfix.output import visible
+
+        message = visible(exc.message)  # one line, no escapes (emit sanitises the whole line too)
         return [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {message}",
                          exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK",
                          "lock"), None)], None
-    checks = check_lock(lock, _installed)
-    return [(_verdict(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock"),
+    checks = check_lock(lock, _installed, bytecode=_stale_here)
+    import shlex
+
+    option = f"--lock {shlex.quote(str(path))} {_option()}"
+    return [(_verdict(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock", option),
              (c.hotfix.id, c.files)) for c in checks], checks
 
 
-def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
+def _stale_here(sources: list[str]) -> dict:
+    """install/bytecode.py's rule in this very process (its cache tag, its hash-check mode): the entries
+    Python would load instead of the patched sources. A stat per level; a compile only when an entry would
+    be loaded, and that compile is what the import watch then uses (no second one)."""
+    from vllm_hotfix.install import bytecode
+
+    return bytecode.judge(sources)
+
+
+def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple]], list]:
     """Each id must be recorded as applied (txn/state.py's reader) for the copy of its package this
-    process loads (install/facts.py's rule: the same root `hotfix status` keys the record by), and its
-    files must be in effect in their series (core.verdict's rule)."""
-    from vllm_hotfix.core import verdict
+    process loads (install/facts.py's rule: the same root `hotfix status` keys the record by); which
+    record holds it is the guard's own question, the verdict on that record is txn/judgement's, the one
+    `hotfix status` gives (without the derivation a sealed record vouches for: docs/design.md).
+    Returns the verdicts and the judged hotfixes (for the fingerprint)."""
+    from vllm_hotfix.core.docfields import is_record_id
     from vllm_hotfix.errors import HotfixError
     from vllm_hotfix.paths import TargetDir, all_target_dirs, state_dir, targets_dir
     from vllm_hotfix.txn.state import TargetState
@@ -186,7 +209,12 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
         except HotfixError as exc:  # unreadable, invalid, or in a folder another user could have written
             unreadable.append(exc.message)
     results: list[tuple[Verdict, tuple]] = []
+    judged_by_dir: dict = {}
+    judged = []
     for hotfix_id in ids:
+        if not is_record_id(hotfix_id):  # an id no record can hold: never looked up, never printed raw
+            results.append((_invalid_id(hotfix_id), None))
+            continue
         holding = [s for s in states if hotfix_id in s.hotfixes]
         if holding:
             recorded = holding[0].hotfixes[hotfix_id]
@@ -194,17 +222,18 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
         else:
             package = "vllm"
         installed = _installed(package)
-        if installed is not None and installed.pending:  # the record may be mid-transaction: no verdict but this
+        if installed is not None and installed.pending and not holding:  # a first apply, interrupted
             results.append((Verdict(hotfix_id, False, f"interrupted: an apply on {installed.root} was interrupted "
-                                                      f"and is not recovered", "run `hotfix recover`", "require"), None))
+                                                      f"and is not recovered", f"run `hotfix recover {_option()}`",
+                                    "require"), None))
             continue
         if not holding:
             if unreadable:  # the record may be in the state we cannot read: say that, not "apply it"
                 results.append((_unreadable(hotfix_id, unreadable), None))
             else:
                 results.append((Verdict(hotfix_id, False, f"not-applied: no record of applying it in {state_dir()}",
-                                        f"apply it (`hotfix apply {hotfix_id}`) or point HOTFIX_STATE_DIR at the state "
-                                        "of the install", "require"), None))
+                                        f"apply it ({_apply_unrecorded(hotfix_id)}) or point HOTFIX_STATE_DIR at the "
+                                        "state of the install", "require"), None))
             continue
         if installed is None:
             results.append((_not_importable(hotfix_id, package, "require"), None))
@@ -219,30 +248,51 @@ def _check_required_ids(ids: tuple[str, ...]) -> list[tuple[Verdict, tuple]]:
                 f"remove the PYTHONPATH entry that shadows the patched install, or apply it to this copy "
                 f"(`hotfix apply {hotfix_id} --root {installed.root}`)", "require"), None))
             continue
-        from vllm_hotfix.txn.lockfile import sha256_file
+        if here.directory not in judged_by_dir:
+            from vllm_hotfix.txn.judgement import bounded_reader, judge_record
+            from vllm_hotfix.txn.lockfile import TARGET_FILE_LIMIT
 
-        root = installed.root
-        try:
-            checks = verdict.series_checks(here.series(), lambda path: (sha256_file(root / path), str(root / path)))
-            broken = None
-        except verdict.BrokenSeries as exc:
-            checks, broken = {}, str(exc)
-        paths = {path for _, steps in here.series() for path, _, _ in steps}
-        now, moved = verdict.release_seen(
-            recorded=here.target.get("version"), installed=lambda: installed.version,
-            recorded_commit=here.target.get("commit"), commit=installed.commit,
-            own_version_file=lambda: installed.version_file in paths)
-        if broken is None and installed.kind == "wheel" and installed.dist_info is not None \
-                and verdict.same_release(here.target.get("version"), now):
-            from vllm_hotfix.install.facts import record_sha256s  # the rule `hotfix status` applies too
+            judged_by_dir[here.directory] = judge_record(  # a pending journal: interrupted, whatever the record says
+                here, installed, read=bounded_reader(installed.root, TARGET_FILE_LIMIT), pending=installed.pending,
+                derive=False, bytecode=_stale_here)
+        j = judged_by_dir[here.directory][hotfix_id]
+        judged.append(j)
+        results.append((_verdict(hotfix_id, package, j.state, j.detail, j.files, j.installed, "require",
+                                 _option(here.hotfixes[hotfix_id].catalog)), (hotfix_id, j.files)))
+    return results, judged
 
-            broken = verdict.origin_problem(here.series(), record_sha256s(installed.dist_info, paths))
-        files = checks.get(hotfix_id, ())
-        state, detail = verdict.judge(files, broken=broken, recorded_release=here.target.get("version"),
-                                      installed_release=now, moved=moved, distribution=installed.distribution or package)
-        results.append((_verdict(hotfix_id, package, state, detail, files, now, "require"),
-                        (hotfix_id, files)))
-    return results
+
+def _apply_unrecorded(hotfix_id: str) -> str:
+    return _catalog_command(hotfix_id, f"hotfix apply {hotfix_id} {_option()}")
+
+
+def _catalog_command(hotfix_id: str, command: str) -> str:
+    """A command about an id no record names the catalog of: backticked (to paste) when this environment's
+    hotfix finds the id (the built-in catalog, or HOTFIX_CATALOG set here), else the form to complete."""
+    here = Path(__file__).resolve().parents[1]
+    plain = hotfix_id.replace("-", "").isalnum() and hotfix_id.isascii() and hotfix_id == hotfix_id.lower()
+    builtin = plain and any((folder / "manifests" / f"{hotfix_id}.toml").is_file()
+                            for folder in (here / "_catalog", here.parents[1]))
+    if builtin or os.environ.get("HOTFIX_CATALOG", "").strip():
+        return f"`{command}`"
+    return f"{command} --catalog DIR (the catalog that has it)"
+
+
+def _option(catalog: str | None = None) -> str:
+    """How a command names this process's interpreter (and the catalog a record came from) in the advice."""
+    import shlex
+
+    words = ["--python", sys.executable] + (["--catalog", catalog] if catalog else [])
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _invalid_id(hotfix_id: str) -> Verdict:
+    """HOTFIX_REQUIRE names something that breaks the id rule (core.docfields.is_record_id): refused,
+    shown quoted (a newline or an escape in it cannot forge a line)."""
+    from vllm_hotfix.output import quoted
+
+    return Verdict(quoted(hotfix_id), False, "invalid: HOTFIX_REQUIRE names no hotfix id ([A-Za-z0-9][A-Za-z0-9._+-]*, "
+                   "at most 128 characters)", "fix HOTFIX_REQUIRE (comma-separated hotfix ids)", "require")
 
 
 def _unreadable(hotfix_id: str, problems: list[str]) -> Verdict:
@@ -251,22 +301,36 @@ def _unreadable(hotfix_id: str, problems: list[str]) -> Verdict:
                    "from a backup; `hotfix status` then says more", "require")
 
 
-def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, installed_version, origin: str) -> Verdict:
+def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, installed_version, origin: str,
+             option: str | None = None) -> Verdict:
     """core.verdict's state of one hotfix as one guard line: the state, the first file not in effect,
     and what to do. Names from a lock or a record are printed quoted (output.quote_path), so no input can
     forge a line that `hotfix doctor` later reads."""
     from vllm_hotfix.core import verdict
 
+    option = option if option is not None else _option()
     if state == verdict.FIXED_UPSTREAM:
         return Verdict(hotfix_id, True, f"fixed-upstream: {detail}", source=origin)
     if verdict.in_effect(state):
         return Verdict(hotfix_id, True, source=origin)
     if installed_version is None and files and all(f.where is None for f in files):
         return _not_importable(hotfix_id, package, origin)
+    python = option[option.index("--python"):] if "--python" in option else option  # a lock's: --lock L --python P
+    export = (f"re-export against this image ({_catalog_command(hotfix_id, f'hotfix export {hotfix_id} --to hotfix-export {python}')}), "
+              f"or run `hotfix verify {option}` for details")
+    if state == verdict.STALE:
+        remedy = verdict.stale_advice(hotfix_id, option, release=installed_version, covered=None) \
+            if origin == "require" else export
+        return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
+    if state == verdict.STALE_BYTECODE:
+        remedy = verdict.bytecode_advice(hotfix_id, option) if origin == "require" else \
+            "remove those __pycache__ entries from the image (this process compiles the source; others load them)"
+        return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
+    if state == verdict.INTERRUPTED:  # the journal is this install's: recover it, whatever the check was given by
+        return Verdict(hotfix_id, False, f"{state}: {detail}", f"run `hotfix recover {python}`", origin)
     file = next((f for f in files if f.state != verdict.PATCHED), None)
-    if file is None or state in (verdict.UNKNOWN, verdict.INTERRUPTED, verdict.NOT_APPLICABLE):
-        remedy = f"run `hotfix status {hotfix_id}`" if origin == "require" else \
-            "re-export against this image (`hotfix export`), or run `hotfix verify --lock` for details"
+    if file is None or state in (verdict.UNKNOWN, verdict.NOT_APPLICABLE):
+        remedy = f"run `hotfix status {hotfix_id} {option}`" if origin == "require" else export
         return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
     from vllm_hotfix.output import quote_path  # here: a process whose hotfixes are in effect never needs it
 
@@ -276,12 +340,13 @@ def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, insta
         what = " (the unpatched original)" if file.state == verdict.BASELINE else ""
         problem = f"{state}: {quote_path(file.where)} has sha256 {file.sha256[:12]}{what}, expected {(file.expected or '')[:12]}"
     if origin == "lock":
-        remedy = ("bind-mount the files from `hotfix export` over the copy this process imports (`hotfix compose`), "
-                  "then check with `hotfix verify --lock`")
+        remedy = (f"bind-mount the files that {_catalog_command(hotfix_id, f'hotfix export {hotfix_id} --to hotfix-export {python}')} "
+                  f"writes over the copy this process imports (hotfix compose {hotfix_id} --service SERVICE), then "
+                  f"check with `hotfix verify {option}`")
     elif state == verdict.LOST:
-        remedy = f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {hotfix_id}`"
+        remedy = f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {hotfix_id} {option}`"
     else:
-        remedy = f"the file changed after the hotfix was applied: run `hotfix status {hotfix_id}`"
+        remedy = f"the file changed after the hotfix was applied: run `hotfix status {hotfix_id} {option}`"
     return Verdict(hotfix_id, False, problem, remedy, origin)
 
 
@@ -299,11 +364,12 @@ class _Installed:
                  "decided", "derived")
 
     def __init__(self, package: str, decided, pending: bool) -> None:
-        from vllm_hotfix.install.facts import checkout_commit
+        from vllm_hotfix.install.facts import checkout_commit, distribution_of
 
         self.package, self.decided = package, decided
         self.package_dir, self.root = decided.package_dir, decided.root
-        self.distribution, self.kind, self.dist_info = decided.distribution, decided.kind, decided.dist_info
+        self.kind, self.dist_info = decided.kind, decided.dist_info
+        self.distribution = decided.distribution if decided.distribution is not None else distribution_of(decided)
         self.pending, self.commit = pending, checkout_commit(decided)
         self.derived = None
 
@@ -352,9 +418,12 @@ def summary_line(verdicts: tuple[Verdict, ...], fingerprint: str) -> str:
 
 
 def strict_message(failing: list[Verdict]) -> str:
+    from vllm_hotfix.output import visible  # the one sanitiser: this text ends up in vLLM's traceback
+
     details = "; ".join(f"{v.hotfix_id}: {v.detail} -> {v.remedy}" for v in failing)
-    return (f"vllm-hotfix: {len(failing)} required hotfix(es) not in effect in this process "
-            f"(pid {os.getpid()}, {process_role()}), refusing to serve (HOTFIX_STRICT=1; unset it to only log): {details}")
+    return visible(f"vllm-hotfix: {len(failing)} required hotfix(es) not in effect in this process "
+                   f"(pid {os.getpid()}, {process_role()}), refusing to serve (HOTFIX_STRICT=1; unset it to only log): "
+                   f"{details}")
 
 
 def _log(verdicts: tuple[Verdict, ...], fingerprint: str) -> None:

@@ -128,7 +128,10 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
             if sha != w.sha256:
                 problems.append(f"sha256 {sha[:12]}, expected the patched {w.sha256[:12]}")
             _mismatch(w, self.path, ", ".join(problems))
-        return self.source_to_code(data, self.path)
+        from vllm_hotfix.install.bytecode import compiled  # the check of a pyc compiled these very bytes already?
+
+        code = compiled(self.path, data, sys.flags.optimize)
+        return code if code is not None else self.source_to_code(data, self.path)
 
     def exec_module(self, module) -> None:
         super().exec_module(module)

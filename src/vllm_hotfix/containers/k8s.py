@@ -11,7 +11,9 @@ What the overlay holds:
   name, so a new export rolls the pods (subPath mounts never see in-place ConfigMap updates).
 - for built-in kinds (Deployment, StatefulSet, DaemonSet, Job), a strategic-merge patch adding, to
   each named container, one ``readOnly`` ``subPath`` volumeMount per file over its site-packages path,
-  the lock at /etc/vllm-hotfix/hotfix.lock, and the guard's ``HOTFIX_LOCK`` / ``HOTFIX_STRICT``.
+  the lock at /etc/vllm-hotfix/hotfix.lock, and the guard's ``HOTFIX_LOCK`` / ``HOTFIX_STRICT``; and
+  the pod template's ``vllm-hotfix.io/fingerprint`` annotation (the lock's fingerprint in effect: what
+  `hotfix k8s --admission`'s policy checks).
 - for a LeaderWorkerSet (a CRD: kustomize merges its lists as JSON merge patch would, replacing the
   containers), the same additions as JSON 6902 operations addressed by index into
   ``leaderWorkerTemplate.leaderTemplate`` and ``.workerTemplate``, computed from the manifest read,
@@ -25,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_ENV, LOCK_NAME, STRICT_ENV
-from vllm_hotfix.txn.lockfile import Lock
+from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, FINGERPRINT_ANNOTATION, LOCK_ENV, LOCK_NAME, STRICT_ENV
+from vllm_hotfix.txn.lockfile import Lock, expected_fingerprint
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)
@@ -85,6 +87,7 @@ class Overlay:
     patched: tuple[str, ...] = ()  # "leaderTemplate/vllm" ... for messages
     mounts: dict[str, bytes] = field(default_factory=dict)  # mountPath -> the bytes a container must see there
     env: dict[str, str] = field(default_factory=dict)  # the guard's variables every patched container gets
+    annotations: dict[str, str] = field(default_factory=dict)  # on every patched pod template
 
 
 def parse_workload(spec: Optional[str], kind: Optional[str], name: Optional[str]) -> Workload:
@@ -156,6 +159,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
               for cm in configmaps for item in cm.items]
     volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
     env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": STRICT_ENV, "value": "1" if strict else "0"}]
+    annotations = {FINGERPRINT_ANNOTATION: expected_fingerprint(lock)}
 
     manifests = list(manifests)
     found = find(manifests, workload)
@@ -172,7 +176,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     }
     target = {"kind": workload.kind, "name": workload.name}
     if workload.kind == LWS:
-        ops, patched = lws_operations(found, containers, mounts, volumes, env)
+        ops, patched = lws_operations(found, containers, mounts, volumes, env, annotations)
         files["lws-patch.yaml"] = dump([ops])
         files["kustomizeconfig.yaml"] = dump([lws_name_references()])
         kustomization["configurations"] = ["kustomizeconfig.yaml"]
@@ -180,14 +184,14 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     else:
         patched = check_containers(found, workload, containers)
         patch = {"apiVersion": workload.api_version, "kind": workload.kind, "metadata": {"name": workload.name},
-                 "spec": {"template": {"spec": {
+                 "spec": {"template": {"metadata": {"annotations": annotations}, "spec": {
                      "containers": [{"name": c, "env": env, "volumeMounts": mounts} for c in patched],
                      "volumes": volumes}}}}
         files["hotfix-patch.yaml"] = dump([patch])
         kustomization["patches"] = [{"path": "hotfix-patch.yaml", "target": target}]
     files["kustomization.yaml"] = dump([kustomization])
     expected = {item.mount_path or LOCK_IN_CONTAINER: files[item.source] for cm in configmaps for item in cm.items}
-    return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env})
+    return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env}, annotations)
 
 
 def find(manifests: Iterable[dict], workload: Workload) -> Optional[dict]:
@@ -221,8 +225,10 @@ def check_containers(found: dict, workload: Workload, containers: tuple[str, ...
     return list(containers)
 
 
-def lws_operations(found: dict, containers: tuple[str, ...], mounts: list, volumes: list, env: list) -> tuple[list, list]:
-    """JSON 6902 operations adding mounts, volumes and env to the named containers of both templates."""
+def lws_operations(found: dict, containers: tuple[str, ...], mounts: list, volumes: list, env: list,
+                   annotations: dict) -> tuple[list, list]:
+    """JSON 6902 operations adding mounts, volumes and env to the named containers of both templates,
+    and the annotations to both templates."""
     lwt = (found.get("spec") or {}).get("leaderWorkerTemplate") or {}
     ops: list[dict] = []
     patched: list[str] = []
@@ -243,6 +249,7 @@ def lws_operations(found: dict, containers: tuple[str, ...], mounts: list, volum
             ops += _set_env(f"{base}/containers/{i}/env", container.get("env"), env)
             patched.append(f"{template}/{names[i]}")
         ops += _append(f"{base}/volumes", pod.get("volumes"), volumes)
+        ops += _annotate(f"/spec/leaderWorkerTemplate/{template}/metadata", (lwt[template] or {}).get("metadata"), annotations)
     if not patched:
         raise Refused("the LeaderWorkerSet has no leaderWorkerTemplate.workerTemplate; nothing was written")
     unused = [c for c in containers if not any(p.endswith(f"/{c}") for p in patched)]
@@ -256,6 +263,15 @@ def _append(path: str, existing: Optional[list], values: list) -> list[dict]:
     if existing is None:
         return [{"op": "add", "path": path, "value": values}]
     return [{"op": "add", "path": f"{path}/-", "value": v} for v in values]
+
+
+def _annotate(path: str, metadata: Optional[dict], annotations: dict) -> list[dict]:
+    if metadata is None:
+        return [{"op": "add", "path": path, "value": {"annotations": annotations}}]
+    if metadata.get("annotations") is None:
+        return [{"op": "add", "path": f"{path}/annotations", "value": annotations}]
+    return [{"op": "add", "path": f"{path}/annotations/{k.replace('~', '~0').replace('/', '~1')}", "value": v}
+            for k, v in annotations.items()]
 
 
 def _set_env(path: str, existing: Optional[list], values: list) -> list[dict]:
@@ -287,7 +303,11 @@ def check_render(objects: list, workload: Workload, overlay: Overlay) -> list[st
     problems = []
     for patched in overlay.patched:
         where, _, name = patched.rpartition("/")
-        pod = ((templates.get(where or "template") or {}).get("spec")) or {}
+        template = templates.get(where or "template") or {}
+        pod = template.get("spec") or {}
+        annotated = (template.get("metadata") or {}).get("annotations") or {}
+        problems += [f"{workload.kind}/{workload.name} {where or 'template'}: annotation {k} is {annotated.get(k)!r}, "
+                     f"not {v!r}" for k, v in overlay.annotations.items() if annotated.get(k) != v]
         container = next((c for c in pod.get("containers") or () if c.get("name") == name), None)
         label = f"{workload.kind}/{workload.name} {patched if where else 'container ' + name}"
         if container is None:
@@ -327,11 +347,14 @@ def pod_templates(obj: dict) -> list[tuple[str, dict]]:
     return [("template", spec["template"])] if "template" in spec else []
 
 
-def dump(docs: list) -> bytes:
+def dump(docs: list, *, width: Optional[int] = None) -> bytes:
+    """YAML of ``docs``, keys in their order; ``width``: fold long scalars there (ruamel's 80 otherwise)."""
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
+    if width is not None:
+        yaml.width = width
     yaml.sort_base_mapping_type_on_output = False
     out = io.StringIO()
     yaml.dump_all(docs, out)
@@ -342,7 +365,13 @@ def load_all(text: str, *, source: str) -> list:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    from vllm_hotfix.containers.yamledit import check_aliases
+
+    yaml = YAML(typ="safe", pure=True)
     try:
-        return [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
+        nodes = list(yaml.compose_all(text))
+        for node in nodes:  # refused while loading, before any alias is expanded into objects
+            check_aliases(node, source)
+        return [d for d in (yaml.constructor.construct_document(node) for node in nodes) if d is not None]
     except YAMLError as exc:
         raise InvalidInput(f"{source}: not YAML: {exc}".splitlines()[0]) from None

@@ -46,9 +46,52 @@ def compose(text: str, source: str) -> Document:
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InvalidInput(f"{source}{where}: not valid YAML: {problem}") from None
+    check_aliases(root, source)
     doc = Document(text, root)
     _count(root, doc.references)
     return doc
+
+
+# YAML aliases: a half-KB compose file whose `volumes: *j` names 9 levels of 9 aliases each stands for
+# 387 million entries; walking it took minutes and gigabytes. go-yaml v3 refuses "excessive aliasing"
+# (past ~400,000 decodes driven by aliases) when it decodes into values; docker compose v2.40.3 and
+# kubectl kustomize v5.5.0 were still at work on that file after 60 s (2026-12-02). We refuse, while
+# loading, a document whose aliases stand for more than ALIAS_EXPANSION_LIMIT nodes beyond those written.
+ALIAS_EXPANSION_LIMIT = 100_000
+
+
+def check_aliases(root: Any, source: str) -> None:
+    """InvalidInput (exit 8) when the aliases of a composed document stand for more than
+    ``ALIAS_EXPANSION_LIMIT`` nodes beyond those written, or an alias is recursive. Linear in the nodes
+    written: each node's expanded size is counted once."""
+    sizes: dict[int, int] = {}
+    written = 0
+    stack: list[tuple[Any, bool]] = [(root, False)] if root is not None else []
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if not children_done:
+            if key in sizes:
+                if sizes[key] < 0:
+                    raise InvalidInput(f"{source}:{node.start_mark.line + 1}: a YAML alias refers to a node that holds "
+                                       f"it (a recursive alias)")
+                continue
+            sizes[key] = -1  # in progress
+            written += 1
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node))
+            continue
+        sizes[key] = 1 + sum(sizes[id(child)] for child in _children(node))
+        if sizes[key] - written > ALIAS_EXPANSION_LIMIT:
+            raise InvalidInput(f"{source}:{node.start_mark.line + 1}: YAML aliases here stand for more than "
+                               f"{ALIAS_EXPANSION_LIMIT:,} nodes (excessive aliasing, as go-yaml calls it)",
+                               hint="write the values out, or use fewer levels of anchors")
+
+
+def _children(node: Any) -> list:
+    if not isinstance(node.value, list):
+        return []
+    return [child for item in node.value for child in (item if isinstance(item, tuple) else (item,))]
 
 
 def _count(node: Any, seen: dict[int, int]) -> None:
@@ -157,13 +200,6 @@ def line_end(text: str, index: int) -> int:
     """Index after the newline that ends the line holding ``index`` (len(text) on the last line)."""
     found = text.find("\n", index)
     return len(text) if found < 0 else found + 1
-
-
-def only_thing_on_its_lines(text: str, start: int, end: int) -> bool:
-    """True when [start, end) plus an optional "- " before and a comment after fill whole lines."""
-    before = text[line_start(text, start):start].strip()
-    after = text[end:line_end(text, end)].strip()
-    return before in ("", "-") and (after == "" or after.startswith("#"))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from vllm_hotfix.core.diff import FilePatch, Hunk, Patch, reverse_patch
 from vllm_hotfix.core.safety import check_patch_path
 from vllm_hotfix.errors import DoesNotApply, Refused
-from vllm_hotfix.output import quote_path
+from vllm_hotfix.output import quote_path, quoted
 
 _HINT = "the target differs from what the patch expects; nothing was written"
 
@@ -79,10 +79,11 @@ class Detection:
 
 
 def _show(line: bytes) -> str:
-    text = line.decode("utf-8", "replace")
+    """A patch or file line inside a message: quoted by ``output.quoted`` (the one sanitiser), cut at 80."""
+    text = line.decode("utf-8", "replace").replace("\t", "\\t")
     if len(text) > 80:
         text = text[:77] + "..."
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "\\r").replace("\t", "\\t") + '"'
+    return quoted(text)
 
 
 def _does_not_apply(path: str, hunk: Hunk, why: str) -> DoesNotApply:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import difflib
 
+from vllm_hotfix.output import quote_path
+
 
 def file_diff(path: str, before: bytes | None, after: bytes | None, mode: int = 0o644) -> bytes:
     """A ``git diff``-style diff of one file (a/ b/ prefixes, 3 lines of context); None sides are a created /
     deleted file; b'' when the two are equal. Lines are matched without difflib's "popular line" junk
     heuristic, so a file with many blank lines still gets the smallest hunks."""
-    name = path.encode("utf-8", "surrogateescape")
-    head = [b"diff --git a/%s b/%s\n" % (name, name)]
+    old_name, new_name = _name("a/", path), _name("b/", path)  # C-quoted as git writes an unusual name
+    head = [b"diff --git %s %s\n" % (old_name, new_name)]
     if before is None:
         head.append(b"new file mode 100%o\n" % (mode & 0o777))
     elif after is None:
@@ -31,9 +33,15 @@ def file_diff(path: str, before: bytes | None, after: bytes | None, mode: int = 
     if not body and before is not None and after is not None:
         return b""
     if body:
-        head += [b"--- " + (b"/dev/null" if before is None else b"a/" + name) + b"\n",
-                 b"+++ " + (b"/dev/null" if after is None else b"b/" + name) + b"\n"]
+        head += [b"--- " + (b"/dev/null" if before is None else old_name) + b"\n",
+                 b"+++ " + (b"/dev/null" if after is None else new_name) + b"\n"]
     return b"".join(head + body)
+
+
+def _name(prefix: str, path: str) -> bytes:
+    """``prefix + path`` as git's diff header writes it: as is when plain, else C-quoted (``core.quotePath``:
+    a newline, a control character or a byte >= 0x80 in a wheel member's name cannot break the header)."""
+    return quote_path(prefix + path).encode("ascii")
 
 
 def _range(start: int, stop: int) -> bytes:

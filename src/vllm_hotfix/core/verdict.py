@@ -2,41 +2,48 @@
 
 status, verify, ``verify --lock``, apply, export, check-catalog and the in-process guard all call
 this module, so the same bytes on disk get the same word and the same exit code everywhere.
-Pure and stdlib only: the guard imports it inside every vLLM process.
+Pure and stdlib only: the guard imports it inside every vLLM process. States are a closed type
+(``State``, a ``typing.Literal``: no class is built at import, which an Enum would cost the guard).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Literal, Optional, Sequence
 
 from vllm_hotfix.values import Value
 
 # -- hotfix states ----------------------------------------------------------------------------------
-APPLIED = "applied"                # every file holds the bytes the hotfix writes
-FIXED_UPSTREAM = "fixed-upstream"  # the installed release / checkout already has the fix
-NOT_APPLIED = "not-applied"        # nothing recorded, and the series applies forward
-LOST = "lost"                      # recorded, but every file is back to its baseline (rebuilt, reinstalled, upgraded)
-DRIFTED = "drifted"                # some file is neither baseline nor patched, or only part of the files is patched
-NOT_APPLICABLE = "not-applicable"  # distribution, version or checkout outside the hotfix's targets
-UNKNOWN = "unknown"                # cannot be decided here (a separately distributed patch file was not given, ...)
-INTERRUPTED = "interrupted"        # an apply was killed mid-way: `hotfix recover` first
+State = Literal["applied", "fixed-upstream", "not-applied", "lost", "stale", "stale-bytecode", "drifted",
+                "not-applicable", "unknown", "interrupted"]
+APPLIED: State = "applied"                # every file holds the bytes the hotfix writes
+FIXED_UPSTREAM: State = "fixed-upstream"  # the installed release / checkout already has the fix
+NOT_APPLIED: State = "not-applied"        # nothing recorded, and the series applies forward
+LOST: State = "lost"                      # recorded, but every file is back to its baseline (rebuilt, reinstalled)
+STALE: State = "stale"                    # recorded on another release or commit than the one installed now
+STALE_BYTECODE: State = "stale-bytecode"  # the files hold the fix, but Python would load a __pycache__ entry instead
+DRIFTED: State = "drifted"                # some file is neither baseline nor patched, or only part of the files is patched
+NOT_APPLICABLE: State = "not-applicable"  # distribution, version or checkout outside the hotfix's targets
+UNKNOWN: State = "unknown"                # cannot be decided here (the record does not describe the files, ...)
+INTERRUPTED: State = "interrupted"        # an apply was killed mid-way: `hotfix recover` first
 
-STATES = (APPLIED, FIXED_UPSTREAM, NOT_APPLIED, LOST, DRIFTED, NOT_APPLICABLE, UNKNOWN, INTERRUPTED)
-IN_EFFECT = frozenset({APPLIED, FIXED_UPSTREAM})
+STATES: tuple[State, ...] = (APPLIED, FIXED_UPSTREAM, NOT_APPLIED, LOST, STALE, STALE_BYTECODE, DRIFTED,
+                             NOT_APPLICABLE, UNKNOWN, INTERRUPTED)
+IN_EFFECT: frozenset[State] = frozenset({APPLIED, FIXED_UPSTREAM})
 
 # -- file states ------------------------------------------------------------------------------------
-PATCHED = "patched"    # holds the bytes the hotfix writes (or is absent, as the hotfix deletes it)
-BASELINE = "baseline"  # holds the bytes from before the hotfix
-CHANGED = "changed"    # neither
-MISSING = "missing"    # absent, while the hotfix (and the baseline) have the file
+FileWord = Literal["patched", "baseline", "changed", "missing"]
+PATCHED: FileWord = "patched"    # holds the bytes the hotfix writes (or is absent, as the hotfix deletes it)
+BASELINE: FileWord = "baseline"  # holds the bytes from before the hotfix
+CHANGED: FileWord = "changed"    # neither
+MISSING: FileWord = "missing"    # absent, while the hotfix (and the baseline) have the file
 
 
-def in_effect(state: str) -> bool:
+def in_effect(state: State) -> bool:
     return state in IN_EFFECT
 
 
-def exit_code(states: Iterable[str]) -> int:
+def exit_code(states: Iterable[State]) -> int:
     """0 when every state is in effect, else 1 (the `verify` / `status` / guard rule)."""
     return 0 if all(s in IN_EFFECT for s in states) else 1
 
@@ -45,7 +52,7 @@ class FileCheck(Value):
     """One file of a hotfix against the bytes its series should have put there (the input of the verdict)."""
 
     path: str                 # as recorded / locked (relative to the target root or site-packages)
-    state: str                # PATCHED | BASELINE | CHANGED | MISSING
+    state: FileWord           # PATCHED | BASELINE | CHANGED | MISSING
     sha256: Optional[str]     # what is there now (None: absent)
     expected: Optional[str]   # what must be there now: the top of the file's series (None: deleted)
     baseline: Optional[str]   # what was there before this hotfix (None: the hotfix creates the file)
@@ -56,12 +63,6 @@ class FileCheck(Value):
         return {"path": self.path, "state": self.state, "sha256": self.sha256,
                 "after_sha256": self.expected, "before_sha256": self.baseline, "real_path": self.where,
                 "under": list(self.above)}
-
-
-def check_file(path: str, current: Optional[str], expected: Optional[str], baseline: Optional[str],
-               where: Optional[str] = None) -> FileCheck:
-    """The state of one file changed by one hotfix alone (a series of one step)."""
-    return chain_checks(path, ((None, baseline, expected),), current, where)[0]
 
 
 class BrokenSeries(ValueError):
@@ -94,6 +95,12 @@ def chain_checks(path: str, steps: Sequence, current: Optional[str], where: Opti
         above = tuple(s[0] for s in steps[index + 1:] if s[0] is not None)
         checks.append(FileCheck(path, state, current, top, before, where, above))
     return tuple(checks)
+
+
+def chain_checks_each(steps: Sequence, current: Callable) -> tuple[FileCheck, ...]:
+    """One hotfix's files, each as a series of one step (``steps``: (path, before, after); ``current(path)``:
+    (sha256 now, real path)): their sha256 now when the record's series does not chain."""
+    return tuple(chain_checks(path, ((None, before, after),), *current(path))[0] for path, before, after in steps)
 
 
 def _short(sha: Optional[str]) -> str:
@@ -134,7 +141,7 @@ def origin_problem(series: Sequence, pristine: dict) -> Optional[str]:
     return None
 
 
-def files_verdict(files: Sequence[FileCheck]) -> tuple[str, str]:
+def files_verdict(files: Sequence[FileCheck]) -> tuple[State, str]:
     """(state, detail) of a hotfix from its files: APPLIED, LOST or DRIFTED."""
     states = [f.state for f in files]
     under = sorted({h for f in files for h in f.above})
@@ -156,9 +163,10 @@ def files_verdict(files: Sequence[FileCheck]) -> tuple[str, str]:
 
 
 def release_rule(installed: Optional[str], *, fixed_in: Optional[str], versions: Optional[str],
-                 distribution: str) -> Optional[tuple[str, str]]:
-    """(FIXED_UPSTREAM | NOT_APPLICABLE, detail) from a release alone (a lock's ``fixed_in`` / ``versions``),
-    or None. The catalog's rule (flow/applicability) also knows commits and checkouts; both feed ``judge``."""
+                 distribution: str) -> Optional[tuple[State, str]]:
+    """(FIXED_UPSTREAM | NOT_APPLICABLE, detail) from a release alone (a lock's or a record's ``fixed_in`` /
+    ``versions``), or None. The catalog's rule (flow/applicability) also knows commits and checkouts; both
+    feed ``judge``."""
     if installed is None:
         return None
     if fixed_in and version_at_least(installed, fixed_in):
@@ -169,43 +177,54 @@ def release_rule(installed: Optional[str], *, fixed_in: Optional[str], versions:
 
 
 def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package: Optional[str] = None,
-          inapplicable: Optional[tuple[str, str]] = None, recorded_release: Optional[str] = None,
+          inapplicable: Optional[tuple[State, str]] = None, recorded_release: Optional[str] = None,
           installed_release: Optional[str] = None, distribution: str = "the package",
-          broken: Optional[str] = None, moved: Optional[str] = None) -> tuple[str, str]:
+          broken: Optional[str] = None, moved: Optional[str] = None,
+          stale_bytecode: Optional[str] = None) -> tuple[State, str]:
     """THE verdict on one hotfix that a record or a lock says must be in effect, with one precedence:
 
     1. INTERRUPTED: a transaction on the target is pending (its files may be half-written);
-    2. UNKNOWN: the package is not importable here (``missing_package``: why), or the record / lock's
-       series does not chain (``broken``);
-    3. ``inapplicable`` (FIXED_UPSTREAM or NOT_APPLICABLE, from the release or the checkout);
-    4. LOST: the package is another release than the one the record / lock was made on, whatever the
+    2. UNKNOWN: the package is not importable here (``missing_package``: why), or the record / lock does
+       not describe the files (``broken``: its series does not chain, its seal, kept patch, origin, pin or
+       re-derivation fails -- txn/judgement.py);
+    3. FIXED_UPSTREAM: the installed release or checkout has the fix (``inapplicable``);
+    4. STALE: the package is another release than the one the record / lock was made on, whatever the
        files hold (their bytes belong to the other release): a checkout's HEAD ``moved`` (from
        ``release_seen``), or ``installed_release`` is not ``recorded_release``;
-    5. UNKNOWN when there is no file to check, else ``files_verdict``: APPLIED, LOST or DRIFTED.
+    5. NOT_APPLICABLE (``inapplicable``), on the recorded release itself;
+    6. UNKNOWN when there is no file to check, else ``files_verdict``: APPLIED, LOST or DRIFTED;
+    7. STALE_BYTECODE instead of APPLIED when Python would load a ``__pycache__`` entry of a patched
+       module that does not hold its code (``stale_bytecode``: which, install/bytecode.py).
 
-    Every reader calls this: status and apply (flow/status, flow/plan), `verify --lock` and the guard
+    Every reader calls this: status and apply (txn/judgement.judge_record), `verify --lock` and the guard
     (txn/lockfile), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor."""
     if pending:
         return INTERRUPTED, "an apply or rollback on this target was interrupted and is not recovered"
     if missing_package is not None:
         return UNKNOWN, missing_package
     if broken is not None:
-        return UNKNOWN, f"the recorded series is inconsistent: {broken}"
-    if inapplicable is not None:
+        return UNKNOWN, f"the record does not describe the files: {broken}"
+    if inapplicable is not None and inapplicable[0] == FIXED_UPSTREAM:
         return inapplicable
     changed = release_change(recorded_release, installed_release, moved, distribution)
     if changed is not None:
-        return LOST, changed
+        return STALE, changed
+    if inapplicable is not None:
+        return inapplicable
     if not files:
         return UNKNOWN, "no file is recorded for this hotfix"
-    return files_verdict(files)
+    state, detail = files_verdict(files)
+    if state == APPLIED and stale_bytecode:
+        return STALE_BYTECODE, f"the files hold the fix, but {stale_bytecode}"
+    return state, detail
 
 
 def release_change(recorded_release: Optional[str], installed_release: Optional[str], moved: Optional[str],
                    distribution: str = "the package") -> Optional[str]:
-    """THE rule of ``judge``'s step 4, for it and for the readers that only ask whether the release
-    changed under a record (flow/series.release_changed): why the package is another release than the
-    recorded one (a checkout's HEAD ``moved``, or another version installed), or None."""
+    """THE rule of ``judge``'s step 4 (STALE), for it and for the readers that only ask whether the
+    release changed under a record (rollback forgets such a record, apply starts a new series): why the
+    package is another release than the recorded one (a checkout's HEAD ``moved``, or another version
+    installed), or None."""
     if moved is not None:
         return (f"{distribution}'s checkout moved from {moved} under the record: the hotfix applied "
                 f"at the recorded commit is not in effect")
@@ -213,6 +232,27 @@ def release_change(recorded_release: Optional[str], installed_release: Optional[
         return (f"{distribution} was changed from {recorded_release} to {installed_release} under the record: "
                 f"the hotfix applied to {recorded_release} is not in effect")
     return None
+
+
+def stale_advice(hotfix_id: str, options: str, *, release: Optional[str], covered: Optional[bool]) -> str:
+    """THE advice for a STALE record, everywhere (status, verify, doctor, the guard): `apply` re-plans the
+    hotfix for the release installed now where the catalog covers it (``covered``), else `rollback`
+    forgets the record and writes nothing (its backups are the other release's files). ``covered`` None:
+    the reader has no catalog (the guard) and names both. ``options``: how to name the target again."""
+    opts = f" {options}" if options else ""
+    apply = f"`hotfix apply {hotfix_id}{opts}` re-plans it for {release or 'the release installed now'}"
+    forget = f"`hotfix rollback {hotfix_id}{opts}` forgets the record (it writes no file)"
+    if covered is True:
+        return apply
+    if covered is False:
+        return forget
+    return f"{apply} where the catalog covers that release; else {forget}"
+
+
+def bytecode_advice(hotfix_id: str, options: str) -> str:
+    """THE advice for STALE_BYTECODE: `apply` again drops the entries Python would load (and nothing else)."""
+    opts = f" {options}" if options else ""
+    return f"`hotfix apply {hotfix_id}{opts}` removes the stale __pycache__ entries (no source file changes)"
 
 
 def release_seen(*, recorded: Optional[str], installed: Callable[[], Optional[str]],

@@ -9,11 +9,13 @@ a fact is read, because a crash log is often only an excerpt:
   ``pip freeze`` (``vllm==…``) and image tags (``vllm/vllm-openai:v…``, ``…/vllm-ascend:v…``). ``how``
   ranks them (``RANK``): what the process printed about itself beats an environment dump, which beats
   an image tag;
-- the engine (``vllm``, ``sglang``, ``tensorrt-llm``) and the platform (``cuda``, ``ascend``);
+- the engine (``vllm``, ``vllm-ascend``, ``sglang``, ``tensorrt-llm``) and the platform (``cuda``, ``rocm``,
+  ``ascend``, and CUDA-compatible vendors such as ``metax``), each from the lines that engine or platform
+  writes itself (the real line of each rule is in tests/doctor/test_facts.py, with its source);
 - the model architecture, and flags (``enable_prefix_caching``, ``cudagraph_mode``,
   ``num_speculative_tokens``, ``speculative_method``, ``async_scheduling``, ``data_parallel_size``);
-- the faulting kernel a debugger names (cuda-gdb ``The exception was triggered at PC … NAME``,
-  ``#0  NAME<<<…>>>``, a core dump's ``Kernel: NAME``).
+- the faulting kernel a debugger or runtime names (a ``void`` return type before it is skipped) (cuda-gdb ``The exception was triggered at PC … NAME``,
+  ``#0  NAME<<<…>>>``, a core dump's ``Kernel: NAME``, a MetaX runtime trap's ``kernelName: NAME``).
 """
 
 from __future__ import annotations
@@ -38,19 +40,28 @@ VERSION_LINES = (  # (pattern, distribution, how)
     (re.compile(r"/vllm-ascend:" + _V), "vllm-ascend", "image"),
 )
 RANK = {"banner": 0, "dump": 1, "collect_env": 2, "pip": 3, "image": 4}  # lower wins
-ENGINES = (  # (needle, engine, how): the serving engine whose log this is
+ENGINES = (  # (needle, engine, how): the serving engine whose log this is, from lines it writes itself
     ("vLLM API server version", "vllm", "server"), ("LLM engine (v", "vllm", "server"),
-    ("vllm_ascend version", "vllm", "server"), ("[multiproc_executor.py:", "vllm", "server"),
-    ("[core.py:", "vllm", "server"), ("sglang/srt/", "sglang", "frame"), ("sglang.launch_server", "sglang", "server"),
-    ("Scheduler hit an exception", "sglang", "server"), ("tensorrt_llm", "tensorrt-llm", "frame"),
-    ("[TRT-LLM]", "tensorrt-llm", "server"), ("TensorRT-LLM version", "tensorrt-llm", "server"),
+    ("[multiproc_executor.py:", "vllm", "server"), ("[core.py:", "vllm", "server"),
+    ("vllm_ascend", "vllm-ascend", "frame"), ("Platform plugin ascend is activated", "vllm-ascend", "server"),
+    ("sglang/srt/", "sglang", "frame"), ("sglang.launch_server", "sglang", "server"),
+    ("Scheduler hit an exception", "sglang", "server"), ("#running-req: ", "sglang", "server"),
+    ("tensorrt_llm/", "tensorrt-llm", "frame"), ("[TRT-LLM]", "tensorrt-llm", "server"),
+    ("[TensorRT-LLM][", "tensorrt-llm", "server"), ("TensorRT-LLM version", "tensorrt-llm", "server"),
 )
-PLATFORMS = (  # (needle, platform)
+VLLM_ENGINES = ("vllm", "vllm-ascend")  # vllm-ascend is vLLM with the Ascend platform plugin
+PLATFORMS = (  # (needle, platform): the accelerator the crashed process ran on
     ("vllm_ascend", "ascend"), ("Platform plugin ascend is activated", "ascend"), ("device_config=npu", "ascend"),
     ("torch_npu", "ascend"), ("[ERROR] RUNTIME", "ascend"), ("NPU function error", "ascend"),
     ("CUDA error", "cuda"), ("CUDA_ERROR_", "cuda"), ("cudaError", "cuda"), ("NVRM: Xid", "cuda"),
     ("CUDA Exception: ", "cuda"), ("GPU KV cache size", "cuda"), ("device_config=cuda", "cuda"),
+    ("detected platform cuda", "cuda"),
+    ("detected platform rocm", "rocm"), ("hipError", "rocm"), ("HIP error", "rocm"), ("Triton Error [HIP]", "rocm"),
+    ("vllm_metax", "metax"), ("+metax", "metax"), ("[MCR][", "metax"), ("/_metax/", "metax"), ("mcError", "metax"),
 )
+# CUDA-compatible vendors and ROCm print CUDA's words too (torch.AcceleratorError: CUDA error: ..., cudaError...):
+# their own lines decide (Findings.platform), in this order; CUDA is what is left
+VENDOR_PLATFORMS = ("metax", "rocm", "ascend")
 FLAGS = (  # (pattern, flag)
     (re.compile(r"enable_prefix_caching['\"]?\s*[=:]\s*(True|False)"), "enable_prefix_caching"),
     (re.compile(r"cudagraph_mode['\"]?\s*[=:]\s*['\"]?(?:<CUDAGraphMode\.)?([A-Z_]+)"), "cudagraph_mode"),
@@ -60,15 +71,17 @@ FLAGS = (  # (pattern, flag)
     (re.compile(r"data_parallel_size['\"]?\s*[=:]\s*(\d+)"), "data_parallel_size"),
 )
 ARCHITECTURE = re.compile(r"(?:Resolved architecture: |architectures?['\"]?\s*[=:]\s*\[?['\"]?)([A-Z]\w+(?:For\w+|Model))")
-KERNEL = re.compile(r"The exception was triggered at PC 0x\S* +([A-Za-z_][\w:]*)|^#0 +(?:0x\S+ in )?([A-Za-z_]\w*)(?:<<<|\s*\()"
-                    r"|^Kernel: ([A-Za-z_]\w*)")
+KERNEL = re.compile(r"The exception was triggered at PC 0x\S* +(?:void )?([A-Za-z_][\w:]*)"
+                    r"|^#0 +(?:0x\S+ in )?(?:void )?([A-Za-z_][\w:]*)(?:<|\s*\()"
+                    r"|^Kernel: ([A-Za-z_]\w*)|\[MCR\]\[E\].*\bkernelName: ([A-Za-z_]\w*)")
 # literals one of which every fact line holds (the prefilter's needles for facts)
 FACT_NEEDLES = ("ersion", "vllm==", "vllm-ascend==", "vllm_ascend", "vllm-openai:", "/vllm-ascend:", "LLM engine (",
                 "Dumping input data", "architecture", "enable_prefix_caching", "cudagraph_mode", "num_spec",
                 "speculative_config=", "async_scheduling", "data_parallel_size", "sglang", "tensorrt_llm", "TRT-LLM",
                 "TensorRT-LLM", "exception was triggered at PC", "#0 ", "Kernel: ", "Platform plugin ascend",
                 "device_config=", "torch_npu", "NPU function error", "GPU KV cache size", "[core.py:",
-                "[multiproc_executor.py:", "Scheduler hit an exception")
+                "[multiproc_executor.py:", "Scheduler hit an exception", "#running-req: ", "detected platform ",
+                "hipError", "HIP error", "Triton Error [HIP]", "metax", "[MCR][", "mcError")
 
 
 def usable_version(text: str) -> str | None:

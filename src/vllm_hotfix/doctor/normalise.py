@@ -3,7 +3,7 @@
 Handles the shapes the incident reports show: vLLM's ``(EngineCore_DP0 pid=4242) ERROR 11-30 22:49:06
 [core.py:710] ...`` (and ``Worker_TP3``, Ray's ``(RayWorkerWrapper pid=1, ip=...)``), CANN plog lines
 ``[ERROR] RUNTIME(5493,python3):2026-11-30-09:55:33.588.123 [proc.cc:1548]5493 ...``, ``docker logs -t`` /
-``kubectl logs --timestamps`` ISO prefixes, ``dmesg`` / ``dmesg -T`` / journal kernel lines, ANSI colours.
+``kubectl logs --timestamps`` ISO prefixes, ``docker compose logs`` service prefixes, ``dmesg`` / ``dmesg -T`` / journal kernel lines, ANSI colours.
 """
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ COLLECTOR_PREFIX = re.compile(
     r"|\[\s*\d+\.\d+\]\s*"  # dmesg
     r"|[A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \S+ kernel: )"  # journal / syslog
 )
+# `docker compose logs`: the service name padded and a bar ("qwen3-vl-32b  | (EngineCore_DP0 pid=413) ERROR …",
+# vllm-ascend#4082); never a table row (no other bar follows)
+COMPOSE_PREFIX = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| (?!.*\|)")
 VLLM_PROCESS = re.compile(r"^\(([^()]*?)\s*pid=(\d+)[^()]*\)\s*")
-VLLM_LEVEL_TIME = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? ")
+# vLLM's level and date: "ERROR 11-30 22:49:06", newer releases "ERROR 2026-01-12 16:28:02.921" (vllm-ascend#5805)
+VLLM_LEVEL_TIME = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? ")
 PLOG = re.compile(r"^\[(ERROR|WARNING|INFO|DEBUG|EVENT|TRACE)\] ([A-Za-z_][\w-]*)\((\d+),[^)]*\):\S+ (?:\[([^\]]+)\]\d*\s*)?")
 HEX = re.compile(r"0x[0-9a-fA-F]{8,}")
 PCI = re.compile(r"PCI:[0-9a-fA-F]{4}:[0-9a-fA-F:.]+")
@@ -31,11 +35,12 @@ ERROR_LINE = re.compile(  # a bare "Traceback (most recent call last):" is not o
     r"|NVRM: Xid|Segmentation fault|\bhit an exception\b|\berror code is\b|CUDA error|CUDA_ERROR_\w+|\bcudaError[A-Z]\w+:"
     r"|Triton Error \[|CUDA Exception: |received signal CUDA_EXCEPTION_|Invalid __global__ (?:read|write)"  # Triton, cuda-gdb, compute-sanitizer
     r"|\bE[A-Z]\d{4}: Inner Error|\bretCode=0x[0-9a-f]+"  # CANN (EZ9999: Inner Error!), device-side retCode
+    r"|\[MCR\]\[E\]"  # MetaX's runtime ([16:21:04.331][MCR][E]mx_device.cpp :10106: trapping: kernelName: ..., FlagGems#6112)
     r"|^WARNING .*(?:\btimed out\b|No available shared memory broadcast block found)"  # warning-level RPC timeouts
 )
 # substrings one of which every ERROR_LINE match contains (the prefilter's needles for error lines)
 ERROR_NEEDLES = ("ERROR", "rror", "Exception", "CRITICAL", "FATAL", "NVRM:", "Segmentation fault", "hit an exception", "CUDA_EXCEPTION_",
-                 "Invalid __global__", "retCode=", "timed out", "No available shared memory broadcast block")
+                 "Invalid __global__", "retCode=", "[MCR][", "timed out", "No available shared memory broadcast block")
 # error-level lines that are not an error: vLLM's dump of the failing step (logged at ERROR before the
 # traceback; the version in its first line is a fact, not a first error)
 NOT_AN_ERROR = re.compile(r"\bDumping (?:input data for V\d LLM engine|scheduler output for model execution|scheduler stats)\b")
@@ -58,6 +63,10 @@ def normalise(raw: str) -> tuple[str, str]:
         if not found or not found.end():
             break
         text = text[found.end():]
+    if "| " in text:
+        found = COMPOSE_PREFIX.match(text)
+        if found:
+            text = text[found.end():]
     process = MAIN
     found = VLLM_PROCESS.match(text)
     if found:

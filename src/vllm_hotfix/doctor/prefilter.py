@@ -36,12 +36,20 @@ REPEATS = ("MAX_REPEAT", "MIN_REPEAT")
 CLASS_LIMIT = 8  # characters of a character class ``covers`` expands ('[-_]' yes, '\w' / '[A-Z]' no)
 
 
+# The most of one line ever held: its first LINE_HEAD bytes (MATCH_LIMIT characters of UTF-8 at most take
+# four bytes each: doctor.normalise.MATCH_LIMIT * 4). The rest of a longer line is counted, never kept: a
+# 1.2 GB line of a 5 MB .gz, or /dev/zero through a pipe, costs LINE_HEAD, not the line.
+LINE_HEAD = 8192 * 4
+
+
 @dataclass(frozen=True)
 class Prefiltered:
-    """The lines of a chunk worth looking at: (0-based index of the line in the chunk, its bytes)."""
+    """The lines of a chunk worth looking at: (0-based index of the line in the chunk, its first
+    ``LINE_HEAD`` bytes); ``cut``: (index, bytes of that line beyond them, counted, not kept)."""
 
     lines: tuple[tuple[int, bytes], ...]
     count: int  # lines in the chunk (a last line without a newline counts)
+    cut: tuple[tuple[int, int], ...] = ()
 
 
 def groups(needles: Sequence[bytes], size: int = GROUP) -> tuple[tuple[bytes, ...], ...]:
@@ -106,44 +114,80 @@ class Prefilter:
         counts), indexed from ``start``."""
         end = len(chunk) if end is None else end
         find, count = chunk.find, chunk.count
-        lines, counted, index = [], start, 0
+        lines, counted, index, cut = [], start, 0, []
         for at in self.starts(chunk, start, end):
             index += count(b"\n", counted, at)
             counted = at
             line_end = find(b"\n", at, end)
-            line = chunk[at:end if line_end == -1 else line_end]
+            stop = end if line_end == -1 else line_end
+            if stop - at > LINE_HEAD:  # kept: its head; the rest counted
+                cut.append((index, stop - at - LINE_HEAD))
+                stop = at + LINE_HEAD
+            line = chunk[at:stop]
             lines.append((index, line if type(line) is bytes else bytes(line)))
         total = index + count(b"\n", counted, end) + (0 if end == start or chunk[end - 1] == 10 else 1)
-        return Prefiltered(tuple(lines), total)
+        return Prefiltered(tuple(lines), total, tuple(cut))
 
     def stream(self, chunks: Iterable[bytes | Prefiltered]) -> Iterator[Prefiltered]:
         """``self`` over a stream of blocks cut anywhere: a line that runs over a block's end is
         searched once it is whole (a block that ends in a newline ends its line). Already
         prefiltered batches (``grep -F``) pass through."""
-        carry: list[bytes] = []  # the pieces of the line the last block left unfinished
+        carry = _Carry()  # the head of the line the last block left unfinished, and how much more it had
         for chunk in chunks:
             if isinstance(chunk, Prefiltered):
                 if carry:
-                    yield self(b"".join(carry))
-                    carry = []
+                    yield carry.searched(self)
                 yield chunk
                 continue
             first = chunk.find(b"\n")
             if first == -1:
                 if chunk:
-                    carry.append(bytes(chunk))
+                    carry.add(chunk, 0, len(chunk))
                 continue
             start = 0
             if carry:
-                yield self(b"".join(carry) + chunk[:first + 1])
-                carry, start = [], first + 1
+                carry.add(chunk, 0, first)
+                yield carry.searched(self)
+                start = first + 1
             last = chunk.rfind(b"\n") + 1
             if start < last:
                 yield self(chunk, start, last)
             if last < len(chunk):
-                carry.append(bytes(chunk[last:]))
+                carry.add(chunk, last, len(chunk))
         if carry:
-            yield self(b"".join(carry))
+            yield carry.searched(self)
+
+
+class _Carry:
+    """A line running over blocks: at most its first ``LINE_HEAD`` bytes kept, the rest counted."""
+
+    __slots__ = ("pieces", "kept", "beyond", "pending")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.kept = self.beyond = 0
+        self.pending = False
+
+    def __bool__(self) -> bool:
+        return self.pending
+
+    def add(self, chunk, start: int, stop: int) -> None:
+        self.pending = True
+        room = max(0, LINE_HEAD - self.kept)
+        take = min(room, stop - start)
+        if take:
+            self.pieces.append(bytes(chunk[start:start + take]))
+            self.kept += take
+        self.beyond += stop - start - take
+
+    def searched(self, prefilter: "Prefilter") -> Prefiltered:
+        """The carried line as one Prefiltered (one line: a last line without a newline counts), reset."""
+        found = prefilter(b"".join(self.pieces))
+        if self.beyond and found.lines:
+            found = Prefiltered(found.lines, found.count, ((0, self.beyond),))
+        found = found if found.count else Prefiltered((), 1)  # an empty piece is still one line
+        self.pieces, self.kept, self.beyond, self.pending = [], 0, 0, False
+        return found
 
 
 def covers(pattern: str, needles: Iterable[str]) -> bool:

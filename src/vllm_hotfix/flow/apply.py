@@ -39,6 +39,7 @@ class ApplyOutcome:
     proposal: Proposal
     dry_run: bool
     recorded: bool = True  # the record was written (or would be): False for "already applied, nothing to do"
+    sealed: bool = False  # already applied, and its record (from before seals) was sealed
 
     @property
     def already(self) -> bool:
@@ -48,7 +49,7 @@ class ApplyOutcome:
     def adopted(self) -> bool:
         """The files already hold its change and it is recorded now (applied by hand, or its record was
         made on another release or commit): no file changed."""
-        return self.proposal.already and self.recorded
+        return self.proposal.already and self.recorded and not self.sealed
 
 
 def _next_state(state: TargetState, target_doc: dict, entry: RecordedHotfix | None, forget: str | None = None) -> TargetState:
@@ -81,7 +82,7 @@ def _backups(state: TargetState, tree: Tree, hotfix_id: str, baseline: dict[str,
 
 def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: str, patches: list[tuple[bytes, int, tuple]],
             files: tuple[RecordedFile, ...], baseline: dict[str, bytes | None], current: dict[str, bytes | None],
-            package: str | None, target_doc: dict) -> tuple[TargetState, dict[str, bytes | str]]:
+            package: str | None, target_doc: dict, applied_under: dict | None = None) -> tuple[TargetState, dict[str, bytes | str]]:
     """The record after applying, and the files to keep for it (patch bytes, backups)."""
     keep: dict[str, bytes | str] = {}
     rels = []
@@ -93,20 +94,56 @@ def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: 
     entry = RecordedHotfix(
         id=hotfix_id, version=version, applied_at=now(), source=source, patches=tuple(rels), files=files,
         strip=tuple(p[1] for p in patches), exclude=tuple(p[2] for p in patches), backups=TargetState.backups_rel(hotfix_id),
-        package=package, backup_names="flat",
+        package=package, backup_names="flat", patch_sha256=tuple(sha256(p[0]) for p in patches), **(applied_under or {}),
     )
     return _next_state(state, target_doc, entry), keep
 
 
+def _sealed(state: TargetState, hotfix: Hotfix, spec: TargetSpec | None, catalog_dir: str | None) -> TargetState | None:
+    """The record with its seal, for a record written before seals whose kept patches are exactly the bytes
+    this apply loaded (so pinned, for a catalog hotfix): ``propose`` derived its series in full. None when
+    it is sealed already, or its kept patches are other bytes."""
+    from dataclasses import replace
+
+    recorded = state.hotfixes[hotfix.id]
+    if recorded.seal is not None or len(recorded.patches) != len(hotfix.patches):
+        return None
+    pins = tuple(sha256(p.data) for p in hotfix.patches)
+    if any(sha256(state.read_patch(rel)) != pin for rel, pin in zip(recorded.patches, pins)):
+        return None
+    fields = applied_under(hotfix, spec, catalog_dir)
+    hotfixes = dict(state.hotfixes)
+    hotfixes[hotfix.id] = replace(recorded, patch_sha256=pins, **{k: v for k, v in fields.items()
+                                                                   if getattr(recorded, k) is None})
+    return TargetState(state.directory, dict(state.target), hotfixes)
+
+
+def applied_under(hotfix: Hotfix, spec: TargetSpec | None, catalog_dir: str | None) -> dict:
+    """What a catalog hotfix's record keeps of its manifest, so that every reader judges it without the
+    catalog (txn/judgement: the guard too): the release with the fix, the range, and the catalog directory
+    it came from (for the advice lines)."""
+    manifest = hotfix.manifest
+    if manifest is None:
+        return {}
+    return {"fixed_in": manifest.fixed_in.version if manifest.fixed_in else None,
+            "versions": spec.versions if spec is not None else None, "catalog": catalog_dir}
+
+
 def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: bool,
-                 lock_timeout: float | None = None, manifest_of=None) -> ApplyOutcome:
+                 lock_timeout: float | None = None, manifest_of=None, catalog_dir: str | None = None) -> ApplyOutcome:
     """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing on top of the target's series,
     recorded in the same transaction. ``manifest_of(id)``: the catalog manifest of a recorded id
     (its ``conflicts`` / ``after``)."""
 
+    resealed: list = []
+
     def prepare(state: TargetState, tree: Tree) -> transaction.Change:
         proposal = propose(hotfix, target, state, tree, manifest_of=manifest_of or (lambda _id: None))
         if proposal.already and ((hotfix.id in state.hotfixes and not proposal.reset) or proposal.contained_in):
+            sealed = _sealed(state, hotfix, spec, catalog_dir) if hotfix.id in state.hotfixes else None
+            if sealed is not None:  # a record from before seals, just derived in full: it gets its seal
+                resealed.append(hotfix.id)
+                return transaction.Change(Plan((), False), sealed, record_changed=True, result=proposal)
             return transaction.Change(Plan((), False), state, record_changed=False, result=proposal)
         if not proposal.already:
             prove_baseline(proposal, spec, state)
@@ -118,7 +155,8 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
         new_state, keep = _record(
             base, tree, hotfix_id=hotfix.id, version=hotfix.version, source=hotfix.source,
             patches=[(p.data, p.strip, p.exclude) for p in hotfix.patches], files=proposal.recorded_files(),
-            baseline=proposal.baseline, current=current, package=hotfix.package, target_doc=target_summary(target))
+            baseline=proposal.baseline, current=current, package=hotfix.package, target_doc=target_summary(target),
+            applied_under=applied_under(hotfix, spec, catalog_dir))
         plan = Plan((), False) if proposal.already else proposal.plan
         outcome = "adopted" if proposal.already else "upgraded" if proposal.superseded is not None else "applied"
         detail = (f"upgraded from {hotfix.id}@{proposal.superseded.version}; " if proposal.superseded else "") + (
@@ -131,10 +169,36 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
         change = transaction.run(target.root, prepare, dry_run=dry_run, lock_timeout=lock_timeout,
                                  after=lambda c: check_after(c.result, spec))
     except (Refused, DoesNotApply) as refused:
-        from vllm_hotfix.flow.status import refusal_through_mount
+        from vllm_hotfix.flow.mounted import refusal_through_mount
 
         raise refusal_through_mount(refused, target, [f.path for f in hotfix.series.files]) from None
-    return ApplyOutcome(change.result, dry_run, change.record_changed)
+    if change.result.bytecode and not dry_run:  # applied, but Python would load stale entries: drop exactly those
+        drop_stale_bytecode(change.result.bytecode)
+    return ApplyOutcome(change.result, dry_run, change.record_changed, sealed=bool(resealed))
+
+
+def drop_stale_bytecode(entries) -> None:
+    """Remove the ``__pycache__`` entries the verdict found stale ((source, pyc, why): install/bytecode.py,
+    judged in the target interpreter). Only an entry of the source's own ``__pycache__`` named after it is
+    removed (the answer came from another process: it steers no other delete); a cache file is never a
+    transaction's business, removing it is idempotent and Python writes a fresh one."""
+    import os
+
+    from vllm_hotfix.errors import WriteFailed
+    from vllm_hotfix.txn.atomic import unlink_if_present
+
+    for source, pyc, _ in entries:
+        folder, name = os.path.split(pyc)
+        stem = os.path.basename(source)[:-3]
+        if os.path.normpath(folder) != os.path.join(os.path.dirname(os.path.normpath(source)), "__pycache__") or \
+                not name.startswith(stem + ".") or not name.endswith(".pyc"):
+            raise Refused(f"{pyc}: stale bytecode outside {source}'s __pycache__ (PYTHONPYCACHEPREFIX?): "
+                          "not removed", hint="remove it by hand")
+        try:
+            unlink_if_present(pyc)
+        except OSError as exc:
+            raise WriteFailed(f"{pyc}: cannot remove the stale bytecode: {exc.strerror}",
+                              hint="remove it where the file system is writable (a read-only image: rebuild it)") from None
 
 
 # -- a raw diff on a --root -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.apply import Reader
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.presence import APPLICABLE, CONFLICTS, CONTAINED, PARTLY, Presence, presence
-from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, INTERRUPTED, NOT_APPLICABLE
+from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, INTERRUPTED, NOT_APPLICABLE, STALE_BYTECODE
 from vllm_hotfix.errors import Refused, Unavailable
 from vllm_hotfix.flow.applicability import Inapplicable, applicability
 from vllm_hotfix.flow.hotfix import catalog_hotfix
@@ -27,7 +27,7 @@ from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
 
 UNAVAILABLE = "unavailable"
-ANSWERS = (CONTAINED, APPLIED, APPLICABLE, PARTLY, CONFLICTS, NOT_APPLICABLE)
+ANSWERS = (CONTAINED, APPLIED, APPLICABLE, PARTLY, CONFLICTS, NOT_APPLICABLE, STALE_BYTECODE)
 IN = frozenset({CONTAINED, APPLIED})
 
 
@@ -72,6 +72,8 @@ def hotfix_on_target(manifest: Manifest, version: str | None, survey: Survey) ->
     if status.recorded and status.state == APPLIED:
         return target, Answer(state=APPLIED, detail=f"recorded here and in effect: {status.detail}",
                               release=target.version, by="record")
+    if status.recorded and status.state == STALE_BYTECODE:  # the source holds it, the code Python runs does not
+        return target, Answer(state=STALE_BYTECODE, detail=status.detail, release=target.version, by="record")
     hotfix = catalog_hotfix(manifest, target)
     return target, _content(presence(hotfix.series, Tree(target.root).read), target.version)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix import __version__
-from vllm_hotfix.txn import lockfile
+from vllm_hotfix.txn import lockcode, lockfile
 from vllm_hotfix.core.apply import FileState, plan_patch
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
@@ -30,6 +30,7 @@ from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import LOCK_NAME, TargetDir
 from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Export:
 
     lock: lockfile.Lock
     outputs: dict
-    lock_path: Path
+    lock_path: Path | None  # where `hotfix export` writes it (None: not written)
 
 
 class _Pristine:
@@ -61,8 +62,12 @@ class _Pristine:
         return self.tree.read(path)
 
 
-def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path) -> Export:
-    """The lock and the files for ``manifests`` in this order (one series per target)."""
+def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None, lock_version: int | None = None,
+                expires: str | None = None) -> Export:
+    """The lock and the files for ``manifests`` in this order (one series per target); with ``out_dir``,
+    below the hotfixes exported there before (None: these alone, as `hotfix pack` takes them). The lock's
+    ``version``: ``lock_version``, else one more than the lock already in ``out_dir`` (else 1); a
+    version that does not go up is refused. ``expires``: RFC 3339 UTC, or None."""
     resolver = Resolver(python)
     targets: dict[str, object] = {}
     readers: dict[str, _Pristine] = {}
@@ -139,14 +144,16 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path) -> Ex
         final.append(lockfile.LockedHotfix(hotfix.id, hotfix.version, hotfix.distribution, hotfix.package,
                                            hotfix.baseline_version, hotfix.fixed_in, tuple(files), hotfix.versions))
     site_packages = str(next(iter(targets.values())).root)
-    lock_path = Path(out_dir) / LOCK_NAME
-    lock = lockfile.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final),
-                         generator=f"vllm-hotfix {__version__}")
+    lock_path = Path(out_dir) / LOCK_NAME if out_dir is not None else None
+    previous = lockfile.load_lock(lock_path) if lock_path is not None and lock_path.exists() else None
+    version = _next_version(lock_path, previous, lock_version)
+    lock = lockfile.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final, previous),
+                         generator=f"vllm-hotfix {__version__}", version=version, expires=expires)
     return Export(lock, outputs, lock_path)
 
 
 def _code_names(locked, chains: dict, outputs: dict, top_of: dict, *, python: str | None) -> dict:
-    """(hotfix id, path) -> lockfile.LockedCode for every locked Python file: the functions, methods and
+    """(hotfix id, path) -> lockcode.LockedCode for every locked Python file: the functions, methods and
     classes the hotfix's own hunks touch (its step of the file's series), fingerprinted as compiled from
     the file that runs (the top of the series) by the interpreter that runs vLLM (install/codeprobe.py).
     A fixed file that does not compile there is refused: it would not import either."""
@@ -170,8 +177,8 @@ def _code_names(locked, chains: dict, outputs: dict, top_of: dict, *, python: st
         if isinstance(result, str):
             raise Refused(f"{hotfix_id}: the fixed {quote_path(path)} does not compile in the target interpreter "
                           f"({interpreter}): {result}", hint="fix the patch for this Python version; nothing was written")
-        found[(hotfix_id, path)] = lockfile.LockedCode(interpreter, tuple(
-            lockfile.LockedName(name, kind, fingerprint) for name, kind, fingerprint in result))
+        found[(hotfix_id, path)] = lockcode.LockedCode(interpreter, tuple(
+            lockcode.LockedName(name, kind, fingerprint) for name, kind, fingerprint in result))
     return found
 
 
@@ -195,12 +202,22 @@ def _refuse_overlap(manifest, path: str, chain: list, part: Patch, read) -> None
                            "or export them separately")
 
 
-def _merge(lock_path: Path, site_packages: str, exported: list[lockfile.LockedHotfix]) -> tuple:
+def _next_version(lock_path: Path | None, previous, wanted: int | None) -> int:
+    """The new lock's version: ``wanted``, else the previous lock's + 1, else 1; never down or the same
+    (a trust policy's min_version refuses what is older: a version names one lock)."""
+    before = previous.version if previous is not None and previous.version is not None else 0
+    version = wanted if wanted is not None else before + 1
+    if version <= before:
+        raise Refused(f"--lock-version {version}: {lock_path} is already version {before}; a new lock needs a higher one",
+                      hint=f"use --lock-version {before + 1} or more, or export into a new directory")
+    return version
+
+
+def _merge(lock_path: Path | None, site_packages: str, exported: list[lockfile.LockedHotfix], previous) -> tuple:
     """Keep hotfixes exported earlier into the same directory (same site-packages) below the new ones,
     as long as no file is shared (the series of a shared file is exported in one run)."""
-    if not lock_path.exists():
+    if previous is None:
         return tuple(exported)
-    previous = lockfile.load_lock(lock_path)
     if previous.site_packages != site_packages:
         raise Refused(f"{lock_path} was exported for site-packages {previous.site_packages}, not {site_packages}",
                       hint="export into a new directory")
@@ -222,12 +239,23 @@ def write_export(out_dir: Path, export: Export) -> None:
 
     tree = Tree(out_dir)
     try:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        make_state_dir(out_dir)
         for path, data in export.outputs.items():
             target = tree.path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_state_dir(target.parent)
             atomic_write(target, data, 0o644)
         atomic_write(Path(out_dir) / LOCK_NAME, lockfile.dump_lock(export.lock), 0o644)
     except OSError as exc:
         raise WriteFailed(f"{getattr(exc, 'filename', None) or out_dir}: cannot write the export: {exc.strerror}",
                           hint="the install was not touched; fix the directory and rerun") from None
+
+
+def read_exported(directory: Path) -> tuple[lockfile.Lock, bytes, dict]:
+    """What `hotfix export` wrote into ``directory``, read back as input: the lock (parsed, and its
+    bytes) and the bytes of every file it mounts, by export path (``txn.exported.read_exported``: real
+    directories, regular files, bounded reads, each checked against the lock's sha256)."""
+    directory = Path(directory)
+    lock_bytes, lock = lockfile.read_lock(directory / LOCK_NAME)
+    from vllm_hotfix.txn.exported import read_exported as read_files
+
+    return lock, lock_bytes, read_files(directory, lock.mounted_files(), directory / LOCK_NAME)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from vllm_hotfix.core.diff import Patch, exclude_paths, parse_patch
 from vllm_hotfix.errors import InvalidInput, Refused
-from vllm_hotfix.inputs import read_bounded
+from vllm_hotfix.inputs import PATCH_LIMIT, read_bounded
+from vllm_hotfix.inputs import read_patch_file as inputs_read_patch_file
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.txn.fsops import sha256_hex
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (pa
     from vllm_hotfix.catalog.model import Manifest, PatchSpec
 
 
-PATCH_CAP = 64 << 20  # seed 004's 135-file vendor patch is ~1 MB; the real 0.29 -> 0.30 source diff 8.5 MB
+PATCH_CAP = PATCH_LIMIT  # inputs.PATCH_LIMIT: one cap for every patch file
 
 
 def sha256(data: bytes | None) -> str | None:
@@ -67,8 +68,10 @@ def load_patch_bytes(data: bytes, *, label: str, strip: int, exclude: Sequence[s
 
 
 def read_patch_file(patch_file: Path) -> bytes:
+    """A ``--patch`` / ``--patch-file`` named on the command line: ``inputs.read_patch_file`` (a regular
+    file, capped: a FIFO or ``/dev/zero`` is refused at once, exit 8)."""
     try:
-        return Path(patch_file).read_bytes()
+        return inputs_read_patch_file(patch_file)
     except OSError as exc:
         raise InvalidInput(f"{patch_file}: cannot read: {exc.strerror}") from None
 
@@ -95,10 +98,7 @@ def _manifest_patch_bytes(manifest: Manifest, spec: PatchSpec, patch_files: Sequ
         if not given:
             raise Refused(f"{manifest.ref}: needs the separately distributed patch file {spec.external}",
                           hint=f"get it from {spec.url} and pass --patch-file PATH/{spec.external}")
-        try:
-            return str(given[0]), given[0].read_bytes()
-        except OSError as exc:
-            raise InvalidInput(f"{given[0]}: cannot read: {exc.strerror}") from None
+        return str(given[0]), read_patch_file(given[0])
     from vllm_hotfix.catalog.upstream import load_pinned_commit  # normalised diff, pin checked; GitPython lazily
 
     return spec.label, load_pinned_commit(spec, upstream_repo=upstream_repo, target_root=target.root)
@@ -148,17 +148,3 @@ def pin_problem(manifest: Manifest, recorded: RecordedHotfix, state: TargetState
         except Refused as exc:
             return f"{exc.message} (the catalog's pin of {manifest.ref})"
     return None
-
-
-def recorded_series(state: TargetState, recorded: RecordedHotfix) -> Patch:
-    """The exact patches a record says were applied, parsed as they were then."""
-    files = []
-    for index, rel in enumerate(recorded.patches):
-        data = state.read_patch(rel)
-        if data is None:
-            raise Refused(f"{state.directory / rel}: the recorded patch of {recorded.id} is gone",
-                          hint="restore the state directory from a backup or reinstall the package")
-        strip = recorded.strip[index] if index < len(recorded.strip) else 1
-        exclude = recorded.exclude[index] if index < len(recorded.exclude) else ()
-        files.extend(load_patch_bytes(data, label=str(state.directory / rel), strip=strip, exclude=exclude).patch.files)
-    return Patch(tuple(files), recorded.id)

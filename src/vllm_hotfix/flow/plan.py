@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from vllm_hotfix.core.apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, reverse_patch
-from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST
+from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST, STALE_BYTECODE, UNKNOWN
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
-from vllm_hotfix.flow.hotfix import Hotfix, recorded_series, sha256
-from vllm_hotfix.flow.series import Series, file_checks, judge_recorded, level, release_changed, steps_by_path
+from vllm_hotfix.flow.hotfix import Hotfix, sha256
+from vllm_hotfix.flow.series import Series, judged, level, release_changed, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
@@ -37,6 +37,7 @@ class Proposal:
     in_series: frozenset = frozenset()  # paths the series below it touches too (their pristine bytes derive)
     dropped: tuple[str, ...] = ()       # records of another release replaced by this apply (all lost)
     reset: bool = False                 # the record was made on another release: a new series starts
+    bytecode: tuple = ()                # applied, but these (source, pyc, why) would be loaded instead: drop them
 
     @property
     def after(self) -> dict[str, bytes | None]:
@@ -78,12 +79,6 @@ def _supersedes(hotfix: Hotfix, recorded: RecordedHotfix) -> bool:
     return hotfix.manifest is not None and any(_same_version(recorded.version, v) for v in hotfix.manifest.supersedes)
 
 
-def judge_record(state: TargetState, recorded: RecordedHotfix, target: Target, tree: Tree) -> tuple[str, str]:
-    """The verdict on one recorded hotfix in its series (apply and status both ask this): core.verdict.judge."""
-    checks, broken = file_checks(state, tree, target)
-    return judge_recorded(state, recorded.id, target, checks, broken)
-
-
 def refuse_drifted(hotfix_id: str, detail: str, target: Target) -> Refused:
     return Refused(f"{hotfix_id} is drifted on {target.root}: {detail}",
                    hint=f"restore those files (reinstall the package / git checkout, or `hotfix rollback {hotfix_id} "
@@ -101,10 +96,13 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     lines of the hotfixes below (unless its manifest's ``after`` names them), and neither side may
     declare the other in ``conflicts``. ``manifest_of(id)`` gives the catalog manifest of a recorded id."""
     tree = tree if tree is not None else Tree(target.root)
-    checks, broken = file_checks(state, tree, target)
+    verdicts = judged(state, target, tree=tree)  # the verdict `hotfix status` shows
+    broken = next((j.detail for j in verdicts.values() if j.state == UNKNOWN), None)
     if broken is not None:
-        raise InvalidInput(f"{state.path}: the recorded series is inconsistent: {broken}",
-                           hint="see `hotfix status`; restore the files (reinstall / git checkout), then apply again")
+        raise InvalidInput(f"{state.path}: {broken}",
+                           hint=f"see `hotfix status {target_option(target)}`; restore the files (reinstall / git "
+                                "checkout), then apply again")
+    checks = {hotfix_id: j.files for hotfix_id, j in verdicts.items()}
     recorded = state.hotfixes.get(hotfix.id)
     series = hotfix.series
     dropped: tuple[str, ...] = ()
@@ -113,15 +111,16 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
         # every record describes another release's files: none is in effect, a new series starts here
         dropped = tuple(h for h in state.hotfixes if h != hotfix.id)
         state = TargetState(state.directory, dict(state.target), {})
-        checks, recorded = {}, None
+        verdicts, checks, recorded = {}, {}, None
     below = state  # the series this hotfix goes on top of (without its own record when it is planned again)
     if recorded is not None:
-        word, detail = judge_recorded(state, hotfix.id, target, checks, None)
+        word, detail = verdicts[hotfix.id].state, verdicts[hotfix.id].detail
         if word == DRIFTED:
             raise refuse_drifted(hotfix.id, detail, target)
         uppers = sorted({u for c in checks.get(hotfix.id, ()) for u in c.above})
-        if word == APPLIED and _same_version(recorded.version, hotfix.version):
-            return Proposal(hotfix, target, Plan((), False), True, {})
+        if word in (APPLIED, STALE_BYTECODE) and _same_version(recorded.version, hotfix.version):
+            return Proposal(hotfix, target, Plan((), False), True, {},
+                            bytecode=verdicts[hotfix.id].bytecode if word == STALE_BYTECODE else ())
         if uppers and not _same_version(recorded.version, hotfix.version):
             raise Refused(f"{hotfix.id}: version {recorded.version} is under {', '.join(uppers)} in the series of "
                           f"{target.root}; {hotfix.ref} cannot replace it there",
@@ -147,7 +146,9 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
             raise Refused(f"{hotfix.id}: version {recorded.version} is applied to {target.root}; "
                           f"{hotfix.ref} does not declare that it supersedes it",
                           hint=f"roll it back first: hotfix rollback {hotfix.id} {target_option(target)}")
-        old = recorded_series(state, recorded)
+        from vllm_hotfix.txn.derive import recorded_patch
+
+        old = recorded_patch(state, recorded)
         try:
             undo = plan_patch(old, tree.read, reverse=True)
         except DoesNotApply as exc:
@@ -302,7 +303,22 @@ def prove_bytes_pristine(target: Target, spec: TargetSpec | None, pristine: dict
                 raise Refused(f"baseline not pristine: {path}: the series on it started from other bytes than HEAD's",
                               hint="see `hotfix status`; restore the checkout and apply the series again")
     else:
-        note(f"{target.root}: a {target.kind} install with no RECORD or git: the baseline cannot be proven")
+        _unproven(target)
+
+
+def _unproven(target: Target) -> None:
+    """No RECORD and no git state to prove a baseline with: a note, unless git's state could not be read
+    because another user owns the checkout (git's dubious ownership): then refused (exit 3), never
+    written on unproven."""
+    from vllm_hotfix.install.facts import find_work_tree
+    from vllm_hotfix.install.version import checkout_owner_problem
+
+    top = find_work_tree(target.root) if target.kind == "git" else None
+    problem = checkout_owner_problem(top) if top is not None else None
+    if problem is not None:
+        raise Refused(f"{problem}; the baseline cannot be proven", hint=f"run hotfix as the user who owns {top}, "
+                      f"or give it to this user (chown -R)")
+    note(f"{target.root}: a {target.kind} install with no RECORD or git: the baseline cannot be proven")
 
 
 def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterable[str],
@@ -342,7 +358,7 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
             raise Refused(f"baseline not pristine: {problems[0]}",
                           hint="restore the checkout (git checkout -- FILE / git stash) and retry")
     else:
-        note(f"{target.root}: a {target.kind} install with no RECORD or git: the baseline cannot be proven")
+        _unproven(target)
 
 
 def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:

@@ -30,11 +30,24 @@ if TYPE_CHECKING:  # types only: `verify --lock` at container start must not pay
     from vllm_hotfix.txn.state import TargetState
 
 
-def target_option(target: Target) -> str:
-    """How to name this target again on a command line (for advice lines)."""
-    if target.python is not None:
-        return f"--python {target.python}"
-    return f"--root {target.root}"
+def target_option(target: Target, catalog: Catalog | None = None, also: Iterable[str | None] = ()) -> str:
+    """How to name this target again on a command line, for the next step a command prints: ``--python``
+    or ``--root``, then ``--catalog`` for each directory the command was given (``catalog``'s --catalog
+    dirs; HOTFIX_CATALOG ones come with the environment) and each of ``also`` it did not load (the
+    catalog a record was applied from). Every word is quoted for a POSIX shell, so it runs as pasted."""
+    import os
+    import shlex
+
+    words = ["--python", target.python] if target.python is not None else ["--root", str(target.root)]
+    dirs = [d.path for d in catalog.dirs if d.origin == "--catalog"] if catalog is not None else []
+    loaded = {os.path.realpath(d.path) for d in catalog.dirs} if catalog is not None else set()
+    for extra in also:
+        if extra and os.path.realpath(extra) not in loaded:
+            loaded.add(os.path.realpath(extra))
+            dirs.append(Path(extra))
+    for folder in dirs:
+        words += ["--catalog", os.path.abspath(folder)]
+    return " ".join(shlex.quote(str(w)) for w in words)
 
 
 def warn(target: Target) -> None:

@@ -6,6 +6,11 @@ reversed, either checked against the record); under other hotfixes its hunks are
 as it is, which must agree with the upper hotfixes' recorded patches replayed without it -- else the
 rollback is refused naming the hotfix on top. The records of the hotfixes above are re-derived, and the
 files and the record change in one transaction.
+
+A record made on another release than the one installed now (``stale``: pip installed another vLLM, a
+checkout's HEAD moved) is forgotten instead: its backups are that release's files, and writing them
+back would put another release's bytes into this one. Only the record changes (and the history says
+``forgotten``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from vllm_hotfix.errors import InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.history import Event
 from vllm_hotfix.flow.series import Series, distrust, rebased_records
+from vllm_hotfix.txn.judgement import release_of
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.state import RecordedHotfix, TargetState
 
@@ -28,9 +34,10 @@ class RollbackOutcome:
 
     recorded: RecordedHotfix
     plan: Plan
-    method: str  # 'backups' | 'reverse' | 'in-place' (its hunks reversed under others) | 'none'
+    method: str  # 'backups' | 'reverse' | 'in-place' (its hunks reversed under others) | 'none' | 'forget'
     dry_run: bool
     rebased: tuple[str, ...] = ()  # hotfixes above it whose records were re-derived without it
+    release_change: str | None = None  # 'forget': why the record describes another release (nothing written)
 
 
 def rollback_change(state: TargetState, tree: Tree, hotfix_id: str, root: Path, result_dry_run: bool,
@@ -48,6 +55,14 @@ def rollback_change(state: TargetState, tree: Tree, hotfix_id: str, root: Path, 
         raise Refused(f"{hotfix_id}: not recorded as applied to {root} (recorded: {known})",
                       hint="`hotfix status` shows what is applied where")
     recorded = state.hotfixes[hotfix_id]
+    changed = release_of(state, target)[2] if target is not None else None
+    if changed is not None:  # its backups are another release's files: never written back, the record goes
+        after = TargetState(state.directory, dict(state.target), {k: v for k, v in state.hotfixes.items() if k != hotfix_id})
+        plan = Plan((), True)
+        return transaction.Change(plan, after, True, result=RollbackOutcome(recorded, plan, "forget", result_dry_run,
+                                                                            release_change=changed),
+                                  event=Event(outcome="forgotten", hotfix=hotfix_id, version=recorded.version,
+                                              detail=changed))
     series = Series(state, tree)
     rebases = series.without(hotfix_id)
     edits = []

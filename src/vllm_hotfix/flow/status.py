@@ -13,15 +13,18 @@ from typing import Iterable, Sequence
 from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
-from vllm_hotfix.core.verdict import APPLIED, DRIFTED, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLIED, UNKNOWN
+from vllm_hotfix.core.verdict import (APPLIED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLICABLE,
+                                     NOT_APPLIED, STALE, STALE_BYTECODE, UNKNOWN, State, bytecode_advice, stale_advice)
 from vllm_hotfix.errors import HotfixError, Refused, UsageError
-from vllm_hotfix.flow.applicability import Inapplicable, applicability
+from vllm_hotfix.flow.applicability import applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
 from vllm_hotfix.flow.plan import flatten
-from vllm_hotfix.flow.series import file_checks, judge_recorded, release_changed, steps_by_path
+from vllm_hotfix.flow.series import judged, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
+from vllm_hotfix.install.in_target import in_interpreter
 from vllm_hotfix.install.locate import Target
-from vllm_hotfix.install.mounts import MountedFile, mounted_files
+from vllm_hotfix.flow.mounted import through_mounts
+from vllm_hotfix.install.mounts import MountedFile
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import LOCK_ENV, TargetDir
@@ -34,7 +37,7 @@ class Status:
 
     id: str
     version: int | str | None
-    state: str
+    state: State
     target: str  # root, for people
     detail: str = ""
     advice: str | None = None
@@ -61,68 +64,119 @@ class Status:
                 "files": list(self.files), "mounts": [m.to_json() for m in self.mounts]}
 
 
-def _apply_command(recorded: RecordedHotfix, option: str) -> str:
+def _apply_command(view: "SeriesView", recorded: RecordedHotfix, option: str) -> str:
+    """The command that applies this recorded hotfix again, as pasted: a catalog id, or an ad-hoc diff from
+    the copy of its patch the record keeps (its own bytes)."""
     if recorded.source == "catalog":
         return f"hotfix apply {recorded.id} {option}"
-    if option.startswith("--root"):
-        return f"hotfix apply --patch PATCH --id {recorded.id} {option}"
-    return f"hotfix apply --patch PATCH --id {recorded.id} {option} --package {recorded.package or 'PACKAGE'}"
+    import shlex
+
+    kept = shlex.quote(str(view.state.directory / recorded.patches[0])) if len(recorded.patches) == 1 else "PATCH"
+    strip = recorded.strip[0] if recorded.strip else 1
+    more = "" if strip == 1 else f" -p {strip}"
+    if view.target.python is None:
+        return f"hotfix apply --patch {kept}{more} --id {recorded.id} {option}"
+    return f"hotfix apply --patch {kept}{more} --id {recorded.id} {option} --package {recorded.package or 'PACKAGE'}"
 
 
 @dataclass(frozen=True)
 class SeriesView:
-    """One target's record and what its files say about every recorded hotfix (one read of each file)."""
+    """One target's record and the one verdict on every recorded hotfix (txn/judgement, through
+    flow/series.judged: one read of each file), with what the command knows of the catalog."""
 
     target: Target
     state: TargetState
-    checks: dict
-    broken: str | None
+    judged: dict
+    catalog: Catalog | None = None
 
     @classmethod
-    def of(cls, target: Target, state: TargetState | None = None) -> "SeriesView":
+    def of(cls, target: Target, state: TargetState | None = None, catalog: Catalog | None = None) -> "SeriesView":
         state = state if state is not None else TargetState.for_root(target.root)
-        checks, broken = file_checks(state, Tree(target.root), target)  # the record checked, not trusted
-        return cls(target, state, checks, broken)
+
+        def manifest(recorded: RecordedHotfix) -> Manifest | None:
+            if catalog is None or recorded.source != "catalog" or recorded.id not in catalog.ids():
+                return None
+            try:
+                return catalog.get(recorded.id, recorded.version)
+            except Refused:  # that version is not in the catalog (any more): nothing to pin it by
+                return None
+
+        def pinned(recorded: RecordedHotfix) -> str | None:
+            found = manifest(recorded)
+            return pin_problem(found, recorded, state, target) if found is not None else None
+
+        def inapplicable(recorded: RecordedHotfix) -> tuple | None:  # an older record, without its own range
+            found = manifest(recorded)
+            why = applicability(found, found.spec_for(target), target) if found is not None else None
+            return (why.state, why.message) if why is not None else None
+
+        return cls(target, state, judged(state, target, pinned=pinned, inapplicable=inapplicable), catalog)
+
+    def option(self, recorded: RecordedHotfix | None = None) -> str:
+        """``--python``/``--root`` and ``--catalog`` for this target's next steps (flow/resolve.target_option)."""
+        return target_option(self.target, self.catalog, (recorded.catalog,) if recorded is not None else ())
+
+    def covers(self, recorded: RecordedHotfix, release: str | None) -> bool | None:
+        """Whether `apply` can plan this hotfix for ``release`` (the catalog has a patch for it, and it does
+        not have the fix): None when this command has no manifest for it."""
+        if recorded.source != "catalog":
+            return False
+        if self.catalog is None or recorded.id not in self.catalog.ids():
+            return None
+        manifest = self.catalog.get(recorded.id)
+        spec = manifest.spec_for(self.target)
+        if release is None or spec is None or not spec.contains(release) or manifest.is_fixed_in(release):
+            return False
+        try:
+            manifest.patches_for(release)
+        except Refused:
+            return False
+        return True
 
 
-def status_from_record(view: SeriesView, recorded: RecordedHotfix, *,
-                       inapplicable: Inapplicable | None = None) -> Status:
-    """A recorded hotfix in its series, judged by core.verdict.judge (the verdict `apply` acts on)."""
-    target, option = view.target, target_option(view.target)
-    word, detail = judge_recorded(view.state, recorded.id, target, view.checks, view.broken,
-                                  inapplicable=(inapplicable.state, inapplicable.message) if inapplicable else None)
-    checks = view.checks.get(recorded.id, ())
-    files = tuple(c.to_json() for c in checks)
-    common = dict(id=recorded.id, version=recorded.version, target=str(target.root), files=files, recorded=True)
-    redo = _apply_command(recorded, option)
-    if word == APPLIED:
-        return Status(state=APPLIED, detail=detail, **common)
-    if word == INTERRUPTED:
-        return replace(interrupted(recorded.id, recorded.version, target.root, option), files=files)
-    if inapplicable is not None and word == inapplicable.state:
-        was = view.state.target.get("version")
-        if release_changed(view.state, target):
-            detail = f"{target.distribution} was changed from {was} to {target.version} under the record; {detail}"
-        return Status(state=word, detail=detail, advice=inapplicable.advice, **common)
-    if word == LOST:
-        if release_changed(view.state, target):
-            return Status(state=LOST, detail=detail, advice=f"re-run `{redo}` (it picks the patch for {target.version})",
-                          **common)
-        return Status(state=LOST, detail=f"recorded as applied, but {detail}", advice=f"re-run `{redo}`", **common)
-    if word == UNKNOWN:
-        return Status(state=UNKNOWN, detail=detail, advice="see `hotfix where` and the record; restore the files, "
-                                                           "then apply again", **common)
-    first = quote_path(next((c.path for c in checks if c.state != "patched"), "the files"))
-    return Status(state=DRIFTED, detail=detail,
+def status_from_record(view: SeriesView, recorded: RecordedHotfix) -> Status:
+    """A recorded hotfix in its series, as txn/judgement judged it (the verdict `apply` acts on)."""
+    target, option = view.target, view.option(recorded)
+    j = view.judged[recorded.id]
+    files = tuple(c.to_json() for c in j.files)
+    common = dict(id=recorded.id, version=recorded.version, target=str(target.root), files=files, recorded=True,
+                  installed_version=j.installed)
+    redo = _apply_command(view, recorded, option)
+    forget = stale_advice(recorded.id, option, release=None, covered=False)
+    if j.state == APPLIED:
+        return Status(state=APPLIED, detail=j.detail, **common)
+    if j.state == INTERRUPTED:
+        return replace(interrupted(recorded.id, recorded.version, target.root, option), files=files,
+                       installed_version=j.installed)
+    if j.state == FIXED_UPSTREAM:
+        advice = f"nothing to do; {forget}" if j.release_change else "nothing to do"
+        return Status(state=FIXED_UPSTREAM, detail=j.detail, advice=advice, **common)
+    if j.state == STALE:
+        release = f"{target.distribution or target.package} {j.installed}" if j.installed else None
+        advice = stale_advice(recorded.id, option, release=release, covered=view.covers(recorded, j.installed))
+        return Status(state=STALE, detail=j.detail, advice=advice, **common)
+    if j.state == STALE_BYTECODE:
+        return Status(state=STALE_BYTECODE, detail=j.detail, advice=bytecode_advice(recorded.id, option), **common)
+    if j.state == NOT_APPLICABLE:
+        return Status(state=NOT_APPLICABLE, detail=j.detail, advice=forget, **common)
+    if j.state == LOST:
+        return Status(state=LOST, detail=f"recorded as applied, but {j.detail}", advice=f"re-run `{redo}`", **common)
+    if j.state == UNKNOWN:
+        return Status(state=UNKNOWN, detail=j.detail, advice="the record does not describe what hotfix apply wrote: "
+                      "restore the files (reinstall the package / git checkout) and move the state folder aside "
+                      f"({view.state.directory})" if j.detail.startswith("the record") else
+                      "see `hotfix where` and the record; restore the files, then apply again", **common)
+    first = quote_path(next((c.path for c in j.files if c.state != "patched"), "the files"))
+    return Status(state=DRIFTED, detail=j.detail,
                   advice=f"restore {first} (reinstall the package / git checkout, or `hotfix rollback {recorded.id} "
                          f"{option}` if only baseline files differ), then `{redo}`", **common)
 
 
-def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = None) -> Status:
+def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = None, option: str | None = None) -> Status:
     """An unrecorded hotfix: does its series plan forward (not applied) or in reverse (applied) on the
     files as they are -- on top of what the target's recorded series put there?"""
     common = dict(id=hotfix.id, version=hotfix.version, target=str(target.root))
-    option = target_option(target)
+    option = option if option is not None else target_option(target)
     chains = steps_by_path(view.state) if view is not None else {}
     found = presence(hotfix.series, Tree(target.root).read)  # the content rule `hotfix contains` answers with
     touched = [p for p, _, _ in flatten(found.plan)] if found.plan is not None else []
@@ -152,37 +206,67 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
                   files=files, **common)
 
 
-def interrupted(hotfix_id: str, version, root: Path, option: str) -> Status:
+def interrupted(hotfix_id: str, version, root: Path, option: str, *, recorded: bool = True) -> Status:
     return Status(hotfix_id, version, INTERRUPTED, str(root),
                   "an apply or rollback on this target was interrupted (kill -9, power loss) and is not recovered",
-                  f"run `hotfix recover {option}` (it puts every file and the record back as before)", recorded=True)
+                  f"run `hotfix recover {option}` (it puts every file and the record back as before)", recorded=recorded)
 
 
 def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, view: SeriesView,
                    *, patch_files: Sequence[Path] = ()) -> Status:
-    """The state of a catalog hotfix on a target: its record (if any) judged in the series, else its files."""
+    """The state of a catalog hotfix on a target: its record (if any) judged in the series, else its files
+    (or, in a container, the lock HOTFIX_LOCK names: `verify --lock`'s words)."""
     recorded = view.state.hotfixes.get(manifest.id)
-    why_not = applicability(manifest, spec, target)
+    option = view.option(recorded)
     if recorded is not None:
-        problem = pin_problem(manifest, recorded, view.state, target)
-        if problem is not None:  # not the bytes the catalog pins: the record proves nothing
-            return Status(manifest.id, recorded.version, UNKNOWN, str(target.root), problem,
-                          "the record does not describe what `hotfix apply` wrote: restore the files "
-                          "(reinstall the package) and move the state folder aside", recorded=True)
-        found = status_from_record(view, recorded, inapplicable=why_not)
+        found = status_from_record(view, recorded)
         if not same_version(recorded.version, manifest.version) and found.state == APPLIED:
             return replace(found, detail=f"version {recorded.version} is applied; the catalog has {manifest.version}",
-                           advice=f"upgrade: `hotfix apply {manifest.id} {target_option(target)}`")
+                           advice=f"upgrade: `hotfix apply {manifest.id} {option}`")
         return found
-    if TargetDir.of(target.root).pending():
-        return interrupted(manifest.id, manifest.version, target.root, target_option(target))
+    if TargetDir.of(target.root).pending():  # not recorded (a catalog extra): it says so, but counts for nothing
+        return interrupted(manifest.id, manifest.version, target.root, option, recorded=False)
+    locked = lock_status(manifest.id, target)
+    if locked is not None:
+        return locked
+    why_not = applicability(manifest, spec, target)
     if why_not is not None:
         return Status(manifest.id, manifest.version, why_not.state, str(target.root), why_not.message, why_not.advice)
     try:
         hotfix = catalog_hotfix(manifest, target, patch_files=patch_files)
     except HotfixError as exc:
         return Status(manifest.id, manifest.version, UNKNOWN, str(target.root), exc.message, exc.hint)
-    return status_from_files(hotfix, target, view)
+    return status_from_files(hotfix, target, view, option)
+
+
+def lock_status(hotfix_id: str, target: Target) -> Status | None:
+    """In a container (HOTFIX_LOCK names a lock that holds ``hotfix_id``, and nothing is recorded here):
+    the lock's own verdict and advice, the words `hotfix verify` (which reads HOTFIX_LOCK) prints -- the
+    fix comes from the mounts the lock declares, never from `hotfix apply` on the image. None otherwise."""
+    import os
+
+    from vllm_hotfix.txn import lockfile
+
+    named = os.environ.get(LOCK_ENV, "").strip()
+    if not named:
+        return None
+    try:
+        lock = lockfile.load_lock(Path(named))
+    except HotfixError:
+        return None
+    if hotfix_id not in {h.id for h in lock.hotfixes}:
+        return None
+
+    def installed(package: str) -> lockfile.Installed | None:
+        if package != target.package:
+            return None
+        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+                                  target.distribution)
+
+    (check,) = lockfile.check_lock(lock, installed, (hotfix_id,), bytecode=lambda s: in_interpreter(target.python, s))
+    files = tuple(f.to_json() for f in check.files)
+    return Status(hotfix_id, check.hotfix.version, check.state, str(target.root), f"{check.detail} (the lock {named})",
+                  lockfile.advice(check, lockfile.mount_line_for(Path(named))), files=files)
 
 
 @dataclass
@@ -202,7 +286,7 @@ class Survey:
         """The series of one target, read once per survey (every status of it shares the file reads)."""
         key = str(target.root)
         if key not in self._views:
-            self._views[key] = SeriesView.of(target, state)
+            self._views[key] = SeriesView.of(target, state, self.catalog)
         return self._views[key]
 
     def _record_status(self, target: Target, state: TargetState, recorded: RecordedHotfix) -> Status:
@@ -235,7 +319,8 @@ class Survey:
         """Every recorded hotfix of one target, in series order (an interrupted first apply: one line)."""
         if not state.hotfixes:  # only an interrupted first apply, or everything rolled back
             pending = TargetDir.of(target.root).pending()
-            return [interrupted("(unrecorded apply)", None, target.root, target_option(target))] if pending else []
+            return [interrupted("(unrecorded apply)", None, target.root, target_option(target, self.catalog))] \
+                if pending else []
         return [self._record_status(target, state, recorded) for recorded in state.hotfixes.values()]
 
     def everything(self, *, with_catalog: bool) -> list[Status]:
@@ -275,77 +360,9 @@ def _of_target(status: Status, target: Target, state: TargetState | None = None)
     position = None
     if state is not None and status.recorded and status.id in state.hotfixes:
         position = list(state.hotfixes).index(status.id) + 1
-    status = replace(status, distribution=target.distribution, installed_version=target.version, position=position)
+    status = replace(status, distribution=target.distribution, position=position,
+                     installed_version=status.installed_version if status.recorded else target.version)
     return through_mounts(status, target)
-
-
-def declared_by_lock(hotfix_id: str, paths: Sequence[str]) -> str | None:
-    """The lock that ``HOTFIX_LOCK`` names when it locks ``hotfix_id`` with each of ``paths``: the mounts
-    were declared by `hotfix export` + `hotfix compose` / `k8s` / `bake` (and `verify --lock` checks them at
-    every start). None when it is unset, unreadable, or says nothing of them."""
-    import os
-
-    from vllm_hotfix.txn.lockfile import load_lock
-
-    named = os.environ.get(LOCK_ENV, "").strip()
-    if not named:
-        return None
-    try:
-        lock = load_lock(Path(named))
-    except HotfixError:
-        return None
-    locked = {f.path for h in lock.hotfixes if h.id == hotfix_id for f in h.files}
-    return named if locked and set(paths) <= locked else None
-
-
-def mount_sources(mounts: Sequence[MountedFile]) -> str:
-    """Where mounted files come from, for a line: ``/srv/hotfix-pr77/mamba_hybrid.py`` (one), else each
-    with the file it is mounted over."""
-    return ", ".join(m.source + (f" (for {quote_path(m.path)})" if len(mounts) > 1 else "") for m in mounts)
-
-
-def refusal_through_mount(exc: HotfixError, target: Target, paths: Iterable[str]) -> HotfixError:
-    """A refusal to apply (not pristine, does not apply) about a file whose bytes come through a mount:
-    the same error, naming the mount, with the one hint that can work (neither `pip install
-    --force-reinstall` nor apply can change a mounted file)."""
-    mounted = mounted_files(target.root, [p for p in paths if p])
-    if not mounted:
-        return exc
-    first = next(iter(mounted.values()))
-    return type(exc)(f"{exc.message}; {quote_path(first.path)} is a bind mount from {first.source}",
-                     hint=MOUNT_REMEDY)
-
-
-MOUNT_REMEDY = ("remove the mount (and its line in the compose file) to get the installed file back, or mount the "
-                "patched file instead (`hotfix export ID --to DIR` + `hotfix compose`)")
-
-
-def through_mounts(status: Status, target: Target) -> Status:
-    """A status whose files come through a mount below the target root (seed 001: a patched file
-    bind-mounted over site-packages) says so: in effect only while the mount is, which a rebuild from a
-    compose file without it undoes; not in effect, the bytes to fix are the mount's source's, and no
-    reinstall or apply can change them."""
-    mounted = mounted_files(target.root, [f["path"] for f in status.files])
-    if not mounted:
-        return status
-    mounts = tuple(mounted.values())
-    files = tuple(dict(f, mount=mounted[f["path"]].to_json()) if f["path"] in mounted else f for f in status.files)
-    sources = mount_sources(mounts)
-    export = f"`hotfix export {status.id} --to hotfix-export`"
-    declared = declared_by_lock(status.id, [m.path for m in mounts])
-    if status.in_effect and declared:
-        detail = f"in effect through a bind mount from {sources}, declared by the lock {declared} ({LOCK_ENV})"
-        advice = None
-    elif status.in_effect:
-        detail = f"in effect through a bind mount from {sources}: a rebuild or a compose file without the mount loses it"
-        advice = (f"declare the mount where the container is defined: {export} + `hotfix compose {status.id} "
-                  f"--service SERVICE` (or `hotfix k8s`), and check it at start with `hotfix verify --lock`")
-    else:
-        first = mounts[0]
-        detail = f"{status.detail}; {quote_path(first.path)} is a bind mount from {first.source}".lstrip("; ")
-        advice = (f"{quote_path(first.path)} comes from the bind mount of {first.source}, which neither a reinstall nor "
-                  f"`hotfix apply` can change: {MOUNT_REMEDY.replace('ID', status.id)}")
-    return replace(status, files=files, detail=detail, advice=advice, mounts=mounts)
 
 
 def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],

@@ -127,6 +127,16 @@ def release_version(decided: "Decided", package: str) -> tuple[Optional[str], Op
                             str(decided.dist_info / "METADATA") if decided.dist_info else None)
 
 
+def distribution_of(decided: "Decided") -> Optional[str]:
+    """The distribution an install is: its metadata's name, else for a checkout its pyproject [project] name
+    (what `--root` says). The one rule for every command's Target and the guard (the fingerprint names it)."""
+    if decided.distribution is not None or decided.kind not in (EDITABLE, GIT):
+        return decided.distribution
+    from vllm_hotfix.install.version import project_name
+
+    return project_name(decided.root)
+
+
 def checkout_release(root: Path, package: Optional[str], metadata: Optional[str],
                      metadata_from: Optional[str]) -> tuple[Optional[str], Optional[str], Optional[str], Optional[str]]:
     """``release_version``'s tuple for the checkout at ``root`` (install/version.checkout_version, with

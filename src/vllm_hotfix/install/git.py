@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from vllm_hotfix.errors import Refused
 from vllm_hotfix.install.facts import find_work_tree  # noqa: F401 - the one rule, re-exported
-from vllm_hotfix.install.version import git_available  # noqa: F401 - re-exported
+from vllm_hotfix.install.version import checkout_owner_problem, git_available, git_env  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,37 @@ def _repo(root: Path, purpose: str):
             f"git is not installed here: cannot check {purpose} of {root}",
             hint="install git (apt-get install git) or pass the checkout as files with a known RECORD",
         )
+    return repository(root, f"cannot check {purpose}")
+
+
+def repository(root: Path, why: str):
+    """The GitPython Repo of the work tree holding ``root``, hardened: refused (exit 3, one line) when
+    another user owns it (``install.version.checkout_owner_problem``, git's dubious ownership), and every
+    git it runs gets ``install.version.git_env`` (no system/global configuration, no fsmonitor, hooks or
+    pager). ``why``: what cannot be done, for the messages."""
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     import git  # GitPython: imported here so commands that never touch git do not pay for it
 
     try:
-        return git.Repo(root, search_parent_directories=True)
+        repo = git.Repo(root, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise Refused(f"{root} is not a git work tree: cannot check {purpose}") from None
+        raise Refused(f"{root} is not a git work tree: {why}") from None
+    top = Path(repo.working_tree_dir) if repo.working_tree_dir else Path(repo.git_dir).parent
+    problem = checkout_owner_problem(top)
+    if problem is not None:
+        repo.close()
+        raise Refused(f"{problem}; {why}", hint=f"run hotfix as the user who owns {top} (sudo -u '#{os.lstat(top).st_uid}' "
+                      f"...), or give it to this user (chown -R)")
+    repo.git.update_environment(**git_env())
+    return repo
+
+
+def dubious(exc: Exception, top: Path | str) -> Refused | None:
+    """git's own "dubious ownership" refusal (a parent's .git, a worktree's gitdir) as the one-line error."""
+    if "dubious ownership" in str(getattr(exc, "stderr", "") or exc):
+        return Refused(f"{top}: git refuses this checkout (dubious ownership: another user owns it)",
+                       hint="run hotfix as the user who owns the checkout")
+    return None
 
 
 def _head_sha(repo) -> str | None:
@@ -65,9 +89,15 @@ def _resolve(repo, rev: str) -> str | None:
 
 def _status(repo) -> list[tuple[str, str]]:
     """(code, path) for every changed or untracked file, paths relative to the work tree."""
-    # GIT_OPTIONAL_LOCKS=0: a status query must not rewrite the user's .git/index (as `git status` does
-    # opportunistically), so looking at a checkout never writes to it.
-    raw = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", env={"GIT_OPTIONAL_LOCKS": "0"})
+    # GIT_OPTIONAL_LOCKS=0 (git_env): a status query must not rewrite the user's .git/index (as `git status`
+    # does opportunistically), so looking at a checkout never writes to it.
+    import git
+
+    try:
+        raw = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all")  # git_env: GIT_OPTIONAL_LOCKS=0
+    except git.GitCommandError as exc:
+        why = (str(exc.stderr or "").strip().splitlines() or [f"exit {exc.status}"])[-1]
+        raise dubious(exc, repo.working_tree_dir) or Refused(f"{repo.working_tree_dir}: git status failed: {why}") from None
     fields = raw.split("\0")
     result = []
     i = 0
@@ -183,8 +213,6 @@ def check_baseline(root: Path, expected_rev: str | None, allow: Iterable[str] = 
     return problems
 
 
-# No user or system configuration may change a merge or a diff (diff.noprefix, diff.algorithm, merge.conflictStyle...).
-_NO_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 
 
 def _git_tool(purpose: str, args: list[str], files: dict[str, bytes]) -> tuple[int, bytes]:
@@ -199,7 +227,7 @@ def _git_tool(purpose: str, args: list[str], files: dict[str, bytes]) -> tuple[i
         for name, data in files.items():
             (Path(tmp) / name).write_bytes(data)
         done = subprocess.run([os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git"), *args], cwd=tmp,
-                              capture_output=True, env={**os.environ, **_NO_CONFIG})
+                              capture_output=True, env=git_env())  # no configuration changes a merge or a diff
     if done.returncode < 0 or done.returncode > 127:
         why = done.stderr.decode("utf-8", "replace").strip().splitlines()
         raise Refused(f"{purpose}: git failed: {why[0] if why else f'exit {done.returncode}'}")

@@ -97,8 +97,8 @@ _started: dict[tuple[str, bool, str | None], Any] = {}  # probes started ahead o
 def interpreter_path(python: str | None) -> str:
     """The interpreter a --python value names (a venv directory names its bin/python); None: this one."""
     interpreter = python or sys.executable
-    if Path(interpreter).is_dir() and (Path(interpreter) / "bin" / "python").exists():
-        interpreter = str(Path(interpreter) / "bin" / "python")  # a venv given by its directory
+    if os.path.isdir(interpreter) and os.path.exists(os.path.join(interpreter, "bin", "python")):  # never raise:
+        interpreter = str(Path(interpreter) / "bin" / "python")  # a venv given by its directory (EACCES: run_probe says)
     return interpreter
 
 
@@ -143,7 +143,7 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False,
     try:
         process = _started.pop((interpreter, do_import, guard), None) or _spawn_probe(interpreter, do_import, guard)
     except (OSError, ValueError) as exc:
-        raise _cannot_start(interpreter, exc) from None
+        raise cannot_start(interpreter, exc) from None
     try:
         with process:
             try:
@@ -162,7 +162,7 @@ def run_probe(package: str, python: str | None = None, do_import: bool = False,
                      hint="it must be a Python 3.10-3.13 interpreter")
 
 
-def _cannot_start(interpreter: str, exc: Exception) -> UsageError:
+def cannot_start(interpreter: str, exc: Exception) -> UsageError:
     """Why ``interpreter`` could not be started, as a usage error (exit 2): it is what --python named."""
     hint = "give the path of the python that runs vLLM, e.g. /opt/venv/bin/python"
     if isinstance(exc, FileNotFoundError):
@@ -171,6 +171,14 @@ def _cannot_start(interpreter: str, exc: Exception) -> UsageError:
         return UsageError(f"--python {interpreter}: is a directory, not an interpreter (nor a venv with "
                           f"bin/python)", hint=hint)
     if isinstance(exc, PermissionError):
+        try:
+            os.stat(interpreter)
+        except PermissionError:  # a folder on the way this user may not search: it cannot even be looked at
+            return UsageError(f"--python {interpreter}: this user (uid {os.geteuid()}) cannot reach it (permission "
+                              f"denied on the way)", hint="run hotfix as a user who can run that interpreter (the "
+                                                          "one vLLM runs as), or give that user access")
+        except OSError:
+            pass
         return UsageError(f"--python {interpreter}: not executable", hint=hint)
     if isinstance(exc, OSError) and exc.errno == errno.ENOEXEC:
         return UsageError(f"--python {interpreter}: not a program this system can run (Exec format error)",
@@ -257,7 +265,7 @@ def target_from_facts(facts: dict[str, Any]) -> Target:
 
     return Target(
         package=package,
-        distribution=dist["name"] if dist else None,
+        distribution=install_facts.distribution_of(decided),
         version=version,
         kind=kind,
         package_dir=package_dir,

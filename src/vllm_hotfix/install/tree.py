@@ -10,6 +10,7 @@ from pathlib import Path
 from vllm_hotfix.core.apply import FileState
 from vllm_hotfix.core.safety import check_patch_path
 from vllm_hotfix.errors import Refused
+from vllm_hotfix.inputs import TARGET_FILE_LIMIT, Unfit, read_input, size_text
 from vllm_hotfix.output import quote_path
 
 
@@ -114,14 +115,22 @@ class Tree:
             raise Refused(f"{quote_path(relpath)}: leads outside {self.root} through a symlink (to {real})")
 
     def read(self, relpath: str) -> FileState | None:
+        """The file's bytes and mode, through ``inputs.read_input`` (the one reader of data files): opened
+        with O_NOFOLLOW | O_NONBLOCK, so a link swapped in after the check is refused by the open itself and
+        a FIFO or device never blocks; a regular file only; at most ``TARGET_FILE_LIMIT``."""
         path = self.checked_path(relpath)
         started_ns = time.time_ns()
         try:
-            with open(path, "rb") as fh:
-                info = os.fstat(fh.fileno())
-                if not stat.S_ISREG(info.st_mode):
-                    raise Refused(f"{quote_path(relpath)}: not a regular file under {self.root}")
-                data = fh.read()
+            data, info = read_input(path, cap=TARGET_FILE_LIMIT, what="target file", follow_symlinks=False)
+        except Unfit as exc:
+            if exc.why == "link":
+                raise Refused(f"{quote_path(relpath)}: is a symbolic link under {self.root}; only regular files "
+                              f"are patched") from None
+            if exc.why == "large":
+                raise Refused(f"{quote_path(relpath)}: is over the {size_text(TARGET_FILE_LIMIT)} a target file may "
+                              f"be, under {self.root}") from None
+            what = "is a directory" if os.path.isdir(path) else "not a regular file"
+            raise Refused(f"{quote_path(relpath)}: {what} under {self.root}") from None
         except FileNotFoundError:
             return None
         except NotADirectoryError:

@@ -81,9 +81,61 @@ def checkout_version(root: Path, package: str | None, *, metadata: str | None = 
     return CheckoutVersion(version=None, source=None, detail=None, distribution=name)
 
 
+def project_name(root: Path) -> str | None:
+    """pyproject.toml's [project] name of the checkout at ``root`` (None: none): its distribution when no
+    metadata names one (what ``checkout_version`` reports too, without deriving the version)."""
+    name = _pyproject(Path(root)).get("name")
+    return name if isinstance(name, str) else None
+
+
 def git_available() -> bool:
     """A git binary is on PATH (or GIT_PYTHON_GIT_EXECUTABLE names one)."""
     return shutil.which(os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git")) is not None
+
+
+# -- every git we run, hardened (subprocess and GitPython alike) ------------------------------------------
+# A checkout is input: its .git/config can name a core.fsmonitor command that `git status` runs, hooks,
+# a pager. The caller's own configuration is not ours to take either (diff.noprefix changes a diff, and
+# `safe.directory=*`, common in images and CI, would make git run another user's fsmonitor as root).
+# So: no system or global configuration, and these set on the command line (GIT_CONFIG_COUNT: git -c).
+GIT_OVERRIDES = (("core.fsmonitor", "false"), ("core.hooksPath", os.devnull), ("core.pager", "cat"),
+                 ("core.untrackedCache", "false"), ("diff.external", ""), ("core.sshCommand", "false"),
+                 ("protocol.allow", "never"), ("core.askPass", ""), ("credential.helper", ""))
+
+
+def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of every git command vllm-hotfix runs: no system or global configuration
+    (GIT_CONFIG_NOSYSTEM, GIT_CONFIG_GLOBAL and XDG_CONFIG_HOME pointed at nothing), ``GIT_OVERRIDES``
+    as command-line configuration (the repository's fsmonitor, hooks and pager never run), no optional
+    locks (looking at a checkout never rewrites its index), no prompt, the C locale."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_CONFIG")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, XDG_CONFIG_HOME=os.devnull,
+               GIT_ATTR_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C",
+               GIT_CONFIG_COUNT=str(len(GIT_OVERRIDES)))
+    for index, (key, value) in enumerate(GIT_OVERRIDES):
+        env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = key, value
+    env.update(extra or {})
+    return env
+
+
+def checkout_owner_problem(top: Path) -> str | None:
+    """Why git must not run in the work tree ``top`` for this user (None: it may): git's own rule for a
+    "dubious ownership", without what safe.directory would excuse -- the work tree and its .git must be
+    owned by this user (as root under sudo, by SUDO_UID, as git allows). The one rule, asked before any
+    git runs in a checkout (install/git.py, catalog/upstream.py, ``_from_git``)."""
+    me = os.geteuid()
+    allowed = {me}
+    if me == 0 and os.environ.get("SUDO_UID", "").isdigit():
+        allowed.add(int(os.environ["SUDO_UID"]))
+    for path in (top, top / ".git"):
+        try:
+            owner = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if owner not in allowed:
+            return (f"{path} is owned by uid {owner}, not by this user (uid {me}): git calls such a checkout "
+                    f"\"dubious ownership\", and vllm-hotfix runs no git in it, whatever safe.directory says")
+    return None
 
 
 def next_dev_version(tag_version: str, distance: int, node: str | None) -> str:
@@ -116,8 +168,13 @@ def _from_git(root: Path) -> tuple[str, str, str] | None:
     repository or a version tag."""
     if not git_available() or not (root.is_dir()):
         return None
+    from vllm_hotfix.install.facts import find_work_tree
+
+    top = find_work_tree(root)
+    if top is None or checkout_owner_problem(top) is not None:
+        return None
     git = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git")
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+    env = git_env()
     try:
         done = subprocess.run([git, "-C", str(root), "describe", "--tags", "--long", "--abbrev=40", "--match", "*[0-9]*"],
                               capture_output=True, text=True, timeout=GIT_TIMEOUT, env=env, stdin=subprocess.DEVNULL)

@@ -51,6 +51,30 @@ def write_new_file(path: str | os.PathLike, data: bytes, mode: int, *, fsync: bo
         os.close(fd)
 
 
+def copy_new_file(source: str | os.PathLike, path: str | os.PathLike, mode: int = 0o644, *, fsync: bool = False) -> None:
+    """Create ``path`` (which must not exist) holding the bytes of ``source``, with permission bits ``mode``
+    from the start whatever the umask (``shutil.copyfile`` makes 0666 under umask 000, and a file that is
+    writable by others even for a moment can be opened for writing and kept open)."""
+    import shutil
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode & 0o777)
+    try:
+        if mode & 0o7777 != mode & 0o777 & ~UMASK:
+            os.fchmod(fd, mode)
+        with open(source, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        if fsync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        fd = -1
+        unlink_if_present(path)
+        raise
+    finally:
+        if fd != -1:
+            os.close(fd)
+
+
 def fsync_dir(directory: str | os.PathLike) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from vllm_hotfix.inputs import TARGET_FILE_LIMIT as BACKUP_CAP, Unfit, read_input
 from vllm_hotfix.output import note
 from vllm_hotfix.paths import JOURNAL_NAME
-from vllm_hotfix.txn.atomic import unlink_if_present
+from vllm_hotfix.txn.atomic import copy_new_file, unlink_if_present
 from vllm_hotfix.txn.writable import describe
 
 JOURNAL = JOURNAL_NAME  # the name is defined once, in paths
@@ -255,12 +256,14 @@ def signals_blocked() -> Iterator[None]:
 
 
 def link_backup(original: Path, backup: Path) -> None:
+    """A hard link of ``original`` at ``backup``, else (another file system, a link refused) a copy made
+    with mode 0o644 whatever the umask."""
     try:
         os.link(original, backup)
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
             raise
-        shutil.copyfile(original, backup)
+        copy_new_file(original, backup)
 
 
 def remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
@@ -278,9 +281,18 @@ def remove_emptied_dirs(root: Path, deleted: list[str]) -> list[str]:
     return removed
 
 
+NOT_REGULAR = "not-a-regular-file"  # file_sha256 of a link, FIFO or device: equal to no digest
+
+
 def file_sha256(path: Path) -> str | None:
+    """sha256 of the regular file at ``path`` (None: absent), read through ``inputs.read_input``: never
+    through a link, never blocking on a FIFO; a link or special file hashes to ``NOT_REGULAR``."""
     try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
+        data, _ = read_input(path, cap=BACKUP_CAP, what="file", follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except Unfit as exc:
+        if exc.why == "large":
+            raise OSError(errno.EFBIG, exc.message, str(path)) from None
+        return NOT_REGULAR
+    return hashlib.sha256(data).hexdigest()

@@ -24,7 +24,7 @@ from vllm_hotfix.paths import TargetDir, read_own_file
 
 HISTORY_CAP = 1 << 20       # a file is rotated before a line would take it over this (~3,000 entries)
 HISTORY_LIMIT = 2 << 20     # what a history file we wrote can be when read back; larger is not ours
-OUTCOMES = ("applied", "upgraded", "adopted", "rolled-back")
+OUTCOMES = ("applied", "upgraded", "adopted", "rolled-back", "forgotten")  # forgotten: a record of another release
 FINGERPRINT_PREFIX = "hf1-"
 
 
@@ -86,7 +86,7 @@ def parse_line(line: bytes, source: str) -> Entry:
 
 def _read(path: Path) -> bytes:
     try:
-        return read_own_file(path, limit=HISTORY_LIMIT) or b""
+        return read_own_file(path, limit=HISTORY_LIMIT, owned=True) or b""
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read the history: {exc.strerror}",
                            hint="fix its permissions (the user running hotfix must read it)") from None

@@ -36,6 +36,7 @@ from vllm_hotfix.core.apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
+from vllm_hotfix.paths import check_trusted, make_state_dir
 from vllm_hotfix.txn.atomic import UMASK, atomic_write, fsync_dir, temp_path_for, write_new_file
 from vllm_hotfix.txn.fsops import (
     BACKUPS, JOURNAL, RECORD_BACKUP, Interrupted, link_backup, describe, discard_backups, drop_bytecode,
@@ -142,6 +143,7 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
     root = Path(root)
     journal_dir = Path(journal_dir)
     tree = tree if tree is not None else Tree(root)
+    check_trusted(journal_dir, journal_dir / BACKUPS)  # before anything in them is written or removed
     if (journal_dir / JOURNAL).exists():
         raise Refused(f"{journal_dir / JOURNAL}: an interrupted apply was not recovered",
                       hint=f"run `hotfix recover --root {root}`")
@@ -173,7 +175,7 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
             # step 6: the record (and the history), inside the transaction
             for path, data in records:
                 at.current = str(path)
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_state_dir(path.parent)
                 atomic_write(path, data)
             if fsync:
                 at.current = "directories"
@@ -217,7 +219,8 @@ def _write_journal(ops: list[FileOp], paths: dict[str, str], record: dict, journ
     the path, else a link of our own), then ``journal.json`` naming them, durable."""
     backups = journal_dir / BACKUPS
     discard_backups(journal_dir)
-    backups.mkdir(parents=True)
+    make_state_dir(backups)  # journal/ and journal/backups/ 0o755 whatever the umask, then checked
+    check_trusted(journal_dir, backups)
     hashes = parallel(sha256_hex, [op.before for op in ops] + [op.after for op in ops])  # once: remembered
     for number, own in enumerate(records):  # the state folder's files of the change (record, history)
         at.current = str(own[0])

@@ -9,44 +9,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from vllm_hotfix.core import verdict
 from vllm_hotfix.core.data import load_json
-from vllm_hotfix.core.docfields import Fields, is_identifier
+from vllm_hotfix.core.docfields import Fields
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, FileCheck
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.paths import LOCK_LIMIT, LOCK_NAME, read_own_file
 from vllm_hotfix.values import Value
 
+if TYPE_CHECKING:
+    from vllm_hotfix.txn.lockcode import LockedCode
+
 SCHEMA = 1
-
-
-class LockedName(Value):
-    """A function, method or class a locked hotfix's hunks touch in one file (core/codeprint.py)."""
-
-    name: str  # qualified name in the file's module: "MambaHybridModelState.add_request"
-    kind: str  # core.codeprint.KINDS: "function", "method", "class"
-    fingerprint: Optional[str]  # of its code compiled from the file that runs (None: not defined there)
-
-
-class LockedCode(Value):
-    """What a locked file's fix changes in code, and for which interpreter the fingerprints hold."""
-
-    interpreter: str  # the cache tag of the interpreter export compiled in: "cpython-311"
-    names: tuple[LockedName, ...]
-
-    def describe(self) -> str:
-        """One line: the names and kinds, and the interpreter of the fingerprints (export, verify --lock)."""
-        from vllm_hotfix.output import quote_path
-
-        names = ", ".join(f"{quote_path(n.name)} ({n.kind})" for n in self.names) or \
-            "no function, method or class (module-level lines only)"
-        return f"code: {names} [fingerprints for {quote_path(self.interpreter)}]"
-
-    def to_json(self) -> dict:
-        return {"interpreter": self.interpreter,
-                "names": [{"name": n.name, "kind": n.kind, "fingerprint": n.fingerprint} for n in self.names]}
 
 
 class LockedFile(Value):
@@ -56,7 +32,7 @@ class LockedFile(Value):
     sha256: str  # of the patched content
     baseline_sha256: Optional[str]  # of the pristine file the patch was computed from (None: created)
     export: str  # relative to the export directory (where hotfix.lock lives)
-    code: Optional[LockedCode] = None  # optional: locks written before names were locked have none
+    code: Optional[LockedCode] = None  # txn/lockcode.py; optional: locks written before names were locked have none
 
 
 class LockedHotfix(Value):
@@ -79,6 +55,8 @@ class Lock(Value):
     hotfixes: tuple[LockedHotfix, ...]
     generator: str = ""
     schema: int = SCHEMA
+    version: Optional[int] = None  # the lock's counter (`hotfix export` raises it): a policy's min_version
+    expires: Optional[str] = None  # RFC 3339 UTC (YYYY-MM-DDTHH:MM:SSZ) after which a policy refuses it
 
     def select(self, ids) -> tuple[LockedHotfix, ...]:
         """The locked hotfixes with these ids (all when ``ids`` is empty); InvalidInput names unknown ones."""
@@ -134,6 +112,11 @@ class HotfixCheck(Value):
 def load_lock(path: Path) -> Lock:
     """The lock at ``path``, read as input (a regular file, no symlink followed, never blocking, at most
     LOCK_LIMIT bytes) and validated (``parse_lock``)."""
+    return read_lock(path)[1]
+
+
+def read_lock(path: Path) -> tuple[bytes, Lock]:
+    """``load_lock`` and the very bytes it parsed (what a signature covers: read once, judged once)."""
     if "\x00" in str(path):
         raise InvalidInput(f"{str(path)!r}: a lock path cannot contain a NUL byte")
     try:
@@ -142,7 +125,7 @@ def load_lock(path: Path) -> Lock:
         raise InvalidInput(f"{path}: cannot read lock file: {exc.strerror}") from None
     if data is None:
         raise InvalidInput(f"{path}: lock file not found", hint="run `hotfix export ID... --to DIR` to write DIR/hotfix.lock")
-    return parse_lock(data, source=str(path))
+    return data, parse_lock(data, source=str(path))
 
 
 def parse_lock(data: bytes, *, source: str = LOCK_NAME) -> Lock:
@@ -166,13 +149,25 @@ def parse_lock(data: bytes, *, source: str = LOCK_NAME) -> Lock:
         if h.id in seen:
             raise f.fail(f"hotfixes[{i}].id", f"{h.id!r} is locked twice")
         seen.add(h.id)
+    version = f.get(doc, "", "version", int, required=False)
+    if version is not None and not 1 <= version < 1 << 53:
+        raise f.fail("version", f"expected a counter from 1, got {version}")
+    expires = f.text(doc, "", "expires", required=False, limit=20)
+    if expires is not None and _utc(expires) is None:
+        raise f.fail("expires", f"expected a UTC time as YYYY-MM-DDTHH:MM:SSZ, got {expires!r}")
     lock = Lock(schema=schema, generator=f.text(doc, "", "generator", required=False) or "",
-                site_packages=site_packages, hotfixes=read)
+                site_packages=site_packages, hotfixes=read, version=version, expires=expires)
     try:
         lock_series_checks(lock, lambda path: (None, None))  # the files of one path must chain
     except verdict.BrokenSeries as exc:
         raise InvalidInput(f"{source}: hotfixes: the locked series does not chain: {exc}") from None
     return lock
+
+
+def _utc(text: str) -> Optional[int]:
+    from vllm_hotfix.core.trust import parse_utc  # here: a lock without `expires` costs the guard nothing more
+
+    return parse_utc(text)
 
 
 def _read_hotfix(f: Fields, doc: Any, where: str) -> LockedHotfix:
@@ -216,57 +211,22 @@ def _read_file(f: Fields, doc: Any, where: str) -> LockedFile:
     doc = f.mapping(doc, where)
     path = f.relpath(doc, where, "path")
     code = doc.get("code")
+    if code is not None:
+        from vllm_hotfix.txn.lockcode import read_code  # only for a lock with code names: the guard's import cost
     return LockedFile(
         path=path,
         sha256=f.sha256(doc, where, "sha256"),
         baseline_sha256=f.sha256(doc, where, "baseline_sha256", required=False),
         export=f.relpath(doc, where, "export"),
-        code=None if code is None else _read_code(f, code, f.at(where, "code"), path),
+        code=None if code is None else read_code(f, code, f.at(where, "code"), path),
     )
-
-
-CODE_NAMES_LIMIT = 512  # names one file's fix can touch; more is not a hotfix
-_KINDS = ("class", "method", "function")  # core.codeprint.KINDS (not imported: the guard's path)
-
-
-def _read_code(f: Fields, doc: Any, where: str, path: str) -> LockedCode:
-    """A file's ``code``: the interpreter (a cache tag) and the touched names, each a dotted identifier
-    of a Python file's module, once, with a kind and a fingerprint (64 hex) or null."""
-    doc = f.mapping(doc, where)
-    interpreter = f.text(doc, where, "interpreter", limit=32)
-    if not interpreter or not all(c.isascii() and (c.isalnum() or c in "_.-") for c in interpreter):
-        raise f.fail(f.at(where, "interpreter"), f"not an interpreter cache tag: {interpreter!r}")
-    items = f.items(f.get(doc, where, "names", list), f.at(where, "names"))
-    if not path.endswith(".py"):
-        raise f.fail(where, f"{path!r} is not a Python file: it has no code names")
-    if len(items) > CODE_NAMES_LIMIT:
-        raise f.fail(f.at(where, "names"), f"{len(items)} names, at most {CODE_NAMES_LIMIT}")
-    names, seen = [], set()
-    for i, item in enumerate(items):
-        at = f"{f.at(where, 'names')}[{i}]"
-        item = f.mapping(item, at)
-        name = f.text(item, at, "name", limit=512)
-        if not all(is_identifier(part) for part in name.split(".")):
-            raise f.fail(f.at(at, "name"), f"not a qualified name: {name!r}")
-        if name in seen:
-            raise f.fail(f.at(at, "name"), f"{name!r} is named twice")
-        seen.add(name)
-        kind = f.text(item, at, "kind", limit=16)
-        if kind not in _KINDS:
-            raise f.fail(f.at(at, "kind"), f"expected one of {', '.join(_KINDS)}, got {kind!r}")
-        if kind == "method" and "." not in name:
-            raise f.fail(f.at(at, "kind"), f"a method is named Class.method, got {name!r}")
-        names.append(LockedName(name, kind, f.sha256(item, at, "fingerprint", required=False)))
-    return LockedCode(interpreter, tuple(names))
-
-
-def _dump_code(code: Optional[LockedCode]) -> dict:
-    return {} if code is None else {"code": code.to_json()}
 
 
 def dump_lock(lock: Lock) -> bytes:
     doc = {
         "schema": lock.schema,
+        **({"version": lock.version} if lock.version is not None else {}),
+        **({"expires": lock.expires} if lock.expires is not None else {}),
         "generator": lock.generator,
         "site_packages": lock.site_packages,
         "hotfixes": [
@@ -275,7 +235,7 @@ def dump_lock(lock: Lock) -> bytes:
                 "baseline_version": h.baseline_version, "fixed_in": h.fixed_in, "versions": h.versions,
                 "files": [
                     {"path": f.path, "sha256": f.sha256, "baseline_sha256": f.baseline_sha256, "export": f.export,
-                     **_dump_code(f.code)}
+                     **({} if f.code is None else {"code": f.code.to_json()})}
                     for f in h.files
                 ],
             }
@@ -321,10 +281,11 @@ def lock_series_checks(lock: Lock, current: Callable[[str], tuple]) -> dict:
 
 
 def check_lock(
-    lock: Lock, resolve: Callable[[str], Optional[Installed]], ids=()
+    lock: Lock, resolve: Callable[[str], Optional[Installed]], ids=(), bytecode: Optional[Callable] = None
 ) -> list[HotfixCheck]:
     """Check every (or each named) locked hotfix in the lock's series; ``resolve(package)`` is asked
-    once per package and every locked file is read once."""
+    once per package and every locked file is read once. ``bytecode(sources)``: {real source path:
+    [(pyc, why)]} (install/bytecode.py, in the interpreter checked) for the modules of applied hotfixes."""
     resolved: dict[str, Optional[Installed]] = {}
 
     def installed(package: str) -> Optional[Installed]:
@@ -342,7 +303,24 @@ def check_lock(
         return sha256_file(where), str(where)
 
     checks = lock_series_checks(lock, current)
-    return [_judge(hotfix, installed(hotfix.package), checks[hotfix.id]) for hotfix in lock.select(ids)]
+    judged = [_judge(hotfix, installed(hotfix.package), checks[hotfix.id]) for hotfix in lock.select(ids)]
+    sources = sorted({f.where for c in judged if c.state == APPLIED for f in c.files
+                      if f.where and f.path.endswith(".py") and f.sha256 is not None})
+    stale = bytecode(sources) if bytecode is not None and sources else {}
+    return [_stale_bytecode(c, stale) if c.state == APPLIED and stale else c for c in judged]
+
+
+def _stale_bytecode(check: HotfixCheck, stale: dict) -> HotfixCheck:
+    entries = [(f.where, pyc, why) for f in check.files if f.where in stale for pyc, why in stale[f.where]]
+    if not entries:
+        return check
+    from vllm_hotfix.output import quote_path
+
+    source, pyc, why = entries[0]
+    more = f" (+{len(entries) - 1} more)" if len(entries) > 1 else ""
+    state, detail = verdict.judge(check.files, stale_bytecode=f"Python would load {quote_path(pyc)} instead of "
+                                                              f"{quote_path(source)}: {why}{more}")
+    return HotfixCheck(check.hotfix, state, check.installed_version, check.files, detail)
 
 
 def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -> HotfixCheck:
@@ -361,10 +339,23 @@ def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -
                                           distribution=hotfix.distribution),
         recorded_release=hotfix.baseline_version, installed_release=version, moved=moved,
         distribution=hotfix.distribution)
-    if state == verdict.LOST and verdict.release_change(hotfix.baseline_version, version, moved) is not None:
+    if state == verdict.STALE:
         detail = (f"{hotfix.distribution} is {version} here, the lock was exported from {hotfix.baseline_version}: "
                   f"re-export against this image")
     return HotfixCheck(hotfix, state, version, files, detail)
+
+
+def mount_line_for(lock_file: Path) -> Callable[[LockedFile, FileCheck], str]:
+    """The compose volume line that puts a locked file back: the exported copy beside the lock when it is
+    there, else where `hotfix compose` expects the export (``./hotfix-export``)."""
+    def mount_line(locked: LockedFile, check: FileCheck) -> str:
+        beside_lock = Path(lock_file).absolute().parent / locked.export
+        source = str(beside_lock) if beside_lock.is_file() else f"{DEFAULT_EXPORT_SOURCE}/{locked.export}"
+        return f"{source}:{check.where}:ro"
+    return mount_line
+
+
+DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` default
 
 
 def _normalised(name: str) -> str:
@@ -374,14 +365,34 @@ def _normalised(name: str) -> str:
 def fingerprint(checks) -> str:
     """core.fingerprint of these checks: each hotfix's id and version, the distribution and the version
     installed, and the sha256 each file has *now* (what this interpreter really loads)."""
+    from vllm_hotfix.core.fingerprint import fingerprint as digest
+
+    return digest(fingerprint_entries(checks))
+
+
+def expected_fingerprint(lock: Lock) -> str:
+    """The fingerprint of ``lock`` in effect: what ``fingerprint`` gives for the checks of an install on
+    the locked baseline whose every file holds the top of its series (what the guard and `verify --lock`
+    print there). What a bundle is labelled with, and what admission approves."""
     from vllm_hotfix.core.fingerprint import Entry, fingerprint as digest
 
-    return digest(Entry(c.hotfix.id, c.hotfix.version, c.hotfix.distribution, c.installed_version,
-                        tuple((f.path, f.sha256) for f in c.files)) for c in checks)
+    top = {f.path: f.sha256 for f in lock.mounted_files()}
+    return digest(Entry(h.id, h.version, h.distribution, h.baseline_version, tuple((f.path, top[f.path]) for f in h.files))
+                  for h in lock.hotfixes)
 
 
-def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str]) -> Optional[str]:
-    """What to do about one hotfix check; ``mount_line`` renders the compose volume to restore."""
+def fingerprint_entries(checks) -> list:
+    """The core.fingerprint entries of these checks (the guard merges them with its records' entries)."""
+    from vllm_hotfix.core.fingerprint import Entry
+
+    return [Entry(c.hotfix.id, c.hotfix.version, c.hotfix.distribution, c.installed_version,
+                  tuple((f.path, f.sha256) for f in c.files)) for c in checks]
+
+
+def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str],
+           option: str = "--python PY") -> Optional[str]:
+    """What to do about one hotfix check; ``mount_line`` renders the compose volume to restore, ``option``
+    names the interpreter checked (and the catalogs given) for the commands it prints."""
     h = check.hotfix
     if check.state == APPLIED:
         return None
@@ -390,10 +401,13 @@ def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str
                 f"drop the {h.id} bind mounts from the compose service and the lock")
     if check.installed_version is None and all(f.where is None for f in check.files):
         return f"package {h.package!r} not found in this interpreter: check --python / the image"
-    if verdict.release_change(h.baseline_version, check.installed_version, None) is not None:
+    if check.state == verdict.STALE:
         return (f"{h.distribution} is {check.installed_version} here, the lock was exported from "
-                f"{h.baseline_version}: re-export {h.id} against this image (`hotfix export {h.id} --python "
-                f"<this image's python>`) and mount what it writes")
+                f"{h.baseline_version}: re-export {h.id} against this image (`hotfix export {h.id} --to "
+                f"hotfix-export {option}`) and mount what it writes")
+    if check.state == verdict.STALE_BYTECODE:
+        return (f"{check.detail}: remove those __pycache__ entries from the image (or build it with "
+                f"`PYTHONDONTWRITEBYTECODE=1`); the mounted files themselves are right")
     lines = []
     by_path = {f.path: f for f in h.files}
     for f in check.files:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
@@ -16,8 +16,8 @@ from vllm_hotfix.core.docfields import Fields, relpath_problem
 from vllm_hotfix.errors import HotfixError, InvalidInput, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import HISTORY_NAME, HISTORY_ROTATED, STATE_NAME
-from vllm_hotfix.txn.atomic import TEMP_SUFFIX, fsync_dir, temp_path_for, unlink_if_present
+from vllm_hotfix.paths import HISTORY_NAME, HISTORY_ROTATED, STATE_NAME, owner_problem, trust_problem
+from vllm_hotfix.txn.atomic import TEMP_SUFFIX, copy_new_file, fsync_dir, temp_path_for, unlink_if_present
 from vllm_hotfix.txn.fsops import (
     BACKUPS, JOURNAL, RECORD_BACKUP, describe, discard_backups, drop_bytecode, file_sha256, signals_blocked,
 )
@@ -44,9 +44,12 @@ def _restore_record(entry: dict, journal_dir: Path, tag: str) -> None:
         return
     if file_sha256(path) == entry["before_sha256"]:
         return
+    backup = journal_dir / entry["backup"]
+    if file_sha256(backup) != entry["before_sha256"]:
+        raise OSError(errno.EIO, "the backup does not hold the bytes the journal names", str(backup))
     temp = temp_path_for(path, f"{tag}-restore")
     unlink_if_present(temp)
-    shutil.copyfile(journal_dir / entry["backup"], temp)
+    copy_new_file(backup, temp)  # 0o644 whatever the umask
     os.replace(temp, path)
     fsync_dir(path.parent)
 
@@ -61,13 +64,21 @@ def _put_back(path: Path, backup: Path, entry: dict, tag: str, current_sha256: s
         pass
     if current_sha256 == entry["before_sha256"] and (os.stat(path).st_mode & 0o7777) == entry["before_mode"]:
         return
+    info = os.lstat(backup)
+    if not stat.S_ISREG(info.st_mode) or file_sha256(backup) != entry["before_sha256"]:
+        raise OSError(errno.EIO, "the backup is not the original the journal names", str(backup))
     temp = temp_path_for(path, f"{tag}-restore")
     os.makedirs(os.path.dirname(temp), exist_ok=True)
     unlink_if_present(temp)
-    try:
-        os.link(backup, temp)
-    except OSError:
-        shutil.copyfile(backup, temp)
+    linked = False
+    if owner_problem(info) is None:  # ours (or root's): the original's very inode goes back
+        try:
+            os.link(backup, temp)
+            linked = True
+        except OSError:
+            pass
+    if not linked:  # a copy, never a link of a file another user owns into the target
+        copy_new_file(backup, temp, entry["before_mode"] & 0o777)
     os.chmod(temp, entry["before_mode"])
     os.replace(temp, path)
 
@@ -152,7 +163,7 @@ def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
     path = journal_dir / JOURNAL
     hint = "restore the files listed in it by hand from its backups/, then remove it"
     try:
-        data = read_own_file(path, limit=JOURNAL_LIMIT)
+        data = read_own_file(path, limit=JOURNAL_LIMIT, owned=True)
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read the journal: {exc.strerror}", hint=hint) from None
     if data is None:
@@ -214,10 +225,11 @@ def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
 
 
 def journal_root(journal_dir: Path) -> str | None:
-    """The target root a pending journal names (validated), None when it cannot be read (gc)."""
+    """The target root a pending journal names (validated), None when it cannot be read or trusted (gc)."""
     try:
+        check_untrusted_journal(Path(journal_dir))
         return read_journal(journal_dir)["root"]
-    except InvalidInput:
+    except (InvalidInput, WriteFailed):
         return None
 
 
@@ -225,6 +237,27 @@ def _remove_stray_temps(journal_dir: Path) -> None:
     for name in os.listdir(journal_dir):
         if name.endswith(TEMP_SUFFIX):
             (journal_dir / name).unlink(missing_ok=True)
+
+
+def check_untrusted_journal(journal_dir: Path) -> None:
+    """WriteFailed (exit 6) when the journal's folder, its backups or journal.json itself could have been
+    written by another user (``paths.trust_problem`` / ``paths.owner_problem``, the state tree's one trust
+    rule): interrupted work found there is reported, never replayed (it would put that user's bytes into
+    the target and delete what the journal names)."""
+    from vllm_hotfix.errors import WriteFailed
+
+    journal = journal_dir / JOURNAL
+    found = [(d, trust_problem(d)) for d in (journal_dir, journal_dir / BACKUPS)]
+    try:
+        found.append((journal, owner_problem(os.lstat(journal))))
+    except FileNotFoundError:
+        pass
+    for where, problem in found:
+        if problem is not None:
+            what = "an interrupted transaction" if os.path.lexists(journal) else "what it holds"
+            raise WriteFailed(f"{where}: {problem}; {what} was not replayed: another user could have written it",
+                              hint=f"inspect {journal_dir} (who wrote it?), restore the files by hand if the "
+                                   f"transaction was yours, then remove it (README: Trust model)")
 
 
 def recover(journal_dir: Path, root: Path | str | None = None) -> RecoveryReport | None:
@@ -236,8 +269,9 @@ def recover(journal_dir: Path, root: Path | str | None = None) -> RecoveryReport
     journal_dir = Path(journal_dir)
     if not journal_dir.is_dir():
         return None
-    _remove_stray_temps(journal_dir)
     journal = journal_dir / JOURNAL
+    check_untrusted_journal(journal_dir)
+    _remove_stray_temps(journal_dir)
     if not journal.exists():
         discard_backups(journal_dir)
         return None
@@ -285,14 +319,3 @@ def remove_stray_temps(root: Path, paths: Iterable[str]) -> list[str]:
                     continue
                 removed.append(os.path.relpath(entry.path, root))
     return sorted(removed)
-
-
-def recover_target(root: Path) -> None:
-    """``recover`` the journal of the target ``root`` and say so; call with the target lock held."""
-    from vllm_hotfix.output import note
-    from vllm_hotfix.paths import TargetDir
-
-    report = recover(TargetDir.of(root).journal)
-    if report is not None:
-        note(f"recovered an interrupted apply on {root}: {len(report.restored)} file(s) restored, "
-             f"{len(report.removed)} created file(s) removed")

@@ -15,9 +15,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vllm_hotfix.core.data import load_json
-from vllm_hotfix.core.docfields import Fields
+from vllm_hotfix.core.docfields import Fields, is_hex64
 from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.paths import STATE_LIMIT, STATE_NAME, TargetDir, read_own_file
+from vllm_hotfix.paths import STATE_LIMIT, STATE_NAME, TargetDir, read_own_file, trust_problem
 
 SCHEMA = 2  # 2: "series", an ordered list (1: "hotfixes", an object keyed by id; still read)
 SOURCES = ("catalog", "adhoc")
@@ -52,6 +52,11 @@ class RecordedHotfix:
     backups: str | None = None  # relative to the target state dir: originals, one file per path
     package: str | None = None  # import name the hotfix was applied for
     backup_names: str = "paths"  # "flat": backups/<id>/<flat_name(path)>; "paths" (older records): backups/<id>/<path>
+    patch_sha256: tuple[str, ...] = ()  # per patch: sha256 of the kept bytes (a catalog patch's pin); () in older records
+    fixed_in: str | None = None  # the manifest's release with the fix, for this distribution (judged without a catalog)
+    versions: str | None = None  # the manifest's PEP 440 range for this distribution
+    catalog: str | None = None  # the --catalog / HOTFIX_CATALOG directory its manifest came from (None: built-in)
+    seal: str | None = field(default=None, compare=False)  # as read: ``seal_of`` when hotfix wrote it (None: older)
 
     def to_json(self) -> dict:
         """What ``dataclasses.asdict`` gives, built in one pass (asdict copies every string of every
@@ -88,7 +93,7 @@ class TargetState:
         path = Path(directory) / STATE_NAME
         TargetDir(Path(directory)).check()  # a record steers writes and deletes: never one another user wrote
         try:
-            data = read_own_file(path, limit=STATE_LIMIT)
+            data = read_own_file(path, limit=STATE_LIMIT, owned=True)
         except OSError as exc:
             raise InvalidInput(f"{path}: cannot read the recorded state: {exc.strerror}",
                                hint="fix its permissions (the user running hotfix must read it)") from None
@@ -102,22 +107,19 @@ class TargetState:
         return [(hid, h.steps()) for hid, h in self.hotfixes.items()]
 
     def to_bytes(self) -> bytes:
-        """state.json as the transaction writes it (the one writer of the format)."""
+        """state.json as the transaction writes it (the one writer of the format). Each record that knows
+        its patches' sha256 is sealed (``seal_of``): every transaction derives the whole series it writes
+        from the kept originals and patches first (flow/plan.propose, flow/rollback: txn/judgement), so a
+        seal says "this record is what hotfix derived"; a hand edit of any sealed field breaks it."""
         import json
 
-        doc = {
-            "schema": SCHEMA,
-            "target": self.target,
-            "series": [h.to_json() for h in self.hotfixes.values()],
-        }
+        series = []
+        for h in self.hotfixes.values():
+            doc = h.to_json()
+            doc["seal"] = seal_of(self.target, h) if h.patch_sha256 else None
+            series.append(doc)
+        doc = {"schema": SCHEMA, "target": self.target, "series": series}
         return (json.dumps(doc, indent=2) + "\n").encode()
-
-    def save(self) -> None:
-        """Write the record alone (no file of the target changes with it)."""
-        from vllm_hotfix.txn.atomic import atomic_write
-
-        self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, self.to_bytes())
 
     @staticmethod
     def patch_rel(hotfix_id: str, index: int, version: int | str = "") -> str:
@@ -149,16 +151,19 @@ class TargetState:
         import hashlib
 
         path = self.backup_path(recorded, file.path)
-        try:
+        TargetDir(self.directory).check(os.path.relpath(path.parent, self.directory).replace(os.sep, "/"))
+        try:  # a hard link of the original may be owned by the original's owner: trusted by its bytes alone
             data = read_own_file(path, limit=BACKUP_LIMIT)
         except (OSError, InvalidInput):
             return None
         return data if data is not None and hashlib.sha256(data).hexdigest() == file.before_sha256 else None
 
     def read_patch(self, rel: str) -> bytes | None:
-        """The kept bytes of a recorded patch (``rel`` was validated as patches/<id>/<name>), or None."""
+        """The kept bytes of a recorded patch (``rel`` was validated as patches/<id>/<name>), or None;
+        WriteFailed (exit 6) when its folder or the file itself is not this user's or root's."""
+        TargetDir(self.directory).check(rel.rsplit("/", 1)[0])
         try:
-            return read_own_file(self.directory / rel, limit=PATCH_LIMIT)
+            return read_own_file(self.directory / rel, limit=PATCH_LIMIT, owned=True)
         except OSError:
             return None
 
@@ -177,8 +182,8 @@ class TargetState:
         wanted = {rel for h in self.hotfixes.values() for rel in h.patches}
         for kind in ("patches", "backups"):
             base = self.directory / kind
-            if not _real_dir(base):
-                continue
+            if not _real_dir(base) or trust_problem(base) is not None:
+                continue  # nothing is deleted in a folder another user could have written
             for folder in _entries(base):
                 if not _real_dir(folder):
                     os.unlink(folder)  # a stray file or link where a hotfix's folder belongs
@@ -219,6 +224,29 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+SEAL_FORMAT = "vllm-hotfix-seal/1"
+SEALED_TARGET = ("root", "package", "distribution", "version", "kind", "commit")
+
+
+def seal_of(target: dict, recorded: RecordedHotfix) -> str:
+    """The sha256 of one record's claims in a canonical form (JSON, sorted keys, ASCII): the target it was
+    made on (root, release, commit), its id and version, the sha256 and parse options of every kept patch,
+    each file's sha256 before and after it, and the range and fix release it was applied under. What the
+    guard checks instead of deriving the series (txn/judgement.py, docs/design.md): a record edited after
+    hotfix wrote it does not carry the seal of what it says."""
+    import hashlib
+    import json
+
+    claims = [SEAL_FORMAT, {k: target.get(k) for k in SEALED_TARGET},
+              {"id": recorded.id, "version": recorded.version, "source": recorded.source, "package": recorded.package,
+               "patches": list(recorded.patches), "patch_sha256": list(recorded.patch_sha256),
+               "strip": list(recorded.strip), "exclude": [list(g) for g in recorded.exclude],
+               "fixed_in": recorded.fixed_in, "versions": recorded.versions,
+               "files": [[f.path, f.before_sha256, f.after_sha256] for f in recorded.files]}]
+    text = json.dumps(claims, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def flat_name(path: str) -> str:
@@ -300,11 +328,9 @@ def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
         if path in seen:
             raise f.fail(f.at(at, "path"), f"{path!r} is listed twice")
         seen.add(path)
-        before = f.sha256(item, at, "before_sha256", required=False)
-        after = f.sha256(item, at, "after_sha256", required=False)
-        if before == after:
-            raise f.fail(at, "before_sha256 and after_sha256 are equal: a hotfix changes every file it records")
-        files.append(RecordedFile(path, before, after))
+        # before == after is read as written: txn/judgement says why such a record proves nothing (unknown)
+        files.append(RecordedFile(path, f.sha256(item, at, "before_sha256", required=False),
+                                  f.sha256(item, at, "after_sha256", required=False)))
     strip = tuple(f.items(entry.get("strip", []), f.at(where, "strip")))
     if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 64 for n in strip):
         raise f.fail(f.at(where, "strip"), "expected small non-negative integers")
@@ -320,8 +346,36 @@ def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
     backup_names = f.text(entry, where, "backup_names", required=False) or "paths"
     if backup_names not in BACKUP_NAMES:
         raise f.fail(f.at(where, "backup_names"), f"expected one of {', '.join(BACKUP_NAMES)}, got {backup_names!r}")
+    pins = tuple(f.items(entry.get("patch_sha256", []), f.at(where, "patch_sha256")))
+    for i, pin in enumerate(pins):
+        if not isinstance(pin, str) or not is_hex64(pin):
+            raise f.fail(f"{f.at(where, 'patch_sha256')}[{i}]", "expected 64 lowercase hex digits")
+    if pins and len(pins) != len(patches):
+        raise f.fail(f.at(where, "patch_sha256"), f"expected one sha256 per patch ({len(patches)}), got {len(pins)}")
+    catalog = f.text(entry, where, "catalog", required=False)
+    if catalog is not None and not os.path.isabs(catalog):
+        raise f.fail(f.at(where, "catalog"), f"expected an absolute path, got {catalog!r}")
+    seal = entry.get("seal")
     return RecordedHotfix(
         id=hotfix_id, version=f.version(entry, where), applied_at=f.text(entry, where, "applied_at", limit=64),
         source=source, patches=tuple(patches), files=tuple(files), strip=strip, exclude=tuple(exclude),
         backups=backups, package=f.package(entry, where, "package", required=False), backup_names=backup_names,
+        patch_sha256=pins, fixed_in=_release(f, entry, where, "fixed_in"), versions=_range(f, entry, where),
+        catalog=catalog, seal=f.sha256(entry, where, "seal", required=False) if seal is not None else None,
     )
+
+
+def _release(f: Fields, entry: dict, where: str, key: str) -> str | None:
+    from vllm_hotfix.core.verdict import version_key
+
+    value = f.text(entry, where, key, required=False, limit=64)
+    if value is not None:
+        try:
+            version_key(value)
+        except ValueError:
+            raise f.fail(f.at(where, key), f"not a PEP 440 version: {value!r}") from None
+    return value
+
+
+def _range(f: Fields, entry: dict, where: str) -> str | None:
+    return f.text(entry, where, "versions", required=False, limit=512)

@@ -1,0 +1,127 @@
+"""A signed catalog: ``hotfix-catalog.sha256`` lists every file under its ``manifests/`` and ``patches/``
+with its sha256, in the format ``sha256sum`` writes (``<64 hex>  <relative path>``, one a line, sorted
+by path as UTF-8 bytes), and minisign signature files sign that list (core.minisign.signature_name).
+
+So a catalog can be checked with standard tools too: ``minisign -V -m DIR/hotfix-catalog.sha256 -x
+DIR/hotfix-catalog.sha256.<KEYID>.minisig -p KEY.pub`` and ``(cd DIR && sha256sum -c --strict
+hotfix-catalog.sha256)``; hotfix also refuses files the list does not name. Paths holding a newline,
+a backslash or a control character cannot be listed (sha256sum would escape them): such a catalog
+cannot be signed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Optional
+
+from vllm_hotfix.core import trust
+from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix.inputs import read_bounded
+from vllm_hotfix.settings import CATALOG_SUMS
+
+LISTED_DIRS = ("manifests", "patches")
+FILE_LIMIT = 64 << 20  # a catalog patch's cap (catalog/manifest.py)
+SUMS_LIMIT = 16 << 20
+MAX_FILES = 100_000
+
+
+def current_sums(directory: Path) -> dict[str, str]:
+    """relative path -> sha256 of every file under the catalog's manifests/ and patches/, read as input
+    (regular files only: a symbolic link or any other kind of file is refused, InvalidInput)."""
+    sums: dict[str, str] = {}
+    for top in LISTED_DIRS:
+        root = directory / top
+        if not root.is_dir():
+            continue
+        for parent, dirs, files in os.walk(root, followlinks=False):
+            for name in sorted(dirs):
+                if os.path.islink(os.path.join(parent, name)):
+                    raise InvalidInput(f"{os.path.join(parent, name)}: a symbolic link in a catalog; a signed catalog "
+                                       f"holds regular files only")
+            for name in files:
+                path = os.path.join(parent, name)
+                relative = os.path.relpath(path, directory).replace(os.sep, "/")
+                _check_name(relative, path)
+                info = os.lstat(path)
+                if not stat.S_ISREG(info.st_mode):
+                    raise InvalidInput(f"{path}: not a regular file; a signed catalog holds regular files only")
+                data = read_bounded(path, cap=FILE_LIMIT, what="catalog file", follow_symlinks=False)
+                sums[relative] = hashlib.sha256(data).hexdigest()
+                if len(sums) > MAX_FILES:
+                    raise InvalidInput(f"{directory}: more than {MAX_FILES} files in the catalog")
+    return sums
+
+
+def _check_name(relative: str, path: str) -> None:
+    if any(c < " " or c in "\\\x7f" for c in relative):
+        raise InvalidInput(f"{path!r}: a catalog file name with a control character or a backslash cannot be listed")
+
+
+def format_sums(sums: dict[str, str]) -> bytes:
+    """The list's bytes: sorted by path as UTF-8, as ``sha256sum`` prints each file."""
+    ordered = sorted(sums.items(), key=lambda item: item[0].encode("utf-8", "surrogateescape"))
+    return "".join(f"{digest}  {path}\n" for path, digest in ordered).encode("utf-8", "surrogateescape")
+
+
+def parse_sums(data: bytes, source: str) -> dict[str, str]:
+    """The list written by ``format_sums``, strictly: the canonical bytes only (sorted, no duplicates,
+    no blank line), else InvalidInput."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{source}: not UTF-8") from None
+    sums: dict[str, str] = {}
+    for number, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), 1):
+        digest, sep, path = line.partition("  ")
+        if not sep or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest) or not path:
+            raise InvalidInput(f"{source}: line {number}: expected '<sha256>  <path>'")
+        top = path.split("/", 1)[0]
+        if top not in LISTED_DIRS or ".." in path.split("/") or path in sums:
+            raise InvalidInput(f"{source}: line {number}: {path!r} is not a file of manifests/ or patches/ listed once")
+        sums[path] = digest
+    if format_sums(sums) != data:
+        raise InvalidInput(f"{source}: not in canonical form (sorted by path, one '<sha256>  <path>' a line)",
+                           hint="write it again with `hotfix sign --catalog DIR`")
+    return sums
+
+
+def catalog_verdict(directory: Path, policy: trust.Policy, *, now: float, subject: str) -> trust.Verdict:
+    """The policy's verdict on a catalog directory: its list signed as the policy asks, and every file
+    under manifests/ and patches/ listed with its sha256 (one TAMPERED line per file that differs)."""
+    from vllm_hotfix.txn.signed import signature_files
+
+    sums_path = directory / CATALOG_SUMS
+    data = _read_sums(sums_path)
+    if data is None:
+        return trust.evaluate(b"", [], policy, now=now, subject=subject, versioned=False)
+    verdict = trust.evaluate(data, signature_files(sums_path), policy, now=now, subject=subject, versioned=False)
+    if not verdict.trusted:
+        return verdict
+    listed = parse_sums(data, str(sums_path))
+    found = current_sums(directory)
+    lines = []
+    for path in sorted(set(listed) | set(found)):
+        if path not in found:
+            lines.append(f"TAMPERED: {subject}: {path} is listed but missing")
+        elif path not in listed:
+            lines.append(f"TAMPERED: {subject}: {path} is not in the signed list")
+        elif listed[path] != found[path]:
+            lines.append(f"TAMPERED: {subject}: {path} changed after signing (sha256 {found[path][:12]}..., "
+                         f"signed {listed[path][:12]}...)")
+    if not lines:
+        return verdict
+    return trust.Verdict(subject=verdict.subject, signers=verdict.signers, threshold=verdict.threshold,
+                         checks=verdict.checks, refusals=tuple(trust.Refusal(trust.TAMPERED, line) for line in lines),
+                         warnings=verdict.warnings)
+
+
+def _read_sums(path: Path) -> Optional[bytes]:
+    try:
+        return read_bounded(path, cap=SUMS_LIMIT, what="catalog list of sums")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read: {exc.strerror}") from None

@@ -1,0 +1,86 @@
+"""A hotfix whose files come through a bind mount below the target root (seed 001: a patched file mounted
+over site-packages): how its status and apply's refusals say so."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from vllm_hotfix.errors import HotfixError
+from vllm_hotfix.install.locate import Target
+from vllm_hotfix.install.mounts import MountedFile, mounted_files
+from vllm_hotfix.output import quote_path
+from vllm_hotfix.paths import LOCK_ENV
+
+if TYPE_CHECKING:
+    from vllm_hotfix.flow.status import Status
+
+
+def declared_by_lock(hotfix_id: str, paths: Sequence[str]) -> str | None:
+    """The lock that ``HOTFIX_LOCK`` names when it locks ``hotfix_id`` with each of ``paths``: the mounts
+    were declared by `hotfix export` + `hotfix compose` / `k8s` / `bake` (and `verify --lock` checks them at
+    every start). None when it is unset, unreadable, or says nothing of them."""
+    import os
+
+    from vllm_hotfix.txn.lockfile import load_lock
+
+    named = os.environ.get(LOCK_ENV, "").strip()
+    if not named:
+        return None
+    try:
+        lock = load_lock(Path(named))
+    except HotfixError:
+        return None
+    locked = {f.path for h in lock.hotfixes if h.id == hotfix_id for f in h.files}
+    return named if locked and set(paths) <= locked else None
+
+
+def mount_sources(mounts: Sequence[MountedFile]) -> str:
+    """Where mounted files come from, for a line: ``/srv/hotfix-pr77/mamba_hybrid.py`` (one), else each
+    with the file it is mounted over."""
+    return ", ".join(m.source + (f" (for {quote_path(m.path)})" if len(mounts) > 1 else "") for m in mounts)
+
+
+def refusal_through_mount(exc: HotfixError, target: Target, paths: Iterable[str]) -> HotfixError:
+    """A refusal to apply (not pristine, does not apply) about a file whose bytes come through a mount:
+    the same error, naming the mount, with the one hint that can work (neither `pip install
+    --force-reinstall` nor apply can change a mounted file)."""
+    mounted = mounted_files(target.root, [p for p in paths if p])
+    if not mounted:
+        return exc
+    first = next(iter(mounted.values()))
+    return type(exc)(f"{exc.message}; {quote_path(first.path)} is a bind mount from {first.source}",
+                     hint=MOUNT_REMEDY)
+
+
+MOUNT_REMEDY = ("remove the mount (and its line in the compose file) to get the installed file back, or mount the "
+                "patched file instead (`hotfix export ID --to DIR` + `hotfix compose`)")
+
+
+def through_mounts(status: Status, target: Target) -> Status:
+    """A status whose files come through a mount below the target root (seed 001: a patched file
+    bind-mounted over site-packages) says so: in effect only while the mount is, which a rebuild from a
+    compose file without it undoes; not in effect, the bytes to fix are the mount's source's, and no
+    reinstall or apply can change them."""
+    mounted = mounted_files(target.root, [f["path"] for f in status.files])
+    if not mounted:
+        return status
+    mounts = tuple(mounted.values())
+    files = tuple(dict(f, mount=mounted[f["path"]].to_json()) if f["path"] in mounted else f for f in status.files)
+    sources = mount_sources(mounts)
+    export = f"`hotfix export {status.id} --to hotfix-export`"
+    declared = declared_by_lock(status.id, [m.path for m in mounts])
+    if status.in_effect and declared:
+        detail = f"in effect through a bind mount from {sources}, declared by the lock {declared} ({LOCK_ENV})"
+        advice = None
+    elif status.in_effect:
+        detail = f"in effect through a bind mount from {sources}: a rebuild or a compose file without the mount loses it"
+        advice = (f"declare the mount where the container is defined: {export} + `hotfix compose {status.id} "
+                  f"--service SERVICE` (or `hotfix k8s`), and check it at start with `hotfix verify --lock`")
+    else:
+        first = mounts[0]
+        detail = f"{status.detail}; {quote_path(first.path)} is a bind mount from {first.source}".lstrip("; ")
+        advice = (f"{quote_path(first.path)} comes from the bind mount of {first.source}, which neither a reinstall nor "
+                  f"`hotfix apply` can change: {MOUNT_REMEDY.replace('ID', status.id)}")
+    return replace(status, files=files, detail=detail, advice=advice, mounts=mounts)

@@ -1,0 +1,312 @@
+"""Signed locks and catalogs through the real CLI, against the real `minisign` (Debian's package, installed by
+.ci/run): keys made by `minisign -G`, locks signed by each side and verified by the other, every refusal of
+`verify --lock` with its exit code, signed catalogs, and a rotation of the trust policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.manifests import manifest_data, write_manifest
+from vllm_hotfix.core import minisign
+from vllm_hotfix.txn import lockfile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from test_lockfile import make_lock  # noqa: E402
+
+if shutil.which("minisign") is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("minisign is not installed: .ci/run installs it (apt-get install minisign)")
+    pytest.skip("minisign is not installed (apt-get install -y minisign)", allow_module_level=True)
+
+
+def minisign_run(*args, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["minisign", *map(str, args)], capture_output=True, text=True, input=input, timeout=120)
+
+
+class Key:
+    def __init__(self, directory: Path, name: str, password: str | None = None):
+        self.pub, self.key = directory / f"{name}.pub", directory / f"{name}.key"
+        args = ["-G", "-f", "-p", self.pub, "-s", self.key] + ([] if password else ["-W"])
+        done = minisign_run(*args, input=f"{password}\n{password}\n" if password else None)
+        assert done.returncode == 0, done.stderr
+        self.line = self.pub.read_text().splitlines()[1]
+        self.printed_id = self.pub.read_text().splitlines()[0].split()[-1]  # "minisign public key <KEYID>"
+        self.id = minisign.parse_public_key(self.line).id_text  # 16 digits; minisign 0.11 prints no leading zeros
+
+    def sig(self, signed: Path) -> Path:
+        return signed.parent / f"{signed.name}.{self.id}.minisig"
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("keys")
+    return {name: Key(directory, name) for name in ("release", "sre", "other")}
+
+
+def write_policy(path: Path, keys, threshold=2, extra="", names=("release", "sre")) -> Path:
+    body = f"threshold = {threshold}\n{extra}\n" + "".join(
+        f'[[keys]]\nname = "{name}"\nminisign = "{keys[name].line}"\n' for name in names)
+    path.write_text(body)
+    return path
+
+
+@pytest.fixture
+def signed_dir(tmp_path, keys):
+    lock = make_lock()
+    lock = lockfile.Lock(site_packages=lock.site_packages, hotfixes=lock.hotfixes, version=7,
+                         expires="2099-01-01T00:00:00Z")
+    path = tmp_path / "export" / "hotfix.lock"
+    path.parent.mkdir()
+    path.write_bytes(lockfile.dump_lock(lock))
+    write_policy(tmp_path / "trust.toml", keys)
+    return path
+
+
+def verify(run_hotfix, lock: Path, *extra, env=None):
+    return run_hotfix("verify", "--lock", lock, "--trust", lock.parent.parent / "trust.toml", *extra, env=env)
+
+
+def test_hotfix_signs_what_minisign_verifies_and_the_reverse(run_hotfix, keys, signed_dir):
+    done = run_hotfix("sign", signed_dir, "--key", keys["release"].key)
+    assert done.returncode == 0, done.stderr
+    sig = keys["release"].sig(signed_dir)
+    assert sig.is_file() and f"-x {sig}" in done.stdout
+    checked = minisign_run("-V", "-H", "-m", signed_dir, "-x", sig, "-p", keys["release"].pub)
+    assert checked.returncode == 0 and "Signature and comment signature verified" in checked.stdout, checked.stderr
+    assert "file:hotfix.lock\thashed" in checked.stdout  # minisign's own trusted comment, signed
+
+    made = minisign_run("-S", "-s", keys["sre"].key, "-m", signed_dir, "-x", keys["sre"].sig(signed_dir),
+                        "-t", "approved by the SRE on call")
+    assert made.returncode == 0, made.stderr
+    ok = verify(run_hotfix, signed_dir)
+    assert "trusted: " in ok.stdout and "signed by release, sre (2 of threshold 2), version 7" in ok.stdout, ok.stderr
+
+
+@pytest.mark.parametrize("case, code, words", [
+    ("unsigned", 11, "UNSIGNED: "),
+    ("one key", 12, "UNTRUSTED: "),
+    ("unlisted key", 12, "UNTRUSTED: "),
+    ("tampered", 13, "TAMPERED: "),
+    ("rollback", 14, "ROLLBACK: "),
+    ("expired", 15, "EXPIRED: "),
+])
+def test_every_refusal_has_its_line_and_exit_code(run_hotfix, keys, signed_dir, case, code, words):
+    lock = signed_dir
+    signers = {"unsigned": (), "one key": ("release",), "unlisted key": ("release", "other")}.get(case, ("release", "sre"))
+    if case == "expired":
+        data = json.loads(lock.read_text())
+        data["expires"] = "2020-01-01T00:00:00Z"
+        lock.write_text(json.dumps(data))
+    for name in signers:
+        assert run_hotfix("sign", lock, "--key", keys[name].key).returncode == 0
+    if case == "tampered":
+        lock.write_text(lock.read_text().replace('"version": 7', '"version": 70'))
+    if case == "rollback":
+        write_policy(lock.parent.parent / "trust.toml", keys, extra="min_version = 8")
+    done = verify(run_hotfix, lock)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert done.stdout.startswith(words), done.stdout
+    as_json = verify(run_hotfix, lock, "--json")
+    assert as_json.returncode == code
+    report = json.loads(as_json.stdout)["trust"]
+    assert report["trusted"] is False and report["exit_code"] == code and report["refusals"][0]["line"].startswith(words)
+
+
+def test_expired_within_the_grace_warns(run_hotfix, keys, signed_dir):
+    data = json.loads(signed_dir.read_text())
+    data["expires"] = "2020-01-01T00:00:00Z"
+    signed_dir.write_text(json.dumps(data))
+    for name in ("release", "sre"):
+        run_hotfix("sign", signed_dir, "--key", keys[name].key)
+    write_policy(signed_dir.parent.parent / "trust.toml", keys, extra='expired = "warn"')
+    done = verify(run_hotfix, signed_dir)
+    assert "hotfix: EXPIRED: " in done.stderr and "trusted: " in done.stdout
+
+
+def test_a_legacy_signature_does_not_count(run_hotfix, keys, signed_dir):
+    run_hotfix("sign", signed_dir, "--key", keys["release"].key)
+    made = minisign_run("-S", "-l", "-s", keys["sre"].key, "-m", signed_dir, "-x", keys["sre"].sig(signed_dir))
+    assert made.returncode == 0, made.stderr
+    done = verify(run_hotfix, signed_dir)
+    assert done.returncode == 12 and "legacy (non-prehashed, minisign -l)" in done.stderr
+
+
+def test_an_invalid_policy_names_the_key_path(run_hotfix, keys, signed_dir):
+    write_policy(signed_dir.parent.parent / "trust.toml", keys, threshold=3)
+    done = verify(run_hotfix, signed_dir)
+    assert done.returncode == 8 and "trust.toml: threshold: 3 signatures needed but only 2 key(s) listed" in done.stderr
+
+
+@pytest.mark.slow
+def test_an_encrypted_key_signs_with_its_password_from_a_file_or_the_environment(run_hotfix, tmp_path, keys, signed_dir):
+    locked = Key(tmp_path, "encrypted", password="correct horse")
+    password_file = tmp_path / "password"
+    password_file.write_text("correct horse\n")
+    done = run_hotfix("sign", signed_dir, "--key", locked.key, env={"HOTFIX_KEY_PASSWORD_FILE": str(password_file)})
+    assert done.returncode == 0, done.stderr
+    assert minisign_run("-V", "-m", signed_dir, "-x", locked.sig(signed_dir), "-p", locked.pub).returncode == 0
+    wrong = run_hotfix("sign", signed_dir, "--key", locked.key, env={"HOTFIX_KEY_PASSWORD": "wrong"})
+    assert wrong.returncode == 3 and "wrong password for that key" in wrong.stderr
+    nobody = run_hotfix("sign", signed_dir, "--key", locked.key, input="")
+    assert nobody.returncode == 2 and "no terminal is there to ask its password" in nobody.stderr
+
+
+def test_a_signed_catalog_is_refused_once_changed(run_hotfix, keys, tmp_path):
+    catalog = tmp_path / "catalog"
+    write_manifest(catalog, manifest_data(id="demo-fix", version=2), name="demo-fix")
+    write_policy(tmp_path / "trust.toml", keys, threshold=1, extra='catalogs = "signed"')
+    trust_env = {"HOTFIX_TRUST": str(tmp_path / "trust.toml")}
+    unsigned = run_hotfix("list", "--catalog", catalog, env=trust_env)
+    assert unsigned.returncode == 11 and "UNSIGNED: catalog" in unsigned.stderr
+    assert run_hotfix("sign", "--catalog", catalog, "--key", keys["release"].key).returncode == 0
+    sums = catalog / "hotfix-catalog.sha256"
+    assert subprocess.run(["sha256sum", "-c", "--strict", "--quiet", sums.name], cwd=catalog).returncode == 0
+    sig = keys["release"].sig(sums)
+    assert minisign_run("-V", "-m", sums, "-x", sig, "-p", keys["release"].pub).returncode == 0
+    listed = run_hotfix("list", "--catalog", catalog, env=trust_env)
+    assert listed.returncode == 0 and "demo-fix" in listed.stdout, listed.stderr
+    assert run_hotfix("list", "--catalog", catalog).returncode == 0  # no policy: as before
+    manifest = next((catalog / "manifests").glob("*.toml"))
+    manifest.write_text(manifest.read_text().replace("demo", "dem0", 1))
+    changed = run_hotfix("list", "--catalog", catalog, "--trust", tmp_path / "trust.toml")
+    assert changed.returncode == 13 and "changed after signing" in changed.stderr
+    manifest.unlink()
+    (catalog / "patches" / "planted.patch").write_text("x")
+    planted = run_hotfix("check-catalog", "--catalog", catalog, env=trust_env)
+    assert planted.returncode == 13 and "planted.patch is not in the signed list" in planted.stderr
+
+
+def test_rotation_replaces_the_policy_and_the_old_keys_stop_counting(run_hotfix, keys, signed_dir, tmp_path):
+    current = tmp_path / "trust.toml"
+    new = write_policy(tmp_path / "trust-v2.toml", keys, threshold=1, extra="version = 2", names=("other",))
+    refused = run_hotfix("trust", "rotate", new, "--trust", current)
+    assert refused.returncode == 11 and refused.stdout.startswith("UNSIGNED: ")
+    for name in ("release", "sre"):
+        assert run_hotfix("sign", new, "--key", keys[name].key).returncode == 0
+    unproven = run_hotfix("trust", "rotate", new, "--trust", current)
+    assert unproven.returncode == 12 and "(by its own keys)" in unproven.stdout  # the new key must sign too
+    run_hotfix("sign", new, "--key", keys["other"].key)
+    before = current.read_bytes()
+    dry = run_hotfix("trust", "rotate", new, "--trust", current, "--dry-run")
+    assert dry.returncode == 0 and current.read_bytes() == before and "would replace" in dry.stdout
+    chain = tmp_path / "chain"
+    done = run_hotfix("trust", "rotate", new, "--trust", current, "--chain", chain)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert current.read_bytes() == new.read_bytes() and "keys that stop counting: release, sre" in done.stdout
+    assert (chain / "policy-2.toml").read_bytes() == new.read_bytes()
+    assert sorted(p.name for p in chain.iterdir()) == sorted(
+        ["policy-2.toml"] + [f"policy-2.toml.{keys[n].id}.minisig" for n in ("release", "sre", "other")])
+
+    for name in ("release", "sre"):
+        run_hotfix("sign", signed_dir, "--key", keys[name].key)
+    old_keys = verify(run_hotfix, signed_dir)
+    assert old_keys.returncode == 12, old_keys.stdout + old_keys.stderr
+    run_hotfix("sign", signed_dir, "--key", keys["other"].key)
+    assert "trusted: " in verify(run_hotfix, signed_dir).stdout
+    again = run_hotfix("trust", "rotate", new, "--trust", current)
+    assert again.returncode == 14 and "is not above the current policy's 2" in again.stdout
+
+
+def test_a_pinned_policy_walks_its_chain_and_cannot_be_named_away(run_hotfix, keys, tmp_path):
+    from vllm_hotfix.errors import Untrusted, UsageError
+    from vllm_hotfix.txn import signed
+
+    pinned = write_policy(tmp_path / "pinned.toml", keys)
+    chain = tmp_path / "chain"
+    chain.mkdir()
+    step = write_policy(chain / "policy-2.toml", keys, threshold=1, extra="version = 2", names=("other",))
+    for name in ("release", "sre", "other"):
+        run_hotfix("sign", step, "--key", keys[name].key)
+    walked = signed.load_policy(now=0, env={"HOTFIX_TRUST_CHAIN": str(chain)}, pinned=str(pinned))
+    assert walked.version == 2 and [k.name for k in walked.keys] == ["other"]
+    with pytest.raises(UsageError, match="pins its trust policy"):
+        signed.load_policy(now=0, env={"HOTFIX_TRUST": str(tmp_path / "mine.toml")}, pinned=str(pinned))
+    keys["sre"].sig(step).unlink()  # a step its predecessor's threshold did not sign stops the walk: refused
+    with pytest.raises(Untrusted) as caught:
+        signed.load_policy(now=0, env={"HOTFIX_TRUST_CHAIN": str(chain)}, pinned=str(pinned))
+    assert caught.value.exit_code == 12
+
+
+def test_a_policy_others_can_write_is_refused(run_hotfix, keys, signed_dir):
+    policy = signed_dir.parent.parent / "trust.toml"
+    policy.chmod(0o666)
+    done = verify(run_hotfix, signed_dir)
+    assert done.returncode == 3 and "writable by others" in done.stderr
+
+
+def test_sign_refuses_what_is_not_a_lock_and_writes_nothing_on_a_dry_run(run_hotfix, keys, tmp_path, signed_dir):
+    bad = tmp_path / "hotfix.lock"
+    bad.write_text("{}")
+    done = run_hotfix("sign", bad, "--key", keys["release"].key)
+    assert done.returncode == 8 and not list(tmp_path.glob("*.minisig"))
+    dry = run_hotfix("sign", signed_dir, "--key", keys["release"].key, "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["dry_run"] is True
+    assert not list(signed_dir.parent.glob("*.minisig"))
+    public = run_hotfix("sign", signed_dir, "--key", keys["release"].pub)
+    assert public.returncode == 8 and "looks like a public key" in public.stderr
+
+
+def test_signature_file_names():
+    key_id = bytes.fromhex("fefbff69e18e8cd0")
+    assert minisign.signature_name("hotfix.lock", key_id) == "hotfix.lock.D08C8EE169FFFBFE.minisig"
+    assert minisign.is_signature_name("hotfix.lock.minisig", "hotfix.lock")
+    assert minisign.is_signature_name("hotfix.lock.D08C8EE169FFFBFE.minisig", "hotfix.lock")
+    assert not minisign.is_signature_name("hotfix.lock.d08c8ee169fffbfe.minisig", "hotfix.lock")
+    assert not minisign.is_signature_name("hotfix.lock.x.minisig", "hotfix.lock")
+    assert minisign.is_signature_name("hotfix.lock.61605C98D8C4725.minisig", "hotfix.lock")  # minisign 0.11's id
+    assert not minisign.is_signature_name("hotfix.lock.0061605C98D8C4725.minisig", "hotfix.lock")
+
+
+def test_a_signature_named_as_minisign_prints_the_key_id_counts(run_hotfix, keys, signed_dir):
+    for name in ("release", "sre"):
+        made = minisign_run("-S", "-s", keys[name].key, "-m", signed_dir,
+                            "-x", signed_dir.parent / f"hotfix.lock.{keys[name].printed_id}.minisig")
+        assert made.returncode == 0, made.stderr
+    assert "trusted: " in verify(run_hotfix, signed_dir).stdout
+
+
+@pytest.mark.real
+def test_on_a_real_vllm_export_sign_verify_and_tamper(run_hotfix, keys, vllm_install, tmp_path):
+    """The whole path on the real vLLM 0.30.0 wheel: export sets version and expiry, two keys sign (hotfix and
+    minisign), `verify --lock` is trusted and in effect; a lock edited after signing is refused (13)."""
+    venv = vllm_install("0.30.0")
+    export = tmp_path / "export"
+    done = run_hotfix("export", "mamba-align-block-size", "--to", export, "--python", venv.python,
+                      "--lock-version", "7", "--expires", "30d")
+    assert done.returncode == 0, done.stderr
+    lock = export / "hotfix.lock"
+    data = json.loads(lock.read_text())
+    assert data["version"] == 7 and data["expires"].endswith("Z")
+    again = run_hotfix("export", "mamba-align-block-size", "--to", export, "--python", venv.python, "--lock-version", "7")
+    assert again.returncode == 3 and "already version 7" in again.stderr
+    run_hotfix("sign", lock, "--key", keys["release"].key)
+    assert minisign_run("-S", "-s", keys["sre"].key, "-m", lock, "-x", keys["sre"].sig(lock)).returncode == 0
+    write_policy(tmp_path / "trust.toml", keys, extra="min_version = 7")
+    path = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+    shutil.copyfile(export / "mamba-align-block-size" / path, venv.site_packages / path)  # the bind mount
+    ok = run_hotfix("verify", "--lock", lock, "--python", venv.python, "--trust", tmp_path / "trust.toml", "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    (entry,) = json.loads(ok.stdout)
+    assert entry["state"] == "applied" and entry["trust"]["signers"] == ["release", "sre"]
+    lock.write_text(lock.read_text().replace('"version": 7', '"version": 9'))
+    tampered = run_hotfix("verify", "--lock", lock, "--python", venv.python, env={"HOTFIX_TRUST": str(tmp_path / "trust.toml")})
+    assert tampered.returncode == 13 and tampered.stdout.startswith("TAMPERED: ")
+
+
+def test_verify_with_a_policy_imports_neither_cryptography_nor_a_toml_library(keys, signed_dir):
+    """`verify --lock` runs at every container start and the guard in every vLLM process: the verifier is
+    the stdlib's (core.ed25519), the policy's reader ours (core.policytoml)."""
+    for name in ("release", "sre"):
+        minisign_run("-S", "-s", keys[name].key, "-m", signed_dir, "-x", keys[name].sig(signed_dir))
+    probe = ("import sys\nfrom vllm_hotfix.cli import _run\n"
+             f"code = _run(['verify', '--lock', {str(signed_dir)!r}, '--trust', {str(signed_dir.parent.parent / 'trust.toml')!r}])\n"
+             "print([m for m in ('cryptography', 'tomllib', 'tomli') if m in sys.modules])\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "trusted: " in done.stdout and done.stdout.strip().endswith("[]"), done.stdout + done.stderr
