@@ -59,9 +59,11 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
         fingerprint = NONE
         try:
             verdicts, watched, fingerprint = _check_all(lock=lock or None, require=_split_ids(require))
-            from vllm_hotfix.containers import guard_imports, guard_points
-
-            code, proven = guard_points.start(_code_checks)  # the fixed function is the one running
+            from vllm_hotfix.containers import guard_imports
+            code, proven = (), frozenset()
+            if any(f.code is not None for check in _code_checks for f in check.hotfix.files):  # else not imported
+                from vllm_hotfix.containers import guard_points
+                code, proven = guard_points.start(_code_checks)  # the fixed function is the one running
             verdicts += code + guard_imports.watch(watched, proven)
         except Exception as exc:  # noqa: BLE001 - a bug here must not take vLLM down unless strict
             verdicts = (Verdict("(guard)", False, f"internal error: {type(exc).__name__}: {exc}",

@@ -135,10 +135,9 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
 
     def exec_module(self, module) -> None:
         super().exec_module(module)
-        if _verified.get(self.name) == self.path:  # the objects just compiled from the checked source are the fixed ones
-            from vllm_hotfix.containers import guard_code
-
-            guard_code.loaded(self.name, module)
+        code = sys.modules.get("vllm_hotfix.containers.guard_code")  # imported only for a lock with code names
+        if code is not None and _verified.get(self.name) == self.path:  # the objects just compiled from the checked source are the fixed ones
+            code.loaded(self.name, module)
         callback = _finder.after.get(self.name) if _finder is not None else None
         if callback is not None:  # a patched module whose methods also mark a checkpoint (after_import)
             callback()

@@ -138,7 +138,7 @@ def start(checks) -> tuple[tuple, frozenset]:
     import os
 
     if not any(f.code is not None for check in checks for f in check.hotfix.files):
-        return (), frozenset()  # a lock without code names (or none): nothing to judge
+        return (), frozenset()  # a lock without code names (guard.py does not call then): nothing to judge
     forked = _started.get("pid") not in (None, os.getpid())
     _started["pid"] = os.getpid()
     loop = None if forked else plugin_loop()
