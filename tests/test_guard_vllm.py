@@ -72,7 +72,8 @@ def test_vllm_commands_that_serve_nothing_warn_and_exit_0_under_strict(full, arg
     print("\n".join(lines))
     assert all(VLLM_LINE.match(line) and line.startswith("WARNING ") for line in lines), lines
     assert "never-applied [require] NOT IN EFFECT: not-applied: no record of applying it in " in lines[0]
-    assert "-> apply it (`hotfix apply never-applied`)" in lines[0]
+    assert "-> apply it (hotfix apply never-applied --python " in lines[0]  # the interpreter of this process
+    assert "--catalog DIR (the catalog that has it))" in lines[0]  # an id no catalog here knows: the form to complete
     assert f"not stopping `vllm {' '.join(args)}` (HOTFIX_STRICT=1): it serves nothing" in lines[1]
 
 
