@@ -347,14 +347,17 @@ def pod_templates(obj: dict) -> list[tuple[str, dict]]:
     return [("template", spec["template"])] if "template" in spec else []
 
 
-def dump(docs: list, *, width: Optional[int] = None) -> bytes:
-    """YAML of ``docs``, keys in their order; ``width``: fold long scalars there (ruamel's 80 otherwise)."""
+YAML_WIDTH = 1 << 30  # no scalar is folded: a path stays on its key's line (ruamel folds at 80 by default)
+
+
+def dump(docs: list, *, width: int = YAML_WIDTH) -> bytes:
+    """YAML of ``docs``, keys in their order, every scalar on its key's line (the one dumper of every YAML
+    file the tool writes)."""
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
-    if width is not None:
-        yaml.width = width
+    yaml.width = width
     yaml.sort_base_mapping_type_on_output = False
     out = io.StringIO()
     yaml.dump_all(docs, out)
