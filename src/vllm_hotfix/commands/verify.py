@@ -30,7 +30,7 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
     if not statuses:
         # Passing on "nothing recorded" would hide exactly the rebuild that also lost the record.
         raise NotInEffect(
-            "nothing to verify: no hotfix is named and none is recorded for this target",
+            f"nothing to verify: no hotfix is named and none is recorded for {target_words(targets, python, root)}",
             hint="name the hotfixes that must be in effect (`hotfix verify ID...`) or use `--lock FILE`",
         )
     from vllm_hotfix.flow.mounted import mount_sources
@@ -51,6 +51,19 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
                 say(f"  to do: {s.to_do}")
         say(f"fingerprint: {digest}")
     return int(NotInEffect.exit_code) if problems else 0
+
+
+def target_words(targets: list, python: str | None, root: Path | None) -> str:
+    """The target(s) a command looked at, quoted, for a message: each resolved root (and its release), else
+    the --root / --python it was given, else the interpreter hotfix chose for it."""
+    from vllm_hotfix.output import quoted
+
+    if targets:
+        return " and ".join(quoted(str(t.root)) + (f" ({t.distribution or t.package} {t.version})" if t.version else "")
+                            for t in targets)
+    if root is not None:
+        return f"the checkout {quoted(str(root))}"
+    return f"the interpreter {quoted(python)}" if python else "the interpreter hotfix chose (no --python given)"
 
 
 def _without_state(state: str, detail: str) -> str:
