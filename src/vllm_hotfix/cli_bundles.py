@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import click
 
-from vllm_hotfix.cli_options import (
-    PACK_HELP, catalog_option, complete_ids, dry_run_option, json_option, pack_options, python_option,
-)
+from vllm_hotfix.cli_help import texts
+from vllm_hotfix.cli_options import catalog_option, complete_ids, dry_run_option, json_option, pack_options, python_option
 
 
 def _exit(code: int) -> None:
     raise SystemExit(code)
 
 
-@click.command("pack", help=PACK_HELP, short_help="Pack an export into an OCI image (a hotfix bundle) for a Kubernetes image volume.")
+@click.command("pack", **texts("pack"))
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @pack_options
 @python_option
