@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,18 @@ def test_list_into_a_pipe_through_the_installed_entry_point():
     rows = [line.split("\t") for line in done.stdout.splitlines()]
     assert rows and {len(row) for row in rows} == {6}  # one line per hotfix, six tab-separated fields
     assert "mamba-align-block-size" in [row[0] for row in rows] and "ID" not in [row[0] for row in rows]
+
+
+def test_help_fits_a_narrow_terminal_and_keeps_its_width_into_a_pipe():
+    script, entry = shutil.which("script"), _entry_point()
+    if script is None:
+        pytest.skip("util-linux `script` (a pseudo-terminal) is not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run([script, "-qec", f"stty cols 60 rows 40; {shlex.quote(str(entry))} verify --help", "/dev/null"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.replace("\r", "").splitlines()
+    prose = lines[:lines.index("  Examples:")]  # an example is never rewrapped: it has to run as pasted
+    assert prose and max(len(line) for line in prose) <= 60, prose
+    piped = subprocess.run([str(entry), "verify", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert max(len(line) for line in piped.stdout.splitlines()) > 60  # into a pipe: click's 100 columns

@@ -19,8 +19,11 @@ from vllm_hotfix.cli_options import (
     runtime_options,
 )
 from vllm_hotfix.errors import ExitCode, HotfixError
-from vllm_hotfix.output import emit_json, error_lines, finish_output, note
+from vllm_hotfix.output import emit_json, error_lines, finish_output, note, terminal_width
 from vllm_hotfix.settings import LOCK_ENV
+
+
+HELP_WIDTH = 100  # --help fits the terminal up to this; into a pipe, this wide
 
 
 def _exit(code: int) -> None:
@@ -28,7 +31,7 @@ def _exit(code: int) -> None:
 
 
 @click.group(
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100, "terminal_width": 100},
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH},
     help=GROUP_HELP, epilog=EXIT_CODES_HELP,
 )
 @click.version_option(__version__, "--version", prog_name="hotfix")
@@ -344,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
 def _run(args: list[str]) -> int:
     wants_json = "--json" in args
     try:
-        cli.main(args=args, prog_name="hotfix", standalone_mode=False)
+        cli.main(args=args, prog_name="hotfix", standalone_mode=False, terminal_width=terminal_width() or HELP_WIDTH)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 0
     except click.exceptions.UsageError as exc:
