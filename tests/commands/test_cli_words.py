@@ -46,4 +46,10 @@ def test_command_line_makes_every_path_option_absolute_and_leaves_the_rest():
         "hotfix", "apply", "my-fix", "--catalog", "/work/here/cat", "--python", "python3", "--checkout",
         "vllm=/work/vllm", "--patch-file=/work/here/p/x.patch", "--id", "rel/name", "--root", "/abs/dir"]
     assert absolute_value("--python", ".venv/bin/python", "/w") == "/w/.venv/bin/python"
+
+
+def test_a_venv_directory_given_as_python_is_made_absolute_and_a_command_name_is_not(tmp_path):
+    (tmp_path / "venv").mkdir()
+    assert absolute_value("--python", "venv", str(tmp_path)) == str(tmp_path / "venv")
+    assert absolute_value("--python", "python3", str(tmp_path)) == "python3"
     assert {"--catalog", "--root", "--patch", "--lock"} <= PATH_OPTIONS

@@ -62,15 +62,17 @@ def command_line(argv: list[str] | None = None, cwd: str | None = None) -> str:
 
 
 def absolute_value(option: str, value: str, cwd: str | None = None) -> str:
-    """``value`` of the path option ``option`` made absolute (``--checkout``: its DIR; ``--python``: only
-    a path, never a name looked up on PATH such as ``python3``)."""
-    prefix = ""
+    """``value`` of the path option ``option`` made absolute (``--checkout``: its DIR; ``--python``: a path
+    or a venv directory here, never a name looked up on PATH such as ``python3``)."""
+    prefix, cwd = "", cwd or os.getcwd()
     if option == "--checkout" and "=" in value:
         prefix, value = value.split("=", 1)
         prefix += "="
-    if not value or os.path.isabs(value) or (option == "--python" and "/" not in value):
+    if not value or os.path.isabs(value):
         return prefix + value
-    return prefix + os.path.normpath(os.path.join(cwd or os.getcwd(), value))
+    if option == "--python" and "/" not in value and not os.path.exists(os.path.join(cwd, value)):
+        return value
+    return prefix + os.path.normpath(os.path.join(cwd, value))
 
 
 def _user() -> tuple[str, int, str | None]:
