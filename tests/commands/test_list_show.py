@@ -7,6 +7,7 @@ import json
 import pytest
 
 from fixtures.manifests import MD5, SHA, manifest_data, write_manifest
+from fixtures.terminal import on_terminal
 
 
 @pytest.fixture
@@ -23,30 +24,8 @@ def catalog(tmp_path):
     return root
 
 
-def on_terminal(*args, columns: int = 0, cols: int = 100) -> list[str]:
-    """`hotfix ARGS` on a pseudo-terminal (util-linux `script`) ``cols`` wide, with COLUMNS=``columns``
-    when given: its non-empty lines."""
-    import os
-    import shlex
-    import shutil
-    import subprocess
-    import sys
-
-    script = shutil.which("script")
-    if script is None:
-        pytest.skip("util-linux `script` (a pseudo-terminal) is not installed")
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    command = shlex.join([sys.executable, "-m", "vllm_hotfix", *map(str, args)])
-    if columns:  # set after stty: the shell resets COLUMNS to the terminal's after each command (checkwinsize)
-        command = f"COLUMNS={columns} {command}"
-    done = subprocess.run([script, "-qec", f"stty cols {cols} rows 40; {command}", "/dev/null"],
-                          capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return [line for line in done.stdout.replace("\r", "").splitlines() if line.strip()]
-
-
 def test_list_shows_the_latest_version_of_each_hotfix(run_hotfix, catalog):
-    lines = on_terminal("list", "--catalog", catalog, cols=250)
+    lines = on_terminal("list", "--catalog", catalog, columns=1000)  # wide enough for any tmp_path
     assert lines[0].split() == ["ID", "VERSION", "TARGET", "FIXED", "IN", "FROM", "TITLE"]
     demo = next(line for line in lines if line.startswith("demo-fix "))
     assert demo.split()[:5] == ["demo-fix", "2", "vllm", ">=0.29.0,<0.32.0", "0.32.0"]
