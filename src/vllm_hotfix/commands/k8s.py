@@ -86,23 +86,9 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
                    "checked": {"mounts": sorted(overlay.mounts), "env": overlay.env} if rendered else None,
                    "configmaps": [{"name": cm.name, "bytes": cm.size, "keys": [i.key for i in cm.items]}
                                   for cm in overlay.configmaps],
-                   "bundle": image and {"reference": str(image.reference), "files": len(image.files),
-                                        "signatures": sorted(image.beside_lock), "from": image.source,
-                                        "requires": k8s_bundle.REQUIREMENTS}})
+                   "bundle": image.to_json() if image is not None else None})
         return 0
-    verb = "would write" if dry_run else "wrote"
-    if image is not None:
-        say(f"{verb} {out_dir}/kustomization.yaml: image volume {image.reference} ({len(image.files)} file(s) + "
-            f"hotfix.lock{f' + {len(image.beside_lock)} signature file(s)' if image.beside_lock else ''}, as listed "
-            f"by {image.source}), mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})")
-    else:
-        count = sum(len(cm.items) for cm in overlay.configmaps) - 1
-        say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock in {len(overlay.configmaps)} "
-            f"ConfigMap(s), mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})")
-        if len(overlay.configmaps) > 1:
-            note(f"the files are {sum(cm.size for cm in overlay.configmaps):,} bytes, past the {k8s.CONFIGMAP_LIMIT:,} "
-                 f"one ConfigMap holds: split into {len(overlay.configmaps)}; a fix this size is better as a hotfix "
-                 "bundle (`hotfix pack`, then `hotfix k8s --bundle REF@sha256:...`) or a baked image (`hotfix bake`)")
+    _say_written("would write" if dry_run else "wrote", out_dir, target, overlay, image)
     if rendered:
         held = "from the image volume" if image is not None else "with the exported bytes"
         say(f"checked: `{rendered}` renders all {len(overlay.mounts)} mount(s) {held}, and "
@@ -115,6 +101,21 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     else:
         say(f"next: kubectl kustomize {out_dir} | kubectl apply -f -   (or: kubectl apply -k {out_dir})")
     return 0
+
+
+def _say_written(verb: str, out_dir: Path, target: k8s.Workload, overlay: k8s.Overlay, image) -> None:
+    into = f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})"
+    if image is not None:
+        signatures = f" + {len(image.beside_lock)} signature file(s)" if image.beside_lock else ""
+        say(f"{verb} {out_dir}/kustomization.yaml: image volume {image.reference} ({len(image.files)} file(s) + "
+            f"hotfix.lock{signatures}, as listed by {image.source}), {into}")
+        return
+    count = sum(len(cm.items) for cm in overlay.configmaps) - 1
+    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock in {len(overlay.configmaps)} ConfigMap(s), {into}")
+    if len(overlay.configmaps) > 1:
+        note(f"the files are {sum(cm.size for cm in overlay.configmaps):,} bytes, past the {k8s.CONFIGMAP_LIMIT:,} "
+             f"one ConfigMap holds: split into {len(overlay.configmaps)}; a fix this size is better as a hotfix "
+             "bundle (`hotfix pack`, then `hotfix k8s --bundle REF@sha256:...`) or a baked image (`hotfix bake`)")
 
 
 def kustomize_command() -> Optional[list[str]]:

@@ -25,6 +25,7 @@ from typing import Optional
 from vllm_hotfix.core.docfields import is_hex64
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.settings import CONTAINER_LOCK, LOCK_NAME
+from vllm_hotfix.txn.lockfile import Lock
 
 VOLUME = "vllm-hotfix-bundle"
 PULL_POLICY = "IfNotPresent"
@@ -71,7 +72,7 @@ class ImageVolume:
     """The bundle as the pod sees it: its reference, and what it holds (each member's bytes)."""
 
     reference: Reference
-    lock: object  # txn.lockfile.Lock, parsed from lock_bytes
+    lock: Lock  # parsed from lock_bytes
     files: dict  # site-packages-relative path -> bytes (the lock's mounted files)
     lock_bytes: bytes
     beside_lock: dict  # signature file name -> bytes (members at the image's top, beside hotfix.lock)
@@ -90,6 +91,10 @@ class ImageVolume:
     def mounts(self, site: str) -> list[dict]:
         return [{"name": VOLUME, "mountPath": path, "subPath": sub, "readOnly": True}
                 for path, (sub, _) in self.members(site).items()]
+
+    def to_json(self) -> dict:
+        return {"reference": str(self.reference), "files": len(self.files), "signatures": sorted(self.beside_lock),
+                "from": self.source, "requires": REQUIREMENTS}
 
     def expected(self, site: str) -> dict:
         """mountPath -> the bytes a container sees there (containers.k8s.Overlay.mounts)."""
@@ -142,6 +147,6 @@ def check_render(objects: list, workload, overlay, image: ImageVolume, site: str
     return problems
 
 
-def site_packages(lock, given: Optional[str]) -> str:
+def site_packages(lock: Lock, given: Optional[str]) -> str:
     """Where the files go in the container: --container-site-packages, else the lock's (as k8s.build)."""
     return (given or lock.site_packages).rstrip("/")
