@@ -20,6 +20,7 @@ import pytest
 
 from fixtures.cel import ENGINES, judge
 from fixtures.kube import DEPLOYMENT, LWS, SITE, make_export, render, validate
+from fixtures.tools import tool
 from vllm_hotfix.containers import bundle, k8s_bundle, oci
 from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
 from vllm_hotfix.txn.lockfile import expected_fingerprint, load_lock
@@ -222,6 +223,15 @@ def test_pack_carries_the_signatures_and_admission_approves_the_signed_bundle(tm
     assert len(signatures) == 2 and made["signatures"] == signatures
     held = {path: data for path, data, _ in _members(tmp_path / "bundle")}
     assert all(held[name] == (export / name).read_bytes() for name in signatures)
+    # the real unpacker gives them beside the lock, byte for byte
+    umoci = tool("umoci", "umoci (Debian)")
+    single = pack(run_hotfix, export, tmp_path / "amd64", "--platform", "linux/amd64")
+    unpacked = tmp_path / "unpacked"
+    done = subprocess.run([umoci, "unpack", "--rootless", "--image", f"{tmp_path / 'amd64'}:{single['tag']}",
+                           str(unpacked)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (unpacked / "rootfs").iterdir()) == ["hotfix.lock", *signatures, "site-packages"]
+    assert all((unpacked / "rootfs" / n).read_bytes() == (export / n).read_bytes() for n in ["hotfix.lock", *signatures])
     policy = write_policy(tmp_path / "trust.toml", keys)
     done = admit(run_hotfix, tmp_path, policy, tmp_path / "bundle", f"{VLLM}={export / 'hotfix.lock'}", extra=("--json",))
     assert done.returncode == 0, done.stderr
