@@ -226,17 +226,25 @@ A workload or container the base does not have is refused (exit 3), naming what 
 kubectl (or kustomize) on PATH, the overlay is rendered before it replaces --to, and a render in
 which a named container lacks a mount or the guard's variables is refused with nothing written.
 
+With --bundle REF@sha256:DIGEST the files come from a hotfix bundle (`hotfix pack`) mounted as an
+image volume pinned by that digest (a tag is refused, exit 2): one read-only subPath mount per file,
+listed by --bundle-dir (the layout, whose digest must be REF's) or --export-dir. Image volumes need
+Kubernetes >= 1.33 (beta; on by default from 1.35) and containerd 2.1+ or CRI-O; otherwise bake.
+
 With --admission it writes instead a ValidatingAdmissionPolicy (CEL, no webhook), its binding to the
 --namespace(s), and a ConfigMap of the approved pairs (image digest -> fingerprints) from each
 --approve: a bundle `hotfix pack` wrote (checked blob by blob, file by file against its lock), or an
 image digest and the lock it runs with. A pod there is admitted only when every image and image
-volume is pinned by digest and its vllm-hotfix.io/fingerprint annotation is approved for its images.""",
+volume is pinned by digest and its vllm-hotfix.io/fingerprint annotation is approved for its images.
+With --trust POLICY every lock approved must pass that policy, as `verify --lock` judges it.""",
             "Write a kustomize overlay mounting an export into a Kubernetes workload (or --admission: a policy).",
             examples(
         "hotfix k8s --export-dir hotfix-export --base k8s/base --to k8s/hotfix \\",
         "    --workload deployment/vllm --container vllm",
         "kubectl apply -k k8s/hotfix",
-        "hotfix k8s --admission --approve bundle --namespace inference --to k8s/admission",
+        "hotfix k8s --bundle \"registry.example/team/vllm-hotfix@sha256:$DIGEST\" --bundle-dir bundle \\",
+        "    --base k8s/base --to k8s/hotfix --workload deployment/vllm --container vllm",
+        "hotfix k8s --admission --approve bundle --namespace inference --trust trust.toml --to admission",
         "hotfix k8s --admission --namespace inference --to k8s/admission \\",
         "    --approve \"registry.example/vllm-openai@sha256:$DIGEST=hotfix-export/hotfix.lock\"")),
     "bake": ("Write a build context whose Containerfile applies the hotfixes at build time against the image's "
@@ -285,8 +293,8 @@ a mounted secret in CI), else HOTFIX_KEY_PASSWORD, else a prompt on the terminal
         "hotfix sign --catalog ./my-catalog --key release.key",
         "hotfix verify --lock hotfix-export/hotfix.lock --trust trust.toml")),
     "pack": ("""Pack an export into a hotfix bundle: an OCI image layout (one layer: the patched files under
-site-packages/ at their site-packages-relative paths, and hotfix.lock) that Kubernetes mounts as an
-image volume pinned by digest, for fixes past the 1 MiB a ConfigMap holds.
+site-packages/ at their site-packages-relative paths, hotfix.lock and its signature files) that
+Kubernetes mounts as an image volume pinned by digest, for fixes past the 1 MiB a ConfigMap holds.
 
 The export is what `hotfix export --to DIR` wrote (--export-dir; every file is checked against the
 lock's sha256 first, no symlink is followed), or IDs exported on the fly from --python. The image is

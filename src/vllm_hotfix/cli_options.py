@@ -12,8 +12,8 @@ def all_targets_option(text: str):
 
 
 OVERLAY_PARAMS = ("export_dir", "base", "workload", "kind", "name", "containers", "container_site_packages", "strict",
-                  "max_configmaps")
-ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only")
+                  "max_configmaps", "bundle", "bundle_dir")
+ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only", "trust")
 
 
 def k8s_overlay_options(command):
@@ -28,7 +28,9 @@ def k8s_overlay_options(command):
         click.option("--container", "containers", multiple=True, help="Container to mount the files into (repeatable).  [required without --admission]"),
         click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock)."),
         click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect."),
-        click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this."),
+        click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use --bundle or `hotfix bake`) when the files need more ConfigMaps than this."),
+        click.option("--bundle", metavar="REF@sha256:DIGEST", help="Mount the hotfix bundle `hotfix pack` made, pushed to REF, as an image volume pinned by this digest (no tag) instead of ConfigMaps. Kubernetes >= 1.33, containerd 2.1+ or CRI-O."),
+        click.option("--bundle-dir", type=click.Path(file_okay=False, path_type=Path), help="With --bundle: the layout `hotfix pack` wrote, to list the files to mount (checked: its digest must be REF's); else they come from --export-dir."),
     )):
         command = option(command)
     return command
@@ -42,19 +44,7 @@ def admission_options(command):
         click.option("--namespace", "namespaces", multiple=True, metavar="NS", help="With --admission: a namespace whose pods the policy judges (repeatable)."),
         click.option("--params-namespace", default="vllm-hotfix-admission", show_default=True, metavar="NS", help="With --admission: the namespace of the approved-images ConfigMap (one the workloads' owners cannot write)."),
         click.option("--warn-only", is_flag=True, help="With --admission: warn and audit instead of denying (to roll the policy out)."),
-    )):
-        command = option(command)
-    return command
-
-
-def pack_options(command):
-    """The options of `hotfix pack` but the target's and the catalog's."""
-    for option in reversed((
-        click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Directory written by `hotfix export` (default: hotfix-export; not with IDs)."),
-        click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the OCI image layout (new, or a bundle packed before: replaced whole)."),
-        click.option("--tag", help="The image's tag in the layout (default: the fingerprint, hf1-...)."),
-        click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH", help="Platform of the image config (repeatable; default: linux/amd64 and linux/arm64). containerd unpacks only an image of the node's platform."),
-        click.option("--repository", metavar="REGISTRY/PATH", help="Where it will be pushed, to print the skopeo line and the pinned reference in full."),
+        click.option("--trust", type=click.Path(dir_okay=False, path_type=Path), metavar="POLICY", help="With --admission: approve only locks this trust policy accepts (as `verify --lock` judges them; default: HOTFIX_TRUST); a refused one stops the run, exit 11-15."),
     )):
         command = option(command)
     return command
