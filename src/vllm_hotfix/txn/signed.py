@@ -5,7 +5,7 @@ Stdlib only, like the lock reader: the guard (issue 36 part B) calls ``lock_verd
 it parsed, so a process pays the verifier only (core.ed25519 + core.minisign + core.policytoml +
 core.trust), nothing of the CLI.
 
-Where the policy comes from (README: Signed locks): ``--trust FILE`` / ``HOTFIX_TRUST``; in an image,
+Where the policy comes from (docs/trust.md, "Signed locks"): ``--trust FILE`` / ``HOTFIX_TRUST``; in an image,
 the pinned ``/etc/vllm-hotfix/trust.toml`` (settings.CONTAINER_TRUST) applies whether the environment
 names it or not, and the environment cannot name another one: whoever writes the pod spec and the
 lock's ConfigMap must not be able to choose the policy. Newer policies come through
