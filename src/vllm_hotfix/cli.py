@@ -283,11 +283,13 @@ def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distrib
 @click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the patched files and hotfix.lock.")
 @lock_fields_options
+@click.option("--guard/--no-guard", "with_guard", default=True, show_default=True,
+              help="Also write the guard (EXPORT/guard: its site-packages tree to mount, its wheel to install).")
 @python_option
 @catalog_option
 @dry_run_option
 @json_option
-def export_cmd(hotfix_ids, out_dir, lock_version, expires, python, catalogs, dry_run, as_json) -> None:
+def export_cmd(hotfix_ids, out_dir, lock_version, expires, with_guard, python, catalogs, dry_run, as_json) -> None:
     """Write patched files (from a pristine baseline) and a hotfix.lock for bind mounts.
 
     \b
@@ -296,7 +298,7 @@ def export_cmd(hotfix_ids, out_dir, lock_version, expires, python, catalogs, dry
     """
     from vllm_hotfix.commands import export as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json, lock_version=lock_version, expires=expires))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json, lock_version=lock_version, expires=expires, with_guard=with_guard))
 
 
 @cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
@@ -368,13 +370,13 @@ def gc_cmd(older_than, confirm, dry_run, as_json) -> None:
 @guard_options
 @python_option
 @json_option
-def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, python, as_json) -> None:
+def guard_cmd(print_env, check_env, build_dist, lock_file, require, strict, fmt, python, as_json) -> None:
     """Print env lines for the vllm.general_plugins guard that checks every vLLM process (--print-env),
     or check that vLLM started with this environment by the interpreter that runs it (--python /
     HOTFIX_PYTHON, else the one behind `vllm` on PATH) would load it (--check-env)."""
     from vllm_hotfix.commands import guard as command
 
-    _exit(command.run(print_env=print_env, check_env=check_env, lock_file=lock_file, require=require, strict=strict,
+    _exit(command.run(print_env=print_env, check_env=check_env, build_dist=build_dist, lock_file=lock_file, require=require, strict=strict,
                       fmt=fmt, python=python, as_json=as_json))
 
 

@@ -364,6 +364,9 @@ def guard_options(command):
         click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard."),
         click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS) or the interpreter that "
                      "runs vLLM (its entry points, read there) keeps vLLM from loading the guard."),
+        click.option("--build-dist", "build_dist", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+                     help="Write the guard's own distribution (vllm-hotfix-guard, stdlib only) into DIR: its wheel and "
+                          "its site-packages tree."),
         click.option("--lock", "lock_file", help="Lock file path inside the container.", default=CONTAINER_LOCK,
                      show_default=True),
         click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file."),
