@@ -134,7 +134,7 @@ def plan_configmaps(items: list[Item], prefix: str, *, limit: int = CONFIGMAP_LI
 def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: Workload, containers: tuple[str, ...],
           *, resources: tuple[str, ...], manifests: Iterable[dict], container_site_packages: Optional[str] = None,
           strict: bool = True, prefix: str = "vllm-hotfix", limit: int = CONFIGMAP_LIMIT,
-          max_configmaps: int = MAX_CONFIGMAPS) -> Overlay:
+          max_configmaps: int = MAX_CONFIGMAPS, guard: Optional[dict[str, bytes]] = None) -> Overlay:
     """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
     user's parsed objects (searched for the workload); ``resources``: what kustomization lists."""
     if not containers:
@@ -151,6 +151,10 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         source = f"files/{locked.path}"
         files[source] = data
         items.append(Item(config_key(index, locked.path), source, len(data), f"{site}/{locked.path}"))
+    for index, (path, data) in enumerate(sorted((guard or {}).items()), start=len(items)):  # the guard's tree
+        source = f"guard/{path}"
+        files[source] = data
+        items.append(Item(config_key(index, path), source, len(data), f"{site}/{path}"))
     files[LOCK_KEY] = lock_bytes
     items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
     configmaps = plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)

@@ -104,3 +104,25 @@ def read_guard(export_dir: Path) -> dict[str, bytes] | None:
     if extra:
         raise InvalidInput(f"{quote_path(str(site / extra[0]))}: in the guard tree but not in its RECORD", hint=hint)
     return found
+
+
+def guard_tops(guard: dict[str, bytes] | None) -> tuple[str, ...]:
+    """The directories a guard tree adds to site-packages (the package, its .dist-info), sorted."""
+    return tuple(sorted({rel.split("/", 1)[0] for rel in guard or ()}))
+
+
+def refuse_strict_without_guard(guard: dict[str, bytes] | None, export_dir: Path, *, strict: bool | None = None) -> None:
+    """Strict mode (``strict``, else HOTFIX_STRICT=1 here) with an export that carries no guard: Refused
+    (exit 3): a stock image would run no guard, and nothing would stop a process whose fix is lost."""
+    import os
+
+    from vllm_hotfix.errors import Refused
+    from vllm_hotfix.output import quote_path
+    from vllm_hotfix.settings import STRICT_ENV
+
+    if strict is None:
+        strict = os.environ.get(STRICT_ENV, "").strip() == "1"
+    if strict and guard is None:
+        raise Refused(f"{quote_path(str(export_dir))} carries no guard (no guard/site-packages): strict mode would "
+                      "stop nothing in an image without vllm-hotfix", hint=f"re-run `hotfix export` into it (it writes "
+                      f"the guard), or turn strict mode off (--no-strict / {STRICT_ENV}=0)")
