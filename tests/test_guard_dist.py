@@ -221,3 +221,60 @@ def test_in_container_verify_matches_the_host_on_the_same_installs(vllm_install,
     code, out = both()
     assert code == 1 and "NOT IN EFFECT: mamba-align-block-size@" in out
     assert both("--json")[0] == 1
+
+
+def test_compose_mounts_the_guard_read_only_and_remove_restores_the_file(tmp_path, run_hotfix, dist):
+    from fixtures.composefiles import LIST_ENV, validate
+    from fixtures.kube import SITE, make_export
+
+    project = tmp_path / "project"
+    export = make_export(project / "hotfix-export")
+    compose = project / "docker-compose.yml"
+    compose.write_text(LIST_ENV)
+    done = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose, cwd=project)
+    assert done.returncode == 0, done.stderr
+    text = compose.read_text()
+    for top in dist.top:
+        assert f"- ./hotfix-export/guard/site-packages/{top}:{SITE}/{top}:ro\n" in text, text
+    validate(compose)
+    removed = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose, "--remove", cwd=project)
+    assert removed.returncode == 0, removed.stderr
+    assert compose.read_text() == LIST_ENV
+
+
+def test_strict_mode_is_refused_where_the_guard_is_not_delivered(tmp_path, run_hotfix):
+    from fixtures.composefiles import LIST_ENV
+    from fixtures.kube import DEPLOYMENT, make_export
+
+    export = make_export(tmp_path / "export", guard=False)
+    base = tmp_path / "base.yaml"
+    base.write_text(DEPLOYMENT)
+    args = ("k8s", "--export-dir", export, "--base", base, "--to", tmp_path / "overlay", "--workload", "deployment/vllm",
+            "--container", "vllm")
+    refused = run_hotfix(*args)
+    assert refused.returncode == 3 and "carries no guard" in refused.stderr and not (tmp_path / "overlay").exists()
+    assert len(refused.stderr.splitlines()) == 2  # the error and its hint
+    assert run_hotfix(*args, "--no-strict").returncode == 0
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text(LIST_ENV)
+    strict = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose,
+                        env={"HOTFIX_STRICT": "1"})
+    assert strict.returncode == 3 and "carries no guard" in strict.stderr and compose.read_text() == LIST_ENV
+    assert run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose).returncode == 0
+    no_guard = run_hotfix("export", "mamba-align-block-size", "--to", tmp_path / "e2", "--no-guard",
+                          env={"HOTFIX_STRICT": "1"})
+    assert no_guard.returncode == 3 and "--no-guard with HOTFIX_STRICT=1" in no_guard.stderr
+    assert not (tmp_path / "e2").exists()
+
+
+def test_a_changed_guard_tree_is_refused(tmp_path, run_hotfix):
+    from fixtures.kube import make_export
+
+    export = make_export(tmp_path / "export")
+    plugin = next((export / "guard" / "site-packages").rglob("plugin.py"))
+    plugin.write_bytes(plugin.read_bytes() + b"\nimport os; os.system('id')\n")
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text("services:\n  vllm:\n    image: x\n")
+    done = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose)
+    assert done.returncode == 8 and "does not hold the bytes its RECORD names" in done.stderr
+    assert compose.read_text() == "services:\n  vllm:\n    image: x\n"

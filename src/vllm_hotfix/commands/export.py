@@ -16,11 +16,11 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
     from vllm_hotfix.catalog.index import Catalog, parse_ref
     from vllm_hotfix.flow.export import plan_export, write_export
 
+    guard = _guard(with_guard)  # refused before anything is planned or written
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids]
     export = plan_export(manifests, python=python, out_dir=out_dir, lock_version=lock_version,
                          expires=expires_at(expires) if expires else None)
-    guard = _guard(with_guard)
     if not dry_run:
         write_export(out_dir, export)
         if guard is not None:
