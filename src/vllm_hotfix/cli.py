@@ -283,8 +283,6 @@ def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distrib
 @click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the patched files and hotfix.lock.")
 @lock_fields_options
-@click.option("--guard/--no-guard", "with_guard", default=True, show_default=True,
-              help="Also write the guard (EXPORT/guard: its site-packages tree to mount, its wheel to install).")
 @python_option
 @catalog_option
 @dry_run_option

@@ -405,11 +405,13 @@ trust_rotate_options = _stack(
     click.option("--chain", type=click.Path(file_okay=False, path_type=Path),
                  help="Also write NEW as DIR/policy-<version>.toml, for HOTFIX_TRUST_CHAIN."),
 )
-lock_fields_options = _stack(
+lock_fields_options = _stack(  # `hotfix export`'s: the lock's fields, and the guard written beside it
     click.option("--lock-version", type=click.IntRange(min=1),
                  help="The lock's version (a trust policy's min_version; default: the lock in --to's + 1, else 1)."),
     click.option("--expires", metavar="WHEN", help="When a trust policy stops accepting the lock: a duration (30d, 12h) "
                                                    "or a UTC time (2027-01-31T00:00:00Z)."),
+    click.option("--guard/--no-guard", "with_guard", default=True, show_default=True,
+                 help="Also write the guard (EXPORT/guard: its site-packages tree to mount, its wheel to install)."),
 )
 
 
