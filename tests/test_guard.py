@@ -119,7 +119,7 @@ def test_check_env_asks_the_interpreter_that_runs_vllm_not_its_own(run_hotfix, t
 
 def test_guard_needs_print_env_or_check_env(run_hotfix):
     result = run_hotfix("guard")
-    assert result.returncode == 2 and "give --print-env or --check-env" in result.stderr
+    assert result.returncode == 2 and "give --print-env, --check-env or --build-dist DIR" in result.stderr
 
 
 def _state(tmp_path, monkeypatch):

@@ -252,10 +252,10 @@ def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distrib
 @catalog_option
 @dry_run_option
 @json_option
-def export_cmd(hotfix_ids, out_dir, lock_version, expires, python, catalogs, dry_run, as_json) -> None:
+def export_cmd(hotfix_ids, out_dir, lock_version, expires, with_guard, python, catalogs, dry_run, as_json) -> None:
     from vllm_hotfix.commands import export as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json, lock_version=lock_version, expires=expires))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json, lock_version=lock_version, expires=expires, with_guard=with_guard))
 
 
 @cli.command("compose", **texts("compose"))
@@ -324,10 +324,10 @@ def gc_cmd(older_than, confirm, dry_run, as_json) -> None:
 @guard_options
 @python_option
 @json_option
-def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, python, as_json) -> None:
+def guard_cmd(print_env, check_env, build_dist, lock_file, require, strict, fmt, python, as_json) -> None:
     from vllm_hotfix.commands import guard as command
 
-    _exit(command.run(print_env=print_env, check_env=check_env, lock_file=lock_file, require=require, strict=strict,
+    _exit(command.run(print_env=print_env, check_env=check_env, build_dist=build_dist, lock_file=lock_file, require=require, strict=strict,
                       fmt=fmt, python=python, as_json=as_json))
 
 

@@ -125,6 +125,9 @@ def guard_options(command):
         click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard."),
         click.option("--check-env", is_flag=True, help="Exit 1 if this environment (VLLM_PLUGINS) or the interpreter that "
                      "runs vLLM (its entry points, read there) keeps vLLM from loading the guard."),
+        click.option("--build-dist", "build_dist", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+                     help="Write the guard's own distribution (vllm-hotfix-guard, stdlib only) into DIR: its wheel and "
+                          "its site-packages tree."),
         click.option("--lock", "lock_file", help="Lock file path inside the container.", default=CONTAINER_LOCK,
                      show_default=True),
         click.option("--require", "require", help="Comma-separated hotfix ids to require instead of a lock file."),
@@ -164,11 +167,13 @@ trust_rotate_options = _stack(
     click.option("--chain", type=click.Path(file_okay=False, path_type=Path),
                  help="Also write NEW as DIR/policy-<version>.toml, for HOTFIX_TRUST_CHAIN."),
 )
-lock_fields_options = _stack(
+lock_fields_options = _stack(  # `hotfix export`'s: the lock's fields, and the guard written beside it
     click.option("--lock-version", type=click.IntRange(min=1),
                  help="The lock's version (a trust policy's min_version; default: the lock in --to's + 1, else 1)."),
     click.option("--expires", metavar="WHEN", help="When a trust policy stops accepting the lock: a duration (30d, 12h) "
                                                    "or a UTC time (2027-01-31T00:00:00Z)."),
+    click.option("--guard/--no-guard", "with_guard", default=True, show_default=True,
+                 help="Also write the guard (EXPORT/guard: its site-packages tree to mount, its wheel to install)."),
 )
 
 

@@ -31,7 +31,7 @@ def builtin_dir() -> Path:
         if (candidate / "manifests").is_dir() and (candidate / "patches").is_dir():
             return candidate
     raise InvalidInput(f"the built-in catalog is missing: neither {BUNDLED_DIR} nor {CHECKOUT_DIR} holds manifests/ "
-                       "and patches/", hint="reinstall vllm-hotfix (pip install --force-reinstall vllm-hotfix)")
+                       "and patches/", hint="reinstall vllm-hotfix from its clone (`pip install --force-reinstall .` there) or from the wheel you built")
 
 
 ENV_VAR = "HOTFIX_CATALOG"

@@ -9,7 +9,7 @@ from pathlib import Path
 from vllm_hotfix.containers import compose, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix.inputs import read_bounded as read_input
-from vllm_hotfix.txn.exported import read_exported
+from vllm_hotfix.txn.exported import guard_tops, read_exported, read_guard, refuse_strict_without_guard
 from vllm_hotfix.txn.lockfile import load_lock
 from vllm_hotfix.output import emit_json, note, say, say_lines
 from vllm_hotfix.txn.atomic import atomic_write
@@ -20,15 +20,17 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
         dry_run: bool = False, as_json: bool = False) -> int:
     lock = load_lock(export_dir / "hotfix.lock")
     hotfixes = lock.select(tuple(hotfix_ids))
+    guard = read_guard(export_dir)  # the guard tree, checked against its RECORD (None: the export has none)
     if not remove:  # what gets bind-mounted is a regular file holding the lock's bytes, never a link out
         read_exported(export_dir, lock.mounted_files(hotfixes), export_dir / "hotfix.lock")
+        refuse_strict_without_guard(guard, export_dir)
     base_files = [compose_file] if compose_file is not None else composefiles.discover(Path.cwd(), dict(os.environ))
     if compose_file is None and override_file is None:
         compose_file = _defining(base_files, service)
     else:
         compose_file = compose_file or base_files[0]
     mounts = compose.mounts_for(lock, hotfixes, compose.host_source(export_dir, compose_file.parent),
-                                container_site_packages)
+                                container_site_packages, guard=guard_tops(guard))
     path = override_file or compose_file
     original = _read(path, required=override_file is None)
     source = str(path)

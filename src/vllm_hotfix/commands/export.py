@@ -11,22 +11,31 @@ from vllm_hotfix.output import emit_json, say
 
 
 def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dry_run: bool = False,
-        as_json: bool = False, lock_version: int | None = None, expires: str | None = None) -> int:
+        as_json: bool = False, lock_version: int | None = None, expires: str | None = None,
+        with_guard: bool = True) -> int:
     from vllm_hotfix.catalog.index import Catalog, parse_ref
     from vllm_hotfix.flow.export import plan_export, write_export
 
+    guard = _guard(with_guard)  # refused before anything is planned or written
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids]
     export = plan_export(manifests, python=python, out_dir=out_dir, lock_version=lock_version,
                          expires=expires_at(expires) if expires else None)
     if not dry_run:
         write_export(out_dir, export)
+        if guard is not None:
+            from vllm_hotfix.containers.guard_dist import GUARD_DIR, tree_files
+            from vllm_hotfix.txn.staged import write_directory
+
+            write_directory(out_dir / GUARD_DIR, tree_files(guard), suffix=".hotfix-guard", what="the guard")
     lock, lock_path = export.lock, export.lock_path
     new = [h for h in lock.hotfixes if h.id in {m.id for m in manifests}]
     if as_json:
         emit_json({
             "to": str(out_dir), "dry_run": dry_run, "lock": str(lock_path), "site_packages": lock.site_packages,
             "lock_version": lock.version, "expires": lock.expires,
+            "guard": {"version": guard.version, "site_packages": str(out_dir / "guard" / "site-packages"),
+                      "wheel": str(out_dir / "guard" / guard.wheel_name)} if guard is not None else None,
             "hotfixes": [{"id": h.id, "version": h.version, "baseline_version": h.baseline_version,
                           "files": [{"path": f.path, "export": f.export, "sha256": f.sha256,
                                      "baseline_sha256": f.baseline_sha256, "code": f.code.to_json() if f.code else None} for f in h.files]}
@@ -44,6 +53,9 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
     if dry_run:
         say(f"dry run: would write {lock_path}; nothing was written")
         return 0
+    if guard is not None:
+        say(f"wrote {out_dir / 'guard'}: vllm-hotfix-guard {guard.version} (site-packages/{guard.top[0]}, "
+            f"site-packages/{guard.top[1]}, {guard.wheel_name}), the guard the image needs")
     until = f", expires {lock.expires}" if lock.expires else ""
     say(f"wrote {lock_path} (version {lock.version}{until}, site-packages {lock.site_packages})")
     say(f"next: hotfix compose {' '.join(h.id for h in lock.hotfixes)} --service SERVICE --export-dir {out_dir}")
@@ -64,3 +76,21 @@ def expires_at(text: str, now: float | None = None) -> str:
         raise UsageError(f"--expires {text!r}: expected a duration (30d, 12h, 2w) or a UTC time such as "
                          "2027-01-31T00:00:00Z")
     return format_utc(int(time.time() if now is None else now) + seconds)
+
+
+def _guard(with_guard: bool):
+    """The guard's distribution to write beside the files (None: --no-guard, refused in strict mode)."""
+    import os
+
+    from vllm_hotfix.settings import STRICT_ENV
+
+    if with_guard:
+        from vllm_hotfix.containers.guard_dist import current
+
+        return current()
+    if os.environ.get(STRICT_ENV, "").strip() == "1":
+        from vllm_hotfix.errors import Refused
+
+        raise Refused(f"--no-guard with {STRICT_ENV}=1: a stock image would run without the guard, and strict mode "
+                      "would stop nothing", hint=f"drop --no-guard (the guard goes into EXPORT/guard) or unset {STRICT_ENV}")
+    return None

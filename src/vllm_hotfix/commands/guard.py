@@ -15,18 +15,21 @@ from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STRICT_ENV
 
 
 def run(*, print_env: bool, check_env: bool, lock_file: str, require: str | None, strict: bool, fmt: str,
-        python: str | None, as_json: bool) -> int:
+        python: str | None, as_json: bool, build_dist=None) -> int:
+    if build_dist is not None:
+        return build_distribution(build_dist, as_json=as_json)
     if check_env:
         return check_environment(python, as_json=as_json)
     if not print_env:
-        raise UsageError("give --print-env or --check-env", hint="`hotfix guard --help` shows both")
+        raise UsageError("give --print-env, --check-env or --build-dist DIR", hint="`hotfix guard --help` shows them")
     env = guard_env(lock_file=lock_file, require=require, strict=strict)
     if as_json:
         emit_json({"env": env, "format": fmt, "lines": render(env, fmt), "plugin": PLUGIN_NAME})
         return 0
     for line in render(env, fmt):
         say(line)
-    note(f"if the service sets VLLM_PLUGINS, add {PLUGIN_NAME} to it; vllm-hotfix must be installed in the image")
+    note(f"if the service sets VLLM_PLUGINS, add {PLUGIN_NAME} to it; the image needs the guard: mount what `hotfix export` "
+         "writes into EXPORT/guard (hotfix compose / hotfix k8s do), or install its wheel (hotfix guard --build-dist DIR)")
     return 0
 
 
@@ -92,3 +95,28 @@ def check_environment(python: str | None, *, as_json: bool = False) -> int:
     else:
         say("guard: turned off here (set HOTFIX_LOCK or HOTFIX_REQUIRE; `hotfix guard --print-env` prints the lines)")
     return int(NotInEffect.exit_code) if problems else 0
+
+
+def build_distribution(out_dir, *, as_json: bool) -> int:
+    """`hotfix guard --build-dist DIR`: the guard's distribution (containers/guard_dist.py) written whole into
+    DIR (its wheel, its site-packages tree); DIR must be new, empty, or a DIR written so before."""
+    from pathlib import Path
+
+    from vllm_hotfix.containers import guard_dist
+    from vllm_hotfix.txn import staged
+
+    out_dir = Path(out_dir)
+    dist = guard_dist.current()
+    staged.check_replaceable(out_dir, lambda d: (d / guard_dist.SITE_DIR).is_dir() and any(d.glob("*.whl")),
+                             what="a guard distribution written by `hotfix guard --build-dist`",
+                             hint="name a new or empty directory")
+    staged.write_directory(out_dir, guard_dist.tree_files(dist), suffix=".hotfix-guard", what="the guard distribution")
+    wheel = out_dir / dist.wheel_name
+    if as_json:
+        emit_json({"distribution": guard_dist.DISTRIBUTION, "version": dist.version, "wheel": str(wheel),
+                   "site_packages": str(out_dir / guard_dist.SITE_DIR), "files": [rel for rel, _ in dist.files]})
+        return 0
+    say(f"wrote {wheel} ({guard_dist.DISTRIBUTION} {dist.version}, {len(dist.files)} files, stdlib only)")
+    say(f"wrote {out_dir / guard_dist.SITE_DIR}: {' and '.join(dist.top)}, to mount into the image's site-packages")
+    say(f"install it with: python -m pip install --no-index --no-deps {wheel}")
+    return 0

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers import k8s, k8s_bundle
-from vllm_hotfix.txn.exported import read_exported
+from vllm_hotfix.txn.exported import read_exported, read_guard, refuse_strict_without_guard
 from vllm_hotfix.txn.lockfile import read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
 from vllm_hotfix.inputs import YAML_LIMIT, read_bounded
@@ -44,7 +44,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     if base is None:
         raise UsageError("--base is required: the workload's manifest file or kustomization directory")
     target = k8s.parse_workload(workload, kind, name)
-    image = None
+    image, guard = None, None
     if bundle is not None or bundle_dir is not None:  # an image volume (commands/k8s_bundle.py)
         from vllm_hotfix.commands.k8s_bundle import from_options
 
@@ -56,13 +56,15 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         lock_path = export_dir / "hotfix.lock"
         lock_bytes, lock = read_lock(lock_path)
         exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
+        guard = read_guard(export_dir)  # checked against its RECORD; carried as ConfigMap keys like the files
+        refuse_strict_without_guard(guard, export_dir, strict=strict)
     out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points
     _refuse_foreign(out_dir)
     renderer = kustomize_command()
     resources, manifests, copies = _base(Path(base), out_dir, renderer)
     overlay = k8s.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
-                        max_configmaps=max_configmaps, image=image)
+                        max_configmaps=max_configmaps, image=image, guard=guard)
     files = {**overlay.files, **copies}
     staged = _stage(out_dir, files)
     try:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix.errors import NotInEffect
+from vllm_hotfix.guard.lockreport import without_state
 
 
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, lock_file: Path | None,
@@ -46,7 +47,7 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
                 mounted = f" through a bind mount from {mount_sources(s.mounts)}" if s.mounts else ""
                 say(f"in effect: {s.id}@{s.version} ({s.state}, {s.target}){mounted}")
             else:
-                say(f"NOT IN EFFECT: {s.id} is {s.state}: {_without_state(s.state, s.detail)}".rstrip(": "))
+                say(f"NOT IN EFFECT: {s.id} is {s.state}: {without_state(s.state, s.detail)}".rstrip(": "))
             if s.to_do:
                 say(f"  to do: {s.to_do}")
         say(f"fingerprint: {digest}")
@@ -66,23 +67,13 @@ def target_words(targets: list, python: str | None, root: Path | None) -> str:
     return f"the interpreter {quoted(python)}" if python else "the interpreter hotfix chose (no --python given)"
 
 
-def _without_state(state: str, detail: str) -> str:
-    """The detail without a leading repeat of the state word ("not-applicable: not applicable: ...")."""
-    for word in (state, state.replace("-", " ")):
-        if detail.lower().startswith(word + ":"):
-            return detail[len(word) + 1:].lstrip()
-    return detail
-
-
 # -- --lock: the container entrypoint guard --------------------------------------------------------
 
 def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, catalogs=(), as_json: bool) -> int:
-    if "\0" in str(lock_file):
-        from vllm_hotfix.errors import InvalidInput
-
-        raise InvalidInput(f"--lock / HOTFIX_LOCK {str(lock_file)!r}: holds a NUL byte; no file has such a name")
+    """guard/lockreport.verify_lock (the one answer, also the in-container `verify`'s) on the install the
+    Resolver finds: the interpreter that runs vLLM, probed."""
     from vllm_hotfix.flow.resolve import Resolver
-
+    from vllm_hotfix.guard import lockreport
     from vllm_hotfix.install.probe import GUARD_ENTRY_POINTS
 
     # its probe also reads the guard's entry points there (loading it would cost a probe process ~35 ms at
@@ -90,17 +81,9 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
     resolver = Resolver(python, guard=GUARD_ENTRY_POINTS)
     resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
 
-    from vllm_hotfix.txn import lockfile
-    from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
-    from vllm_hotfix.output import emit_json, say
-
-    data, lock = lockfile.read_lock(lock_file)
-    refused, trust_json = _trust_step(lock_file, data, lock, as_json)
-    if refused:
-        return refused
-
-    def resolve(package: str) -> lockfile.Installed:
+    def resolve(package: str):
         from vllm_hotfix.paths import TargetDir
+        from vllm_hotfix.txn import lockfile
 
         target = resolver.package(package)  # the one resolution every command uses
         return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
@@ -111,92 +94,25 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
 
         return in_interpreter(resolver.python, sources)  # judged in the interpreter checked (its cache tag)
 
-    checks = lockfile.check_lock(lock, resolve, ids, bytecode=stale)
-    option = _lock_option(resolver, catalogs)
-    report = [(check, lockfile.advice(check, lockfile.mount_line_for(lock_file), option)) for check in checks]
-    all_in_effect = all(check.in_effect for check in checks)
-    digest = lockfile.fingerprint(checks)
+    checker = lockreport.Checker(
+        resolve=resolve, bytecode=stale, option=lambda: _lock_option(resolver, catalogs),
+        mount=lambda: _lock_mounts(resolver), interpreter_note=lambda h, code: _interpreter_note(resolver, h, code),
+        guard_environment=lambda as_json: _guard_environment(resolver, as_json))
+    return lockreport.verify_lock(lock_file, checker, ids=ids, as_json=as_json)
 
-    if as_json:
-        emit_json(_lock_json(report, _lock_mounts(resolver), digest, trust_json))
-    else:
-        for check, advice in report:
-            h = check.hotfix
-            if check.state == APPLIED:
-                say(f"in effect: {h.id}@{h.version} ({len(h.files)} file(s), {h.distribution} {check.installed_version})")
-                for locked in h.files:
-                    if locked.code is not None:
-                        say(f"  {locked.path}: {locked.code.describe()}{_interpreter_note(resolver, h, locked.code)}")
-            elif check.state == FIXED_UPSTREAM:
-                say(f"fixed-upstream: {h.id}: {advice}")
-            else:
-                say(f"NOT IN EFFECT: {h.id}@{h.version} is {check.state}: {_without_state(check.state, check.detail)}")
-                for line in (advice or "").splitlines():
-                    say(f"  {line}")
-        if not checks:
-            say(f"{lock_file}: no hotfixes locked")
-        else:
-            say(f"fingerprint: {digest}")
-    guard_ok = _guard_environment(resolver, as_json)
-    return 0 if all_in_effect and guard_ok else int(NotInEffect.exit_code)
-
-
-def _lock_json(report, mount, digest: str, trust_json) -> list[dict]:
-    """`verify --lock --json`: one object per locked hotfix, its files with where each is mounted from."""
-    return [{
-        "id": c.hotfix.id, "version": c.hotfix.version, "state": c.state, "installed_version": c.installed_version,
-        "detail": c.detail,
-        "files": [{"path": f.path, "state": f.state, "real_path": f.where, "sha256": f.sha256,
-                   "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256,
-                   "mount": mount(c.hotfix.package, f.path), "code": locked.code.to_json() if locked.code else None}
-                  for f, locked in zip(c.files, c.hotfix.files)],
-        "advice": advice, "fingerprint": digest, **({"trust": trust_json} if trust_json is not None else {}),
-    } for c, advice in report]
 
 
 def _interpreter_note(resolver, hotfix, code) -> str:
     """Where the lock's fingerprints were computed by another interpreter than the one checked: the guard
     then proves a function by the code it compiled itself (docs: "The fixed function is the one running")."""
     from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix.guard.lockreport import interpreter_note
 
     try:
         version = resolver.package(hotfix.package).python_version
     except HotfixError:
         return ""
-    if not version:
-        return ""
-    here = "cpython-" + "".join(version.split(".")[:2])
-    if here == code.interpreter:
-        return ""
-    return f" (this interpreter is Python {version}: the guard compares the code it compiles there)"
-
-
-def _trust_step(lock_file: Path, data: bytes, lock, as_json: bool) -> tuple[int, dict | None]:
-    """The trust policy (--trust / HOTFIX_TRUST / the image's pinned one) on the lock's bytes: (exit code
-    of its refusal or 0, its JSON or None without a policy). A refused lock is not checked further: what
-    it claims is nobody's word. Its lines: each refusal on stdout, warnings on stderr."""
-    import time
-
-    from vllm_hotfix.output import emit_json, note, quote_path, say
-    from vllm_hotfix.txn import signed
-
-    now = time.time()
-    policy = signed.load_policy(now=now)
-    if policy is None:
-        return 0, None
-    verdict = signed.lock_verdict(lock_file, data, lock, policy, now=now, subject=quote_path(str(lock_file)))
-    for warning in verdict.warnings:
-        note(warning)
-    if not verdict.trusted:
-        if as_json:
-            emit_json({"trust": verdict.to_json()})
-        else:
-            for refusal in verdict.refusals:
-                say(refusal.line)
-        return verdict.exit_code, verdict.to_json()
-    if not as_json:
-        say(f"trusted: {verdict.summary()}")
-    return 0, verdict.to_json()
+    return interpreter_note(version, code)
 
 
 def _lock_option(resolver, catalogs) -> str:
@@ -231,13 +147,10 @@ def _lock_mounts(resolver):
 
 def _guard_environment(resolver, as_json: bool) -> bool:
     """The in-process guard cannot report that vLLM never loads it: say so here, about the interpreter the
-    lock was checked in (its probe read the entry points there). A problem fails the check when this
-    environment turns the guard on (HOTFIX_LOCK / HOTFIX_REQUIRE), else it is a note."""
-    import os
-
-    from vllm_hotfix.guard.env import environment_problems
+    lock was checked in (its probe read the entry points there)."""
     from vllm_hotfix.errors import HotfixError
-    from vllm_hotfix.output import note, say
+    from vllm_hotfix.guard.env import environment_problems
+    from vllm_hotfix.guard.lockreport import guard_lines, guard_wanted
 
     try:
         target = resolver.guard_target()
@@ -247,10 +160,4 @@ def _guard_environment(resolver, as_json: bool) -> bool:
     problems = environment_problems(entry_points=facts.entry_points if facts else None,
                                     load_error=facts.load_error if facts else None,
                                     python=target.python if target is not None else None)
-    from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV
-
-    wanted = any(os.environ.get(name, "").strip() for name in (LOCK_ENV, REQUIRE_ENV))
-    for problem in problems:
-        line = f"NOT IN EFFECT: guard: {problem}" if wanted else f"the in-process guard would not load: {problem}"
-        (note if as_json or not wanted else say)(line)
-    return not (wanted and problems)
+    return guard_lines(problems, wanted=guard_wanted(), as_json=as_json)

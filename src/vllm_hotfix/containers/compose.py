@@ -74,13 +74,13 @@ def host_source(export_dir: Path, compose_dir: Path) -> str:
 
 
 def mounts_for(lock: Lock, hotfixes: tuple[LockedHotfix, ...], export_source: str,
-               container_site_packages: Optional[str] = None) -> Mounts:
+               container_site_packages: Optional[str] = None, guard: tuple[str, ...] = ()) -> Mounts:
     site = (container_site_packages or lock.site_packages).rstrip("/")
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
     files = tuple(  # one mount per path: the top of its series (one file cannot be mounted twice)
         Mount(f"{export_source}/{f.export}", f"{site}/{f.path}") for f in lock.mounted_files(hotfixes)
-    )
+    ) + tuple(Mount(f"{export_source}/guard/site-packages/{top}", f"{site}/{top}") for top in guard)
     for mount in files:
         for path in (mount.source, mount.target):
             if ":" in path:  # SOURCE:TARGET:MODE cannot say where such a path ends

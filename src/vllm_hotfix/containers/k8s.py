@@ -135,7 +135,7 @@ def plan_configmaps(items: list[Item], prefix: str, *, limit: int = CONFIGMAP_LI
 def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: Workload, containers: tuple[str, ...],
           *, resources: tuple[str, ...], manifests: Iterable[dict], container_site_packages: Optional[str] = None,
           strict: bool = True, prefix: str = "vllm-hotfix", limit: int = CONFIGMAP_LIMIT,
-          max_configmaps: int = MAX_CONFIGMAPS, image=None) -> Overlay:
+          max_configmaps: int = MAX_CONFIGMAPS, image=None, guard: Optional[dict[str, bytes]] = None) -> Overlay:
     """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
     user's parsed objects (searched for the workload); ``resources``: what kustomization lists; ``image``:
     a containers.k8s_bundle.ImageVolume mounted instead of ConfigMaps (``exported`` unused)."""
@@ -147,7 +147,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     if image is not None:  # a hotfix bundle as an image volume (containers/k8s_bundle.py)
         files, configmaps, mounts, volumes = {}, (), image.mounts(site), image.volumes()
     else:
-        files, configmaps = configmap_files(lock, exported, lock_bytes, site, prefix, limit, max_configmaps)
+        files, configmaps = configmap_files(lock, exported, lock_bytes, site, prefix, limit, max_configmaps, guard)
         mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key,
                    "readOnly": True} for cm in configmaps for item in cm.items]
         volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
@@ -188,8 +188,9 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
 
 
 def configmap_files(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, site: str, prefix: str, limit: int,
-                    max_configmaps: int) -> tuple[dict, tuple[ConfigMapPlan, ...]]:
-    """The files the ConfigMaps are generated from (overlay path -> bytes), and the ConfigMaps."""
+                    max_configmaps: int, guard: Optional[dict[str, bytes]] = None) -> tuple[dict, tuple[ConfigMapPlan, ...]]:
+    """The files the ConfigMaps are generated from (overlay path -> bytes), and the ConfigMaps; ``guard``: the
+    export's guard tree (path in site-packages -> bytes), mounted file by file beside the patched files."""
     items, files = [], {}
     for index, locked in enumerate(lock.mounted_files()):  # one per path: the top of its series
         data = exported.get(locked.export)
@@ -199,6 +200,9 @@ def configmap_files(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, s
         source = f"files/{locked.path}"
         files[source] = data
         items.append(Item(config_key(index, locked.path), source, len(data), f"{site}/{locked.path}"))
+    for index, (path, data) in enumerate(sorted((guard or {}).items()), start=len(items)):  # the guard's tree
+        files[f"guard/{path}"] = data
+        items.append(Item(config_key(index, path), f"guard/{path}", len(data), f"{site}/{path}"))
     files[LOCK_KEY] = lock_bytes
     items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
     return files, plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)

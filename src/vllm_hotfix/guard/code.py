@@ -76,7 +76,7 @@ def locked_files() -> dict:
 def note_plugins(plugins) -> None:
     for func in plugins:
         top = str(judging.attr(func, "__module__", None) or "").partition(".")[0]
-        if top and top not in ("vllm", "vllm_hotfix"):
+        if top and top not in ("vllm", "vllm_hotfix", "vllm_hotfix_guard"):
             judging.PLUGIN_PACKAGES.add(top)
 
 

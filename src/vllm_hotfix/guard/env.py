@@ -32,8 +32,12 @@ def environment_problems(environ=None, *, entry_points=None, load_error: str | N
     found = list(entry_points)
     if not found:
         problems.append(f"no {PLUGIN_GROUP} entry point {PLUGIN_NAME} in {python}: "
-                        f"install vllm-hotfix into the interpreter that runs vLLM (`{python} -m pip install vllm-hotfix`)")
+                        f"give that interpreter the guard: mount the guard `hotfix export` writes (EXPORT/guard/site-packages, "
+                        f"as `hotfix compose` and `hotfix k8s` do) into its site-packages, or install the guard's wheel "
+                        f"(`hotfix guard --build-dist DIR`, then `{python} -m pip install --no-index --no-deps "
+                        f"DIR/vllm_hotfix_guard-*.whl`)")
     elif load_error is not None:
         problems.append(f"the guard fails to import in {python} ({found[0]}): {load_error}; "
-                        f"vLLM logs that and runs without it: reinstall vllm-hotfix there")
+                        f"vLLM logs that and runs without it: mount or install the guard there again "
+                        f"(`hotfix export` writes it; `hotfix guard --build-dist DIR` builds its wheel)")
     return problems

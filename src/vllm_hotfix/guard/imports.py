@@ -135,7 +135,7 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
 
     def exec_module(self, module) -> None:
         super().exec_module(module)
-        code = sys.modules.get("vllm_hotfix.guard.code")  # imported only for a lock with code names
+        code = sys.modules.get(f"{__package__}.code")  # imported only for a lock with code names
         if code is not None and _verified.get(self.name) == self.path:  # the objects just compiled from the checked source are the fixed ones
             code.loaded(self.name, module)
         callback = _finder.after.get(self.name) if _finder is not None else None

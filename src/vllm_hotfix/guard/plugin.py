@@ -22,17 +22,19 @@ from pathlib import Path
 from vllm_hotfix.guard.verdicts import HotfixNotInEffect, Verdict, Watched  # noqa: F401 - the API
 from vllm_hotfix.guard.process import (  # noqa: F401
     command_line, emit, flush, forked_process_name, LOGGER_NAME, process_role, serving_process, set_fork_role, strict)
+from vllm_hotfix.guard.installed import installed as _installed
 from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STATE_DIR_ENV
 
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
 _code_checks: list = []  # the lock's checks of this process: their files' code names (points.py)
 _fork_hook_installed = False
+CLAIM_KEY = "vllm_hotfix guard of this process"  # a sys.modules key no import can name (a space)
 
 
 def register() -> None:
     """Entry point called by vLLM's plugin loader; cheap and idempotent within one process."""
     lock, require = _settings()
-    if not lock and not require:
+    if not lock and not require or not _claimed():
         return
     _install_fork_hook()
     failing = _check_here(lock, require)
@@ -41,6 +43,13 @@ def register() -> None:
             raise HotfixNotInEffect(strict_message(failing))
         emit("WARNING", f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
                         f"not stopping `{command_line()}` (HOTFIX_STRICT=1): it serves nothing")
+
+
+def _claimed() -> bool:
+    """Whether this copy of the guard is the one of this process: with both the CLI (vllm_hotfix) and the
+    delivered guard (vllm_hotfix_guard) installed, vLLM loads both entry points; the first to register runs,
+    the other stays silent (a forked child inherits the claim with the memory)."""
+    return sys.modules.setdefault(CLAIM_KEY, sys.modules[__name__]) is sys.modules[__name__]
 
 
 def _settings() -> tuple[str, str]:
@@ -355,55 +364,6 @@ def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, insta
 def _not_importable(hotfix_id: str, package: str, origin: str) -> Verdict:
     return Verdict(hotfix_id, False, f"unknown: package {package} is not importable in this process ({sys.executable})",
                    "run vLLM with the interpreter the hotfix was applied to", origin)
-
-
-class _Installed:
-    """The copy of a package this process imports, by install/facts.py's rule (plain class: the guard).
-    A checkout's version is what its build would produce (install/facts.release_version, as every command
-    derives it: git, so asked only when core.verdict.release_seen needs it); its commit is read from .git."""
-
-    __slots__ = ("package", "package_dir", "root", "distribution", "pending", "kind", "dist_info", "commit",
-                 "decided", "derived")
-
-    def __init__(self, package: str, decided, pending: bool) -> None:
-        from vllm_hotfix.install.facts import checkout_commit, distribution_of
-
-        self.package, self.decided = package, decided
-        self.package_dir, self.root = decided.package_dir, decided.root
-        self.kind, self.dist_info = decided.kind, decided.dist_info
-        self.distribution = decided.distribution if decided.distribution is not None else distribution_of(decided)
-        self.pending, self.commit = pending, checkout_commit(decided)
-        self.derived = None
-
-    def _derive(self) -> tuple:
-        if self.derived is None:
-            from vllm_hotfix.install.facts import release_version
-
-            self.derived = release_version(self.decided, self.package)
-        return self.derived
-
-    @property
-    def version(self):
-        return self._derive()[0]
-
-    @property
-    def version_file(self):
-        return self._derive()[2]
-
-
-def _installed(package: str):
-    """The install this process loads ``package`` from, found without executing it: the facts the probe
-    gathers (find_spec, the distributions, editable finders) and the rule every command applies to them
-    (install/facts.py), so root, version and pending journal are those `hotfix status` sees."""
-    from vllm_hotfix.install import facts as install_facts
-    from vllm_hotfix.install import probe
-    from vllm_hotfix.paths import TargetDir
-
-    try:
-        decided = install_facts.decide(probe.install_facts(package, list(sys.path)))
-    except install_facts.NotImportable:
-        return None
-    return _Installed(package, decided, TargetDir.of(decided.root).pending())
 
 
 def summary_line(verdicts: tuple[Verdict, ...], fingerprint: str) -> str:

@@ -13,7 +13,7 @@ class HotfixNotInEffect(RuntimeError):
     """Raised in strict mode so that vLLM stops this process before it serves."""
 
 
-HotfixNotInEffect.__module__ = "vllm_hotfix.guard"  # its public name, the one a traceback shows
+HotfixNotInEffect.__module__ = __package__  # vllm_hotfix.guard (vllm_hotfix_guard.guard delivered): its public name, the one a traceback shows
 
 
 class Verdict(Value):

@@ -51,3 +51,78 @@ def read_exported(export_dir: Path, files: tuple[LockedFile, ...], lock_path: Pa
                                f"(sha256 {digest[:12]}, expected {locked.sha256[:12]})", hint=hint)
         found[locked.export] = data
     return found
+
+
+def read_guard(export_dir: Path) -> dict[str, bytes] | None:
+    """The guard tree `hotfix export` wrote (EXPORT/guard/site-packages), by path inside site-packages, each
+    file read as input and checked against its distribution's RECORD (sha256 and size; nothing more, nothing
+    less on disk); None when the export has no guard (an older export, or `--no-guard`)."""
+    import base64
+    import csv
+    import hashlib
+    import io
+    import os
+    import stat
+
+    from vllm_hotfix.inputs import EXPORT_FILE_LIMIT, read_bounded
+    from vllm_hotfix.output import quote_path
+
+    site = Path(export_dir) / "guard" / "site-packages"
+    hint = f"re-run `hotfix export` into {quote_path(str(export_dir))}"
+    try:
+        tops = sorted(os.listdir(site))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InvalidInput(f"{quote_path(str(site))}: {exc.strerror}", hint=hint) from None
+    infos = [t for t in tops if t.endswith(".dist-info")]
+    if len(infos) != 1:
+        raise InvalidInput(f"{quote_path(str(site))}: expected one .dist-info, found {len(infos)}", hint=hint)
+    record = read_bounded(site / infos[0] / "RECORD", cap=EXPORT_FILE_LIMIT, what="guard RECORD",
+                          follow_symlinks=False, hint=hint)
+    found: dict[str, bytes] = {}
+    for row in csv.reader(io.StringIO(record.decode("utf-8"))):
+        if len(row) != 3 or not row[0] or row[0].startswith(("/", "../")) or "/../" in row[0]:
+            raise InvalidInput(f"{quote_path(str(site / infos[0] / 'RECORD'))}: not a RECORD line: {row!r}", hint=hint)
+        rel, digest, size = row
+        path = site.joinpath(*rel.split("/"))
+        data = read_bounded(path, cap=EXPORT_FILE_LIMIT, what="guard file", follow_symlinks=False, hint=hint)
+        if rel.endswith(".dist-info/RECORD") and not digest:
+            found[rel] = data
+            continue
+        actual = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        if actual != digest or str(len(data)) != size:
+            raise InvalidInput(f"{quote_path(str(path))}: does not hold the bytes its RECORD names", hint=hint)
+        found[rel] = data
+    on_disk = set()
+    for folder, dirs, files in os.walk(site):
+        for name in dirs:
+            if stat.S_ISLNK(os.lstat(os.path.join(folder, name)).st_mode):
+                raise InvalidInput(f"{quote_path(os.path.join(folder, name))}: a symbolic link in the guard tree", hint=hint)
+        on_disk.update(os.path.relpath(os.path.join(folder, n), site).replace(os.sep, "/") for n in files)
+    extra = sorted(on_disk - set(found))
+    if extra:
+        raise InvalidInput(f"{quote_path(str(site / extra[0]))}: in the guard tree but not in its RECORD", hint=hint)
+    return found
+
+
+def guard_tops(guard: dict[str, bytes] | None) -> tuple[str, ...]:
+    """The directories a guard tree adds to site-packages (the package, its .dist-info), sorted."""
+    return tuple(sorted({rel.split("/", 1)[0] for rel in guard or ()}))
+
+
+def refuse_strict_without_guard(guard: dict[str, bytes] | None, export_dir: Path, *, strict: bool | None = None) -> None:
+    """Strict mode (``strict``, else HOTFIX_STRICT=1 here) with an export that carries no guard: Refused
+    (exit 3): a stock image would run no guard, and nothing would stop a process whose fix is lost."""
+    import os
+
+    from vllm_hotfix.errors import Refused
+    from vllm_hotfix.output import quote_path
+    from vllm_hotfix.settings import STRICT_ENV
+
+    if strict is None:
+        strict = os.environ.get(STRICT_ENV, "").strip() == "1"
+    if strict and guard is None:
+        raise Refused(f"{quote_path(str(export_dir))} carries no guard (no guard/site-packages): strict mode would "
+                      "stop nothing in an image without vllm-hotfix", hint=f"re-run `hotfix export` into it (it writes "
+                      f"the guard), or turn strict mode off (--no-strict / {STRICT_ENV}=0)")

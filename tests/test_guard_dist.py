@@ -1,0 +1,280 @@
+"""The guard as its own distribution (issue 33): built from the guard's source, stdlib only, reproducible;
+installed with pip from nothing but its wheel; imported by nothing but its entry point's module when the
+guard is off; one guard per process with the CLI beside it; its in-container `verify` gives what
+`hotfix verify --lock` gives on the host, on the same installs."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from vllm_hotfix.containers import guard_dist
+from vllm_hotfix.errors import Refused
+
+SRC = Path(guard_dist.__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def dist():
+    return guard_dist.current()
+
+
+def _names_back(tree: ast.AST) -> str:
+    """The syntax tree with vllm_hotfix_guard imports named vllm_hotfix again."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "vllm_hotfix_guard":
+            node.module = "vllm_hotfix" + node.module[len("vllm_hotfix_guard"):]
+        if isinstance(node, ast.alias) and node.name.split(".")[0] == "vllm_hotfix_guard":
+            node.name = "vllm_hotfix" + node.name[len("vllm_hotfix_guard"):]
+    return ast.dump(tree)
+
+
+def test_the_closure_is_the_whole_guard_and_stdlib_only(dist):
+    files = dict(dist.files)
+    guard_modules = {p.stem for p in (SRC / "vllm_hotfix" / "guard").glob("*.py")}
+    assert {f"vllm_hotfix_guard/guard/{m}.py" for m in guard_modules} <= set(files)
+    for rel, data in files.items():
+        if not rel.endswith(".py"):
+            continue
+        for node in ast.walk(ast.parse(data)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                top = name.split(".")[0]
+                assert top == "vllm_hotfix_guard" or top in sys.stdlib_module_names or top == "tomli", (rel, name)
+                if top == "tomli":  # only as tomllib's fallback on Python 3.10 (the guard never reads TOML)
+                    assert rel.endswith(("core/data.py", "install/version.py")), rel
+
+
+def test_the_rewrite_changes_only_the_imported_names(dist):
+    for rel, data in dist.files:
+        if not rel.endswith(".py") or rel in ("vllm_hotfix_guard/__init__.py", "vllm_hotfix_guard/__main__.py"):
+            continue
+        source = (SRC / "vllm_hotfix" / rel.split("/", 1)[1]).read_bytes()
+        assert _names_back(ast.parse(data)) == ast.dump(ast.parse(source)), rel
+        assert data.count(b"\n") == source.count(b"\n"), rel
+
+
+def test_reproducible_and_its_record_holds(dist, tmp_path):
+    again = guard_dist.build(*guard_dist.own_source())
+    assert again == dist and guard_dist.wheel_bytes(again) == guard_dist.wheel_bytes(dist)
+    files = dict(dist.files)
+    record = files[f"{dist.dist_info}/RECORD"].decode().splitlines()
+    assert len(record) == len(files)
+    for line in record:
+        rel, digest, size = line.split(",")
+        if rel.endswith("/RECORD"):
+            continue
+        data = files[rel]
+        assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert int(size) == len(data)
+    with zipfile.ZipFile(BytesIO(guard_dist.wheel_bytes(dist))) as wheel:
+        assert wheel.namelist() == [rel for rel, _ in dist.files]
+    assert files[f"{dist.dist_info}/entry_points.txt"] == \
+        b"[vllm.general_plugins]\nvllm_hotfix_guard = vllm_hotfix_guard:register\n"
+    import vllm_hotfix
+
+    assert dist.version == vllm_hotfix.__version__
+    assert b"Name: vllm-hotfix-guard\n" in files[f"{dist.dist_info}/METADATA"]
+
+
+def test_refuses_a_third_party_import_and_a_bare_package_import(tmp_path):
+    guard = tmp_path / "vllm_hotfix" / "guard"
+    guard.mkdir(parents=True)
+    (tmp_path / "vllm_hotfix" / "__init__.py").write_text("")
+    (guard / "__init__.py").write_text("from vllm_hotfix.guard import plugin\n")
+    (guard / "plugin.py").write_text("def f():\n    import click\n")
+    with pytest.raises(Refused, match="imports click, outside the standard library"):
+        guard_dist.closure(tmp_path)
+    (guard / "plugin.py").write_text("import vllm_hotfix.guard\n")
+    with pytest.raises(Refused, match="binds the package's name"):
+        guard_dist.build(tmp_path, "1")
+    (guard / "plugin.py").write_text("try:\n    import tomllib\nexcept ImportError:\n    import tomli as tomllib\n"
+                                     "from vllm_hotfix.guard import (\n    x)\n")
+    built = dict(guard_dist.build(tmp_path, "1").files)
+    assert built["vllm_hotfix_guard/guard/plugin.py"].endswith(b"from vllm_hotfix_guard.guard import (\n    x)\n")
+
+
+def test_build_dist_writes_the_wheel_and_the_tree(tmp_path, run_hotfix, dist):
+    done = run_hotfix("guard", "--build-dist", tmp_path / "out", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert Path(report["wheel"]).read_bytes() == guard_dist.wheel_bytes(dist)
+    site = tmp_path / "out" / "site-packages"
+    assert sorted(p.name for p in site.iterdir()) == sorted(dist.top)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("x")
+    refused = run_hotfix("guard", "--build-dist", foreign)
+    assert refused.returncode == 3 and "not empty" in refused.stderr and (foreign / "notes.txt").read_text() == "x"
+
+
+@pytest.fixture(scope="module")
+def guard_venv(tmp_path_factory, dist):
+    """A fresh venv (no vllm, no vllm-hotfix) with the guard's wheel installed by pip from nothing else."""
+    root = tmp_path_factory.mktemp("guard-venv")
+    wheel = root / dist.wheel_name
+    wheel.write_bytes(guard_dist.wheel_bytes(dist))
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True)
+    python = root / "venv" / "bin" / "python"
+    before = _installed(python)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check", str(wheel)],
+                   check=True, env={**os.environ, "PIP_NO_INDEX": "1"})
+    return python, before
+
+
+def _installed(python: Path) -> set[str]:
+    out = subprocess.run([str(python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
+                         capture_output=True, text=True, check=True).stdout
+    return {d["name"].lower() for d in json.loads(out)}
+
+
+LOADER = """
+import json, sys
+from importlib.metadata import entry_points
+found = list(entry_points(group="vllm.general_plugins"))
+before = set(sys.modules)
+for ep in found:
+    ep.load()()
+print(json.dumps({"entry_points": [ep.value for ep in found], "new": sorted(set(sys.modules) - before)}))
+"""
+
+
+def test_pip_installs_nothing_else_and_a_process_without_the_guard_settings_imports_nothing(guard_venv):
+    python, before = guard_venv
+    assert _installed(python) - before == {"vllm-hotfix-guard"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOTFIX_") and k != "PYTHONPATH"}
+    done = subprocess.run([str(python), "-c", LOADER], capture_output=True, text=True, env=env, check=True)
+    report = json.loads(done.stdout)
+    assert report == {"entry_points": ["vllm_hotfix_guard:register"], "new": ["vllm_hotfix_guard"]}
+
+
+def test_one_guard_per_process_with_the_cli_beside_it(guard_venv, tmp_path):
+    python, _ = guard_venv
+    lock = tmp_path / "hotfix.lock"
+    lock.write_text("{}")  # not a lock: the guard says so, once
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HOTFIX_")},
+           "PYTHONPATH": str(SRC), "HOTFIX_LOCK": str(lock)}
+    script = (LOADER + "\nfrom vllm_hotfix.guard.plugin import register\nregister()\n"
+              "from vllm_hotfix_guard import register as other\nother()\n")
+    done = subprocess.run([str(python), "-c", script], capture_output=True, text=True, env=env, check=True)
+    assert done.stderr.count("vllm-hotfix guard pid=") == 1, done.stderr
+    assert "cannot use HOTFIX_LOCK" in done.stderr
+
+
+def test_in_container_verify_refuses_as_the_cli_does(guard_venv, tmp_path, run_hotfix):
+    python, _ = guard_venv
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOTFIX_") and k != "PYTHONPATH"}
+    bad = tmp_path / "hotfix.lock"
+    bad.write_text("{not json")
+    for args in (["--lock", str(bad)], ["--lock", str(tmp_path / "missing.lock")]):
+        guard = subprocess.run([str(python), "-m", "vllm_hotfix_guard", "verify", *args], capture_output=True,
+                               text=True, env=env)
+        host = run_hotfix("verify", *args, "--python", python)
+        assert (guard.returncode, guard.stdout, guard.stderr) == (host.returncode, host.stdout, host.stderr) \
+            and guard.returncode == 8
+    missing = subprocess.run([str(python), "-m", "vllm_hotfix_guard", "verify"], capture_output=True, text=True, env=env)
+    assert missing.returncode == 2 and "give --lock FILE or set HOTFIX_LOCK" in missing.stderr
+
+
+@pytest.mark.real
+def test_in_container_verify_matches_the_host_on_the_same_installs(vllm_install, run_hotfix, tmp_path):
+    """A real vLLM 0.30.0 install with no vllm-hotfix: the export's mounts copied onto it; the guard's
+    `verify` and the host's `verify --lock` agree: in effect (0), a reverted file (1), JSON and all."""
+    venv = vllm_install("0.30.0")
+    export = tmp_path / "export"
+    done = run_hotfix("export", "mamba-align-block-size", "--to", export, "--python", venv.python)
+    assert done.returncode == 0, done.stderr
+    lock = json.loads((export / "hotfix.lock").read_text())
+    (locked,) = lock["hotfixes"][0]["files"]
+    target = venv.site_packages / locked["path"]
+    pristine = target.read_bytes()
+    shutil.copyfile(export / locked["export"], target)  # the bind mount
+    for top in (export / "guard" / "site-packages").iterdir():  # the guard's read-only mounts
+        shutil.copytree(top, venv.site_packages / top.name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOTFIX_") and k != "PYTHONPATH"}
+    show = subprocess.run([str(venv.python), "-m", "pip", "show", "vllm-hotfix"], capture_output=True, env=env)
+    assert show.returncode != 0  # nothing of the CLI in there
+
+    def both(*args: str) -> tuple:
+        guard = subprocess.run([str(venv.python), "-m", "vllm_hotfix_guard", "verify", "--lock",
+                                str(export / "hotfix.lock"), *args], capture_output=True, text=True, env=env)
+        host = run_hotfix("verify", "--lock", export / "hotfix.lock", "--python", venv.python, *args)
+        assert (guard.returncode, guard.stdout) == (host.returncode, host.stdout), (guard.stderr, host.stderr)
+        return guard.returncode, guard.stdout
+
+    code, out = both()
+    assert code == 0 and out.startswith("in effect: mamba-align-block-size@") and "fingerprint: hf1-" in out
+    assert both("--json")[0] == 0
+    target.write_bytes(pristine)  # the mount is gone: the container runs the pristine file
+    code, out = both()
+    assert code == 1 and "NOT IN EFFECT: mamba-align-block-size@" in out
+    assert both("--json")[0] == 1
+
+
+def test_compose_mounts_the_guard_read_only_and_remove_restores_the_file(tmp_path, run_hotfix, dist):
+    from fixtures.composefiles import LIST_ENV, validate
+    from fixtures.kube import SITE, make_export
+
+    project = tmp_path / "project"
+    export = make_export(project / "hotfix-export")
+    compose = project / "docker-compose.yml"
+    compose.write_text(LIST_ENV)
+    done = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose, cwd=project)
+    assert done.returncode == 0, done.stderr
+    text = compose.read_text()
+    for top in dist.top:
+        assert f"- ./hotfix-export/guard/site-packages/{top}:{SITE}/{top}:ro\n" in text, text
+    validate(compose)
+    removed = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose, "--remove", cwd=project)
+    assert removed.returncode == 0, removed.stderr
+    assert compose.read_text() == LIST_ENV
+
+
+def test_strict_mode_is_refused_where_the_guard_is_not_delivered(tmp_path, run_hotfix):
+    from fixtures.composefiles import LIST_ENV
+    from fixtures.kube import DEPLOYMENT, make_export
+
+    export = make_export(tmp_path / "export", guard=False)
+    base = tmp_path / "base.yaml"
+    base.write_text(DEPLOYMENT)
+    args = ("k8s", "--export-dir", export, "--base", base, "--to", tmp_path / "overlay", "--workload", "deployment/vllm",
+            "--container", "vllm")
+    refused = run_hotfix(*args)
+    assert refused.returncode == 3 and "carries no guard" in refused.stderr and not (tmp_path / "overlay").exists()
+    assert len(refused.stderr.splitlines()) == 2  # the error and its hint
+    assert run_hotfix(*args, "--no-strict").returncode == 0
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text(LIST_ENV)
+    strict = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose,
+                        env={"HOTFIX_STRICT": "1"})
+    assert strict.returncode == 3 and "carries no guard" in strict.stderr and compose.read_text() == LIST_ENV
+    assert run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose).returncode == 0
+    no_guard = run_hotfix("export", "mamba-align-block-size", "--to", tmp_path / "e2", "--no-guard",
+                          env={"HOTFIX_STRICT": "1"})
+    assert no_guard.returncode == 3 and "--no-guard with HOTFIX_STRICT=1" in no_guard.stderr
+    assert not (tmp_path / "e2").exists()
+
+
+def test_a_changed_guard_tree_is_refused(tmp_path, run_hotfix):
+    from fixtures.kube import make_export
+
+    export = make_export(tmp_path / "export")
+    plugin = next((export / "guard" / "site-packages").rglob("plugin.py"))
+    plugin.write_bytes(plugin.read_bytes() + b"\nimport os; os.system('id')\n")
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text("services:\n  vllm:\n    image: x\n")
+    done = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose)
+    assert done.returncode == 8 and "does not hold the bytes its RECORD names" in done.stderr
+    assert compose.read_text() == "services:\n  vllm:\n    image: x\n"
