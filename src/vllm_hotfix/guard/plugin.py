@@ -22,7 +22,7 @@ from pathlib import Path
 from vllm_hotfix.guard.verdicts import HotfixNotInEffect, Verdict, Watched  # noqa: F401 - the API
 from vllm_hotfix.guard.process import (  # noqa: F401
     command_line, emit, flush, forked_process_name, LOGGER_NAME, process_role, serving_process, set_fork_role, strict)
-from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STATE_DIR_ENV
+from vllm_hotfix.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STATE_DIR_ENV
 
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
 _code_checks: list = []  # the lock's checks of this process: their files' code names (points.py)
@@ -36,11 +36,20 @@ def register() -> None:
         return
     _install_fork_hook()
     failing = _check_here(lock, require)
+    _record_ready(failing)
     if failing and strict():
         if serving_process():
             raise HotfixNotInEffect(strict_message(failing))
         emit("WARNING", f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
                         f"not stopping `{command_line()}` (HOTFIX_STRICT=1): it serves nothing")
+
+
+def _record_ready(failing: list[Verdict]) -> None:
+    """With HOTFIX_READY_DIR: this serving process's verdict for `ready` (guard/ready.py; never raises)."""
+    if os.environ.get(READY_DIR_ENV) and serving_process():
+        from vllm_hotfix.guard import ready
+
+        ready.record(failing)
 
 
 def _settings() -> tuple[str, str]:
@@ -90,6 +99,7 @@ def _after_fork_in_child() -> None:
     # (or, for a bare os.fork, the parent's role does).
     set_fork_role(forked_process_name() or f"fork of {process_role()}")
     failing = _check_here(lock, require)
+    _record_ready(failing)
     if failing and strict() and serving_process():
         # An exception raised in a fork hook is printed and ignored: stop the child ourselves.
         emit("ERROR", strict_message(failing))
