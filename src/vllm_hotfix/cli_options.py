@@ -246,8 +246,14 @@ def all_targets_option(text: str):
 
 
 OVERLAY_PARAMS = ("export_dir", "base", "workload", "kind", "name", "containers", "container_site_packages", "strict",
-                  "max_configmaps")
+                  "max_configmaps", "readiness")
 ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only")
+
+
+readiness_option = click.option(
+    "--readiness/--no-readiness", default=True, show_default=True,
+    help="Add `python3 -m vllm_hotfix_guard ready` as the readiness check (docs/readiness.md), a memory-backed "
+         "directory for the guard's records and HOTFIX_READY_DIR.")
 
 
 def k8s_overlay_options(command):
@@ -263,6 +269,7 @@ def k8s_overlay_options(command):
         click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock)."),
         click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect."),
         click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this."),
+        readiness_option,
     )):
         command = option(command)
     return command
