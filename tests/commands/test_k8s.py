@@ -87,6 +87,18 @@ def test_deployment(tmp_path, run_hotfix, base_dir):
     assert manifest.read_text() == DEPLOYMENT  # only read
 
 
+def test_a_readiness_probe_of_the_base_is_replaced_not_merged(tmp_path, run_hotfix):
+    probed = DEPLOYMENT.replace("        env:\n", "        readinessProbe:\n          httpGet: {path: /health, port: 8000}\n"
+                                "          initialDelaySeconds: 60\n        env:\n", 1)
+    assert probed != DEPLOYMENT
+    done, _, _, out = overlay(tmp_path, run_hotfix, probed, "--workload", "deployment/vllm", "--container", "vllm")
+    assert done.returncode == 0, done.stderr
+    objects = render(out)
+    validate(objects)
+    (container,) = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"] == PROBE  # one handler: ours (an httpGet beside it is refused by the API)
+
+
 def test_statefulset_no_strict(tmp_path, run_hotfix):
     done, export, _, out = overlay(tmp_path, run_hotfix, STATEFULSET, "--kind", "StatefulSet", "--name", "vllm-ascend",
                                    "--container", "vllm", "--no-strict", "--no-readiness")

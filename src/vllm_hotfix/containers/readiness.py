@@ -30,7 +30,9 @@ def k8s_parts(mounts: list, volumes: list, env: list, python: str) -> dict:
 
 
 def probed(probe: Optional[dict]) -> dict:
-    return {"readinessProbe": probe} if probe is not None else {}
+    """The container's readinessProbe in a strategic-merge patch: replacing the base's (merged, an httpGet and
+    our exec would make one probe with two handlers, which the API server refuses)."""
+    return {"readinessProbe": {"$patch": "replace", **probe}} if probe is not None else {}
 
 
 def lws_probe(found: dict, containers: tuple[str, ...], probe: Optional[dict]) -> list[dict]:
