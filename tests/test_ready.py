@@ -15,8 +15,8 @@ from vllm_hotfix.guard import expected, ready
 RECORDER = r"""
 import sys
 from vllm_hotfix.guard import ready
-class V:
-    def __init__(self, i): self.hotfix_id = i
+class V:  # a failing verdict (guard/verdicts.Verdict's two fields read)
+    def __init__(self, i): self.hotfix_id, self.in_effect = i, False
 ready.record([V(i) for i in sys.argv[2:]], role=sys.argv[1])
 print("recorded", flush=True)
 sys.stdin.read()

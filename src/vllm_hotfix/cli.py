@@ -15,7 +15,7 @@ from vllm_hotfix import __version__, cli_bundles, cli_signing
 from vllm_hotfix.cli_options import (
     ADMISSION_PARAMS, AUDIT_HELP, CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, LOG_HELP,
     NEW_HELP, OVERLAY_PARAMS, PORT_HELP, WHERE_HELP, admission_options, all_targets_option, catalog_option, complete_ids,
-    dry_run_option, given_options, guard_options, json_option, k8s_overlay_options, readiness_option, lock_fields_options, python_option,
+    dry_run_option, given_options, guard_options, json_option, k8s_overlay_options, compose_edit_options, lock_fields_options, python_option,
     root_option, runtime_options,
 )
 from vllm_hotfix.core.verdict import IN_EFFECT, STATES
@@ -306,8 +306,7 @@ def export_cmd(hotfix_ids, out_dir, lock_version, expires, python, catalogs, dry
 @click.option("--override", "override_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the mounts to this override file instead of editing --file.")
 @click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
 @click.option("--container-site-packages", help="site-packages path inside the container (default: the one the lock recorded; a warning when that looks like a host venv).")
-@click.option("--remove", is_flag=True, help="Take exactly these mounts out again.")
-@readiness_option
+@compose_edit_options
 @dry_run_option
 @json_option
 def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, container_site_packages, remove, readiness, dry_run, as_json) -> None:

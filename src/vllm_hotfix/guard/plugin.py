@@ -1,11 +1,10 @@
 """The in-process guard: a ``vllm.general_plugins`` entry point.
 
-vLLM calls ``register()`` in every process it starts (API server, engine core, each worker), each
-of which imports vLLM on its own, possibly from another copy (PYTHONPATH, another node). When
-``HOTFIX_LOCK`` and/or ``HOTFIX_REQUIRE`` is set, the guard checks that the files the required
-hotfixes touch, as *this* process resolves them, have the expected sha256, and logs one line.
-With ``HOTFIX_STRICT=1`` a hotfix not in effect raises ``HotfixNotInEffect``, which stops a serving
-process before it serves (commands that serve nothing, ``vllm --version``, only warn).
+vLLM calls ``register()`` in every process it starts (API server, engine core, each worker), each of which
+imports vLLM on its own, possibly from another copy (PYTHONPATH, another node). When ``HOTFIX_LOCK`` and/or
+``HOTFIX_REQUIRE`` is set, the guard checks that the files the required hotfixes touch, as *this* process
+resolves them, have the expected sha256, and logs one line. With ``HOTFIX_STRICT=1`` a hotfix not in effect
+raises ``HotfixNotInEffect``, which stops a serving process before it serves (``vllm --version`` only warns).
 
 vLLM calls the plugins once per process and a *forked* child inherits that, so the guard also checks
 in every forked child (``os.register_at_fork``). And it watches the imports of exactly the modules
@@ -36,20 +35,11 @@ def register() -> None:
         return
     _install_fork_hook()
     failing = _check_here(lock, require)
-    _record_ready(failing)
     if failing and strict():
         if serving_process():
             raise HotfixNotInEffect(strict_message(failing))
         emit("WARNING", f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
                         f"not stopping `{command_line()}` (HOTFIX_STRICT=1): it serves nothing")
-
-
-def _record_ready(failing: list[Verdict]) -> None:
-    """With HOTFIX_READY_DIR: this serving process's verdict for `ready` (guard/ready.py; never raises)."""
-    if os.environ.get(READY_DIR_ENV) and serving_process():
-        from vllm_hotfix.guard import ready
-
-        ready.record(failing)
 
 
 def _settings() -> tuple[str, str]:
@@ -79,6 +69,7 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
                                 "report it to vllm-hotfix; unset HOTFIX_LOCK / HOTFIX_REQUIRE to turn the guard off"),)
         _last_check = (key, verdicts, fingerprint)
         _log(verdicts, fingerprint)
+        if os.environ.get(READY_DIR_ENV): __import__("vllm_hotfix.guard.ready", fromlist=["record"]).record(verdicts)  # noqa: E701
     return [v for v in verdicts if not v.in_effect]
 
 
@@ -99,7 +90,6 @@ def _after_fork_in_child() -> None:
     # (or, for a bare os.fork, the parent's role does).
     set_fork_role(forked_process_name() or f"fork of {process_role()}")
     failing = _check_here(lock, require)
-    _record_ready(failing)
     if failing and strict() and serving_process():
         # An exception raised in a fork hook is printed and ignored: stop the child ourselves.
         emit("ERROR", strict_message(failing))

@@ -113,23 +113,26 @@ def _why(exc: OSError) -> str:
 # -- writing: in every guarded process -----------------------------------------------------------
 
 
-def record(failing, *, role: str | None = None) -> None:
-    """This process's verdict (``failing``: the guard's verdicts not in effect) into the directory, when
-    HOTFIX_READY_DIR is set. Never raises, never changes the verdict: a problem is one WARNING line."""
+def record(verdicts, *, role: str | None = None) -> None:
+    """This serving process's verdict (the guard's verdicts, each ``.in_effect`` or not) into the directory,
+    when HOTFIX_READY_DIR is set (plugin._check_here, once per process: register and the fork hook). Never
+    raises, never changes the verdict: a problem is one WARNING line. ``role``: for tests."""
     base = os.environ.get(READY_DIR_ENV, "").strip()
     if not base:
         return
     try:
         if role is None:
-            from vllm_hotfix.guard.process import process_role
+            from vllm_hotfix.guard.process import process_role, serving_process
 
+            if not serving_process():  # `vllm --version` & co.: nothing to wait for
+                return
             role = process_role()
         pid = os.getpid()
         start = start_time(pid)
         if start is None:
             raise Unusable(f"cannot read /proc/{pid}/stat (the start time that tells this process from a recycled pid)")
         kind, ranks = classify(role)
-        ids = tuple(_clean_id(v.hotfix_id) for v in failing)
+        ids = tuple(_clean_id(v.hotfix_id) for v in verdicts if not v.in_effect)
         mine = Record(pid, start, os.getppid(), kind, _clean_role(role), ranks, lock_digest(), not ids, ids)
         write(base, mine)
     except (Unusable, OSError) as exc:
@@ -353,7 +356,7 @@ def main(argv: list[str]) -> int:
     from vllm_hotfix.guard import expected as expect
 
     try:
-        options = expect.parse_options(argv)
+        options = expect.parse_options(argv[1:] if argv[:1] == ["ready"] else argv)
         base = os.environ.get(READY_DIR_ENV, "").strip()
         if not base:
             raise expect.Usage(f"{READY_DIR_ENV} is not set: no process records its verdict")
