@@ -14,6 +14,9 @@ import pytest
 from fixtures.composefiles import HOTFIX, PATH, SITE, validate, write_export
 from vllm_hotfix.txn.lockfile import Lock, LockedFile, LockedHotfix
 
+READINESS = (b"healthcheck:", b"test: [CMD, python3, -m, vllm_hotfix_guard, ready]", b"interval: ", b"timeout: ",
+             b"retries: ", b"tmpfs:")  # docs/readiness.md: our lines that do not say hotfix
+
 
 ANCHORS = """\
 ---
@@ -78,7 +81,7 @@ def test_document_marker_crlf_and_indentation_survive_and_remove_restores_bytes(
     assert b"            - HOTFIX_LOCK=/etc/vllm-hotfix/hotfix.lock" + nl in edited
     assert (b"\n" not in edited.replace(b"\r\n", b"")) if crlf else (b"\r" not in edited)
     # everything but our lines is the original, byte for byte
-    ours = [line for line in edited.splitlines(True) if b"hotfix" in line.lower()]
+    ours = [line for line in edited.splitlines(True) if b"hotfix" in line.lower() or line.strip().startswith(READINESS)]
     assert b"".join(line for line in edited.splitlines(True) if line not in ours) == original
     assert f"added to services.vllm in {path}" in done.stdout
     validate(path)
@@ -143,7 +146,7 @@ def test_local_keys_next_to_a_merge_are_edited_and_the_anchor_is_not(project, ru
     assert done.returncode == 0, done.stderr
     edited = path.read_text()
     assert edited.split("services:")[0] == text.split("services:")[0], "the anchor block is untouched"
-    assert "      HOTFIX_LOCK: /etc/vllm-hotfix/hotfix.lock\n    command:" in edited
+    assert "      HOTFIX_LOCK: /etc/vllm-hotfix/hotfix.lock\n      HOTFIX_READY_DIR: /run/vllm-hotfix/ready\n    command:" in edited
     validate(path)
     assert _compose(run_hotfix, project, "--remove").returncode == 0
     assert path.read_text() == text

@@ -65,7 +65,8 @@ def test_override_tagged_lists_get_our_entries_inside_at_the_right_indentation(p
     ours = str(project / "hotfix-export" / HOTFIX / PATH)
     assert mounts(model) == [("/models", "/models", True), (ours, f"{SITE}/{PATH}", True),
                              (str(project / "hotfix-export" / "hotfix.lock"), LOCK_TARGET, True)]
-    assert model["services"]["vllm"]["environment"] == {"NCCL_DEBUG": "WARN", "HOTFIX_LOCK": LOCK_TARGET}
+    assert model["services"]["vllm"]["environment"] == {"NCCL_DEBUG": "WARN", "HOTFIX_LOCK": LOCK_TARGET,
+                                                        "HOTFIX_READY_DIR": "/run/vllm-hotfix/ready"}
     validate(path, schema=False)
     # !override keeps its meaning on top of an earlier file: the earlier file's mounts are replaced
     base = project / "base.yaml"

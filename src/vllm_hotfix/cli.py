@@ -15,7 +15,7 @@ from vllm_hotfix import __version__, cli_bundles, cli_signing
 from vllm_hotfix.cli_help import EXIT_CODES_HELP, GROUP_HELP, texts
 from vllm_hotfix.cli_options import (
     ADMISSION_PARAMS, OVERLAY_PARAMS, admission_options, all_targets_option, catalog_option, complete_ids, dry_run_option,
-    given_options, guard_options, json_option, k8s_overlay_options, lock_fields_options, python_option, root_option,
+    given_options, guard_options, json_option, k8s_overlay_options, compose_edit_options, lock_fields_options, python_option, root_option,
     runtime_options,
 )
 from vllm_hotfix.errors import ExitCode, HotfixError
@@ -265,13 +265,13 @@ def export_cmd(hotfix_ids, out_dir, lock_version, expires, with_guard, python, c
 @click.option("--override", "override_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the mounts to this override file instead of editing --file.")
 @click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("hotfix-export"), show_default=True, help="Directory written by `hotfix export`.")
 @click.option("--container-site-packages", help="site-packages path inside the container (default: the one the lock recorded; a warning when that looks like a host venv).")
-@click.option("--remove", is_flag=True, help="Take exactly these mounts out again.")
+@compose_edit_options
 @dry_run_option
 @json_option
-def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, container_site_packages, remove, dry_run, as_json) -> None:
+def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, container_site_packages, remove, readiness, dry_run, as_json) -> None:
     from vllm_hotfix.commands import compose as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, readiness=readiness, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("k8s", **texts("k8s"))
@@ -279,14 +279,14 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
 @admission_options
 @dry_run_option
 @json_option
-def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, bundle, bundle_dir, admission, approve, namespaces, params_namespace, warn_only, trust, dry_run, as_json) -> None:
+def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, readiness, bundle, bundle_dir, admission, approve, namespaces, params_namespace, warn_only, trust, dry_run, as_json) -> None:
     if admission:
         from vllm_hotfix.commands import admission as command
 
         _exit(command.run(approve=tuple(approve), namespaces=tuple(namespaces), params_namespace=params_namespace, warn_only=warn_only, trust=trust, out_dir=out_dir, overlay_options=given_options(OVERLAY_PARAMS), dry_run=dry_run, as_json=as_json))
     from vllm_hotfix.commands import k8s as command
 
-    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, bundle=bundle, bundle_dir=bundle_dir, admission_options=given_options(ADMISSION_PARAMS), dry_run=dry_run, as_json=as_json))
+    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, readiness=readiness, bundle=bundle, bundle_dir=bundle_dir, admission_options=given_options(ADMISSION_PARAMS), dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("bake", **texts("bake"))

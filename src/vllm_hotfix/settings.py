@@ -7,6 +7,7 @@ STATE_DIR_ENV = "HOTFIX_STATE_DIR"  # where records, journals and kept originals
 LOCK_ENV = "HOTFIX_LOCK"            # the guard and `hotfix verify`: the lock file to check
 REQUIRE_ENV = "HOTFIX_REQUIRE"      # the guard: ids that must be recorded as applied for the copy loaded
 STRICT_ENV = "HOTFIX_STRICT"        # the guard: stop a serving process whose hotfix is not in effect
+READY_DIR_ENV = "HOTFIX_READY_DIR"  # the memory-backed directory of the processes' readiness records
 LOCK_NAME = "hotfix.lock"           # what `hotfix export` writes beside the exported files
 CONTAINER_LOCK = "/etc/vllm-hotfix/hotfix.lock"  # where compose, k8s and bake put it in the container
 FINGERPRINT_ANNOTATION = "vllm-hotfix.io/fingerprint"  # a pod's: the fingerprint of the hotfix set it runs

@@ -14,6 +14,9 @@ from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
 from vllm_hotfix.txn.lockfile import expected_fingerprint, load_lock
 
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
+READY = {"HOTFIX_READY_DIR": "/run/vllm-hotfix/ready"}
+PROBE = {"exec": {"command": ["python3", "-m", "vllm_hotfix_guard", "ready"]}, "periodSeconds": 10, "timeoutSeconds": 5,
+         "failureThreshold": 3}
 
 
 def overlay(tmp_path: Path, run_hotfix, manifest: str, *args: str, export_sizes=None, base_dir: bool = False):
@@ -73,7 +76,11 @@ def test_deployment(tmp_path, run_hotfix, base_dir):
     (container,) = pod["containers"]
     assert mounted(objects, container, pod) == expected_mounts(export)
     assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]  # the user's own stay
-    assert env(container) == {"NCCL_DEBUG": "WARN", "HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1"}
+    assert env(container) == {"NCCL_DEBUG": "WARN", "HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1", **READY}
+    # readiness (docs/readiness.md): the guard's records in a memory-backed emptyDir, `ready` the probe
+    assert container["readinessProbe"] == PROBE
+    assert {"name": "vllm-hotfix-ready", "mountPath": READY["HOTFIX_READY_DIR"]} in container["volumeMounts"]
+    assert {"name": "vllm-hotfix-ready", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}} in pod["volumes"]
     assert container["image"] == "vllm/vllm-openai:v0.30.0" and deployment["spec"]["replicas"] == 2
     # the fingerprint `hotfix k8s --admission`'s policy checks, beside the labels the base gives
     assert deployment["spec"]["template"]["metadata"] == {"labels": {"app": "vllm"}, "annotations": {
@@ -93,9 +100,21 @@ def test_every_yaml_written_keeps_a_long_path_on_its_key_line():
     assert f"mountPath: {path}\n" in text
 
 
+def test_a_readiness_probe_of_the_base_is_replaced_not_merged(tmp_path, run_hotfix):
+    probed = DEPLOYMENT.replace("        env:\n", "        readinessProbe:\n          httpGet: {path: /health, port: 8000}\n"
+                                "          initialDelaySeconds: 60\n        env:\n", 1)
+    assert probed != DEPLOYMENT
+    done, _, _, out = overlay(tmp_path, run_hotfix, probed, "--workload", "deployment/vllm", "--container", "vllm")
+    assert done.returncode == 0, done.stderr
+    objects = render(out)
+    validate(objects)
+    (container,) = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"] == PROBE  # one handler: ours (an httpGet beside it is refused by the API)
+
+
 def test_statefulset_no_strict(tmp_path, run_hotfix):
     done, export, _, out = overlay(tmp_path, run_hotfix, STATEFULSET, "--kind", "StatefulSet", "--name", "vllm-ascend",
-                                   "--container", "vllm", "--no-strict")
+                                   "--container", "vllm", "--no-strict", "--no-readiness")
     assert done.returncode == 0, done.stderr
     objects = render(out)
     validate(objects)
@@ -103,6 +122,7 @@ def test_statefulset_no_strict(tmp_path, run_hotfix):
     (container,) = pod["containers"]
     assert mounted(objects, container, pod) == expected_mounts(export)
     assert env(container) == {"HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "0"}
+    assert "readinessProbe" not in container and all("emptyDir" not in v for v in pod.get("volumes", []))
 
 
 def test_leaderworkerset_leader_and_worker_templates(tmp_path, run_hotfix):
@@ -117,8 +137,10 @@ def test_leaderworkerset_leader_and_worker_templates(tmp_path, run_hotfix):
     assert [c["name"] for c in leader["containers"]] == ["vllm-leader", "metrics"]
     assert mounted(objects, leader["containers"][0], leader) == expected_mounts(export)
     assert mounted(objects, worker["containers"][0], worker) == expected_mounts(export)
-    assert env(leader["containers"][0]) == {"A": "1", "HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1"}
-    assert env(worker["containers"][0]) == {"HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1"}
+    assert env(leader["containers"][0]) == {"A": "1", "HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1", **READY}
+    assert env(worker["containers"][0]) == {"HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1", **READY}
+    # the leader's `vllm serve` is what `ready` reads; a worker pod's processes are told by hand (docs/readiness.md)
+    assert leader["containers"][0]["readinessProbe"] == PROBE and "readinessProbe" not in worker["containers"][0]
     assert "volumeMounts" not in leader["containers"][1] and "env" not in leader["containers"][1]
     assert leader["containers"][0]["command"][0] == "sh" and worker["volumes"][0]["name"] == "shm"
     configmaps = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}

@@ -6,7 +6,7 @@ import difflib
 import os
 from pathlib import Path
 
-from vllm_hotfix.containers import compose, composefiles
+from vllm_hotfix.containers import compose, compose_ready, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix.inputs import read_bounded as read_input
 from vllm_hotfix.txn.exported import guard_tops, read_exported, read_guard, refuse_strict_without_guard
@@ -17,7 +17,7 @@ from vllm_hotfix.txn.atomic import atomic_write
 
 def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, override_file: Path | None = None,
         export_dir: Path, container_site_packages: str | None = None, remove: bool = False,
-        dry_run: bool = False, as_json: bool = False) -> int:
+        readiness: bool = True, dry_run: bool = False, as_json: bool = False) -> int:
     lock = load_lock(export_dir / "hotfix.lock")
     hotfixes = lock.select(tuple(hotfix_ids))
     guard = read_guard(export_dir)  # the guard tree, checked against its RECORD (None: the export has none)
@@ -35,9 +35,14 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
     original = _read(path, required=override_file is None)
     source = str(path)
     if remove:
-        edit = compose.remove_mounts(original, service, mounts, source=source) if original else compose.Edit(original, (), ())
+        edit = _remove(original, service, mounts, source) if original else compose.Edit(original, (), ())
     else:
         edit = compose.add_mounts(original, service, mounts, source=source, create_service=override_file is not None)
+        if readiness:  # docs/readiness.md: a tmpfs, HOTFIX_READY_DIR and `ready` as the healthcheck
+            text, added, why = compose_ready.add_readiness(edit.text, service, source=source)
+            edit = compose.Edit(text, edit.added + added, ())
+            if why:
+                note(f"WARNING: readiness not added: {why}; {compose_ready.HINT}")
     if container_site_packages is None and edit.added:
         why = composefiles.foreign_site_packages(lock.site_packages)
         if why:
@@ -80,6 +85,13 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
     if load:
         say(load)
     return 0
+
+
+def _remove(original: str, service: str, mounts, source: str) -> compose.Edit:
+    """Readiness's lines out first (they sit in the environment the mounts' removal may delete), then the mounts."""
+    text, removed = compose_ready.remove_readiness(original, service, source=source)
+    edit = compose.remove_mounts(text, service, mounts, source=source)
+    return compose.Edit(edit.text, (), removed + edit.removed)
 
 
 def _defining(files: list[Path], service: str) -> Path:

@@ -36,7 +36,7 @@ KUBECTL_ENV = "HOTFIX_KUBECTL"
 
 def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Optional[str] = None, kind: Optional[str] = None,
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
-        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, bundle: Optional[str] = None,
+        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, readiness: bool = True, bundle: Optional[str] = None,
         bundle_dir: Optional[Path] = None, admission_options=(), dry_run: bool = False, as_json: bool = False) -> int:
     if admission_options:
         raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
@@ -64,7 +64,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     resources, manifests, copies = _base(Path(base), out_dir, renderer)
     overlay = k8s.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
-                        max_configmaps=max_configmaps, image=image, guard=guard)
+                        max_configmaps=max_configmaps, image=image, guard=guard, readiness=readiness)
     files = {**overlay.files, **copies}
     staged = _stage(out_dir, files)
     try:
@@ -93,8 +93,9 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     _say_written("would write" if dry_run else "wrote", out_dir, target, overlay, image)
     if rendered:
         held = "from the image volume" if image is not None else "with the exported bytes"
+        probe = f", and the readinessProbe `{' '.join(overlay.probe['exec']['command'])}`" if overlay.probe else ""
         say(f"checked: `{rendered}` renders all {len(overlay.mounts)} mount(s) {held}, and "
-            f"{', '.join(overlay.env)}, in {', '.join(overlay.patched)}")
+            f"{', '.join(overlay.env)}{probe}, in {', '.join(overlay.patched)}")
     else:
         note(f"kubectl (or kustomize) is not on PATH ({KUBECTL_ENV}): the overlay was not rendered; "
              f"check it with `kubectl kustomize {out_dir}`")

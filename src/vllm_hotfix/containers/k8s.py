@@ -30,6 +30,7 @@ from typing import Any, Iterable, Optional
 from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, FINGERPRINT_ANNOTATION, LOCK_ENV, LOCK_NAME, STRICT_ENV
 from vllm_hotfix.txn.lockfile import Lock, expected_fingerprint
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix.containers import readiness as ready
 
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)
 MAX_CONFIGMAPS = 8  # beyond this, mounting from ConfigMaps is the wrong tool: bake an image
@@ -89,6 +90,7 @@ class Overlay:
     mounts: dict[str, bytes] = field(default_factory=dict)  # mountPath -> the bytes a container must see there
     env: dict[str, str] = field(default_factory=dict)  # the guard's variables every patched container gets
     annotations: dict[str, str] = field(default_factory=dict)  # on every patched pod template
+    probe: Optional[dict] = None  # the readinessProbe of every patched container (of the leader in a LeaderWorkerSet)
 
 
 def parse_workload(spec: Optional[str], kind: Optional[str], name: Optional[str]) -> Workload:
@@ -135,7 +137,8 @@ def plan_configmaps(items: list[Item], prefix: str, *, limit: int = CONFIGMAP_LI
 def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: Workload, containers: tuple[str, ...],
           *, resources: tuple[str, ...], manifests: Iterable[dict], container_site_packages: Optional[str] = None,
           strict: bool = True, prefix: str = "vllm-hotfix", limit: int = CONFIGMAP_LIMIT,
-          max_configmaps: int = MAX_CONFIGMAPS, image=None, guard: Optional[dict[str, bytes]] = None) -> Overlay:
+          max_configmaps: int = MAX_CONFIGMAPS, image=None, guard: Optional[dict[str, bytes]] = None,
+          readiness: bool = True, python: str = ready.IMAGE_PYTHON) -> Overlay:
     """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
     user's parsed objects (searched for the workload); ``resources``: what kustomization lists; ``image``:
     a containers.k8s_bundle.ImageVolume mounted instead of ConfigMaps (``exported`` unused)."""
@@ -153,6 +156,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
     env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": STRICT_ENV, "value": "1" if strict else "0"}]
     annotations = {FINGERPRINT_ANNOTATION: expected_fingerprint(lock)}
+    probe = ready.k8s_parts(mounts, volumes, env, python) if readiness else None
 
     manifests = list(manifests)
     found = find(manifests, workload)
@@ -169,6 +173,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     target = {"kind": workload.kind, "name": workload.name}
     if workload.kind == LWS:
         ops, patched = lws_operations(found, containers, mounts, volumes, env, annotations)
+        ops += ready.lws_probe(found, containers, probe)
         files["lws-patch.yaml"] = dump([ops])
         files["kustomizeconfig.yaml"] = dump([lws_name_references()])
         kustomization["configurations"] = ["kustomizeconfig.yaml"]
@@ -177,14 +182,14 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         patched = check_containers(found, workload, containers)
         patch = {"apiVersion": workload.api_version, "kind": workload.kind, "metadata": {"name": workload.name},
                  "spec": {"template": {"metadata": {"annotations": annotations}, "spec": {
-                     "containers": [{"name": c, "env": env, "volumeMounts": mounts} for c in patched],
+                     "containers": [{"name": c, "env": env, "volumeMounts": mounts, **ready.probed(probe)} for c in patched],
                      "volumes": volumes}}}}
         files["hotfix-patch.yaml"] = dump([patch])
         kustomization["patches"] = [{"path": "hotfix-patch.yaml", "target": target}]
     files["kustomization.yaml"] = dump([kustomization])
     expected = image.expected(site) if image is not None else \
         {item.mount_path or LOCK_IN_CONTAINER: files[item.source] for cm in configmaps for item in cm.items}
-    return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env}, annotations)
+    return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env}, annotations, probe)
 
 
 def configmap_files(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, site: str, prefix: str, limit: int,
@@ -345,6 +350,8 @@ def check_render(objects: list, workload: Workload, overlay: Overlay) -> list[st
             if held != data:
                 problems.append(f"{label}: {path} would not hold the exported bytes (ConfigMap "
                                 f"{cm['metadata']['name']} key {key})")
+        if overlay.probe is not None and where != "workerTemplate" and container.get("readinessProbe") != overlay.probe:
+            problems.append(f"{label}: readinessProbe is not `{' '.join(overlay.probe['exec']['command'])}`")
         env = {e.get("name"): e.get("value") for e in container.get("env") or ()}
         for variable, value in overlay.env.items():
             if env.get(variable) != value:

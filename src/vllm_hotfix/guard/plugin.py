@@ -1,11 +1,10 @@
 """The in-process guard: a ``vllm.general_plugins`` entry point.
 
-vLLM calls ``register()`` in every process it starts (API server, engine core, each worker), each
-of which imports vLLM on its own, possibly from another copy (PYTHONPATH, another node). When
-``HOTFIX_LOCK`` and/or ``HOTFIX_REQUIRE`` is set, the guard checks that the files the required
-hotfixes touch, as *this* process resolves them, have the expected sha256, and logs one line.
-With ``HOTFIX_STRICT=1`` a hotfix not in effect raises ``HotfixNotInEffect``, which stops a serving
-process before it serves (commands that serve nothing, ``vllm --version``, only warn).
+vLLM calls ``register()`` in every process it starts (API server, engine core, each worker), each of which
+imports vLLM on its own, possibly from another copy (PYTHONPATH, another node). When ``HOTFIX_LOCK`` and/or
+``HOTFIX_REQUIRE`` is set, the guard checks that the files the required hotfixes touch, as *this* process
+resolves them, have the expected sha256, and logs one line. With ``HOTFIX_STRICT=1`` a hotfix not in effect
+raises ``HotfixNotInEffect``, which stops a serving process before it serves (``vllm --version`` only warns).
 
 vLLM calls the plugins once per process and a *forked* child inherits that, so the guard also checks
 in every forked child (``os.register_at_fork``). And it watches the imports of exactly the modules
@@ -23,7 +22,7 @@ from vllm_hotfix.guard.verdicts import HotfixNotInEffect, Verdict, Watched  # no
 from vllm_hotfix.guard.process import (  # noqa: F401
     command_line, emit, flush, forked_process_name, LOGGER_NAME, process_role, serving_process, set_fork_role, strict)
 from vllm_hotfix.guard.installed import installed as _installed
-from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STATE_DIR_ENV
+from vllm_hotfix.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STATE_DIR_ENV
 
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
 _code_checks: list = []  # the lock's checks of this process: their files' code names (points.py)
@@ -79,6 +78,7 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
                                 "report it to vllm-hotfix; unset HOTFIX_LOCK / HOTFIX_REQUIRE to turn the guard off"),)
         _last_check = (key, verdicts, fingerprint)
         _log(verdicts, fingerprint)
+        if os.environ.get(READY_DIR_ENV): __import__("vllm_hotfix.guard.ready", fromlist=["record"]).record(verdicts)  # noqa: E701
     return [v for v in verdicts if not v.in_effect]
 
 
