@@ -21,7 +21,6 @@ from pathlib import Path
 from vllm_hotfix.guard.verdicts import HotfixNotInEffect, Verdict, Watched  # noqa: F401 - the API
 from vllm_hotfix.guard.process import (  # noqa: F401
     command_line, emit, flush, forked_process_name, LOGGER_NAME, process_role, serving_process, set_fork_role, strict)
-from vllm_hotfix.guard.installed import installed as _installed
 from vllm_hotfix.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STATE_DIR_ENV
 
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
@@ -177,7 +176,9 @@ def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
         return [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {message}",
                          exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK",
                          "lock"), None)], None
-    checks = check_lock(lock, _installed, bytecode=_stale_here)
+    from vllm_hotfix.guard.installed import installed
+
+    checks = check_lock(lock, installed, bytecode=_stale_here)
     import shlex
 
     option = f"--lock {shlex.quote(str(path))} {_option()}"
@@ -221,6 +222,8 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
             unreadable.append(exc.message)
     results: list[tuple[Verdict, tuple]] = []
     judged_by_dir: dict = {}
+    from vllm_hotfix.guard.installed import installed as _installed
+
     judged = []
     for hotfix_id in ids:
         if not is_record_id(hotfix_id):  # an id no record can hold: never looked up, never printed raw
