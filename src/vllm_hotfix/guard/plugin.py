@@ -157,10 +157,10 @@ def _watched(checked) -> tuple[Watched, ...]:
 
 def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
     from vllm_hotfix.errors import InvalidInput
-    from vllm_hotfix.txn.lockfile import check_lock, load_lock
+    from vllm_hotfix.txn.lockfile import check_lock, read_lock
 
     try:
-        lock = load_lock(path)
+        data, lock = read_lock(path)
     except InvalidInput as exc:
         from vllm_hotfix.output import visible
 
@@ -168,12 +168,18 @@ def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
         return [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {message}",
                          exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK",
                          "lock"), None)], None
+    from vllm_hotfix.guard.trust import lock_trust
+
+    trusted = lock_trust(path, data, lock)  # None: no policy; refused: nobody's word, not checked further
+    if trusted is not None and not trusted.in_effect:
+        return [(trusted, None)], None
     checks = check_lock(lock, _installed, bytecode=_stale_here)
     import shlex
 
     option = f"--lock {shlex.quote(str(path))} {_option()}"
-    return [(_verdict(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock", option),
-             (c.hotfix.id, c.files)) for c in checks], checks
+    return [(trusted, None)] * (trusted is not None) + [
+        (_verdict(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock", option),
+         (c.hotfix.id, c.files)) for c in checks], checks
 
 
 def _stale_here(sources: list[str]) -> dict:
