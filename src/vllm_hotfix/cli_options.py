@@ -246,7 +246,7 @@ def all_targets_option(text: str):
 
 
 OVERLAY_PARAMS = ("export_dir", "base", "workload", "kind", "name", "containers", "container_site_packages", "strict",
-                  "max_configmaps")
+                  "max_configmaps", "trust_configmap")
 ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only")
 
 
@@ -263,6 +263,7 @@ def k8s_overlay_options(command):
         click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock)."),
         click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect."),
         click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this."),
+        click.option("--trust-configmap", metavar="NAME", help="Mount the trust policy (key trust.toml) from this existing ConfigMap, not the lock's, at /etc/vllm-hotfix-trust/ and set HOTFIX_TRUST (docs/trust-guard.md)."),
     )):
         command = option(command)
     return command

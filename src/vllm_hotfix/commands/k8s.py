@@ -37,7 +37,7 @@ KUBECTL_ENV = "HOTFIX_KUBECTL"
 def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Optional[str] = None, kind: Optional[str] = None,
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
         strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, admission_options=(), dry_run: bool = False,
-        as_json: bool = False) -> int:
+        as_json: bool = False, trust_configmap: Optional[str] = None) -> int:
     if admission_options:
         raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
                          hint="add --admission to write the admission policy instead")
@@ -47,13 +47,14 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     lock_path = export_dir / "hotfix.lock"
     lock_bytes, lock = read_lock(lock_path)
     exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
+    signatures = _signatures(lock_path)
     out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points
     _refuse_foreign(out_dir)
     renderer = kustomize_command()
     resources, manifests, copies = _base(Path(base), out_dir, renderer)
     overlay = k8s.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
-                        max_configmaps=max_configmaps)
+                        max_configmaps=max_configmaps, signatures=signatures, trust_configmap=trust_configmap)
     files = {**overlay.files, **copies}
     staged = _stage(out_dir, files)
     try:
@@ -76,9 +77,10 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
                    "configmaps": [{"name": cm.name, "bytes": cm.size, "keys": [i.key for i in cm.items]}
                                   for cm in overlay.configmaps]})
         return 0
-    count = sum(len(cm.items) for cm in overlay.configmaps) - 1
+    count = sum(len(cm.items) for cm in overlay.configmaps) - 1 - len(signatures)
     verb = "would write" if dry_run else "wrote"
-    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock in {len(overlay.configmaps)} ConfigMap(s), "
+    signed = f" + {len(signatures)} signature file(s)" if signatures else ""
+    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock{signed} in {len(overlay.configmaps)} ConfigMap(s), "
         f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})")
     if rendered:
         say(f"checked: `{rendered}` renders all {len(overlay.mounts)} mount(s) with the exported bytes, and "
@@ -91,6 +93,13 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     else:
         say(f"next: kubectl kustomize {out_dir} | kubectl apply -f -   (or: kubectl apply -k {out_dir})")
     return 0
+
+
+def _signatures(lock_path: Path) -> list:
+    """The lock's signature files beside it in the export (txn.signed's reader), carried beside the lock."""
+    from vllm_hotfix.txn import signed
+
+    return signed.signature_files(lock_path)
 
 
 def kustomize_command() -> Optional[list[str]]:

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Optional
 
 from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, FINGERPRINT_ANNOTATION, LOCK_ENV, LOCK_NAME, STRICT_ENV
 from vllm_hotfix.txn.lockfile import Lock, expected_fingerprint
+from vllm_hotfix.containers.k8s_trust import signature_items, trust_mount
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)
@@ -134,9 +135,10 @@ def plan_configmaps(items: list[Item], prefix: str, *, limit: int = CONFIGMAP_LI
 def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: Workload, containers: tuple[str, ...],
           *, resources: tuple[str, ...], manifests: Iterable[dict], container_site_packages: Optional[str] = None,
           strict: bool = True, prefix: str = "vllm-hotfix", limit: int = CONFIGMAP_LIMIT,
-          max_configmaps: int = MAX_CONFIGMAPS) -> Overlay:
+          max_configmaps: int = MAX_CONFIGMAPS, signatures=(), trust_configmap: Optional[str] = None) -> Overlay:
     """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
-    user's parsed objects (searched for the workload); ``resources``: what kustomization lists."""
+    user's parsed objects (searched for the workload); ``resources``: what kustomization lists;
+    ``signatures``: the lock's signature files (``signature_items``); ``trust_configmap``: ``trust_mount``."""
     if not containers:
         raise UsageError("name the container(s) to patch: --container NAME (repeatable)")
     site = (container_site_packages or lock.site_packages).rstrip("/")
@@ -153,12 +155,14 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         items.append(Item(config_key(index, locked.path), source, len(data), f"{site}/{locked.path}"))
     files[LOCK_KEY] = lock_bytes
     items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
+    items[1:1] = signature_items(signatures, files)
     configmaps = plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)
 
     mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key, "readOnly": True}
               for cm in configmaps for item in cm.items]
     volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
     env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": STRICT_ENV, "value": "1" if strict else "0"}]
+    trust_mount(trust_configmap, [cm.name for cm in configmaps], prefix, mounts, volumes, env)
     annotations = {FINGERPRINT_ANNOTATION: expected_fingerprint(lock)}
 
     manifests = list(manifests)
