@@ -56,10 +56,10 @@ def lock_trust(path: Path, data: bytes, lock) -> Optional[Verdict]:
         import time
 
         now = time.time()
-        signatures = signed.signature_files(path)
-        key = cache_key(data, signatures, signed.read_policy_bytes(policy_file))
+        signatures = signed.signature_files(path)  # read once: what the key covers is what is judged
         directory = cache_dir()
-        if signatures and key is not None and directory is not None and _unexpired(lock, now) and cached(directory, key):
+        key = cache_key(data, signatures, signed.read_policy_bytes(policy_file)) if directory is not None else None
+        if signatures and key is not None and _unexpired(lock, now) and cached(directory, key):
             return Verdict(TRUST_ID, True, f"trusted: verified by an earlier process of this container "
                                            f"(cache {directory})", source="lock")
         policy = signed.load_policy(now=now)
@@ -74,7 +74,7 @@ def lock_trust(path: Path, data: bytes, lock) -> Optional[Verdict]:
                        exc.hint or "fix the trust policy (HOTFIX_TRUST) or unset it", "lock")
     if not verdict.trusted:
         return Verdict(TRUST_ID, False, "; ".join(r.line for r in verdict.refusals), REMEDY, "lock")
-    if key is not None and directory is not None and _unexpired(lock, now):
+    if key is not None and _unexpired(lock, now):
         store(directory, key)
     warnings = "".join(f"; warning: {w}" for w in verdict.warnings)
     return Verdict(TRUST_ID, True, f"trusted: {verdict.summary()}{warnings}", source="lock")
