@@ -173,7 +173,7 @@ def test_a_forged_entry_never_passes_an_unsigned_or_tampered_lock(setup):
         sig.unlink()
     signed_key = guard_trust.cache_key(lock.read_bytes(), [], setup["policy"].read_bytes())
     entry.rename(entry.with_name(f"{signed_key}.json"))  # a well-formed entry for the unsigned bytes...
-    entry.with_name(f"{signed_key}.json").write_bytes(guard_trust._entry(signed_key))
+    entry.with_name(f"{signed_key}.json").write_bytes(guard_trust.entry_bytes(signed_key))
     verdict, _ = trust_verdict(setup)
     assert verdict.detail.startswith("UNSIGNED: ")  # ...is never read for a lock without signatures
 

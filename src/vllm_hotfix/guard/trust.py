@@ -44,6 +44,26 @@ REMEDY = ("sign the lock with enough keys the policy lists (`hotfix sign LOCK --
           "mount its signature files beside it; `hotfix verify --lock LOCK` says the same")
 
 
+def read_lock_here(path: Path) -> tuple:
+    """HOTFIX_LOCK as the guard reads it: (the lock, or None when it cannot be used, and its lines as
+    [(Verdict, None)]): `(lock)` for a file that does not read or parse; `(trust)` for the policy's verdict
+    on its very bytes (``lock_trust``); [] for a lock read without a policy."""
+    from vllm_hotfix.errors import InvalidInput
+    from vllm_hotfix.txn.lockfile import read_lock
+
+    try:
+        data, lock = read_lock(path)
+    except InvalidInput as exc:
+        from vllm_hotfix.output import visible
+
+        message = visible(exc.message)  # one line, no escapes (emit sanitises the whole line too)
+        return None, [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {message}",
+                               exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK",
+                               "lock"), None)]
+    verdict = lock_trust(path, data, lock)
+    return lock, [] if verdict is None else [(verdict, None)]
+
+
 def lock_trust(path: Path, data: bytes, lock) -> Optional[Verdict]:
     """The (trust) verdict on the lock parsed from ``data`` (read from ``path``); None: no policy in force."""
     from vllm_hotfix.errors import HotfixError
@@ -181,7 +201,8 @@ def cache_dir() -> Optional[Path]:
     return directory
 
 
-def _entry(key: str) -> bytes:
+def entry_bytes(key: str) -> bytes:
+    """The one entry the cache accepts for ``key``."""
     return b'{"schema": 1, "key": "' + key.encode() + b'", "verdict": "trusted"}'
 
 
@@ -220,7 +241,7 @@ def store(directory: Path, key: str) -> None:
         return
     try:
         try:
-            os.write(fd, _entry(key))
+            os.write(fd, entry_bytes(key))
         finally:
             os.close(fd)
         os.replace(tmp, directory / f"{key}.json")
