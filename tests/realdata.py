@@ -110,7 +110,7 @@ def vllm_full_venv(version: str = "0.30.0") -> Venv:
     """A cached venv with the real ``vllm==VERSION`` *and all its dependencies* (torch included) from
     PyPI, so vLLM's own code runs: ``load_general_plugins()``, ``vllm --version``, its multiprocessing.
 
-    ~1.4 GB download (+2.7 GB torch), ~9 GB on disk, minutes the first time; then reused. Never modify
+    ~1.4 GB download (+2.7 GB torch), ~8 GB on disk (2026-12-02), minutes the first time; then reused. Never modify
     it: tests put vllm-hotfix and patched files in front of it with ``PYTHONPATH`` overlays.
     """
     pyver = "%d.%d" % sys.version_info[:2]

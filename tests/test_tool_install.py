@@ -68,7 +68,7 @@ def test_check_catalog_through_the_tool_install(tool, index, tmp_path):
     assert done.returncode == 0, done.stderr
     assert [(c["release"], c["state"]) for c in json.loads(done.stdout)["cells"]] == [
         ("1.0.0", "applies"), ("1.1.0", "applies")]
-    assert "downloading tinypkg-1.1.0-py3-none-any.whl" in done.stderr
+    assert "hotfix: downloaded tinypkg-1.1.0-py3-none-any.whl (" in done.stderr
 
 
 def test_new_from_install_and_the_default_interpreter_through_the_tool_install(tool, index, tmp_path):
@@ -84,7 +84,7 @@ def test_new_from_install_and_the_default_interpreter_through_the_tool_install(t
     done = _run([tool, "new", "tiny-local", "--from-install", "tinypkg", "--out", tmp_path / "out"], env=env)
     assert done.returncode == 0, done.stderr
     assert f"using {target.python}, the interpreter of {target.root / 'bin' / 'vllm'}" in done.stderr
-    assert "downloading tinypkg-1.1.0-py3-none-any.whl" in done.stderr
+    assert "hotfix: downloaded tinypkg-1.1.0-py3-none-any.whl (" in done.stderr
     (patch,) = (tmp_path / "out" / "patches" / "tiny-local").glob("*.patch")
     assert "+    return 2" in patch.read_text()
     assert (tmp_path / "cache" / "wheels" / wheels[1].name).read_bytes() == wheels[1].read_bytes()

@@ -12,44 +12,37 @@ from pathlib import Path
 import click
 
 from vllm_hotfix import __version__, cli_bundles, cli_signing
+from vllm_hotfix.cli_help import EXIT_CODES_HELP, GROUP_HELP, texts
 from vllm_hotfix.cli_options import (
-    ADMISSION_PARAMS, AUDIT_HELP, CONTAINS_HELP, DOCTOR_EXIT_HELP, DOCTOR_HELP, EXIT_CODES_HELP, GC_HELP, K8S_HELP, LOG_HELP,
-    NEW_HELP, OVERLAY_PARAMS, PORT_HELP, WHERE_HELP, admission_options, all_targets_option, catalog_option, complete_ids,
-    dry_run_option, given_options, guard_options, json_option, k8s_overlay_options, lock_fields_options, python_option,
-    root_option, runtime_options,
+    ADMISSION_PARAMS, OVERLAY_PARAMS, admission_options, all_targets_option, catalog_option, complete_ids, dry_run_option,
+    given_options, guard_options, json_option, k8s_overlay_options, lock_fields_options, python_option, root_option,
+    runtime_options,
 )
-from vllm_hotfix.core.verdict import IN_EFFECT, STATES
 from vllm_hotfix.errors import ExitCode, HotfixError
-from vllm_hotfix.output import emit_json, error_lines, finish_output, note
-from vllm_hotfix.settings import CONTAINER_LOCK, LOCK_ENV
+from vllm_hotfix.output import emit_json, error_lines, finish_output, note, terminal_width
+from vllm_hotfix.settings import LOCK_ENV
+
+
+HELP_WIDTH = 100  # --help fits the terminal up to this; into a pipe, this wide
+
 
 def _exit(code: int) -> None:
     raise SystemExit(code)
 
 
 @click.group(
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100, "terminal_width": 100},
-    epilog=EXIT_CODES_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH},
+    help=GROUP_HELP, epilog=EXIT_CODES_HELP,
 )
 @click.version_option(__version__, "--version", prog_name="hotfix")
 def cli() -> None:
-    """Apply, verify and roll back vLLM / vllm-ascend hotfixes: all-or-nothing, provable, reversible.
-
-    \b
-    Typical session inside a production container:
-      hotfix where vllm --import          # which files does `import vllm` really load?
-      hotfix list                         # hotfixes in the catalog
-      hotfix apply mamba-align-block-size --dry-run
-      hotfix apply mamba-align-block-size
-      hotfix verify                       # exit 0 only if every recorded fix is in effect
-      hotfix rollback mamba-align-block-size
-    """
+    pass
 
 
-@cli.command("apply")
+@cli.command("apply", **texts("apply"))
 @click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Apply this raw diff instead of a catalog hotfix.")
-@root_option
+@root_option("to patch")
 @python_option
 @click.option("--package", default=None, help="Import name of the package an ad-hoc --patch targets (with --python).")
 @click.option("--id", "adhoc_id", default=None, help="Name to record an ad-hoc --patch under (default: the file name without extension).")
@@ -62,25 +55,15 @@ def cli() -> None:
 @catalog_option
 @json_option
 def apply_cmd(hotfix_id, patch_file, root, python, package, adhoc_id, strip, patch_files, upstream_repo, checkouts, reverse, dry_run, catalogs, as_json) -> None:
-    """Apply a catalog hotfix (ID) or a raw diff (--patch), all-or-nothing.
-
-    \b
-    Examples:
-      hotfix apply mamba-align-block-size --python /opt/venv/bin/python
-      hotfix apply glm-conv-null-slot --root /vllm-workspace/vllm-ascend
-      hotfix apply --patch fix.diff --root ./vllm --dry-run
-      hotfix apply --patch fix.diff --python /opt/venv/bin/python --package vllm --id my-fix
-    """
     from vllm_hotfix.commands import apply as command
 
     _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, root=root, python=python, package=package, adhoc_id=adhoc_id, strip=strip, patch_files=tuple(patch_files), upstream_repo=upstream_repo, checkouts=tuple(checkouts), reverse=reverse, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("status", help="Show, for each hotfix, whether it is applied, decided from the files themselves.\n\n"
-             f"States: {', '.join(STATES)}. In effect (exit 0): {' and '.join(s for s in STATES if s in IN_EFFECT)}.")
+@cli.command("status", **texts("status"))
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @python_option
-@root_option
+@root_option("to inspect")
 @all_targets_option("Every target recorded in the state directory, its series and words; gone ones marked STALE.")
 @runtime_options
 @catalog_option
@@ -91,10 +74,10 @@ def status_cmd(hotfix_ids, python, root, all_targets, runtime, lock_file, catalo
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), all_targets=all_targets, as_json=as_json, runtime=runtime, lock_file=lock_file))
 
 
-@cli.command("log", help=LOG_HELP, short_help="Who applied, upgraded or rolled back what, and when (history.jsonl).")
+@cli.command("log", **texts("log"))
 @click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
 @python_option
-@root_option
+@root_option("whose history to show")
 @all_targets_option("The history of every target recorded in the state directory.")
 @catalog_option
 @json_option
@@ -104,51 +87,45 @@ def log_cmd(hotfix_id, python, root, all_targets, catalogs, as_json) -> None:
     _exit(command.run(hotfix_id=hotfix_id, python=python, root=root, all_targets=all_targets, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("verify")
+@cli.command("verify", **texts("verify"))
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @python_option
-@root_option
+@root_option("to verify")
 @click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path), envvar=LOCK_ENV, help="Verify against a lock file written by `hotfix export` (env HOTFIX_LOCK).")
 @catalog_option
 @json_option
 def verify_cmd(hotfix_ids, python, root, lock_file, catalogs, as_json) -> None:
-    """Exit 0 only if every named (or recorded, or locked) hotfix is in effect.
-
-    Prints one line per problem and what to do. Use it as a container entrypoint guard.
-    """
     from vllm_hotfix.commands import verify as command
 
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, lock_file=lock_file, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("rollback")
+@cli.command("rollback", **texts("rollback"))
 @click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @python_option
-@root_option
+@root_option("to roll the hotfix back in")
 @dry_run_option
 @catalog_option
 @json_option
 def rollback_cmd(hotfix_id, python, root, dry_run, catalogs, as_json) -> None:
-    """Take a hotfix out of the files, byte for byte, wherever it sits in the series (hotfix status lists it)."""
     from vllm_hotfix.commands import rollback as command
 
     _exit(command.run(hotfix_id=hotfix_id, python=python, root=root, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("recover")
+@cli.command("recover", **texts("recover"))
 @python_option
-@root_option
+@root_option("to recover")
 @catalog_option
 @dry_run_option
 @json_option
 def recover_cmd(python, root, catalogs, dry_run, as_json) -> None:
-    """Finish or undo an apply that was interrupted (kill -9, power loss)."""
     from vllm_hotfix.commands import recover as command
 
     _exit(command.run(python=python, root=root, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("where", help=WHERE_HELP, short_help="Show which files `import PACKAGE` really loads, and shadowing.")
+@cli.command("where", **texts("where"))
 @click.argument("package")
 @python_option
 @click.option("--import", "do_import", is_flag=True, help="Also run the real `import PACKAGE` in that interpreter and compare.")
@@ -159,7 +136,7 @@ def where_cmd(package, python, do_import, as_json) -> None:
     _exit(command.run(package=package, python=python, do_import=do_import, as_json=as_json))
 
 
-@cli.command("audit", help=AUDIT_HELP, short_help="Check every installed file of PACKAGE against pip's RECORD.")
+@cli.command("audit", **texts("audit"))
 @click.argument("package")
 @python_option
 @json_option
@@ -169,31 +146,29 @@ def audit_cmd(package, python, as_json) -> None:
     _exit(command.run(package=package, python=python, as_json=as_json))
 
 
-@cli.command("list")
+@cli.command("list", **texts("list"))
 @catalog_option
 @json_option
 def list_cmd(catalogs, as_json) -> None:
-    """List the hotfixes in the catalog."""
     from vllm_hotfix.commands import list as command
 
     _exit(command.run(catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("show")
+@cli.command("show", **texts("show"))
 @click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @catalog_option
 @json_option
 def show_cmd(hotfix_id, catalogs, as_json) -> None:
-    """Show one hotfix: symptoms, targets, patches, references, fixed-in."""
     from vllm_hotfix.commands import show as command
 
     _exit(command.run(hotfix_id=hotfix_id, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("doctor", help=DOCTOR_HELP, short_help="Find the known issue (and its fix) behind a crash log.", epilog=DOCTOR_EXIT_HELP)
+@cli.command("doctor", **texts("doctor"))
 @click.argument("logs", nargs=-1, metavar="[LOG]...")
 @python_option
-@root_option
+@root_option("to check for the fix")
 @click.option("--all", "show_all", is_flag=True, help="List the first error of every process, not only the first 8.")
 @catalog_option
 @json_option
@@ -204,7 +179,7 @@ def doctor_cmd(logs, python, root, show_all, catalogs, as_json) -> None:
                       show_all=show_all))
 
 
-@cli.command("new", help=NEW_HELP, short_help="Author a hotfix from an upstream commit or a hand-edited install.")
+@cli.command("new", **texts("new"))
 @click.argument("hotfix_id", metavar="ID")
 @click.option("--from-commit", "commit", help="Upstream commit to turn into a patch.")
 @click.option("--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local clone holding --from-commit.")
@@ -228,28 +203,18 @@ def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_re
     _exit(command.run(hotfix_id=hotfix_id, commit=commit, repo=repo, exclude=tuple(exclude), add_patches=tuple(add_patches), from_install=from_install, from_release=from_release, base=base, split_by_file=split_by_file, python=python, distribution=distribution, versions=versions, wheel=wheel, include_applied=include_applied, out_dir=out_dir, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("check-catalog", short_help="Dry-run every hotfix against every published release in range.")
+@cli.command("check-catalog", **texts("check-catalog"))
 @click.option("--versions", help="Only these releases, e.g. '0.30.0,0.31.0' or a range '>=0.30'.")
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @catalog_option
 @json_option
 def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
-    """Dry-run every manifest against every published release in its range (real wheels).
-
-    Prints an ID x release matrix: applies / fixed-upstream / fails / not-applicable (git targets
-    are skipped). Wheels are cached in ~/.cache/vllm-hotfix/wheels. Exit 1 if a release in range fails.
-
-    \b
-    Examples:
-      hotfix check-catalog --versions 0.30.0,0.31.0,0.32.0
-      hotfix check-catalog mamba-align-block-size --versions '>=0.29' --json
-    """
     from vllm_hotfix.commands import check_catalog as command
 
     _exit(command.run(versions=versions, hotfix_ids=tuple(hotfix_ids), catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("port", help=PORT_HELP, short_help="Port a hotfix to the published releases where none of its patches applies.")
+@cli.command("port", **texts("port"))
 @click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @click.option("--versions", help="Releases to port to: '0.26.0,0.27.0' or a range '>=0.26,<0.32' (default: the hotfix's range and fixed_in).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Catalog directory for the copy of the hotfix with its new variants (its own catalog directory: updated in place).")
@@ -262,11 +227,11 @@ def port_cmd(hotfix_id, versions, out_dir, catalogs, dry_run, as_json) -> None:
     _exit(command.run(hotfix_id=hotfix_id, versions=versions, catalogs=tuple(catalogs), out_dir=out_dir, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("contains", help=CONTAINS_HELP, short_help="Is a fix (catalog ID or raw diff) in this install or in published releases, by content?")
+@cli.command("contains", **texts("contains"))
 @click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A raw diff to look for instead of a catalog hotfix.")
 @python_option
-@root_option
+@root_option("to look for the fix in")
 @click.option("--versions", help="Published releases instead of an install: '0.30.0,0.31.0' or a range '>=0.29' (a matrix, read from the real wheels).")
 @click.option("--package", default=None, help="--patch with --python: the import name its paths are under (default vllm).")
 @click.option("--target", "distribution", default=None, help="--patch with --versions: the distribution whose releases to read (default vllm).")
@@ -279,7 +244,7 @@ def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distrib
     _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, python=python, root=root, versions=versions, package=package, distribution=distribution, strip=strip, catalogs=tuple(catalogs), as_json=as_json))
 
 
-@cli.command("export")
+@cli.command("export", **texts("export"))
 @click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the patched files and hotfix.lock.")
 @lock_fields_options
@@ -288,18 +253,12 @@ def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distrib
 @dry_run_option
 @json_option
 def export_cmd(hotfix_ids, out_dir, lock_version, expires, python, catalogs, dry_run, as_json) -> None:
-    """Write patched files (from a pristine baseline) and a hotfix.lock for bind mounts.
-
-    \b
-    Example: hotfix export mamba-align-block-size --to hotfix-export --lock-version 8 --expires 30d
-    Then sign it: hotfix sign hotfix-export/hotfix.lock --key release.key
-    """
     from vllm_hotfix.commands import export as command
 
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), out_dir=out_dir, python=python, catalogs=tuple(catalogs), dry_run=dry_run, as_json=as_json, lock_version=lock_version, expires=expires))
 
 
-@cli.command("compose", short_help="Add or --remove read-only bind mounts of patched files in compose.")
+@cli.command("compose", **texts("compose"))
 @click.argument("hotfix_ids", nargs=-1, metavar="ID...", shell_complete=complete_ids)
 @click.option("--service", required=True, help="Compose service to mount the patched files into.")
 @click.option("--file", "compose_file", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Compose file to edit in place, byte for byte outside our lines (default: as docker compose v2 finds it: COMPOSE_FILE, else compose.yaml, compose.yml, docker-compose.yaml, docker-compose.yml here or above).")
@@ -310,28 +269,27 @@ def export_cmd(hotfix_ids, out_dir, lock_version, expires, python, catalogs, dry
 @dry_run_option
 @json_option
 def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, container_site_packages, remove, dry_run, as_json) -> None:
-    """Add (or --remove) read-only bind mounts of exported patched files to a compose service."""
     from vllm_hotfix.commands import compose as command
 
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("k8s", help=K8S_HELP, short_help="Write a kustomize overlay mounting an export into a Kubernetes workload (or --admission: a policy).")
+@cli.command("k8s", **texts("k8s"))
 @k8s_overlay_options
 @admission_options
 @dry_run_option
 @json_option
-def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, trust_configmap, admission, approve, namespaces, params_namespace, warn_only, dry_run, as_json) -> None:
+def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, bundle, bundle_dir, trust_configmap, admission, approve, namespaces, params_namespace, warn_only, trust, dry_run, as_json) -> None:
     if admission:
         from vllm_hotfix.commands import admission as command
 
-        _exit(command.run(approve=tuple(approve), namespaces=tuple(namespaces), params_namespace=params_namespace, warn_only=warn_only, out_dir=out_dir, overlay_options=given_options(OVERLAY_PARAMS), dry_run=dry_run, as_json=as_json))
+        _exit(command.run(approve=tuple(approve), namespaces=tuple(namespaces), params_namespace=params_namespace, warn_only=warn_only, trust=trust, out_dir=out_dir, overlay_options=given_options(OVERLAY_PARAMS), dry_run=dry_run, as_json=as_json))
     from vllm_hotfix.commands import k8s as command
 
-    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, admission_options=given_options(ADMISSION_PARAMS), dry_run=dry_run, as_json=as_json, trust_configmap=trust_configmap))
+    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, bundle=bundle, bundle_dir=bundle_dir, admission_options=given_options(ADMISSION_PARAMS), dry_run=dry_run, as_json=as_json, trust_configmap=trust_configmap))
 
 
-@cli.command("bake", short_help="Write a Containerfile deriving an image with the hotfixes applied and verified.")
+@cli.command("bake", **texts("bake"))
 @click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
 @click.option("--base", required=True, help="Image to derive from, e.g. vllm/vllm-openai:v0.30.0 or a vllm-ascend image.")
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the build context (Containerfile + vllm-hotfix/).")
@@ -344,14 +302,12 @@ def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, contain
 @dry_run_option
 @json_option
 def bake_cmd(hotfix_ids, base, out_dir, wheel, from_index, patch_files, python, strict, catalogs, dry_run, as_json) -> None:
-    """Write a build context whose Containerfile applies the hotfixes at build time against the image's own
-    interpreter, and fails the build unless `hotfix verify` passes."""
     from vllm_hotfix.commands import bake as command
 
     _exit(command.run(hotfix_ids=tuple(hotfix_ids), base=base, out_dir=out_dir, wheel=wheel, catalogs=tuple(catalogs), patch_files=tuple(patch_files), python=python, strict=strict, from_index=from_index, dry_run=dry_run, as_json=as_json))
 
 
-@cli.command("gc", help=GC_HELP, short_help="Remove the state of targets gone for good; keep what is only missing for a while.")
+@cli.command("gc", **texts("gc"))
 @click.option("--older-than", default="7d", show_default=True, metavar="AGE",
               help="Remove a missing target's state once it has been missing this long (s, m, h, d, w; 0: at once).")
 @click.option("--confirm", "confirm", multiple=True, metavar="PATH",
@@ -364,14 +320,11 @@ def gc_cmd(older_than, confirm, dry_run, as_json) -> None:
     _exit(command.run(dry_run=dry_run, as_json=as_json, older_than=older_than, confirm=tuple(confirm)))
 
 
-@cli.command("guard", short_help="Print env lines that turn on the in-process vLLM guard, or check this environment.")
+@cli.command("guard", **texts("guard"))
 @guard_options
 @python_option
 @json_option
 def guard_cmd(print_env, check_env, lock_file, require, strict, fmt, python, as_json) -> None:
-    """Print env lines for the vllm.general_plugins guard that checks every vLLM process (--print-env),
-    or check that vLLM started with this environment by the interpreter that runs it (--python /
-    HOTFIX_PYTHON, else the one behind `vllm` on PATH) would load it (--check-env)."""
     from vllm_hotfix.commands import guard as command
 
     _exit(command.run(print_env=print_env, check_env=check_env, lock_file=lock_file, require=require, strict=strict,
@@ -394,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
 def _run(args: list[str]) -> int:
     wants_json = "--json" in args
     try:
-        cli.main(args=args, prog_name="hotfix", standalone_mode=False)
+        cli.main(args=args, prog_name="hotfix", standalone_mode=False, terminal_width=terminal_width() or HELP_WIDTH)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 0
     except click.exceptions.UsageError as exc:

@@ -5,18 +5,32 @@ Parse + dispatch only, as cli.py: each callback calls commands.<x>.run with expl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from vllm_hotfix.cli_options import (
-    PACK_HELP, catalog_option, complete_ids, dry_run_option, json_option, pack_options, python_option,
-)
+from vllm_hotfix.cli_help import texts
+from vllm_hotfix.cli_options import catalog_option, complete_ids, dry_run_option, json_option, python_option
+
+
+def pack_options(command):
+    """The options of `hotfix pack` but the target's and the catalog's."""
+    for option in reversed((
+        click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Directory written by `hotfix export` (default: hotfix-export; not with IDs)."),
+        click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the OCI image layout (new, or a bundle packed before: replaced whole)."),
+        click.option("--tag", help="The image's tag in the layout (default: the fingerprint, hf1-...)."),
+        click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH", help="Platform of the image config (repeatable; default: linux/amd64 and linux/arm64). containerd unpacks only an image of the node's platform."),
+        click.option("--repository", metavar="REGISTRY/PATH", help="Where it will be pushed, to print the skopeo line and the pinned reference in full."),
+    )):
+        command = option(command)
+    return command
 
 
 def _exit(code: int) -> None:
     raise SystemExit(code)
 
 
-@click.command("pack", help=PACK_HELP, short_help="Pack an export into an OCI image (a hotfix bundle) for a Kubernetes image volume.")
+@click.command("pack", **texts("pack"))
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @pack_options
 @python_option

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import click
 
-from vllm_hotfix.cli_options import SIGN_HELP, TRUST_ROTATE_HELP, dry_run_option, json_option, sign_options, \
-    trust_rotate_options
+from vllm_hotfix.cli_help import texts
+from vllm_hotfix.cli_options import dry_run_option, json_option, sign_options, trust_rotate_options
 
 
 def _exit(code: int) -> None:
     raise SystemExit(code)
 
 
-@click.command("sign", help=SIGN_HELP, short_help="Sign a lock, a trust policy or a catalog in minisign's format.")
+@click.command("sign", **texts("sign"))
 @sign_options
 @dry_run_option
 @json_option
@@ -25,12 +25,12 @@ def sign_cmd(file, catalog, key, password_file, trusted_comment, dry_run, as_jso
     _exit(command.run(file=file, catalog=catalog, key=key, password_file=password_file, trusted_comment=trusted_comment, dry_run=dry_run, as_json=as_json))
 
 
-@click.group("trust", short_help="Trust policies: rotate to a newer one signed by the current keys.")
+@click.group("trust", **texts("trust"))
 def trust_group() -> None:
-    """Trust policies (HOTFIX_TRUST): who must have signed a lock or a catalog (README: Signed locks)."""
+    pass
 
 
-@trust_group.command("rotate", help=TRUST_ROTATE_HELP, short_help="Replace the policy by a newer one its keys signed.")
+@trust_group.command("rotate", **texts("trust rotate"))
 @trust_rotate_options
 @dry_run_option
 @json_option

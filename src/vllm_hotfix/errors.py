@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class ExitCode:
-    """Documented exit codes (README "Exit codes"); scripts branch on these. Plain ints in a namespace,
+    """Documented exit codes (docs/exit-codes.md); scripts branch on these. Plain ints in a namespace,
     not an IntEnum: the guard imports this module in every vLLM process, where creating the enum class
     cost 0.3-0.4 ms (docs/design.md, the guard's path)."""
 

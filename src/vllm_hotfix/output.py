@@ -84,19 +84,17 @@ def say_lines(lines: Iterable[str]) -> None:
 
 
 def terminal_width() -> int | None:
-    """The width to fit lines to: ``COLUMNS`` when set (as pip, git and less honour it), else the
-    terminal's when stdout is one; None when stdout is a pipe or a file (whole lines, for grep)."""
-    import os
-
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    """The width to fit lines to when stdout is a terminal: ``COLUMNS`` when set (as pip, git and less
+    honour it), else the terminal's (``shutil.get_terminal_size``); None when stdout is a pipe or a file:
+    plain whole lines, one per item, for grep and cut."""
     try:
-        if sys.stdout.isatty():
-            return os.get_terminal_size(sys.stdout.fileno()).columns or None
-    except (OSError, ValueError, AttributeError):
-        pass
-    return None
+        if not sys.stdout.isatty():
+            return None
+    except (ValueError, AttributeError):  # closed or replaced stdout
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns or None
 
 
 def wrap(text: str, width: int | None, indent: str = "", first: str | None = None) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.ascend import make_vllm_ascend_checkout
+from fixtures.terminal import on_terminal
 from fixtures.trees import everything
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,10 +37,12 @@ def git_status(checkout: Path) -> str:
 
 
 def test_builtin_hotfixes_say_they_are_built_in(run_hotfix, tmp_path):
-    listed = run_hotfix("list")
-    row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{GLM} "))
-    assert " built-in " in row
-    assert listed.stdout.splitlines()[-1] == f"catalogs: built-in catalog {REPO}"
+    listed = run_hotfix("list")  # into a pipe: tab-separated, FROM the fifth field
+    row = next(line.split("\t") for line in listed.stdout.splitlines() if line.startswith(f"{GLM}\t"))
+    assert row[4] == "built-in"
+    table = on_terminal("list", columns=1000)
+    assert " built-in " in next(line for line in table if line.startswith(f"{GLM} "))
+    assert table[-1] == f"catalogs: built-in catalog {REPO}"
     entry = next(e for e in json.loads(run_hotfix("list", "--json").stdout) if e["id"] == GLM)
     assert entry["catalog"] == {"origin": "built-in", "path": str(REPO)}
     shown = run_hotfix("show", GLM)
@@ -79,8 +82,8 @@ def test_an_allowed_shadow_is_named_everywhere_and_is_what_apply_uses(run_hotfix
     env = {"HOTFIX_CATALOG": str(catalog), **({"HOTFIX_ALLOW_SHADOW": "1"} if allow == "env" else {})}
     listed = run_hotfix("list", *flag, env=env)
     assert listed.returncode == 0, listed.stderr
-    row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{GLM} "))
-    assert row.split()[1] == "2" and f"{catalog} (shadows built-in)" in row
+    row = next(line.split("\t") for line in listed.stdout.splitlines() if line.startswith(f"{GLM}\t"))
+    assert row[1] == "2" and row[4] == f"{catalog} (shadows built-in)"
     shown = run_hotfix("show", GLM, *flag, env=env)
     assert shown.stdout.splitlines()[1].startswith(f"From: HOTFIX_CATALOG entry {catalog} ({catalog}/manifests/")
     assert "it shadows the built-in hotfix of the same id" in shown.stdout

@@ -78,6 +78,17 @@ def test_deployment(tmp_path, run_hotfix, base_dir):
         FINGERPRINT_ANNOTATION: expected_fingerprint(load_lock(export / "hotfix.lock"))}}
     manifest = base / "workload.yaml" if base_dir else base
     assert manifest.read_text() == DEPLOYMENT  # only read
+    written = [line.strip().lstrip("- ") for f in sorted(out.glob("*.yaml")) for line in f.read_text().splitlines()]
+    folded = [line for line in written if line in ("mountPath:", "subPath:", "value:", "path:")]
+    assert folded == []  # no path folded onto the next line, however long
+
+
+def test_every_yaml_written_keeps_a_long_path_on_its_key_line():
+    from vllm_hotfix.containers.k8s import dump
+
+    path = "/opt/venv/lib/python3.12/site-packages/" + "/".join(["deeply-nested-package-folder"] * 6) + "/module.py"
+    text = dump([{"spec": {"containers": [{"volumeMounts": [{"name": "hotfix-0", "mountPath": path}]}]}}]).decode()
+    assert f"mountPath: {path}\n" in text
 
 
 def test_statefulset_no_strict(tmp_path, run_hotfix):

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from fixtures.manifests import MD5, SHA, manifest_data, write_manifest
+from fixtures.terminal import on_terminal
 
 
 @pytest.fixture
@@ -24,14 +25,24 @@ def catalog(tmp_path):
 
 
 def test_list_shows_the_latest_version_of_each_hotfix(run_hotfix, catalog):
-    result = run_hotfix("list", "--catalog", catalog)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    lines = on_terminal("list", "--catalog", catalog, columns=1000)  # wide enough for any tmp_path
     assert lines[0].split() == ["ID", "VERSION", "TARGET", "FIXED", "IN", "FROM", "TITLE"]
     demo = next(line for line in lines if line.startswith("demo-fix "))
     assert demo.split()[:5] == ["demo-fix", "2", "vllm", ">=0.29.0,<0.32.0", "0.32.0"]
     assert any(line.startswith("qwen-big ") and "vllm-ascend (git tag v0.26.0rc1)" in line for line in lines)
-    assert "older versions: demo-fix 1 (hotfix show ID@VERSION)" in result.stdout
+    assert "older versions: demo-fix 1 (hotfix show ID@VERSION)" in "\n".join(lines)
+
+
+def test_list_into_a_pipe_is_one_tab_separated_line_per_hotfix(run_hotfix, catalog):
+    result = run_hotfix("list", "--catalog", catalog, env={"COLUMNS": "60"})  # a pipe: whatever COLUMNS says
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    ids = [e["id"] for e in json.loads(run_hotfix("list", "--catalog", catalog, "--json").stdout) if e["latest"]]
+    assert [row[0] for row in rows] == ids and {len(row) for row in rows} == {6}  # no header, no footer
+    demo = next(row for row in rows if row[0] == "demo-fix")
+    assert demo[:5] == ["demo-fix", "2", "vllm >=0.29.0,<0.32.0", "0.32.0", str(catalog)]
+    qwen = next(row for row in rows if row[0] == "qwen-big")
+    assert qwen[2] == "vllm-ascend (git tag v0.26.0rc1)" and qwen[5] == "Demo fix"
 
 
 def test_list_json_has_every_version(run_hotfix, catalog):
@@ -117,27 +128,16 @@ def _words(text: str) -> list[str]:
 
 @pytest.mark.parametrize("columns", [60, 80, 120, 200])
 def test_list_fits_the_terminal_width_and_keeps_every_word(run_hotfix, columns):
-    whole = run_hotfix("list", env={"COLUMNS": ""})  # a pipe: one line per hotfix, for grep
+    whole = run_hotfix("list")  # a pipe: one line per hotfix, for grep
     assert whole.returncode == 0, whole.stderr
     rows = whole.stdout.splitlines()
     assert max(len(line) for line in rows) > 200  # the built-in titles are long
-    fitted = run_hotfix("list", env={"COLUMNS": str(columns)})
-    assert fitted.returncode == 0, fitted.stderr
-    assert all(len(line) <= columns for line in fitted.stdout.splitlines()), fitted.stdout
-    assert sorted(_words(fitted.stdout)) == sorted(_words(whole.stdout))  # wrapped, nothing cut
+    fitted = on_terminal("list", columns=columns)  # COLUMNS wins over the terminal's own width, as in pip
+    assert all(len(line) <= columns for line in fitted), fitted
+    assert set(_words(whole.stdout)) <= set(_words("\n".join(fitted)))  # wrapped, nothing cut
 
 
 def test_list_on_a_real_terminal_fits_its_width(run_hotfix, tmp_path):
-    script = __import__("shutil").which("script")
-    if script is None:
-        pytest.skip("util-linux `script` (a pseudo-terminal) is not installed")
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("COLUMNS", "LINES")}
-    done = subprocess.run([script, "-qec", f"stty cols 72 rows 40; {sys.executable} -m vllm_hotfix list", "/dev/null"],
-                          capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = [line for line in done.stdout.replace("\r", "").splitlines() if line.strip()]
+    lines = on_terminal("list", cols=72)
     assert lines and all(len(line) <= 72 for line in lines), lines
     assert any("mamba-align-block-size" in line for line in lines)

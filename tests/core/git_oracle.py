@@ -2,7 +2,7 @@
 
 A case ends in one of: both apply and the trees are equal byte for byte (modes and symlinks included),
 both refuse and both trees are untouched, or hotfix refuses where git applies -- allowed only for a
-documented category (README "git apply compatibility"). hotfix runs through the core API and the real
+documented category (docs/applying.md "git apply compatibility"). hotfix runs through the core API and the real
 journalled writer, so a plan that passes must also commit: a dry run predicts the real run.
 """
 
@@ -22,7 +22,7 @@ from vllm_hotfix.txn.journal import commit
 
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent", "LC_ALL": "C"}
 
-# hotfix refuses, git applies: on purpose, each listed in README "git apply compatibility".
+# hotfix refuses, git applies: on purpose, each listed in docs/applying.md "git apply compatibility".
 CATEGORIES = {
     "binary": "binary content (GIT binary patch, 'Binary files ... differ' in a git diff)",
     "hfs-dotgit": "a .git component with code points HFS+ ignores (git refuses it only with core.protectHFS)",

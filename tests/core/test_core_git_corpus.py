@@ -1,7 +1,7 @@
 """Corpus: each rule of issue 11, run through `git apply` and hotfix on the same pre-image.
 
 Zero different results, zero partial applies, zero tracebacks; where hotfix refuses and git applies,
-the case names its documented category (git_oracle.CATEGORIES, README "git apply compatibility").
+the case names its documented category (git_oracle.CATEGORIES, docs/applying.md "git apply compatibility").
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def test_hotfix_agrees_with_git_apply(tmp_path, name):
 def test_every_category_is_in_the_readme():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "applying.md").read_text()
     section = readme[readme.index("### git apply compatibility"):]
     for category in CATEGORIES:
         assert f"`{category}`" in section, category

@@ -34,7 +34,7 @@ def linear_time_problem(pattern: str) -> str | None:
     (``a.*a.*b``, ``\\w+\\s?\\w+x``: polynomial of that degree on an 8 KB line). A wide repeat followed by a
     literal of at least ``LITERAL_FOLLOWER`` characters that cannot overlap itself (``.*MMU Fault``) is
     tried only where that literal occurs; two such are allowed when the pattern itself starts with one.
-    README "From a crash to a fix" lists what a catalog pattern may use."""
+    docs/catalog.md lists what a catalog pattern may use."""
     try:
         parsed = _sre_parse.parse(pattern)
     except (re.error, ValueError):

@@ -305,33 +305,25 @@ class Progress:
 
 
 class LineProgress(Progress):
-    """One line every ``step`` percent (every 32 MiB when the size is unknown): logs stay readable."""
+    """Into a log or a pipe: no bar, one summary line per download once it is done (``output.note``'s
+    form: ``hotfix: downloaded NAME (12.3 MB)``); a download that fails says so in its error instead."""
 
-    def __init__(self, name: str, total: Optional[int], step: int = 10, stream=None):
-        self.name, self.total, self.step = name, total, step
-        self.stream = stream or sys.stderr
+    def __init__(self, name: str, total: Optional[int], stream=None):
+        self.name, self.total = name, total
+        self.stream = stream
         self.done = 0
-        self._next = step
-
-    def __enter__(self) -> "LineProgress":
-        size = f" ({self.total / 1e6:.0f} MB)" if self.total else ""
-        self.name = visible(self.name)  # a file name from an index: shown, never obeyed by the terminal
-        print(f"downloading {self.name}{size}", file=self.stream, flush=True)
-        return self
 
     def update(self, increment: int) -> None:
-        before, self.done = self.done, self.done + increment
-        if self.total:
-            percent = self.done * 100 // self.total
-            if percent >= self._next:
-                print(f"  {self.name}: {percent}%", file=self.stream, flush=True)
-                self._next = (percent // self.step + 1) * self.step
-        elif before // (32 << 20) != self.done // (32 << 20):
-            print(f"  {self.name}: {self.done / 1e6:.0f} MB", file=self.stream, flush=True)
+        self.done += increment
 
     def __exit__(self, exc_type, *rest: object) -> None:
-        if exc_type is None:
-            print(f"  {self.name}: done, {self.done / 1e6:.1f} MB", file=self.stream, flush=True)
+        if exc_type is not None:
+            return
+        line = f"downloaded {self.name} ({self.done / 1e6:.1f} MB)"
+        if self.stream is None:
+            note(line)
+        else:  # a test's stream: the same line
+            self.stream.write(f"hotfix: {visible(line)}\n")
 
 
 class BarProgress(Progress):
@@ -351,5 +343,5 @@ class BarProgress(Progress):
 
 
 def stderr_progress(name: str, total: Optional[int]) -> Progress:
-    """A bar when stderr is a terminal, else a line every 10%."""
+    """A bar when stderr is a terminal, else one summary line per download."""
     return BarProgress(name, total) if sys.stderr.isatty() else LineProgress(name, total)

@@ -92,7 +92,8 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
     """(state word, detail, the one command to run next) for a matched manifest on the target.
 
     The ONE place doctor joins with an install: it asks what `hotfix status` asks (flow.status.Survey,
-    flow.resolve.Resolver, flow.applicability) and never decides a state itself. An advisory
+    flow.resolve.Resolver, flow.applicability) for every state but ``unknown``, which it says itself when
+    there is nothing to judge (no target and no release in the log, no patch for the target). An advisory
     ``fixed_by`` a catalog hotfix takes that hotfix's state. Without --python/--root no install is
     looked at: the release the log names decides only fixed-upstream / not-applicable, else unknown.
     """

@@ -1,4 +1,6 @@
-"""`hotfix list`: the hotfixes in the catalog, newest version of each (``--json``: every version)."""
+"""`hotfix list`: the hotfixes in the catalog, newest version of each (``--json``: every version): a table
+fitted to the terminal, or into a pipe one tab-separated line per hotfix (ID, VERSION, TARGET, FIXED IN,
+FROM, TITLE)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ def run(*, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:
         emit_json([dict(summary(m, latest=id(m) in latest), catalog=_origin(catalog, m).to_json())
                    for m in catalog.all()])
         return 0
+    width = terminal_width()
     if not catalog.all():
-        say("no hotfixes in the catalog")
+        (say if width is not None else note)("no hotfixes in the catalog")  # a pipe gets no line: no hotfix
         note("add a catalog directory (manifests/ and patches/) with --catalog DIR or HOTFIX_CATALOG")
         return 0
     rows = [("ID", "VERSION", "TARGET", "FIXED IN", "FROM", "TITLE")]
@@ -27,7 +30,10 @@ def run(*, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:
               m.fixed_in.describe() if m.fixed_in else f"{m.fixed_by}+" if m.fixed_by else "-",
               _from(catalog, m), f"[advisory] {m.title}" if m.kind == "advisory" else m.title)
              for m in catalog.latest()]
-    width = terminal_width()
+    if width is None:  # a pipe or a file: one line per hotfix, its fields tab-separated, for cut and awk
+        for row in rows[1:]:
+            say("\t".join(cell.replace("\t", " ") for cell in row))
+        return 0
     for line in table(rows, width):
         say(line)
     older = [f"{hotfix_id} {', '.join(str(v) for v in catalog.versions(hotfix_id)[:-1])}"

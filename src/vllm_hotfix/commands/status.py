@@ -68,6 +68,7 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
         return code
     if not statuses:
         say("no hotfix recorded, and no catalog hotfix targets a package of this interpreter")
+        hint_other_targets(targets)
         return 0
     width = max(len(s.id) for s in statuses)
     for s in statuses:  # recorded ones in series order (their place in it first, like `quilt applied`)
@@ -79,7 +80,24 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
         say(line)
     if counted:
         say(f"fingerprint: {digest}")
+    hint_other_targets(targets)
     return code
+
+
+def hint_other_targets(targets: list) -> None:
+    """A note when the state directory records targets besides the ones shown: `status --all` lists them."""
+    from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix.output import note
+    from vllm_hotfix.paths import TargetDir, all_target_dirs, state_dir
+
+    try:
+        shown = {TargetDir.of(t.root) for t in targets}
+        others = [d for d in all_target_dirs() if d not in shown]
+    except HotfixError:  # a state directory that cannot be read or trusted: the survey has said so
+        return
+    if others:
+        note(f"{len(others)} other target(s) recorded in {quote_path(str(state_dir()))}: "
+             "`hotfix status --all` lists them")
 
 
 def code_names(statuses) -> dict:

@@ -30,7 +30,7 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
     if not statuses:
         # Passing on "nothing recorded" would hide exactly the rebuild that also lost the record.
         raise NotInEffect(
-            "nothing to verify: no hotfix is named and none is recorded for this target",
+            f"nothing to verify: no hotfix is named and none is recorded for {target_words(targets, python, root)}",
             hint="name the hotfixes that must be in effect (`hotfix verify ID...`) or use `--lock FILE`",
         )
     from vllm_hotfix.flow.mounted import mount_sources
@@ -51,6 +51,19 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
                 say(f"  to do: {s.to_do}")
         say(f"fingerprint: {digest}")
     return int(NotInEffect.exit_code) if problems else 0
+
+
+def target_words(targets: list, python: str | None, root: Path | None) -> str:
+    """The target(s) a command looked at, quoted, for a message: each resolved root (and its release), else
+    the --root / --python it was given, else the interpreter hotfix chose for it."""
+    from vllm_hotfix.output import quoted
+
+    if targets:
+        return " and ".join(quoted(str(t.root)) + (f" ({t.distribution or t.package} {t.version})" if t.version else "")
+                            for t in targets)
+    if root is not None:
+        return f"the checkout {quoted(str(root))}"
+    return f"the interpreter {quoted(python)}" if python else "the interpreter hotfix chose (no --python given)"
 
 
 def _without_state(state: str, detail: str) -> str:
@@ -105,26 +118,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
     digest = lockfile.fingerprint(checks)
 
     if as_json:
-        mount = _lock_mounts(resolver)
-        emit_json([
-            {
-                "id": c.hotfix.id,
-                "version": c.hotfix.version,
-                "state": c.state,
-                "installed_version": c.installed_version,
-                "detail": c.detail,
-                "files": [
-                    {"path": f.path, "state": f.state, "real_path": f.where, "sha256": f.sha256,
-                     "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256,
-                     "mount": mount(c.hotfix.package, f.path), "code": locked.code.to_json() if locked.code else None}
-                    for f, locked in zip(c.files, c.hotfix.files)
-                ],
-                "advice": advice,
-                "fingerprint": digest,
-                **({"trust": trust_json} if trust_json is not None else {}),
-            }
-            for c, advice in report
-        ])
+        emit_json(_lock_json(report, _lock_mounts(resolver), digest, trust_json))
     else:
         for check, advice in report:
             h = check.hotfix
@@ -145,6 +139,19 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
             say(f"fingerprint: {digest}")
     guard_ok = _guard_environment(resolver, as_json)
     return 0 if all_in_effect and guard_ok else int(NotInEffect.exit_code)
+
+
+def _lock_json(report, mount, digest: str, trust_json) -> list[dict]:
+    """`verify --lock --json`: one object per locked hotfix, its files with where each is mounted from."""
+    return [{
+        "id": c.hotfix.id, "version": c.hotfix.version, "state": c.state, "installed_version": c.installed_version,
+        "detail": c.detail,
+        "files": [{"path": f.path, "state": f.state, "real_path": f.where, "sha256": f.sha256,
+                   "expected_sha256": locked.sha256, "baseline_sha256": locked.baseline_sha256,
+                   "mount": mount(c.hotfix.package, f.path), "code": locked.code.to_json() if locked.code else None}
+                  for f, locked in zip(c.files, c.hotfix.files)],
+        "advice": advice, "fingerprint": digest, **({"trust": trust_json} if trust_json is not None else {}),
+    } for c, advice in report]
 
 
 def _interpreter_note(resolver, hotfix, code) -> str:

@@ -45,7 +45,8 @@ BUILTIN_KINDS = {
     "leaderworkerset": (LWS, "leaderworkerset.x-k8s.io/v1"),
 }
 WORKLOAD_HINT = "pass --workload KIND/NAME of the workload that runs vLLM, as the base names it"
-BAKE_HINT = "use the image route instead: `hotfix bake ID... --base IMAGE` builds the patched files into a derived image"
+BAKE_HINT = ("mount a hotfix bundle instead (`hotfix pack`, then `hotfix k8s --bundle REF@sha256:...`: an image volume, "
+             "Kubernetes >= 1.33), or bake a derived image (`hotfix bake ID... --base IMAGE`)")
 
 
 @dataclass(frozen=True)
@@ -135,32 +136,23 @@ def plan_configmaps(items: list[Item], prefix: str, *, limit: int = CONFIGMAP_LI
 def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: Workload, containers: tuple[str, ...],
           *, resources: tuple[str, ...], manifests: Iterable[dict], container_site_packages: Optional[str] = None,
           strict: bool = True, prefix: str = "vllm-hotfix", limit: int = CONFIGMAP_LIMIT,
-          max_configmaps: int = MAX_CONFIGMAPS, signatures=(), trust_configmap: Optional[str] = None) -> Overlay:
+          max_configmaps: int = MAX_CONFIGMAPS, image=None, signatures=(), trust_configmap: Optional[str] = None) -> Overlay:
     """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
-    user's parsed objects (searched for the workload); ``resources``: what kustomization lists;
-    ``signatures``: the lock's signature files (``signature_items``); ``trust_configmap``: ``trust_mount``."""
+    user's parsed objects (searched for the workload); ``resources``: what kustomization lists; ``image``:
+    a containers.k8s_bundle.ImageVolume mounted instead of ConfigMaps (``exported`` unused); ``signatures``: the
+    lock's signature files (containers/k8s_trust.signature_items); ``trust_configmap``: k8s_trust.trust_mount."""
     if not containers:
         raise UsageError("name the container(s) to patch: --container NAME (repeatable)")
     site = (container_site_packages or lock.site_packages).rstrip("/")
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
-    items, files = [], {}
-    for index, locked in enumerate(lock.mounted_files()):  # one per path: the top of its series
-        data = exported.get(locked.export)
-        if data is None:
-            raise InvalidInput(f"the export has no file {locked.export} (listed in hotfix.lock)",
-                               hint="re-run `hotfix export` into this directory")
-        source = f"files/{locked.path}"
-        files[source] = data
-        items.append(Item(config_key(index, locked.path), source, len(data), f"{site}/{locked.path}"))
-    files[LOCK_KEY] = lock_bytes
-    items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
-    items[1:1] = signature_items(signatures, files)
-    configmaps = plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)
-
-    mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key, "readOnly": True}
-              for cm in configmaps for item in cm.items]
-    volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
+    if image is not None:  # a hotfix bundle as an image volume (containers/k8s_bundle.py)
+        files, configmaps, mounts, volumes = {}, (), image.mounts(site), image.volumes()
+    else:
+        files, configmaps = configmap_files(lock, exported, lock_bytes, site, prefix, limit, max_configmaps, signatures)
+        mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key,
+                   "readOnly": True} for cm in configmaps for item in cm.items]
+        volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
     env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": STRICT_ENV, "value": "1" if strict else "0"}]
     trust_mount(trust_configmap, [cm.name for cm in configmaps], prefix, mounts, volumes, env)
     annotations = {FINGERPRINT_ANNOTATION: expected_fingerprint(lock)}
@@ -174,9 +166,8 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": list(resources),
-        "configMapGenerator": [
-            {"name": cm.name, "files": [f"{i.key}={i.source}" for i in cm.items]} for cm in configmaps
-        ],
+        **({"configMapGenerator": [{"name": cm.name, "files": [f"{i.key}={i.source}" for i in cm.items]}
+                                   for cm in configmaps]} if configmaps else {}),
     }
     target = {"kind": workload.kind, "name": workload.name}
     if workload.kind == LWS:
@@ -194,8 +185,27 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         files["hotfix-patch.yaml"] = dump([patch])
         kustomization["patches"] = [{"path": "hotfix-patch.yaml", "target": target}]
     files["kustomization.yaml"] = dump([kustomization])
-    expected = {item.mount_path or LOCK_IN_CONTAINER: files[item.source] for cm in configmaps for item in cm.items}
+    expected = image.expected(site) if image is not None else \
+        {item.mount_path or LOCK_IN_CONTAINER: files[item.source] for cm in configmaps for item in cm.items}
     return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env}, annotations)
+
+
+def configmap_files(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, site: str, prefix: str, limit: int,
+                    max_configmaps: int, signatures=()) -> tuple[dict, tuple[ConfigMapPlan, ...]]:
+    """The files the ConfigMaps are generated from (overlay path -> bytes), and the ConfigMaps."""
+    items, files = [], {}
+    for index, locked in enumerate(lock.mounted_files()):  # one per path: the top of its series
+        data = exported.get(locked.export)
+        if data is None:
+            raise InvalidInput(f"the export has no file {locked.export} (listed in hotfix.lock)",
+                               hint="re-run `hotfix export` into this directory")
+        source = f"files/{locked.path}"
+        files[source] = data
+        items.append(Item(config_key(index, locked.path), source, len(data), f"{site}/{locked.path}"))
+    files[LOCK_KEY] = lock_bytes
+    items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
+    items[1:1] = signature_items(signatures, files)
+    return files, plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)
 
 
 def find(manifests: Iterable[dict], workload: Workload) -> Optional[dict]:
@@ -351,14 +361,17 @@ def pod_templates(obj: dict) -> list[tuple[str, dict]]:
     return [("template", spec["template"])] if "template" in spec else []
 
 
-def dump(docs: list, *, width: Optional[int] = None) -> bytes:
-    """YAML of ``docs``, keys in their order; ``width``: fold long scalars there (ruamel's 80 otherwise)."""
+YAML_WIDTH = 1 << 30  # no scalar is folded: a path stays on its key's line (ruamel folds at 80 by default)
+
+
+def dump(docs: list, *, width: int = YAML_WIDTH) -> bytes:
+    """YAML of ``docs``, keys in their order, every scalar on its key's line (the one dumper of every YAML
+    file the tool writes)."""
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
-    if width is not None:
-        yaml.width = width
+    yaml.width = width
     yaml.sort_base_mapping_type_on_output = False
     out = io.StringIO()
     yaml.dump_all(docs, out)

@@ -181,7 +181,7 @@ def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package:
           installed_release: Optional[str] = None, distribution: str = "the package",
           broken: Optional[str] = None, moved: Optional[str] = None,
           stale_bytecode: Optional[str] = None) -> tuple[State, str]:
-    """THE verdict on one hotfix that a record or a lock says must be in effect, with one precedence:
+    """THE verdict on one hotfix that a record or a lock says must be in effect, in this order:
 
     1. INTERRUPTED: a transaction on the target is pending (its files may be half-written);
     2. UNKNOWN: the package is not importable here (``missing_package``: why), or the record / lock does
@@ -197,7 +197,9 @@ def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package:
        module that does not hold its code (``stale_bytecode``: which, install/bytecode.py).
 
     Every reader calls this: status and apply (txn/judgement.judge_record), `verify --lock` and the guard
-    (txn/lockfile), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor."""
+    (txn/lockfile), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor. The guard's HOTFIX_REQUIRE
+    words three cases before it has a record to give here (guard/plugin.py): interrupted (a pending
+    journal), not-applied (no record), unknown (a record it cannot read, a package it cannot import)."""
     if pending:
         return INTERRUPTED, "an apply or rollback on this target was interrupted and is not recovered"
     if missing_package is not None:

@@ -30,13 +30,49 @@ class Event:
     detail: str = ""
 
 
-def command_line(argv: list[str] | None = None) -> str:
-    """The command that made the change, as a user would type it again (``hotfix ...``)."""
+# The options whose value is a file or directory (tests/test_help.py checks every click.Path option of
+# the CLI is here); ``--checkout`` takes DIST=DIR, ``--python`` a path only when it holds a slash.
+PATH_OPTIONS = frozenset({
+    "--add-patch", "--base", "--bundle-dir", "--catalog", "--chain", "--checkout", "--confirm", "--export-dir", "--file", "--key", "--lock",
+    "--out", "--override", "--password-file", "--patch", "--patch-file", "--python", "--repo", "--root", "--to",
+    "--trust", "--upstream-repo", "--wheel",
+})
+
+
+def command_line(argv: list[str] | None = None, cwd: str | None = None) -> str:
+    """The command that made the change, as a user would type it again (``hotfix ...``) from any
+    directory: a relative path given to a path option (``--catalog ./my-catalog``) is made absolute
+    against the working directory ``cwd`` (default: this process's)."""
     argv = list(sys.argv if argv is None else argv)
     first = os.path.basename(argv[0]) if argv else "hotfix"
     if first in ("__main__.py", "hotfix", "-m", "-c") or first.startswith("vllm_hotfix"):
         first = "hotfix"
-    return shlex.join([first, *argv[1:]])
+    words, option = [], None
+    for word in argv[1:]:
+        if option is not None:
+            words.append(absolute_value(option, word, cwd))
+            option = None
+        elif word.startswith("--") and "=" in word and word.split("=", 1)[0] in PATH_OPTIONS:
+            name, value = word.split("=", 1)
+            words.append(f"{name}={absolute_value(name, value, cwd)}")
+        else:
+            option = word if word in PATH_OPTIONS else None
+            words.append(word)
+    return shlex.join([first, *words])
+
+
+def absolute_value(option: str, value: str, cwd: str | None = None) -> str:
+    """``value`` of the path option ``option`` made absolute (``--checkout``: its DIR; ``--python``: a path
+    or a venv directory here, never a name looked up on PATH such as ``python3``)."""
+    prefix, cwd = "", cwd or os.getcwd()
+    if option == "--checkout" and "=" in value:
+        prefix, value = value.split("=", 1)
+        prefix += "="
+    if not value or os.path.isabs(value):
+        return prefix + value
+    if option == "--python" and "/" not in value and not os.path.exists(os.path.join(cwd, value)):
+        return value
+    return prefix + os.path.normpath(os.path.join(cwd, value))
 
 
 def _user() -> tuple[str, int, str | None]:

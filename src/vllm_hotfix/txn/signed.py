@@ -5,7 +5,7 @@ Stdlib only, like the lock reader: the guard (issue 36 part B) calls ``lock_verd
 it parsed, so a process pays the verifier only (core.ed25519 + core.minisign + core.policytoml +
 core.trust), nothing of the CLI.
 
-Where the policy comes from (README: Signed locks): ``--trust FILE`` / ``HOTFIX_TRUST``; in an image,
+Where the policy comes from (docs/trust.md, "Signed locks"): ``--trust FILE`` / ``HOTFIX_TRUST``; in an image,
 the pinned ``/etc/vllm-hotfix/trust.toml`` (settings.CONTAINER_TRUST) applies whether the environment
 names it or not, and the environment cannot name another one: whoever writes the pod spec and the
 lock's ConfigMap must not be able to choose the policy. Newer policies come through
@@ -78,10 +78,10 @@ def read_policy_bytes(path: Path) -> bytes:
     return data
 
 
-def signature_files(signed: Path) -> list[tuple[str, bytes]]:
+def signature_files(signed: Path, *, follow_symlinks: bool = True) -> list[tuple[str, bytes]]:
     """(base name, bytes) of every signature file of ``signed`` in its directory: ``NAME.minisig`` and
     ``NAME.<KEYID>.minisig`` (core.minisign.signature_name), by name; links followed (a ConfigMap's
-    files are links), each a regular file of at most a few KB."""
+    files are links) unless ``follow_symlinks`` is False (`hotfix pack`), each a regular file of at most a few KB."""
     from vllm_hotfix.core import minisign, trust
 
     directory = signed.parent
@@ -95,7 +95,7 @@ def signature_files(signed: Path) -> list[tuple[str, bytes]]:
     for name in names[:trust.MAX_SIGNATURES + 1]:
         try:
             found.append((name, read_bounded(directory / name, cap=minisign.SIGNATURE_FILE_LIMIT,
-                                             what="signature file")))
+                                             what="signature file", follow_symlinks=follow_symlinks)))
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -151,13 +151,13 @@ def refuse(verdict: trust.Verdict, hint: Optional[str] = None) -> None:
 
 
 def lock_verdict(lock_path: Path, data: bytes, lock, policy: trust.Policy, *, now: float,
-                 subject: str, signatures: Optional[list] = None) -> trust.Verdict:
+                 subject: str, signatures=None) -> trust.Verdict:
     """The policy's verdict on a lock: ``data`` are the bytes ``lock`` was parsed from
-    (txn.lockfile.read_lock), its signature files those beside ``lock_path`` (or ``signatures``, the
-    ones ``signature_files`` already read: the guard keys its cache on what is judged); ``subject``
-    names the lock in the lines (quoted by the caller: output.quote_path)."""
+    (txn.lockfile.read_lock), its signature files those beside ``lock_path`` (or ``signatures``, (name,
+    bytes) pairs read elsewhere: a bundle's layer, the guard's cache key); ``subject`` names the lock in the lines (quoted by
+    the caller: output.quote_path)."""
     from vllm_hotfix.core import trust
 
-    found = signature_files(lock_path) if signatures is None else signatures
+    found = signature_files(lock_path) if signatures is None else list(signatures)
     return trust.evaluate(data, found, policy, now=now, subject=subject,
                           version=lock.version, expires=lock.expires)

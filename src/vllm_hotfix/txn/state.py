@@ -72,7 +72,9 @@ class RecordedHotfix:
 
 @dataclass
 class TargetState:
-    """Mutable view of state.json; load(), change, save(). ``hotfixes`` is the series: applied order."""
+    """Mutable view of state.json: ``load()`` reads it, a change is made in memory, and ``to_bytes()`` is
+    what flow/transaction.run commits through the journal (there is no save: only a transaction writes
+    the record). ``hotfixes`` is the series: applied order."""
 
     directory: Path
     target: dict = field(default_factory=dict)
