@@ -21,4 +21,5 @@ TRUST_CHAIN_ENV = "HOTFIX_TRUST_CHAIN"  # a directory of newer policies, each si
 CONTAINER_TRUST = "/etc/vllm-hotfix/trust.toml"  # where an image pins its policy (read-only, not the lock's)
 PASSWORD_ENV = "HOTFIX_KEY_PASSWORD"            # `hotfix sign`: the secret key's password (CI)
 PASSWORD_FILE_ENV = "HOTFIX_KEY_PASSWORD_FILE"  # `hotfix sign`: a file holding it (a mounted secret)
+READY_DIR_ENV = "HOTFIX_READY_DIR"  # the memory-backed directory of the processes' readiness records
 CATALOG_SUMS = "hotfix-catalog.sha256"  # a signed catalog's list of files and sha256, as sha256sum writes it

@@ -59,6 +59,11 @@ def write_policy(path: Path, keys, threshold=2, extra="", names=("release", "sre
 
 @pytest.fixture
 def signed_dir(tmp_path, keys):
+    return lock_and_policy(tmp_path, keys)
+
+
+def lock_and_policy(tmp_path: Path, keys) -> Path:
+    """tmp_path/export/hotfix.lock (version 7, expiring in 2099) and tmp_path/trust.toml (release + sre, 2)."""
     lock = make_lock()
     lock = lockfile.Lock(site_packages=lock.site_packages, hotfixes=lock.hotfixes, version=7,
                          expires="2099-01-01T00:00:00Z")

@@ -37,14 +37,15 @@ KUBECTL_ENV = "HOTFIX_KUBECTL"
 def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Optional[str] = None, kind: Optional[str] = None,
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
         strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, readiness: bool = True, bundle: Optional[str] = None,
-        bundle_dir: Optional[Path] = None, admission_options=(), dry_run: bool = False, as_json: bool = False) -> int:
+        bundle_dir: Optional[Path] = None, admission_options=(), dry_run: bool = False, as_json: bool = False,
+        trust_configmap: Optional[str] = None) -> int:
     if admission_options:
         raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
                          hint="add --admission to write the admission policy instead")
     if base is None:
         raise UsageError("--base is required: the workload's manifest file or kustomization directory")
     target = k8s.parse_workload(workload, kind, name)
-    image, guard = None, None
+    image, guard, signatures = None, None, []
     if bundle is not None or bundle_dir is not None:  # an image volume (commands/k8s_bundle.py)
         from vllm_hotfix.commands.k8s_bundle import from_options
 
@@ -58,13 +59,15 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
         guard = read_guard(export_dir)  # checked against its RECORD; carried as ConfigMap keys like the files
         refuse_strict_without_guard(guard, export_dir, strict=strict)
+        signatures = _signatures(lock_path)
     out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points
     _refuse_foreign(out_dir)
     renderer = kustomize_command()
     resources, manifests, copies = _base(Path(base), out_dir, renderer)
     overlay = k8s.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
-                        max_configmaps=max_configmaps, image=image, guard=guard, readiness=readiness)
+                        max_configmaps=max_configmaps, image=image, guard=guard, readiness=readiness,
+                        signatures=signatures, trust_configmap=trust_configmap)
     files = {**overlay.files, **copies}
     staged = _stage(out_dir, files)
     try:
@@ -90,7 +93,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
                                   for cm in overlay.configmaps],
                    "bundle": image.to_json() if image is not None else None})
         return 0
-    _say_written("would write" if dry_run else "wrote", out_dir, target, overlay, image)
+    _say_written("would write" if dry_run else "wrote", out_dir, target, overlay, image, len(signatures))
     if rendered:
         held = "from the image volume" if image is not None else "with the exported bytes"
         probe = f", and the readinessProbe `{' '.join(overlay.probe['exec']['command'])}`" if overlay.probe else ""
@@ -106,15 +109,24 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     return 0
 
 
-def _say_written(verb: str, out_dir: Path, target: k8s.Workload, overlay: k8s.Overlay, image) -> None:
+def _signatures(lock_path: Path) -> list:
+    """The lock's signature files beside it in the export (txn.signed's reader), carried beside the lock."""
+    from vllm_hotfix.txn import signed
+
+    return signed.signature_files(lock_path)
+
+
+def _say_written(verb: str, out_dir: Path, target: k8s.Workload, overlay: k8s.Overlay, image, signed: int = 0) -> None:
     into = f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})"
     if image is not None:
         signatures = f" + {len(image.beside_lock)} signature file(s)" if image.beside_lock else ""
         say(f"{verb} {out_dir}/kustomization.yaml: image volume {image.reference} ({len(image.files)} file(s) + "
             f"hotfix.lock{signatures}, as listed by {image.source}), {into}")
         return
-    count = sum(len(cm.items) for cm in overlay.configmaps) - 1
-    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock in {len(overlay.configmaps)} ConfigMap(s), {into}")
+    count = sum(len(cm.items) for cm in overlay.configmaps) - 1 - signed
+    beside = f" + {signed} signature file(s)" if signed else ""
+    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock{beside} in {len(overlay.configmaps)} "
+        f"ConfigMap(s), {into}")
     if len(overlay.configmaps) > 1:
         note(f"the files are {sum(cm.size for cm in overlay.configmaps):,} bytes, past the {k8s.CONFIGMAP_LIMIT:,} "
              f"one ConfigMap holds: split into {len(overlay.configmaps)}; a fix this size is better as a hotfix "

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Optional
 
 from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, FINGERPRINT_ANNOTATION, LOCK_ENV, LOCK_NAME, STRICT_ENV
 from vllm_hotfix.txn.lockfile import Lock, expected_fingerprint
+from vllm_hotfix.containers.k8s_trust import signature_items, trust_mount
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.containers import readiness as ready
 
@@ -138,10 +139,12 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
           *, resources: tuple[str, ...], manifests: Iterable[dict], container_site_packages: Optional[str] = None,
           strict: bool = True, prefix: str = "vllm-hotfix", limit: int = CONFIGMAP_LIMIT,
           max_configmaps: int = MAX_CONFIGMAPS, image=None, guard: Optional[dict[str, bytes]] = None,
-          readiness: bool = True, python: str = ready.IMAGE_PYTHON) -> Overlay:
+          readiness: bool = True, python: str = ready.IMAGE_PYTHON, signatures=(),
+          trust_configmap: Optional[str] = None) -> Overlay:
     """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
     user's parsed objects (searched for the workload); ``resources``: what kustomization lists; ``image``:
-    a containers.k8s_bundle.ImageVolume mounted instead of ConfigMaps (``exported`` unused)."""
+    a containers.k8s_bundle.ImageVolume mounted instead of ConfigMaps (``exported`` unused); ``signatures``: the
+    lock's signature files (containers/k8s_trust.signature_items); ``trust_configmap``: k8s_trust.trust_mount."""
     if not containers:
         raise UsageError("name the container(s) to patch: --container NAME (repeatable)")
     site = (container_site_packages or lock.site_packages).rstrip("/")
@@ -150,11 +153,12 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     if image is not None:  # a hotfix bundle as an image volume (containers/k8s_bundle.py)
         files, configmaps, mounts, volumes = {}, (), image.mounts(site), image.volumes()
     else:
-        files, configmaps = configmap_files(lock, exported, lock_bytes, site, prefix, limit, max_configmaps, guard)
+        files, configmaps = configmap_files(lock, exported, lock_bytes, site, prefix, limit, max_configmaps, guard, signatures)
         mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key,
                    "readOnly": True} for cm in configmaps for item in cm.items]
         volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
     env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": STRICT_ENV, "value": "1" if strict else "0"}]
+    trust_mount(trust_configmap, [cm.name for cm in configmaps], prefix, mounts, volumes, env)
     annotations = {FINGERPRINT_ANNOTATION: expected_fingerprint(lock)}
     probe = ready.k8s_parts(mounts, volumes, env, python) if readiness else None
 
@@ -193,7 +197,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
 
 
 def configmap_files(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, site: str, prefix: str, limit: int,
-                    max_configmaps: int, guard: Optional[dict[str, bytes]] = None) -> tuple[dict, tuple[ConfigMapPlan, ...]]:
+                    max_configmaps: int, guard: Optional[dict[str, bytes]] = None, signatures=()) -> tuple[dict, tuple[ConfigMapPlan, ...]]:
     """The files the ConfigMaps are generated from (overlay path -> bytes), and the ConfigMaps; ``guard``: the
     export's guard tree (path in site-packages -> bytes), mounted file by file beside the patched files."""
     items, files = [], {}
@@ -210,6 +214,7 @@ def configmap_files(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, s
         items.append(Item(config_key(index, path), f"guard/{path}", len(data), f"{site}/{path}"))
     files[LOCK_KEY] = lock_bytes
     items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
+    items[1:1] = signature_items(signatures, files)
     return files, plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)
 
 

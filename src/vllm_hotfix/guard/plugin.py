@@ -164,26 +164,18 @@ def _watched(checked) -> tuple[Watched, ...]:
 
 
 def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
-    from vllm_hotfix.errors import InvalidInput
-    from vllm_hotfix.txn.lockfile import check_lock, load_lock
-
-    try:
-        lock = load_lock(path)
-    except InvalidInput as exc:
-        from vllm_hotfix.output import visible
-
-        message = visible(exc.message)  # one line, no escapes (emit sanitises the whole line too)
-        return [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {message}",
-                         exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK",
-                         "lock"), None)], None
-    from vllm_hotfix.guard.installed import installed
-
-    checks = check_lock(lock, installed, bytecode=_stale_here)
     import shlex
 
+    from vllm_hotfix.guard.installed import installed
+    from vllm_hotfix.guard.trust import read_lock_here
+    from vllm_hotfix.txn.lockfile import check_lock
+
+    lock, lines = read_lock_here(path)  # None: unusable; lines: its (lock) / (trust) verdicts
+    usable = lock is not None and all(v.in_effect for v, _ in lines)  # a refused lock is not checked further
+    checks = check_lock(lock, installed, bytecode=_stale_here) if usable else None
     option = f"--lock {shlex.quote(str(path))} {_option()}"
-    return [(_verdict(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock", option),
-             (c.hotfix.id, c.files)) for c in checks], checks
+    return lines + [(_verdict(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock",
+                              option), (c.hotfix.id, c.files)) for c in checks or ()], checks
 
 
 def _stale_here(sources: list[str]) -> dict:

@@ -53,8 +53,17 @@ def policy_path(given: Optional[str | Path], env: Optional[Mapping[str, str]] = 
 
 
 def read_policy_file(path: Path) -> tuple[bytes, "trust.Policy"]:
-    """A policy file's bytes and policy. It is trusted by where it is, so it must be a regular file (a link
-    is followed: ConfigMap mounts are links) that only its owner, this user or root, can write."""
+    """A policy file's bytes and policy (``read_policy_bytes``, then core.trust.parse_policy)."""
+    data = read_policy_bytes(path)
+    from vllm_hotfix.core import trust
+
+    return data, trust.parse_policy(data, str(path))
+
+
+def read_policy_bytes(path: Path) -> bytes:
+    """A policy file's bytes, unparsed (what the guard's verdict cache keys on). It is trusted by where it
+    is, so it must be a regular file (a link is followed: ConfigMap mounts are links) that only its owner,
+    this user or root, can write."""
     try:
         data = read_bounded(path, cap=POLICY_LIMIT, what="trust policy")
         info = os.stat(path)
@@ -66,9 +75,7 @@ def read_policy_file(path: Path) -> tuple[bytes, "trust.Policy"]:
         raise Refused(f"{path}: the trust policy is writable by others than its owner, or owned by another user "
                       f"(uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}): whoever can write it decides what runs",
                       hint=f"`chmod go-w {path}` and own it, or keep it in the image (read-only)")
-    from vllm_hotfix.core import trust
-
-    return data, trust.parse_policy(data, str(path))
+    return data
 
 
 def signature_files(signed: Path, *, follow_symlinks: bool = True) -> list[tuple[str, bytes]]:
@@ -147,7 +154,7 @@ def lock_verdict(lock_path: Path, data: bytes, lock, policy: trust.Policy, *, no
                  subject: str, signatures=None) -> trust.Verdict:
     """The policy's verdict on a lock: ``data`` are the bytes ``lock`` was parsed from
     (txn.lockfile.read_lock), its signature files those beside ``lock_path`` (or ``signatures``, (name,
-    bytes) pairs read elsewhere: a bundle's layer); ``subject`` names the lock in the lines (quoted by
+    bytes) pairs read elsewhere: a bundle's layer, the guard's cache key); ``subject`` names the lock in the lines (quoted by
     the caller: output.quote_path)."""
     from vllm_hotfix.core import trust
 
