@@ -29,62 +29,14 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
+from vllm_hotfix.commands.doctor_diagnosis import IN_EFFECT, OUT_OF_RANGE, Verdict
 from vllm_hotfix.commands.doctor_logs import prefilter_kind, sources
+from vllm_hotfix.commands.doctor_report import print_fingerprints, print_report
 from vllm_hotfix.output import emit_json, say
-
-IN_EFFECT = ("applied", "fixed-upstream")  # core.verdict.IN_EFFECT; every other state of a confident match: needed
-OUT_OF_RANGE = ("not-applicable", "fixed-upstream")
-HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorded, but the files are back to baseline)",
-            "stale": "needed, stale (recorded on another release than the one installed)",
-            "stale-bytecode": "needed, stale bytecode (the files hold it, a __pycache__ entry does not)",
-            "drifted": "needed, drifted (a touched file was changed)", "unknown": "needed? state unknown",
-            "interrupted": "needed? an apply or rollback was interrupted (run hotfix recover)",
-            "applied": "already applied", "fixed-upstream": "fixed upstream", "not-applicable": "not applicable"}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What doctor concludes for one matching hotfix on this target."""
-
-    id: str
-    version: int | str
-    kind: str
-    title: str
-    level: str  # confident | possible | shared (no candidate: a generic error alone) | ruled-out
-    score: float
-    state: str  # the state word of _target_state ("" when none was asked)
-    detail: str
-    next: str | None
-    evidence: tuple  # of engine Evidence
-    vetoes: tuple = ()  # of engine Veto
-    check: tuple[str, ...] = ()  # possible: what would confirm it
-    upgrade: str | None = None  # "vllm 0.32.0": the release with the fix, the alternative to a patch
-    confirm: tuple = ()  # possible: the manifest's ConfirmSteps (how to make the confirming evidence appear)
-    then: str | None = None  # possible: the command to run once confirmed (hotfix apply ID --dry-run ...)
-    tell_apart: tuple[str, ...] = ()  # shared: what would make it a candidate (its conditions, its specific evidence)
-
-    @property
-    def named(self) -> bool:
-        return self.level == "confident"
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "version": self.version, "kind": self.kind, "title": self.title, "level": self.level,
-                "named": self.named, "score": self.score, "state": self.state, "detail": self.detail,
-                "next": self.next, "upgrade": self.upgrade, "check": list(self.check),
-                "confirm": [{"step": c.step, "shows": c.shows} for c in self.confirm], "then": self.then,
-                "tell_apart": list(self.tell_apart),
-                "vetoes": [{"reason": v.reason, "source": v.line.source, "line": v.line.lineno, "text": v.line.raw}
-                           for v in self.vetoes],
-                "evidence": [
-                    {"source": e.line.source, "line": e.line.lineno, "process": e.line.process, "tier": e.signature.tier,
-                     "role": e.role or e.signature.role, "weight": e.signature.weight, "confirmed": e.signature.confirmed,
-                     "text": e.line.raw, "normalised": e.line.text, "explain": e.signature.explain}
-                    for e in self.evidence]}
 
 
 def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
@@ -299,8 +251,6 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
                                     "processes": [{"source": l.source, "line": l.lineno, "role": role, "fingerprint": fp}
                                                   for role, fp, l in findings.fingerprints]}})
         return code
-    from vllm_hotfix.commands.doctor_report import print_fingerprints, print_report
-
     print_report(findings, verdicts, log_versions, disagree, show_all, shared)
     if fleet:
         print_fingerprints(findings, fleet)

@@ -1,11 +1,11 @@
 """`hotfix doctor`'s report in words: the log's facts, first errors, verdicts by level, fingerprints.
 
-Only printing: the verdicts come decided from commands/doctor.py (``Verdict``, ``HEADLINE``).
+Only printing: the verdicts come decided from commands/doctor.py (``Verdict``, ``HEADLINE`` in commands/doctor_diagnosis.py).
 """
 
 from __future__ import annotations
 
-from vllm_hotfix.commands.doctor import HEADLINE, OUT_OF_RANGE, Verdict
+from vllm_hotfix.commands.doctor_diagnosis import HEADLINE, OUT_OF_RANGE, Verdict
 from vllm_hotfix.output import note, say
 
 
