@@ -117,3 +117,16 @@ def test_no_module_imports_another_modules_private_name():
                 found += [f"{module.relative_to(REPO)}:{node.lineno} {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert found == []
+
+
+def test_the_state_folder_names_are_spelled_once_in_paths():
+    """paths.TargetDir owns a target's state folder: the names of its files appear in paths.py alone."""
+    import ast
+
+    names = {"state.json", "journal.json", "history.jsonl", "history.1.jsonl", "gone.json"}
+    spelled = []
+    for path in sorted((REPO / "src" / "vllm_hotfix").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names:
+                spelled.append(f"{path.relative_to(REPO / 'src' / 'vllm_hotfix').as_posix()}:{node.value}")
+    assert sorted(spelled) == sorted(f"paths.py:{name}" for name in names)

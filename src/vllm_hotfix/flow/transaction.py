@@ -174,7 +174,7 @@ def recover_target(root: Path) -> RecoveryReport | None:
     if not temps:
         return report
     if report is None:
-        return RecoveryReport(tdir.journal / "journal.json", Path(root), (), (), (), tuple(temps))
+        return RecoveryReport(tdir.journal_file, Path(root), (), (), (), tuple(temps))
     return replace(report, temps=tuple(sorted(set(report.temps) | set(temps))))
 
 

@@ -16,13 +16,9 @@ from typing import Iterable, Iterator
 
 from vllm_hotfix.inputs import TARGET_FILE_LIMIT as BACKUP_CAP, Unfit, read_input
 from vllm_hotfix.output import note
-from vllm_hotfix.paths import JOURNAL_NAME
+from vllm_hotfix.paths import journal_backups_in
 from vllm_hotfix.txn.atomic import copy_new_file, unlink_if_present
 from vllm_hotfix.txn.writable import describe
-
-JOURNAL = JOURNAL_NAME  # the name is defined once, in paths
-BACKUPS = "backups"
-RECORD_BACKUP = "record"
 
 _remembered: dict[int, tuple[bytes, str]] | None = None  # inside ``digests_remembered``: id -> (data, hex)
 
@@ -118,7 +114,7 @@ def parallel(function, items: list) -> list:
 def discard_backups(journal_dir: Path) -> None:
     """Remove the backups directory; its files are unlinked on threads (freeing the replaced
     originals' blocks is the slow part, ~60 µs a file)."""
-    backups = journal_dir / BACKUPS
+    backups = journal_backups_in(journal_dir)
     try:
         names = os.listdir(backups)
     except OSError:

@@ -63,7 +63,7 @@ def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
     except OSError as exc:
         raise WriteFailed(f"{state_dir}: cannot create the target's state folder ({exc.strerror}); nothing was "
                           f"changed", hint="set HOTFIX_STATE_DIR to a writable directory") from None
-    lock_file = state_dir / "lock"
+    lock_file = TargetDir(state_dir).lock_file
     try:  # never through a symlink (a planted one would have us truncate the file it names), never a FIFO
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as exc:
