@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from vllm_hotfix.inputs import TARGET_FILE_LIMIT as BACKUP_CAP, Unfit, read_input
+from vllm_hotfix.inputs import TARGET_FILE_LIMIT as BACKUP_CAP, Unfit, file_sha256 as hash_file
 from vllm_hotfix.output import note
 from vllm_hotfix.paths import journal_backups_in
 from vllm_hotfix.txn.atomic import copy_new_file, unlink_if_present
@@ -281,14 +281,14 @@ NOT_REGULAR = "not-a-regular-file"  # file_sha256 of a link, FIFO or device: equ
 
 
 def file_sha256(path: Path) -> str | None:
-    """sha256 of the regular file at ``path`` (None: absent), read through ``inputs.read_input``: never
-    through a link, never blocking on a FIFO; a link or special file hashes to ``NOT_REGULAR``."""
+    """sha256 of the regular file at ``path`` (None: absent), by ``inputs.file_sha256``: never through a
+    link, never blocking on a FIFO; a link or special file hashes to ``NOT_REGULAR``, one over
+    BACKUP_CAP is an OSError (EFBIG)."""
     try:
-        data, _ = read_input(path, cap=BACKUP_CAP, what="file", follow_symlinks=False)
+        return hash_file(path, cap=BACKUP_CAP, what="file")
     except (FileNotFoundError, NotADirectoryError):
         return None
     except Unfit as exc:
         if exc.why == "large":
             raise OSError(errno.EFBIG, exc.message, str(path)) from None
         return NOT_REGULAR
-    return hashlib.sha256(data).hexdigest()

@@ -16,6 +16,7 @@ from vllm_hotfix.core.data import load_json
 from vllm_hotfix.core.docfields import Fields
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, FileCheck
 from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix.inputs import TARGET_FILE_LIMIT  # noqa: F401 - the guard's cap on a locked file too
 from vllm_hotfix.paths import LOCK_LIMIT, LOCK_NAME, read_own_file
 from vllm_hotfix.values import Value
 
@@ -248,22 +249,18 @@ def dump_lock(lock: Lock) -> bytes:
 # -- checking an install against the lock ----------------------------------------------------------
 
 
-TARGET_FILE_LIMIT = 256 << 20  # a locked source file is at most a few MB; more is not the file we exported
 
 
 def sha256_file(path: Path) -> Optional[str]:
     """Hex sha256 of a regular file's bytes; None when there is none at ``path`` (absent, a directory,
     a symlink, a FIFO or device: never followed, never blocking; or over TARGET_FILE_LIMIT) -- such a file
-    is not in effect. Read through inputs.read_bounded, the one bounded reader."""
-    import hashlib  # here: `verify --lock` starts its probe process before paying for OpenSSL
-
-    from vllm_hotfix.inputs import read_bounded
+    is not in effect. Hashed by inputs.file_sha256, the one bounded file hash."""
+    from vllm_hotfix.inputs import file_sha256
 
     try:
-        data = read_bounded(path, cap=TARGET_FILE_LIMIT, what="locked file", follow_symlinks=False)
+        return file_sha256(path, cap=TARGET_FILE_LIMIT, what="locked file")
     except (InvalidInput, OSError):
         return None
-    return hashlib.sha256(data).hexdigest()
 
 
 def real_file(installed: Installed, package: str, path: str) -> Path:
