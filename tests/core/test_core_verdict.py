@@ -29,8 +29,8 @@ def test_ordering_agrees_with_packaging(a, b):
     """Local labels aside (the guard ignores them, as `>=` on a fixed-in release does)."""
     pa, pb = Version(a), Version(b)
     pa, pb = Version(pa.public), Version(pb.public)
-    assert (verdict.version_key(a) < verdict.version_key(b)) == (pa < pb)
-    assert (verdict.version_key(a) == verdict.version_key(b)) == (pa == pb)
+    assert (verdict.release_key(a) < verdict.release_key(b)) == (pa < pb)
+    assert (verdict.release_key(a) == verdict.release_key(b)) == (pa == pb)
     assert verdict.version_at_least(a, b) == (pa >= pb)
 
 
@@ -49,18 +49,18 @@ def test_plain_releases_take_the_fast_path_and_give_the_grammars_answer(monkeypa
 
     for text in ["0.30.0", "1", "0.9.10", "2024.1", " 0.32.0 ", "1.0.0.0", "0.31.0rc1", "1!2.0", "v1.2"]:
         grammar = re.fullmatch(verdict._VERSION_PATTERN, text.strip(), re.IGNORECASE)
-        with_grammar = verdict.version_key(text)
+        with_grammar = verdict.release_key(text)
         with monkeypatch.context() as m:  # a plain release never reaches the regex
             m.setattr(verdict.re, "fullmatch", lambda *a: (_ for _ in ()).throw(AssertionError("regex used")))
             try:
-                fast = verdict.version_key(text)
+                fast = verdict.release_key(text)
             except AssertionError:
                 assert not text.strip().replace(".", "").isdecimal()
                 continue
         assert fast == with_grammar and grammar is not None, text
     for bad in ["1..2", ".1", "1.", "", "²"]:
         try:
-            verdict.version_key(bad)
+            verdict.release_key(bad)
         except ValueError:
             continue
         raise AssertionError(bad)

@@ -48,7 +48,7 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
     ``fixed_by`` a catalog hotfix takes that hotfix's state. Without --python/--root no install is
     looked at: the release the log names decides only fixed-upstream / not-applicable, else unknown.
     """
-    from vllm_hotfix.catalog.index import parse_ref, version_key
+    from vllm_hotfix.catalog.index import parse_ref, hotfix_version_key
     from vllm_hotfix.flow.applicability import applicability, release_target
 
     fix_id, fix_version = parse_ref(manifest.fixed_by) if manifest.fixed_by else (manifest.id, None)
@@ -83,7 +83,7 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
         status = Survey(python, Path(root) if root is not None else None, catalog).named([(subject.id, None)])[0]
     except HotfixError as exc:
         return "unknown", exc.message, apply
-    if manifest.fixed_by and status.state == "applied" and version_key(status.version) < version_key(fix_version):
+    if manifest.fixed_by and status.state == "applied" and hotfix_version_key(status.version) < hotfix_version_key(fix_version):
         return "not-applied", f"{subject.id} version {status.version} is applied; this is fixed from {fix_version}", apply
     if status.state in ("applied", "fixed-upstream"):
         detail = status.detail or f"{subject.id}@{status.version} is in effect"

@@ -335,7 +335,9 @@ def normal_form(text: str) -> Optional[str]:
     return out
 
 
-def version_key(text: str) -> tuple:
+def release_key(text: str) -> tuple:
+    """The sort key of a release's PEP 440 version (stdlib; packaging's order): ``release_key(a) <
+    release_key(b)`` when release a comes before b. A hotfix's own versions: catalog/index.hotfix_version_key."""
     epoch, numbers, pre, pre_n, post, dev = _parse(text)
     while len(numbers) > 1 and numbers[-1] == 0:
         numbers.pop()
@@ -365,7 +367,7 @@ def _prefix_match(version: str, prefix_text: str) -> bool:
 def version_at_least(version: str, minimum: str) -> bool:
     """PEP 440 ``version >= minimum`` (local labels ignored); False when either cannot be parsed."""
     try:
-        return version_key(version) >= version_key(minimum)
+        return release_key(version) >= release_key(minimum)
     except ValueError:
         return False
 
@@ -375,7 +377,7 @@ def same_release(a: Optional[str], b: Optional[str]) -> bool:
     if a is None or b is None:
         return a == b
     try:
-        return version_key(a) == version_key(b)
+        return release_key(a) == release_key(b)
     except ValueError:
         return a == b
 
@@ -397,7 +399,7 @@ def version_in(version: str, specifier: str) -> bool:
                 ok = _prefix_match(version, wanted[:-2])
                 ok = ok if op == "==" else not ok
             else:
-                have, want = version_key(version), version_key(wanted)
+                have, want = release_key(version), release_key(wanted)
                 same_base = have[:2] == want[:2]
                 if op == "~=":
                     ok = have >= want and _prefix_match(version, ".".join(wanted.split(".")[:-1]))

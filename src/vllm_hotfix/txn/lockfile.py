@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from vllm_hotfix.core import verdict
 from vllm_hotfix.core.data import load_json
+from vllm_hotfix.core.distname import canonical_name
 from vllm_hotfix.core.docfields import Fields
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, FileCheck
 from vllm_hotfix.errors import InvalidInput
@@ -183,7 +184,7 @@ def _read_hotfix(f: Fields, doc: Any, where: str) -> LockedHotfix:
     fixed_in = f.text(doc, where, "fixed_in", required=False, limit=64)
     if fixed_in is not None:
         _check_version(f, f.at(where, "fixed_in"), fixed_in)
-        if not verdict.version_key(fixed_in) > verdict.version_key(baseline):
+        if not verdict.release_key(fixed_in) > verdict.release_key(baseline):
             raise f.fail(f.at(where, "fixed_in"), f"{fixed_in!r} is not after the exported baseline {baseline!r} "
                                                    "(export refuses a fix already in the release)")
     versions = f.text(doc, where, "versions", required=False, limit=512)
@@ -203,7 +204,7 @@ def _read_hotfix(f: Fields, doc: Any, where: str) -> LockedHotfix:
 
 def _check_version(f: Fields, where: str, value: str) -> None:
     try:
-        verdict.version_key(value)
+        verdict.release_key(value)
     except ValueError:
         raise f.fail(where, f"not a PEP 440 version: {value!r}") from None
 
@@ -327,7 +328,7 @@ def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -
                                           installed=lambda: installed.version if installed else None)
     missing = None if installed is not None else f"package {hotfix.package!r} is not importable here"
     other = getattr(installed, "distribution", None)
-    if other and _normalised(other) != _normalised(hotfix.distribution):
+    if other and canonical_name(other) != canonical_name(hotfix.distribution):
         missing = (f"package {hotfix.package!r} is loaded from the distribution {other}, the lock is for "
                    f"{hotfix.distribution}")
     state, detail = verdict.judge(
@@ -353,10 +354,6 @@ def mount_line_for(lock_file: Path) -> Callable[[LockedFile, FileCheck], str]:
 
 
 DEFAULT_EXPORT_SOURCE = "./hotfix-export"  # `hotfix compose --export-dir` default
-
-
-def _normalised(name: str) -> str:
-    return name.lower().replace("-", "_").replace(".", "_")
 
 
 def fingerprint(checks) -> str:

@@ -338,12 +338,12 @@ def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
 
 
 def _release(f: Fields, entry: dict, where: str, key: str) -> str | None:
-    from vllm_hotfix.core.verdict import version_key
+    from vllm_hotfix.core.verdict import release_key
 
     value = f.text(entry, where, key, required=False, limit=64)
     if value is not None:
         try:
-            version_key(value)
+            release_key(value)
         except ValueError:
             raise f.fail(f.at(where, key), f"not a PEP 440 version: {value!r}") from None
     return value
