@@ -88,7 +88,7 @@ def test_the_release_changed_exactly_when_judge_says_stale_for_it():
     for recorded, installed, moved in itertools.product(
             (None, "0.30.0", "0.30"), (None, "0.30.0", "0.30.0.post0", "0.31.0"), (None, "commit a to commit b")):
         changed = verdict.release_change(recorded, installed, moved, "vllm")
-        state, detail = verdict.judge(applied, recorded_release=recorded, installed_release=installed, moved=moved,
+        state, detail = verdict.hotfix_state(applied, recorded_release=recorded, installed_release=installed, moved=moved,
                                       distribution="vllm")
         assert (state, detail) == (verdict.STALE, changed) if changed else state == verdict.APPLIED
         assert (changed is not None) == (moved is not None or bool(

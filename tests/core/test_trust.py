@@ -116,7 +116,7 @@ def test_expiry_fails_or_warns_within_its_grace():
 
 
 def test_tampered_comes_first_when_several_refusals_apply():
-    v = trust.Verdict(subject="x", signers=(), threshold=1, checks=(), refusals=(
+    v = trust.TrustDecision(subject="x", signers=(), threshold=1, checks=(), refusals=(
         trust.Refusal(trust.EXPIRED, "e"), trust.Refusal(trust.TAMPERED, "t")))
     assert v.exit_code == ExitCode.TAMPERED
 

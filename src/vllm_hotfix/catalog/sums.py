@@ -88,7 +88,7 @@ def parse_sums(data: bytes, source: str) -> dict[str, str]:
     return sums
 
 
-def catalog_verdict(directory: Path, policy: trust.Policy, *, now: float, subject: str) -> trust.Verdict:
+def catalog_verdict(directory: Path, policy: trust.Policy, *, now: float, subject: str) -> trust.TrustDecision:
     """The policy's verdict on a catalog directory: its list signed as the policy asks, and every file
     under manifests/ and patches/ listed with its sha256 (one TAMPERED line per file that differs)."""
     from vllm_hotfix.txn.signed import signature_files
@@ -113,7 +113,7 @@ def catalog_verdict(directory: Path, policy: trust.Policy, *, now: float, subjec
                          f"signed {listed[path][:12]}...)")
     if not lines:
         return verdict
-    return trust.Verdict(subject=verdict.subject, signers=verdict.signers, threshold=verdict.threshold,
+    return trust.TrustDecision(subject=verdict.subject, signers=verdict.signers, threshold=verdict.threshold,
                          checks=verdict.checks, refusals=tuple(trust.Refusal(trust.TAMPERED, line) for line in lines),
                          warnings=verdict.warnings)
 

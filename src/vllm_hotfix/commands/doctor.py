@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
-from vllm_hotfix.commands.doctor_diagnosis import IN_EFFECT, OUT_OF_RANGE, Verdict
+from vllm_hotfix.commands.doctor_diagnosis import IN_EFFECT, OUT_OF_RANGE, Diagnosis
 from vllm_hotfix.commands.doctor_logs import prefilter_kind, sources
 from vllm_hotfix.commands.doctor_report import print_fingerprints, print_report
 from vllm_hotfix.output import emit_json, say
@@ -130,8 +130,8 @@ def _tell_apart(manifest) -> tuple[str, ...]:
     return tuple(needs[:2] + named[:2])
 
 
-def _judge(match, *, python: str | None, root: Path | None, catalog, log_versions: dict[str, str],
-           catalogs: Sequence[Path] = ()) -> Verdict:
+def _diagnose(match, *, python: str | None, root: Path | None, catalog, log_versions: dict[str, str],
+           catalogs: Sequence[Path] = ()) -> Diagnosis:
     """One match's verdict: its level by evidence tier, and (when confident) its state on the target.
 
     The log's own release is judged by ``_target_state`` called without a target (the log describes
@@ -142,38 +142,38 @@ def _judge(match, *, python: str | None, root: Path | None, catalog, log_version
     verdict = dict(id=m.id, version=m.version, kind=m.kind, title=m.title, score=match.score,
                    evidence=match.evidence, vetoes=match.vetoes)
     if match.vetoes:
-        return Verdict(level="ruled-out", state="", detail=match.vetoes[0].reason, next=None, **verdict)
+        return Diagnosis(level="ruled-out", state="", detail=match.vetoes[0].reason, next=None, **verdict)
     dist = m.targets[0].distribution
     if dist in log_versions:
         state, detail, next_cmd = _target_state(m, python=None, root=None, catalog=catalog, log_versions=log_versions)
         if state in OUT_OF_RANGE:
-            return Verdict(level="ruled-out", state=state, detail=detail, next=None, **verdict)
+            return Diagnosis(level="ruled-out", state=state, detail=detail, next=None, **verdict)
     if not match.specific and not match.conditions:
-        return Verdict(level="shared", state="", detail="a generic error alone: no fact of this bug's trigger condition",
+        return Diagnosis(level="shared", state="", detail="a generic error alone: no fact of this bug's trigger condition",
                        next=None, tell_apart=_tell_apart(m), **verdict)
     then = _then(m, catalog, python=python, root=root, catalogs=catalogs)
     check = tuple(f"{s.explain} (look for /{s.pattern}/ in a {' or '.join(s.roles)} line)" for s in match.missing)
     if not match.specific:
-        return Verdict(level="possible", state="", detail="a generic error and a condition of the bug, no specific evidence",
+        return Diagnosis(level="possible", state="", detail="a generic error and a condition of the bug, no specific evidence",
                        next=None, check=check or ("no line in the catalog tells it apart: compare the traceback by hand",),
                        confirm=m.confirm, then=then, **verdict)
     targeted = python is not None or root is not None
     if targeted:
         state, detail, next_cmd = _target_state(m, python=python, root=root, catalog=catalog, log_versions=log_versions)
         if dist not in log_versions and state == "unknown":  # the target could not be judged, the log has no release
-            return Verdict(level="possible", state=state, detail=detail, next=None,
+            return Diagnosis(level="possible", state=state, detail=detail, next=None,
                            check=(f"the release: {detail}",), then=then, **verdict)
     elif dist not in log_versions:
-        return Verdict(level="possible", state="unknown", detail="the log does not name its release", next=None,
+        return Diagnosis(level="possible", state="unknown", detail="the log does not name its release", next=None,
                        check=(f"the release: give --python/--root (the {dist} install that crashed), or a log with "
                               "its start-up banner",), then=then, **verdict)
     upgrade = None
     if state not in IN_EFFECT and state != "not-applicable" and m.fixed_in is not None and m.fixed_in.version:
         upgrade = f"{m.targets[0].distribution} {m.fixed_in.version}"
-    return Verdict(level="confident", state=state, detail=detail, next=next_cmd, upgrade=upgrade, **verdict)
+    return Diagnosis(level="confident", state=state, detail=detail, next=next_cmd, upgrade=upgrade, **verdict)
 
 
-def _disagreements(findings, verdicts: list[Verdict], catalog, *, python: str | None, root: Path | None) -> list[str]:
+def _disagreements(findings, verdicts: list[Diagnosis], catalog, *, python: str | None, root: Path | None) -> list[str]:
     """Where the log and the --python/--root target name different releases (for the confident matches'
     distributions): the log describes the process that crashed, the target is what would be patched."""
     if python is None and root is None:
@@ -219,7 +219,7 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
     kind = prefilter_kind()
     findings = scan(sources(names, needles, kind), manifests, prefilter_=Prefilter(needles, python=kind == "python"))
     log_versions = {dist: version for dist, version, _ in findings.versions}
-    judged = [_judge(match, python=python, root=root, catalog=catalog, log_versions=log_versions, catalogs=catalogs)
+    judged = [_diagnose(match, python=python, root=root, catalog=catalog, log_versions=log_versions, catalogs=catalogs)
               for match in findings.matches]
     order = {"confident": 0, "possible": 1, "ruled-out": 2}
     verdicts = sorted((v for v in judged if v.level != "shared"), key=lambda v: order[v.level])

@@ -1,4 +1,4 @@
-"""What `hotfix doctor` concludes for one matching hotfix (``Verdict``) and the words its states print as.
+"""What `hotfix doctor` concludes for one matching hotfix (``Diagnosis``) and the words its states print as.
 
 Decided in commands/doctor.py, printed by commands/doctor_report.py: both import from here, neither from
 the other.
@@ -20,7 +20,7 @@ HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorde
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Diagnosis:
     """What doctor concludes for one matching hotfix on this target."""
 
     id: str

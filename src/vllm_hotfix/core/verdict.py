@@ -166,7 +166,7 @@ def release_rule(installed: Optional[str], *, fixed_in: Optional[str], versions:
                  distribution: str) -> Optional[tuple[State, str]]:
     """(FIXED_UPSTREAM | NOT_APPLICABLE, detail) from a release alone (a lock's or a record's ``fixed_in`` /
     ``versions``), or None. The catalog's rule (flow/applicability) also knows commits and checkouts; both
-    feed ``judge``."""
+    feed ``hotfix_state``."""
     if installed is None:
         return None
     if fixed_in and version_at_least(installed, fixed_in):
@@ -176,11 +176,11 @@ def release_rule(installed: Optional[str], *, fixed_in: Optional[str], versions:
     return None
 
 
-def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package: Optional[str] = None,
-          inapplicable: Optional[tuple[State, str]] = None, recorded_release: Optional[str] = None,
-          installed_release: Optional[str] = None, distribution: str = "the package",
-          broken: Optional[str] = None, moved: Optional[str] = None,
-          stale_bytecode: Optional[str] = None) -> tuple[State, str]:
+def hotfix_state(files: Sequence[FileCheck], *, pending: bool = False, missing_package: Optional[str] = None,
+                 inapplicable: Optional[tuple[State, str]] = None, recorded_release: Optional[str] = None,
+                 installed_release: Optional[str] = None, distribution: str = "the package",
+                 broken: Optional[str] = None, moved: Optional[str] = None,
+                 stale_bytecode: Optional[str] = None) -> tuple[State, str]:
     """THE verdict on one hotfix that a record or a lock says must be in effect, with one precedence:
 
     1. INTERRUPTED: a transaction on the target is pending (its files may be half-written);
@@ -221,7 +221,7 @@ def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package:
 
 def release_change(recorded_release: Optional[str], installed_release: Optional[str], moved: Optional[str],
                    distribution: str = "the package") -> Optional[str]:
-    """THE rule of ``judge``'s step 4 (STALE), for it and for the readers that only ask whether the
+    """THE rule of ``hotfix_state``'s step 4 (STALE), for it and for the readers that only ask whether the
     release changed under a record (rollback forgets such a record, apply starts a new series): why the
     package is another release than the recorded one (a checkout's HEAD ``moved``, or another version
     installed), or None."""
@@ -259,7 +259,7 @@ def release_seen(*, recorded: Optional[str], installed: Callable[[], Optional[st
                  recorded_commit: Optional[str] = None, commit: Optional[str] = None,
                  own_version_file: "bool | Callable[[], bool]" = False) -> tuple[Optional[str], Optional[str]]:
     """THE rule for the release a record or a lock is judged against: (the installed release, ``moved``
-    for ``judge``: "commit A to commit B" when a checkout's HEAD is not the recorded one, else None).
+    for ``hotfix_state``: "commit A to commit B" when a checkout's HEAD is not the recorded one, else None).
 
     - A checkout whose record names HEAD's commit (``recorded_commit``) and whose HEAD is read now
       (``commit``, install/facts.read_head): the same commit is the recorded release, whatever the version

@@ -61,12 +61,12 @@ def overview(catalog: Catalog) -> list[TargetReport]:
         if entry.state != gc.LIVE or entry.root is None:
             out.append(TargetReport(**common))
             continue
-        statuses, why = _judge(entry.root, state, catalog)
+        statuses, why = _statuses(entry.root, state, catalog)
         out.append(TargetReport(**common, statuses=tuple(statuses), not_judged=why))
     return out
 
 
-def _judge(root: str, state: TargetState, catalog: Catalog) -> tuple[list[Status], str | None]:
+def _statuses(root: str, state: TargetState, catalog: Catalog) -> tuple[list[Status], str | None]:
     """The recorded series of the target at ``root``, judged through its recorded interpreter, else as a
     checkout; (statuses, None) or ([], why not)."""
     python, package, kind = (state.target.get(k) for k in ("python", "package", "kind"))

@@ -12,7 +12,7 @@ from vllm_hotfix.core.diff import Patch, reverse_patch
 from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST, STALE_BYTECODE, UNKNOWN
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import Hotfix, sha256
-from vllm_hotfix.flow.series import Series, judged, level, release_changed, steps_by_path
+from vllm_hotfix.flow.series import Series, judge_recorded, level, release_changed, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
@@ -96,7 +96,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     lines of the hotfixes below (unless its manifest's ``after`` names them), and neither side may
     declare the other in ``conflicts``. ``manifest_of(id)`` gives the catalog manifest of a recorded id."""
     tree = tree if tree is not None else Tree(target.root)
-    verdicts = judged(state, target, tree=tree)  # the verdict `hotfix status` shows
+    verdicts = judge_recorded(state, target, tree=tree)  # the verdict `hotfix status` shows
     broken = next((j.detail for j in verdicts.values() if j.state == UNKNOWN), None)
     if broken is not None:
         raise InvalidInput(f"{state.path}: {broken}",

@@ -89,7 +89,7 @@ class OnRelease:
     found: Presence | None = None
 
 
-def judge(manifest: Manifest, spec: TargetSpec, release: str, read: Reader | None) -> OnRelease:
+def on_release(manifest: Manifest, spec: TargetSpec, release: str, read: Reader | None) -> OnRelease:
     """``applicability`` first (range, fixed_in), then ``presence`` of the series picked for ``release``.
 
     ``read`` may be None only to ask the first question (the wheel is not needed when the answer is there);

@@ -19,7 +19,7 @@ from vllm_hotfix.errors import HotfixError, Refused, UsageError
 from vllm_hotfix.flow.applicability import applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
 from vllm_hotfix.flow.plan import flatten
-from vllm_hotfix.flow.series import judged, steps_by_path
+from vllm_hotfix.flow.series import judge_recorded, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.in_target import in_interpreter
 from vllm_hotfix.install.locate import Target
@@ -82,7 +82,7 @@ def _apply_command(view: "SeriesView", recorded: RecordedHotfix, option: str) ->
 @dataclass(frozen=True)
 class SeriesView:
     """One target's record and the one verdict on every recorded hotfix (txn/judgement, through
-    flow/series.judged: one read of each file), with what the command knows of the catalog."""
+    flow/series.judge_recorded: one read of each file), with what the command knows of the catalog."""
 
     target: Target
     state: TargetState
@@ -110,7 +110,7 @@ class SeriesView:
             why = applicability(found, found.spec_for(target), target) if found is not None else None
             return (why.state, why.message) if why is not None else None
 
-        return cls(target, state, judged(state, target, pinned=pinned, inapplicable=inapplicable), catalog)
+        return cls(target, state, judge_recorded(state, target, pinned=pinned, inapplicable=inapplicable), catalog)
 
     def option(self, recorded: RecordedHotfix | None = None) -> str:
         """``--python``/``--root`` and ``--catalog`` for this target's next steps (flow/resolve.target_option)."""

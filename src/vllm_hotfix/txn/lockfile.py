@@ -301,7 +301,7 @@ def check_lock(
         return sha256_file(where), str(where)
 
     checks = lock_series_checks(lock, current)
-    judged = [_judge(hotfix, installed(hotfix.package), checks[hotfix.id]) for hotfix in lock.select(ids)]
+    judged = [_check_hotfix(hotfix, installed(hotfix.package), checks[hotfix.id]) for hotfix in lock.select(ids)]
     sources = sorted({f.where for c in judged if c.state == APPLIED for f in c.files
                       if f.where and f.path.endswith(".py") and f.sha256 is not None})
     stale = bytecode(sources) if bytecode is not None and sources else {}
@@ -316,13 +316,13 @@ def _stale_bytecode(check: HotfixCheck, stale: dict) -> HotfixCheck:
 
     source, pyc, why = entries[0]
     more = f" (+{len(entries) - 1} more)" if len(entries) > 1 else ""
-    state, detail = verdict.judge(check.files, stale_bytecode=f"Python would load {quote_path(pyc)} instead of "
+    state, detail = verdict.hotfix_state(check.files, stale_bytecode=f"Python would load {quote_path(pyc)} instead of "
                                                               f"{quote_path(source)}: {why}{more}")
     return HotfixCheck(check.hotfix, state, check.installed_version, check.files, detail)
 
 
-def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -> HotfixCheck:
-    """core.verdict.judge for one locked hotfix, as it is here."""
+def _check_hotfix(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -> HotfixCheck:
+    """core.verdict.hotfix_state for one locked hotfix, as it is here."""
     # a lock is exported from a wheel (flow/export): no commit to compare, the version decides
     version, moved = verdict.release_seen(recorded=hotfix.baseline_version,
                                           installed=lambda: installed.version if installed else None)
@@ -331,7 +331,7 @@ def _judge(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -
     if other and canonical_name(other) != canonical_name(hotfix.distribution):
         missing = (f"package {hotfix.package!r} is loaded from the distribution {other}, the lock is for "
                    f"{hotfix.distribution}")
-    state, detail = verdict.judge(
+    state, detail = verdict.hotfix_state(
         files, pending=bool(installed and installed.pending), missing_package=missing,
         inapplicable=verdict.release_rule(version, fixed_in=hotfix.fixed_in, versions=hotfix.versions,
                                           distribution=hotfix.distribution),

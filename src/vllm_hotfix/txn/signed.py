@@ -133,7 +133,7 @@ def rotated(current: trust.Policy, new_path: Path, *, now: float) -> trust.Polic
     return new
 
 
-def refuse(verdict: trust.Verdict, hint: Optional[str] = None) -> None:
+def refuse(verdict: trust.TrustDecision, hint: Optional[str] = None) -> None:
     """Untrusted (the first refusal's exit code) with every refusal line; nothing for a trusted verdict."""
     if verdict.trusted:
         return
@@ -144,7 +144,7 @@ def refuse(verdict: trust.Verdict, hint: Optional[str] = None) -> None:
 
 
 def lock_verdict(lock_path: Path, data: bytes, lock, policy: trust.Policy, *, now: float,
-                 subject: str) -> trust.Verdict:
+                 subject: str) -> trust.TrustDecision:
     """The policy's verdict on a lock: ``data`` are the bytes ``lock`` was parsed from
     (txn.lockfile.read_lock), its signature files those beside ``lock_path``; ``subject`` names the
     lock in the lines (quoted by the caller: output.quote_path)."""
