@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.composefiles import HOTFIX, PATH, SITE, validate, write_export
-from vllm_hotfix.txn.lockfile import Lock, LockedFile, LockedHotfix
+from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
 
 
 ANCHORS = """\

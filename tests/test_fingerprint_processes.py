@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from vllm_hotfix.txn.lockfile import (
+from vllm_hotfix.txn.hotfix_lock import (
     Installed, Lock, LockedFile, LockedHotfix, check_lock, dump_lock, fingerprint, load_lock,
 )
 from vllm_hotfix.core.fingerprint import NONE
@@ -45,7 +45,7 @@ def write_lock(path: Path) -> Path:
 
 def lock_fingerprint(path: str, resolve) -> str:
     """The fingerprint of the lock at ``path`` as ``resolve`` finds its packages (hf1-none without a
-    readable lock), from lockfile's public pieces: what verify --lock and the guard compute."""
+    readable lock), from hotfix_lock's public pieces: what verify --lock and the guard compute."""
     try:
         return fingerprint(check_lock(load_lock(Path(path)), resolve))
     except InvalidInput:

@@ -46,7 +46,7 @@ from vllm_hotfix.containers.guard_model import HotfixNotInEffect, Watched
 from vllm_hotfix.core import codeprint
 from vllm_hotfix.core.verdict import FileCheck
 from vllm_hotfix.txn.lockcode import LockedCode, LockedName
-from vllm_hotfix.txn.lockfile import HotfixCheck, LockedFile, LockedHotfix
+from vllm_hotfix.txn.hotfix_lock import HotfixCheck, LockedFile, LockedHotfix
 
 lines = []
 class Collect(logging.Handler):

@@ -16,7 +16,7 @@ from fixtures.cel import ENGINES, judge
 from fixtures.kube import make_export, render
 from vllm_hotfix.containers import admission, bundle, oci
 from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.lockfile import expected_fingerprint, load_lock
+from vllm_hotfix.txn.hotfix_lock import expected_fingerprint, load_lock
 
 VLLM = "vllm/vllm-openai@sha256:" + "1" * 64
 SIDECAR = "busybox:1.36@sha256:" + "2" * 64  # tag and digest: pinned (the kubelet pulls the digest)
@@ -238,7 +238,7 @@ def test_a_bundle_that_is_not_what_it_says_is_approved_for_nothing(tmp_path, run
     import io
     import tarfile
 
-    from vllm_hotfix.txn.lockfile import read_lock
+    from vllm_hotfix.txn.hotfix_lock import read_lock
 
     export = make_export(tmp_path / "export")
     lock_bytes, lock = read_lock(export / "hotfix.lock")

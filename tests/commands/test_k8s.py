@@ -11,7 +11,7 @@ import pytest
 
 from fixtures.kube import DEPLOYMENT, HELM_RENDERED, LWS, SITE, STATEFULSET, make_export, render, validate
 from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.lockfile import expected_fingerprint, load_lock
+from vllm_hotfix.txn.hotfix_lock import expected_fingerprint, load_lock
 
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 

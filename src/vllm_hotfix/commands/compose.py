@@ -10,7 +10,7 @@ from vllm_hotfix.containers import compose, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix.inputs import read_bounded as read_input
 from vllm_hotfix.txn.exported import read_exported
-from vllm_hotfix.txn.lockfile import load_lock
+from vllm_hotfix.txn.hotfix_lock import load_lock
 from vllm_hotfix.output import emit_json, note, say, say_lines
 from vllm_hotfix.txn.atomic import atomic_write
 

@@ -22,7 +22,7 @@ from typing import Optional
 
 from vllm_hotfix.containers import k8s
 from vllm_hotfix.txn.exported import read_exported
-from vllm_hotfix.txn.lockfile import read_lock
+from vllm_hotfix.txn.hotfix_lock import read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
 from vllm_hotfix.inputs import YAML_LIMIT, read_bounded
 from vllm_hotfix.output import emit_json, note, say

@@ -79,7 +79,7 @@ def run(*, hotfix_ids=(), export_dir: Optional[Path] = None, python: Optional[st
 
 
 def _content(hotfix_ids, export_dir: Optional[Path], python: Optional[str], catalogs) -> bundle.Content:
-    from vllm_hotfix.txn.lockfile import dump_lock
+    from vllm_hotfix.txn.hotfix_lock import dump_lock
 
     if hotfix_ids:
         from vllm_hotfix.catalog.index import Catalog, parse_ref

@@ -84,7 +84,7 @@ def _check_signable(path: Path, data: bytes) -> str:
 
         parse_policy(data, str(path))
         return "policy"
-    from vllm_hotfix.txn.lockfile import parse_lock
+    from vllm_hotfix.txn.hotfix_lock import parse_lock
 
     lock = parse_lock(data, source=str(path))
     if lock.version is None:

@@ -108,7 +108,7 @@ def run_runtime(*, hotfix_ids: Sequence[str], python: str | None, lock_file: Pat
 
     target = Resolver(python).package("vllm")
     if lock_file is not None:
-        from vllm_hotfix.txn.lockfile import load_lock
+        from vllm_hotfix.txn.hotfix_lock import load_lock
 
         lock = load_lock(Path(lock_file))
         names = fixed_names_of_lock(lock)

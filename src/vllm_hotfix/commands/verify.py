@@ -77,20 +77,20 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
     resolver = Resolver(python, guard=GUARD_ENTRY_POINTS)
     resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
 
-    from vllm_hotfix.txn import lockfile
+    from vllm_hotfix.txn import hotfix_lock
     from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
     from vllm_hotfix.output import emit_json, say
 
-    data, lock = lockfile.read_lock(lock_file)
+    data, lock = hotfix_lock.read_lock(lock_file)
     refused, trust_json = _trust_step(lock_file, data, lock, as_json)
     if refused:
         return refused
 
-    def resolve(package: str) -> lockfile.Installed:
+    def resolve(package: str) -> hotfix_lock.Installed:
         from vllm_hotfix.paths import TargetDir
 
         target = resolver.package(package)  # the one resolution every command uses
-        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+        return hotfix_lock.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
                                   target.distribution)
 
     def stale(sources: list[str]) -> dict:
@@ -98,11 +98,11 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
 
         return in_interpreter(resolver.python, sources)  # judged in the interpreter checked (its cache tag)
 
-    checks = lockfile.check_lock(lock, resolve, ids, bytecode=stale)
+    checks = hotfix_lock.check_lock(lock, resolve, ids, bytecode=stale)
     option = _lock_option(resolver, catalogs)
-    report = [(check, lockfile.advice(check, lockfile.mount_line_for(lock_file), option)) for check in checks]
+    report = [(check, hotfix_lock.advice(check, hotfix_lock.mount_line_for(lock_file), option)) for check in checks]
     all_in_effect = all(check.in_effect for check in checks)
-    digest = lockfile.fingerprint(checks)
+    digest = hotfix_lock.fingerprint(checks)
 
     if as_json:
         mount = _lock_mounts(resolver)

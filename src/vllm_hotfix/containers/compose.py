@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.containers import yamledit as ye
-from vllm_hotfix.txn.lockfile import Lock, LockedHotfix
+from vllm_hotfix.txn.hotfix_lock import Lock, LockedHotfix
 
 from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_ENV, LOCK_NAME  # noqa: F401 - named once
 

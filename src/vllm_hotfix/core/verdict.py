@@ -197,7 +197,7 @@ def hotfix_state(files: Sequence[FileCheck], *, pending: bool = False, missing_p
        module that does not hold its code (``stale_bytecode``: which, install/bytecode.py).
 
     Every reader calls this: status and apply (txn/judgement.judge_record), `verify --lock` and the guard
-    (txn/lockfile), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor."""
+    (txn/hotfix_lock), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor."""
     if pending:
         return INTERRUPTED, "an apply or rollback on this target was interrupted and is not recovered"
     if missing_package is not None:
@@ -269,7 +269,7 @@ def release_seen(*, recorded: Optional[str], installed: Callable[[], Optional[st
       except when the version is read from a file the series itself changes (``own_version_file``: a
       diff that bumps ``vllm/_version.py``): that release is the series' own doing, the recorded one stands.
 
-    status, apply, export and doctor (flow/series) and the guard and `verify --lock` (txn/lockfile, the
+    status, apply, export and doctor (flow/series) and the guard and `verify --lock` (txn/hotfix_lock, the
     guard's HOTFIX_REQUIRE) all ask this, so they cannot disagree on a checkout whose HEAD moved."""
     if recorded_commit and commit:
         if recorded_commit == commit:

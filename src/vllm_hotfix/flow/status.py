@@ -245,28 +245,28 @@ def lock_status(hotfix_id: str, target: Target) -> Status | None:
     fix comes from the mounts the lock declares, never from `hotfix apply` on the image. None otherwise."""
     import os
 
-    from vllm_hotfix.txn import lockfile
+    from vllm_hotfix.txn import hotfix_lock
 
     named = os.environ.get(LOCK_ENV, "").strip()
     if not named:
         return None
     try:
-        lock = lockfile.load_lock(Path(named))
+        lock = hotfix_lock.load_lock(Path(named))
     except HotfixError:
         return None
     if hotfix_id not in {h.id for h in lock.hotfixes}:
         return None
 
-    def installed(package: str) -> lockfile.Installed | None:
+    def installed(package: str) -> hotfix_lock.Installed | None:
         if package != target.package:
             return None
-        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+        return hotfix_lock.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
                                   target.distribution)
 
-    (check,) = lockfile.check_lock(lock, installed, (hotfix_id,), bytecode=lambda s: in_interpreter(target.python, s))
+    (check,) = hotfix_lock.check_lock(lock, installed, (hotfix_id,), bytecode=lambda s: in_interpreter(target.python, s))
     files = tuple(f.to_json() for f in check.files)
     return Status(hotfix_id, check.hotfix.version, check.state, str(target.root), f"{check.detail} (the lock {named})",
-                  lockfile.advice(check, lockfile.mount_line_for(Path(named))), files=files)
+                  hotfix_lock.advice(check, hotfix_lock.mount_line_for(Path(named))), files=files)
 
 
 @dataclass

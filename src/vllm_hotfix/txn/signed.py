@@ -146,7 +146,7 @@ def refuse(verdict: trust.TrustDecision, hint: Optional[str] = None) -> None:
 def lock_verdict(lock_path: Path, data: bytes, lock, policy: trust.Policy, *, now: float,
                  subject: str) -> trust.TrustDecision:
     """The policy's verdict on a lock: ``data`` are the bytes ``lock`` was parsed from
-    (txn.lockfile.read_lock), its signature files those beside ``lock_path``; ``subject`` names the
+    (txn.hotfix_lock.read_lock), its signature files those beside ``lock_path``; ``subject`` names the
     lock in the lines (quoted by the caller: output.quote_path)."""
     from vllm_hotfix.core import trust
 
