@@ -22,7 +22,7 @@ JOURNAL_DIR = "journal"              # an in-flight transaction (txn/journal.py 
 JOURNAL_NAME = "journal.json"        # inside a journal folder: the transaction's journal
 JOURNAL_BACKUPS = "backups"          # inside a journal folder: the originals of the files it changes
 RECORD_BACKUP = "record"             # in JOURNAL_BACKUPS: the state folder's own files (record-N after the first)
-MUTEX_NAME = "lock"                  # the target mutex's file (txn/lock.py)
+MUTEX_NAME = "lock"                  # the target mutex's file (txn/mutex.py)
 GONE_NAME = "gone.json"              # `hotfix gc`: when the target was first seen missing (flow/gc.py)
 BACKUPS_DIR = "backups"              # backups/<id>/: a hotfix's kept originals
 PATCHES_DIR = "patches"              # patches/<id>/: the exact patch bytes a hotfix applied
@@ -101,7 +101,7 @@ class TargetDir(Value):
 
     @property
     def lock_file(self) -> Path:
-        """The target mutex's file (txn/lock.py)."""
+        """The target mutex's file (txn/mutex.py)."""
         return self.directory / MUTEX_NAME
 
     @property

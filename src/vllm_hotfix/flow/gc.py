@@ -31,7 +31,7 @@ from typing import Iterable
 from vllm_hotfix.core.docfields import Fields
 from vllm_hotfix.errors import HotfixError, InvalidInput, WriteFailed
 from vllm_hotfix.paths import TargetDir, all_target_dirs, read_small_file
-from vllm_hotfix.txn.lock import target_lock
+from vllm_hotfix.txn.mutex import target_mutex
 from vllm_hotfix.txn.recovery import journal_root
 from vllm_hotfix.txn.state import TargetState
 from vllm_hotfix.txn.writable import describe
@@ -197,7 +197,7 @@ def remove(entry: Entry) -> None:
     """Remove one state directory, holding its lock so no transaction is running on it."""
     mutex = TargetDir(entry.directory).lock_file
     try:
-        with target_lock(entry.directory, timeout=0):
+        with target_mutex(entry.directory, timeout=0):
             for name in sorted(os.listdir(entry.directory)):
                 if name != mutex.name:
                     path = entry.directory / name

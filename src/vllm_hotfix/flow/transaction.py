@@ -29,7 +29,7 @@ from vllm_hotfix.txn.fsops import (Interrupted, parallel, digests_remembered, ho
 from vllm_hotfix.txn import history
 from vllm_hotfix.txn.journal import commit, nothing_changed
 from vllm_hotfix.txn.recovery import RecoveryReport, recover, remove_stray_temps
-from vllm_hotfix.txn.lock import DEFAULT_TIMEOUT, target_lock
+from vllm_hotfix.txn.mutex import DEFAULT_TIMEOUT, target_mutex
 from vllm_hotfix.txn.state import TargetState
 from vllm_hotfix.txn.writable import state_dir_writable, target_writable
 
@@ -91,7 +91,7 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
         raise nothing_changed(Interrupted(late), str(root))
     hold_late_signals()  # after the commit point a signal changes nothing: the command ends with what it did
     state_dir_writable(tdir.directory)
-    with target_lock(tdir.directory, DEFAULT_TIMEOUT if lock_timeout is None else lock_timeout):
+    with target_mutex(tdir.directory, DEFAULT_TIMEOUT if lock_timeout is None else lock_timeout):
         recover_locked(root)
         before = TargetState.load(tdir.directory)
         tree = Tree(root)
@@ -167,7 +167,7 @@ def recover_target(root: Path) -> RecoveryReport | None:
     if not tdir.directory.is_dir():
         return None
     state_dir_writable(tdir.directory)
-    with target_lock(tdir.directory, DEFAULT_TIMEOUT):
+    with target_mutex(tdir.directory, DEFAULT_TIMEOUT):
         report = recover_locked(root)
         recorded = [f.path for hotfix in TargetState.load(tdir.directory).hotfixes.values() for f in hotfix.files]
         temps = remove_stray_temps(root, recorded)

@@ -50,7 +50,7 @@ def _note_holder(fd: int, pid: bytes) -> None:
 
 
 @contextmanager
-def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
+def target_mutex(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
                 on_wait: Callable[[str], None] = note) -> Iterator[None]:
     """Hold the target's exclusive lock for the ``with`` block; wait up to ``timeout`` s, then ``Busy``."""
     from vllm_hotfix.errors import WriteFailed
