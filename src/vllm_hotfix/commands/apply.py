@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.core.apply import FileEdit, Plan
+from vllm_hotfix.core.hunk_apply import FileEdit, Plan
 from vllm_hotfix.core.diff import DiffStat
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.output import emit_json, note, quote_path, say, say_lines

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from vllm_hotfix.core.apply import Plan, plan_patch
+from vllm_hotfix.core.hunk_apply import Plan, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
-from vllm_hotfix.core.apply import Reader
+from vllm_hotfix.core.hunk_apply import Reader
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.presence import APPLICABLE, CONFLICTS, CONTAINED, PARTLY, Presence, presence
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, INTERRUPTED, NOT_APPLICABLE, STALE_BYTECODE

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from vllm_hotfix import __version__
 from vllm_hotfix.txn import lockcode, hotfix_lock
-from vllm_hotfix.core.apply import FileState, plan_patch
+from vllm_hotfix.core.hunk_apply import FileState, plan_patch
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
 from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed

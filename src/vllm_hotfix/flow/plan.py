@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from vllm_hotfix.core.apply import FileEdit, Plan, detect, plan_patch
+from vllm_hotfix.core.hunk_apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, reverse_patch
 from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST, STALE_BYTECODE, UNKNOWN
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused

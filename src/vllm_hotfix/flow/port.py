@@ -24,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from vllm_hotfix.catalog.model import Manifest, PatchSpec, PatchStats, TargetSpec, failed_check
-from vllm_hotfix.core.apply import FileEdit, FileState, Plan, Reader
+from vllm_hotfix.core.hunk_apply import FileEdit, FileState, Plan, Reader
 from vllm_hotfix.core.diff import Patch, parse_patch
 from vllm_hotfix.core.merge import MergeFile, three_way
 from vllm_hotfix.install.git import diff_texts, merge_file

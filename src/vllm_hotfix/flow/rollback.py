@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_hotfix.core.apply import FileEdit, Plan
+from vllm_hotfix.core.hunk_apply import FileEdit, Plan
 from vllm_hotfix.errors import InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.history import Event

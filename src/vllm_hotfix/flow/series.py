@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_hotfix.core.apply import FileState
+from vllm_hotfix.core.hunk_apply import FileState
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
 from vllm_hotfix.errors import DoesNotApply, Refused

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from vllm_hotfix.core.apply import Plan
+from vllm_hotfix.core.hunk_apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import note

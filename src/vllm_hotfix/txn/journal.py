@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from vllm_hotfix.core.apply import Plan
+from vllm_hotfix.core.hunk_apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
