@@ -14,7 +14,7 @@ import pytest
 
 from fixtures.cel import ENGINES, judge
 from fixtures.kube import make_export, render
-from vllm_hotfix.containers import admission, bundle, oci
+from vllm_hotfix.containers import admission_policy, bundle, oci
 from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
 from vllm_hotfix.txn.hotfix_lock import expected_fingerprint, load_lock
 
@@ -90,7 +90,7 @@ def test_every_resource_renders_and_validates_against_kubernetes_1_35(approved):
         kubernetes_validate.validate(example, "1.35.0", strict=True)  # the pods judged below are real 1.35 pods
     binding = by_kind(objects, "ValidatingAdmissionPolicyBinding")["spec"]
     assert binding["validationActions"] == ["Deny"]
-    assert binding["paramRef"] == {"name": admission.NAME, "namespace": admission.PARAMS_NAMESPACE,
+    assert binding["paramRef"] == {"name": admission_policy.NAME, "namespace": admission_policy.PARAMS_NAMESPACE,
                                    "parameterNotFoundAction": "Deny"}
     assert binding["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["inference"]
 
@@ -302,7 +302,7 @@ def test_a_pod_of_the_configmap_overlay_is_admitted_with_its_image_approved(tmp_
                                                                   "namespace": "inference"}, "spec": template["spec"]}
     kubernetes_validate.validate(generated, "1.35.0", strict=True)
     fingerprint = expected_fingerprint(load_lock(export / "hotfix.lock"))
-    made = admission.build([admission.Approval(digest=VLLM.rpartition(":")[2], fingerprint=fingerprint, source="test")],
+    made = admission_policy.build([admission_policy.Approval(digest=VLLM.rpartition(":")[2], fingerprint=fingerprint, source="test")],
                            namespaces=["inference"])
     policy, params = by_kind(made.objects, "ValidatingAdmissionPolicy"), by_kind(made.objects, "ConfigMap")
     assert judge(policy, generated, params=params, engine=engine) == []

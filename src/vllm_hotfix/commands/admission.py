@@ -1,6 +1,6 @@
 """`hotfix k8s --admission`: write a kustomization holding a ValidatingAdmissionPolicy, its binding and
 the parameter ConfigMap of approved pairs (image digest -> fingerprints), so that pods in the named
-namespaces run only approved images with approved hotfix sets (containers/admission.py).
+namespaces run only approved images with approved hotfix sets (containers/admission_policy.py).
 
 The approvals come from bundles (`--approve DIR`: a layout `hotfix pack` wrote, read back as input:
 every blob checked against its digest, the layer against the config's diff_id, every file of the
@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from vllm_hotfix.containers import admission, bundle, oci
+from vllm_hotfix.containers import admission_policy, bundle, oci
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.output import emit_json, note, quote_path, say
 
@@ -26,7 +26,7 @@ LAYER_LIMIT = 512 << 20  # a bundle's compressed layer; the 1,160-file backport 
 CONTENT_LIMIT = 1 << 30  # what it may unpack to (a gzip bomb stops here)
 
 
-def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_NAMESPACE, warn_only: bool = False,
+def run(*, approve=(), namespaces=(), params_namespace: str = admission_policy.PARAMS_NAMESPACE, warn_only: bool = False,
         out_dir: Path, overlay_options=(), dry_run: bool = False, as_json: bool = False) -> int:
     if overlay_options:
         raise UsageError(f"{', '.join(overlay_options)}: an option of the overlay, not of --admission",
@@ -34,12 +34,12 @@ def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_N
     out = Path(os.path.realpath(out_dir))
     refuse_foreign(out)
     approvals = [a for source in approve for a in approvals_from(source)]
-    made = admission.build(approvals, namespaces=namespaces, params_namespace=params_namespace, warn_only=warn_only)
+    made = admission_policy.build(approvals, namespaces=namespaces, params_namespace=params_namespace, warn_only=warn_only)
     from vllm_hotfix.commands.k8s import kustomize_command
 
     renderer = kustomize_command()
     if renderer is not None:
-        problems = admission.check_render(_render(renderer, made.files), made)
+        problems = admission_policy.check_render(_render(renderer, made.files), made)
         if problems:
             raise Refused(f"`{' '.join(renderer)}` does not render what was meant: {problems[0]}; nothing was written")
     if not dry_run:
@@ -48,8 +48,8 @@ def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_N
         write_directory(out, made.files, suffix=STAGE_SUFFIX, what="the admission policy")
     data = made.objects[1]["data"]
     if as_json:
-        emit_json({"to": str(out), "dry_run": dry_run, "policy": admission.NAME, "namespaces": sorted(set(namespaces)),
-                   "params": {"namespace": params_namespace, "name": admission.NAME},
+        emit_json({"to": str(out), "dry_run": dry_run, "policy": admission_policy.NAME, "namespaces": sorted(set(namespaces)),
+                   "params": {"namespace": params_namespace, "name": admission_policy.NAME},
                    "validation_actions": made.objects[3]["spec"]["validationActions"],
                    "approved": [{"digest": f"sha256:{d}", "fingerprints": v.split()} for d, v in data.items()],
                    "sources": [{"digest": f"sha256:{a.digest}", "fingerprint": a.fingerprint, "source": a.source}
@@ -58,9 +58,9 @@ def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_N
         return 0
     verb = "would write" if dry_run else "wrote"
     action = "warn and audit" if warn_only else "deny"
-    say(f"{verb} {quote_path(str(out))}/kustomization.yaml: ValidatingAdmissionPolicy {admission.NAME} ({action}) "
+    say(f"{verb} {quote_path(str(out))}/kustomization.yaml: ValidatingAdmissionPolicy {admission_policy.NAME} ({action}) "
         f"for pods in {', '.join(sorted(set(namespaces)))}, {len(data)} approved image digest(s) in ConfigMap "
-        f"{params_namespace}/{admission.NAME}")
+        f"{params_namespace}/{admission_policy.NAME}")
     for a in approvals:
         say(f"  sha256:{a.digest} -> {a.fingerprint}  ({a.source})")
     if renderer:
@@ -72,11 +72,11 @@ def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_N
     else:
         say(f"next: kubectl apply -k {quote_path(str(out))}")
         say(f"(Kubernetes >= 1.30; from then on a pod there needs every image pinned by digest and the annotation "
-            f"{admission.FINGERPRINT_ANNOTATION}: <its fingerprint>)")
+            f"{admission_policy.FINGERPRINT_ANNOTATION}: <its fingerprint>)")
     return 0
 
 
-def approvals_from(source: str) -> list[admission.Approval]:
+def approvals_from(source: str) -> list[admission_policy.Approval]:
     """The approved pairs one --approve names: a bundle directory, or IMAGE@sha256:DIGEST=LOCK."""
     if Path(source).is_dir():
         return bundle_approvals(Path(source))
@@ -91,11 +91,11 @@ def approvals_from(source: str) -> list[admission.Approval]:
     if not is_hex64(digest):
         raise UsageError(f"--approve {source!r}: the digest must be sha256: and 64 lowercase hex digits")
     lock = load_lock(Path(lock_file))
-    return [admission.Approval(digest=digest, fingerprint=expected_fingerprint(lock),
+    return [admission_policy.Approval(digest=digest, fingerprint=expected_fingerprint(lock),
                                source=f"{_what(lock)} (image {quote_path(name)}, lock {quote_path(lock_file)})")]
 
 
-def bundle_approvals(directory: Path) -> list[admission.Approval]:
+def bundle_approvals(directory: Path) -> list[admission_policy.Approval]:
     """The digest of the bundle (what index.json names) and of each platform's manifest, approved for
     the fingerprint of the lock the bundle carries, after checking all of it."""
     from vllm_hotfix.inputs import read_bounded
@@ -126,7 +126,7 @@ def bundle_approvals(directory: Path) -> list[admission.Approval]:
     bundle.check_annotations(found, layout.annotations, source=source)
     what = f"{_what(found.lock)} (bundle {source})"
     digests = [layout.top.hex] + [image.manifest.hex for image in layout.images if image.manifest.hex != layout.top.hex]
-    return [admission.Approval(digest=d, fingerprint=found.fingerprint, source=what) for d in digests]
+    return [admission_policy.Approval(digest=d, fingerprint=found.fingerprint, source=what) for d in digests]
 
 
 def _what(lock) -> str:
@@ -152,7 +152,7 @@ def refuse_foreign(out: Path) -> None:
 
     def ours(directory: Path) -> bool:
         return read_bounded(directory / "kustomization.yaml", cap=1 << 20, what="kustomization",
-                            follow_symlinks=False).startswith(admission.HEADER)
+                            follow_symlinks=False).startswith(admission_policy.HEADER)
 
     check_replaceable(out, ours, what="an admission policy written by `hotfix k8s --admission`",
                       hint="pass --to a new directory (e.g. k8s/admission)")
