@@ -202,15 +202,15 @@ EDGE_CASES = [
 
 @pytest.mark.parametrize("text", EDGE_CASES)
 def test_edge_cases_round_trip_byte_for_byte(text, tmp_path):
-    from vllm_hotfix.containers import compose
+    from vllm_hotfix.containers import compose_edit
 
     lock = Lock(SITE, (LockedHotfix(HOTFIX, 1, "vllm", "vllm", "0.30.0", None,
                                     (LockedFile(PATH, "0" * 64, "1" * 64, f"{HOTFIX}/{PATH}"),)),))
-    mounts = compose.mounts_for(lock, lock.hotfixes, "./hotfix-export")
-    added = compose.add_mounts(text, "vllm", mounts).text
+    mounts = compose_edit.mounts_for(lock, lock.hotfixes, "./hotfix-export")
+    added = compose_edit.add_mounts(text, "vllm", mounts).text
     assert mounts.lock.spec in added and "HOTFIX_LOCK" in added
-    assert compose.add_mounts(added, "vllm", mounts).text == added
-    assert compose.remove_mounts(added, "vllm", mounts).text == text
+    assert compose_edit.add_mounts(added, "vllm", mounts).text == added
+    assert compose_edit.remove_mounts(added, "vllm", mounts).text == text
     path = tmp_path / "compose.yaml"
     path.write_text(added)
     if "image: x\n" in added.split("other:")[0]:  # the null service has no image: an override fragment

@@ -6,7 +6,7 @@ import difflib
 import os
 from pathlib import Path
 
-from vllm_hotfix.containers import compose, composefiles
+from vllm_hotfix.containers import compose_edit, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix.inputs import read_bounded as read_input
 from vllm_hotfix.txn.exported import read_exported
@@ -27,15 +27,15 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
         compose_file = _defining(base_files, service)
     else:
         compose_file = compose_file or base_files[0]
-    mounts = compose.mounts_for(lock, hotfixes, compose.host_source(export_dir, compose_file.parent),
+    mounts = compose_edit.mounts_for(lock, hotfixes, compose_edit.host_source(export_dir, compose_file.parent),
                                 container_site_packages)
     path = override_file or compose_file
     original = _read(path, required=override_file is None)
     source = str(path)
     if remove:
-        edit = compose.remove_mounts(original, service, mounts, source=source) if original else compose.Edit(original, (), ())
+        edit = compose_edit.remove_mounts(original, service, mounts, source=source) if original else compose_edit.Edit(original, (), ())
     else:
-        edit = compose.add_mounts(original, service, mounts, source=source, create_service=override_file is not None)
+        edit = compose_edit.add_mounts(original, service, mounts, source=source, create_service=override_file is not None)
     if container_site_packages is None and edit.added:
         why = composefiles.foreign_site_packages(lock.site_packages)
         if why:
@@ -44,7 +44,7 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
                  "--container-site-packages PATH (docker compose exec SERVICE python -c "
                  "'import sysconfig; print(sysconfig.get_path(\"purelib\"))')")
     delete = bool(override_file and remove and edit.removed
-                  and compose.service_is_empty(edit.text, service, source=source))
+                  and compose_edit.service_is_empty(edit.text, service, source=source))
     new_text = "" if delete else edit.text
     changed = new_text != original
 
