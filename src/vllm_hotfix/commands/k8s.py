@@ -6,7 +6,7 @@ The user's manifests are read, never written: a kustomization directory is refer
 overlay's own directory. A workload or container the base lacks is refused before anything is written.
 
 The overlay is written into a new directory beside --to, rendered there with `kubectl kustomize`
-(when kubectl or kustomize is here) and checked (containers.k8s.check_render: every named container
+(when kubectl or kustomize is here) and checked (containers.k8s_overlay.check_render: every named container
 mounts every file read-only with the exported bytes and has the guard's variables); only then does it
 replace --to, in two renames. A render that fails or lacks something leaves --to as it was.
 """
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.containers import k8s
+from vllm_hotfix.containers import k8s_overlay
 from vllm_hotfix.txn.exported import read_exported
 from vllm_hotfix.txn.hotfix_lock import read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
@@ -36,14 +36,14 @@ KUBECTL_ENV = "HOTFIX_KUBECTL"
 
 def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Optional[str] = None, kind: Optional[str] = None,
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
-        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, admission_options=(), dry_run: bool = False,
+        strict: bool = True, max_configmaps: int = k8s_overlay.MAX_CONFIGMAPS, admission_options=(), dry_run: bool = False,
         as_json: bool = False) -> int:
     if admission_options:
         raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
                          hint="add --admission to write the admission policy instead")
     if base is None:
         raise UsageError("--base is required: the workload's manifest file or kustomization directory")
-    target = k8s.parse_workload(workload, kind, name)
+    target = k8s_overlay.parse_workload(workload, kind, name)
     lock_path = export_dir / "hotfix.lock"
     lock_bytes, lock = read_lock(lock_path)
     exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
@@ -51,14 +51,14 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     _refuse_foreign(out_dir)
     renderer = kustomize_command()
     resources, manifests, copies = _base(Path(base), out_dir, renderer)
-    overlay = k8s.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
+    overlay = k8s_overlay.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
                         max_configmaps=max_configmaps)
     files = {**overlay.files, **copies}
     staged = _stage(out_dir, files)
     try:
         if renderer is not None:
-            problems = k8s.check_render(render(renderer, staged, what="the overlay"), target, overlay)
+            problems = k8s_overlay.check_render(render(renderer, staged, what="the overlay"), target, overlay)
             if problems:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise Refused(f"`{' '.join(renderer)} {out_dir}` would not mount the hotfix: {problems[0]}{more}; "
@@ -122,7 +122,7 @@ def render(renderer: list[str], directory: Path, *, what: str) -> list:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise InvalidInput(f"`{' '.join(renderer)}` cannot render {what}: {last}; nothing was written",
                            hint="fix the base so that `kubectl kustomize` renders it, then rerun")
-    return k8s.load_all(done.stdout, source=f"{' '.join(renderer)} output")
+    return k8s_overlay.load_all(done.stdout, source=f"{' '.join(renderer)} output")
 
 
 def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
@@ -190,7 +190,7 @@ def _base(base: Path, out_dir: Path, renderer: Optional[list[str]]) -> tuple[tup
         relative = os.path.relpath(os.path.abspath(base), os.path.abspath(out_dir))
         return (relative,), docs, {}
     text = _read(base)
-    docs = k8s.load_all(text, source=str(base))
+    docs = k8s_overlay.load_all(text, source=str(base))
     copy = f"base/{base.name}"
     return (copy,), docs, {copy: text.encode("utf-8")}
 
@@ -207,7 +207,7 @@ def _local_resources(directory: Path, seen: set) -> list:
         return []
     seen.add(real)
     kustomization = _kustomization(directory)
-    listed = k8s.load_all(_read(kustomization), source=str(kustomization)) if kustomization else []
+    listed = k8s_overlay.load_all(_read(kustomization), source=str(kustomization)) if kustomization else []
     spec = listed[0] if listed and isinstance(listed[0], dict) else {}
     entries = [e for e in (spec.get("resources") or []) + (spec.get("bases") or []) if isinstance(e, str)]
     if not entries:  # an odd kustomization: read the manifests beside it, as before
@@ -220,7 +220,7 @@ def _local_resources(directory: Path, seen: set) -> list:
         if path.is_dir():
             docs += _local_resources(path, seen)
         elif path.is_file():
-            docs += k8s.load_all(_read(path), source=str(path))
+            docs += k8s_overlay.load_all(_read(path), source=str(path))
     return docs
 
 
