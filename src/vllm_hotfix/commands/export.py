@@ -1,6 +1,6 @@
 """`hotfix export`: patched files computed from a pristine install, plus hotfix.lock, for bind mounts.
 
-Nothing in the install is changed (flow/export.py plans the series and proves the baseline).
+Nothing in the install is changed (flow/export_plan.py plans the series and proves the baseline).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from vllm_hotfix.output import emit_json, say
 def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dry_run: bool = False,
         as_json: bool = False, lock_version: int | None = None, expires: str | None = None) -> int:
     from vllm_hotfix.catalog.index import Catalog, parse_ref
-    from vllm_hotfix.flow.export import plan_export, write_export
+    from vllm_hotfix.flow.export_plan import plan_export, write_export
 
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids]

@@ -83,12 +83,12 @@ def _content(hotfix_ids, export_dir: Optional[Path], python: Optional[str], cata
 
     if hotfix_ids:
         from vllm_hotfix.catalog.index import Catalog, parse_ref
-        from vllm_hotfix.flow.export import plan_export
+        from vllm_hotfix.flow.export_plan import plan_export
 
         catalog = Catalog.load(catalogs)
         export = plan_export([catalog.get(*parse_ref(ref)) for ref in hotfix_ids], python=python, out_dir=None)
         return bundle.content(export.lock, dump_lock(export.lock), export.outputs, source="the export")
-    from vllm_hotfix.flow.export import read_exported
+    from vllm_hotfix.flow.export_plan import read_exported
 
     directory = export_dir if export_dir is not None else DEFAULT_EXPORT
     lock, lock_bytes, exported = read_exported(directory)

@@ -323,7 +323,7 @@ def _stale_bytecode(check: HotfixCheck, stale: dict) -> HotfixCheck:
 
 def _check_hotfix(hotfix: LockedHotfix, installed: Optional[Installed], files: tuple) -> HotfixCheck:
     """core.verdict.hotfix_state for one locked hotfix, as it is here."""
-    # a lock is exported from a wheel (flow/export): no commit to compare, the version decides
+    # a lock is exported from a wheel (flow/export_plan): no commit to compare, the version decides
     version, moved = verdict.release_seen(recorded=hotfix.baseline_version,
                                           installed=lambda: installed.version if installed else None)
     missing = None if installed is not None else f"package {hotfix.package!r} is not importable here"
