@@ -23,7 +23,7 @@ JOURNAL_NAME = "journal.json"        # inside a journal folder: the transaction'
 JOURNAL_BACKUPS = "backups"          # inside a journal folder: the originals of the files it changes
 RECORD_BACKUP = "record"             # in JOURNAL_BACKUPS: the state folder's own files (record-N after the first)
 MUTEX_NAME = "lock"                  # the target mutex's file (txn/mutex.py)
-GONE_NAME = "gone.json"              # `hotfix gc`: when the target was first seen missing (flow/gc.py)
+GONE_NAME = "gone.json"              # `hotfix gc`: when the target was first seen missing (flow/gone_targets.py)
 BACKUPS_DIR = "backups"              # backups/<id>/: a hotfix's kept originals
 PATCHES_DIR = "patches"              # patches/<id>/: the exact patch bytes a hotfix applied
 
@@ -106,7 +106,7 @@ class TargetDir(Value):
 
     @property
     def gone_file(self) -> Path:
-        """Written by `hotfix gc` when the target is first seen missing (flow/gc.py)."""
+        """Written by `hotfix gc` when the target is first seen missing (flow/gone_targets.py)."""
         return self.directory / GONE_NAME
 
     @property

@@ -203,7 +203,7 @@ def run_all(*, catalogs: Sequence[Path], as_json: bool) -> int:
 
 
 def _stale_words(report) -> str:
-    from vllm_hotfix.flow.gc import GONE
+    from vllm_hotfix.flow.gone_targets import GONE
 
     if report.state == GONE:
         return f"the target is gone ({report.reason})"
