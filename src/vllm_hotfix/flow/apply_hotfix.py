@@ -15,7 +15,7 @@ from vllm_hotfix.core.hunk_apply import Plan, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
-from vllm_hotfix.flow.history import Event
+from vllm_hotfix.flow.history_line import Event
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
 from vllm_hotfix.flow.plan import (Proposal, flatten, check_after, propose, prove_baseline, prove_bytes_pristine,

@@ -34,7 +34,7 @@ from vllm_hotfix.txn.state import TargetState
 from vllm_hotfix.txn.writable import state_dir_writable, target_writable
 
 if TYPE_CHECKING:
-    from vllm_hotfix.flow.history import Event
+    from vllm_hotfix.flow.history_line import Event
 
 
 @dataclass
@@ -143,7 +143,7 @@ def _history(tdir: TargetDir, root: Path, change: Change, tree: Tree) -> list[tu
     """The target's history files with the line of ``change`` appended (nothing when it logs no event)."""
     if change.event is None:
         return []
-    from vllm_hotfix.flow.history import entry
+    from vllm_hotfix.flow.history_line import entry
 
     return history.appended(tdir, entry(change.event, change.state, change.plan, tree, str(root)))
 
