@@ -243,7 +243,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
                                                {k: v for k, v in state.hotfixes.items() if k != hotfix_id}))
             if reverse and recorded is not None and any(p in others for p, _, _ in recorded.steps()):
                 # under (or over) other hotfixes of the series: the series rollback takes out exactly its hunks
-                from vllm_hotfix.flow.rollback import rollback_change
+                from vllm_hotfix.flow.rollback_change import rollback_change
 
                 change = rollback_change(state, tree, hotfix_id, target.root, dry_run, target)
                 return transaction.Change(change.plan, change.state, True, result=(change.plan, stats, False),

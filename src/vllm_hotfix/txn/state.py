@@ -110,7 +110,7 @@ class TargetState:
     def to_bytes(self) -> bytes:
         """state.json as the transaction writes it (the one writer of the format). Each record that knows
         its patches' sha256 is sealed (``seal_of``): every transaction derives the whole series it writes
-        from the kept originals and patches first (flow/plan.propose, flow/rollback: txn/judgement), so a
+        from the kept originals and patches first (flow/plan.propose, flow/rollback_change: txn/judgement), so a
         seal says "this record is what hotfix derived"; a hand edit of any sealed field breaks it."""
         import json
 
