@@ -50,7 +50,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, python: str | None, r
 
 def _one(manifest, version, hotfix, python, root, package, catalog, as_json: bool) -> int:
     from vllm_hotfix.flow.contains_fix import hotfix_on_target, patch_on_target
-    from vllm_hotfix.flow.status import Survey
+    from vllm_hotfix.flow.survey import Survey
 
     survey = Survey(python, root, catalog)
     if manifest is not None:

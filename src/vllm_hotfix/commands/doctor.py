@@ -43,7 +43,7 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
                   log_versions: dict[str, str]) -> tuple[str, str, str | None]:
     """(state word, detail, the one command to run next) for a matched manifest on the target.
 
-    The ONE place doctor joins with an install: it asks what `hotfix status` asks (flow.status.Survey,
+    The ONE place doctor joins with an install: it asks what `hotfix status` asks (flow.survey.Survey,
     flow.resolve.Resolver, flow.applicability) and never decides a state itself. An advisory
     ``fixed_by`` a catalog hotfix takes that hotfix's state. Without --python/--root no install is
     looked at: the release the log names decides only fixed-upstream / not-applicable, else unknown.
@@ -71,7 +71,7 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
             return why_not.state, f"{where} is outside {spec.versions}", None
         return "unknown", f"{where} is affected; give --python/--root to check the install", apply
     from vllm_hotfix.flow.resolve import Resolver  # here: a log without a target needs no install's state
-    from vllm_hotfix.flow.status import Survey
+    from vllm_hotfix.flow.survey import Survey
 
     try:
         if subject.kind == "advisory":

@@ -47,10 +47,10 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
                              hint="`hotfix status --python PY` / `--root DIR` shows one target")
         return run_all(catalogs=catalogs, as_json=as_json)
 
-    from vllm_hotfix.flow.status import fingerprint
+    from vllm_hotfix.flow.survey import fingerprint
 
     from vllm_hotfix.flow.resolve import warn
-    from vllm_hotfix.flow.status import survey
+    from vllm_hotfix.flow.survey import survey
 
     targets: list = []
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True,
@@ -164,7 +164,7 @@ def run_all(*, catalogs: Sequence[Path], as_json: bool) -> int:
     from vllm_hotfix.core.verdict import IN_EFFECT
     from vllm_hotfix.errors import NotInEffect
     from vllm_hotfix.flow.overview import overview
-    from vllm_hotfix.flow.status import fingerprint
+    from vllm_hotfix.flow.survey import fingerprint
     from vllm_hotfix.paths import state_dir
 
     reports = overview(Catalog.load(catalogs))

@@ -22,7 +22,7 @@ from vllm_hotfix.errors import Refused, Unavailable
 from vllm_hotfix.flow.applicability import Inapplicable, applicability
 from vllm_hotfix.flow.hotfix import catalog_hotfix
 from vllm_hotfix.flow.releases import on_release
-from vllm_hotfix.flow.status import Survey
+from vllm_hotfix.flow.survey import Survey
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
 

@@ -1,5 +1,5 @@
 """THE verdict on a target's record: whether each recorded hotfix is what `hotfix apply` wrote, and whether it
-is in effect. The commands (flow/status, flow/plan, flow/rollback_change, doctor, contains) and the in-process
+is in effect. The commands (flow/survey, flow/plan, flow/rollback_change, doctor, contains) and the in-process
 guard (HOTFIX_REQUIRE) all call ``judge_record``; the words and their precedence are core.verdict.hotfix_state's.
 
 A record is a claim. Before its hashes decide anything, ``record_problem`` checks, in this order (the
