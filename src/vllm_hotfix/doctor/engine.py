@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 from vllm_hotfix.catalog.model import Manifest
 from vllm_hotfix.catalog.signatures import Signature, compile_pattern
 from vllm_hotfix.doctor import contexts
-from vllm_hotfix.doctor.facts import FACT_NEEDLES, VLLM_ENGINES, read_facts
+from vllm_hotfix.doctor.log_facts import FACT_NEEDLES, VLLM_ENGINES, read_facts
 from vllm_hotfix.doctor.findings import Evidence, Fact, Findings, Line, Match, RootError, Veto
 from vllm_hotfix.doctor.normalise import ERROR_NEEDLES, MATCH_LIMIT, NOT_AN_ERROR, is_error, normalise
 from vllm_hotfix.doctor.prefilter import Prefilter, Prefiltered, covers
