@@ -54,7 +54,7 @@ def expires_at(text: str, now: float | None = None) -> str:
     """--expires: a duration from now ('30d', '12h', '2w') or a UTC time (YYYY-MM-DDTHH:MM:SSZ)."""
     import time
 
-    from vllm_hotfix.core.trust import format_utc, parse_duration, parse_utc
+    from vllm_hotfix.core.trust_policy import format_utc, parse_duration, parse_utc
     from vllm_hotfix.errors import UsageError
 
     if parse_utc(text) is not None:

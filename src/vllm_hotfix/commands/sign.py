@@ -80,7 +80,7 @@ def _check_signable(path: Path, data: bytes) -> str:
     """'lock' or 'policy': what the bytes are, checked as their reader checks them (a broken file is never
     signed)."""
     if path.suffix == ".toml":
-        from vllm_hotfix.core.trust import parse_policy
+        from vllm_hotfix.core.trust_policy import parse_policy
 
         parse_policy(data, str(path))
         return "policy"

@@ -167,7 +167,7 @@ def parse_lock(data: bytes, *, source: str = LOCK_NAME) -> Lock:
 
 
 def _utc(text: str) -> Optional[int]:
-    from vllm_hotfix.core.trust import parse_utc  # here: a lock without `expires` costs the guard nothing more
+    from vllm_hotfix.core.trust_policy import parse_utc  # here: a lock without `expires` costs the guard nothing more
 
     return parse_utc(text)
 
