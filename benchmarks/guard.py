@@ -86,7 +86,7 @@ import os, statistics, sys
 spent["modules"] = sum(1 for name in sys.modules if name == "vllm_hotfix" or name.startswith("vllm_hotfix."))
 if os.environ.get("CHECKPOINT"):  # the check at a checkpoint, once the fixed modules are imported (through the watch)
     import vllm.v1.worker.gpu.model_states.mamba_hybrid  # noqa: F401 - imports mamba_utils too
-    from vllm_hotfix.containers import guard_code
+    from vllm_hotfix.guard import code as guard_code
     found = guard_code.judge_all()
     times = []
     for _ in range(25):

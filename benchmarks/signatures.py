@@ -84,7 +84,7 @@ def make_signed_lock(scratch: Path) -> tuple[Path, Path, list[tuple[Path, Path]]
 def in_process(lock_path: Path, policy_path: Path, rounds: int) -> dict[str, float]:
     """CPU ms (time.process_time: the machine may be shared): importing the verifier's modules, the first verdict, a warm verdict, one verification each."""
     start = time.process_time()
-    from vllm_hotfix.core import ed25519, minisign, trust  # noqa: F401
+    from vllm_hotfix.core import ed25519, minisign, trust_policy  # noqa: F401
     from vllm_hotfix.txn import hotfix_lock, signed
 
     imported = time.process_time() - start

@@ -73,7 +73,7 @@ SPAWN = textwrap.dedent('''
 
     def child():
         logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
-        from vllm_hotfix.containers import guard
+        from vllm_hotfix.guard import plugin as guard
         guard.register()
 
     if __name__ == "__main__":

@@ -155,11 +155,11 @@ def test_check_env_and_verify_lock_ask_the_vllm_venv_not_the_tools_own(tool, vll
                                      f"environment by {venv.python}")
     assert _run([tool, "verify"], env=lock_env).returncode == 0
 
-    guard_module = venv.site_packages / "vllm_hotfix" / "containers" / "guard.py"
+    guard_module = venv.site_packages / "vllm_hotfix" / "guard" / "plugin.py"
     guard_module.unlink()
     checked = _run([tool, "guard", "--check-env", "--json"], env=lock_env)
     doc = json.loads(checked.stdout)
     assert checked.returncode == 1 and doc["load_error"].startswith("ModuleNotFoundError: No module named "
-                                                                    "'vllm_hotfix.containers.guard'")
+                                                                    "'vllm_hotfix.guard.plugin'")
     assert doc["problems"][0].startswith(f"the guard fails to import in {venv.python} "
-                                         f"(vllm_hotfix.containers.guard:register)")
+                                         f"(vllm_hotfix.guard.plugin:register)")

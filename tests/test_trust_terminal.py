@@ -134,7 +134,7 @@ def test_new_from_release_member_names_in_output_and_patch_headers(tmp_path):
                                  f"fix{EVIL}"])
 def test_the_guard_refuses_an_id_that_breaks_the_id_rule_and_prints_it_inert(ids):
     code = ("import logging, sys\nlogging.basicConfig(stream=sys.stderr, format='%(message)s')\n"
-            "from vllm_hotfix.containers import guard\nguard.register()\n")
+            "from vllm_hotfix.guard import plugin as guard\nguard.register()\n")
     env = {**os.environ, "HOTFIX_REQUIRE": ids}
     env.pop("HOTFIX_LOCK", None)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60)

@@ -100,7 +100,7 @@ def test_a_record_that_lies_is_unknown_both_ways(forgery, applied, run_hotfix, t
 
 GUARD_MODULES = r'''
 import json, sys
-from vllm_hotfix.containers import guard
+from vllm_hotfix.guard import plugin as guard
 (verdict,) = guard.check(lock=None, require=("fix",))
 print(json.dumps({"in_effect": verdict.in_effect, "modules": sorted(m for m in sys.modules if m.startswith("vllm_hotfix"))}))
 '''

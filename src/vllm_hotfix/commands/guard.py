@@ -1,4 +1,4 @@
-"""`hotfix guard --print-env`: the environment that turns on the in-process guard (containers/guard.py);
+"""`hotfix guard --print-env`: the environment that turns on the in-process guard (guard/plugin.py);
 `hotfix guard --check-env`: whether this environment would keep the guard from loading at all."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import shlex
 
 from vllm_hotfix.catalog.model import ID_PATTERN
-from vllm_hotfix.containers.guard_env import PLUGIN_NAME
+from vllm_hotfix.guard.env import PLUGIN_NAME
 from vllm_hotfix.errors import NotInEffect, UsageError
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STRICT_ENV
@@ -64,8 +64,8 @@ def check_environment(python: str | None, *, as_json: bool = False) -> int:
     interpreter that runs vLLM -- resolved as every command resolves it (``--python`` / HOTFIX_PYTHON,
     else hotfix's own if it imports vllm, else the `vllm` command's on PATH), the entry points read and
     the first one loaded *there* by the probe."""
-    from vllm_hotfix.containers.guard import strict
-    from vllm_hotfix.containers.guard_env import environment_problems
+    from vllm_hotfix.guard.plugin import strict
+    from vllm_hotfix.guard.env import environment_problems
     from vllm_hotfix.flow.resolve import Resolver
 
     from vllm_hotfix.install.probe import GUARD_LOAD

@@ -228,7 +228,7 @@ def _guard_environment(resolver, as_json: bool) -> bool:
     environment turns the guard on (HOTFIX_LOCK / HOTFIX_REQUIRE), else it is a note."""
     import os
 
-    from vllm_hotfix.containers.guard_env import environment_problems
+    from vllm_hotfix.guard.env import environment_problems
     from vllm_hotfix.errors import HotfixError
     from vllm_hotfix.output import note, say
 

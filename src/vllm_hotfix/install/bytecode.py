@@ -129,9 +129,6 @@ def stale_by_source(sources):
     return out
 
 
-judge = stale_by_source  # the name containers/guard.py still calls (it moves to guard/ with the guard)
-
-
 def main():
     import ast
 

@@ -1,6 +1,6 @@
 """hotfix.lock: what `hotfix export` wrote, and whether a (rebuilt) install still carries it.
 
-Standard library only: the in-process guard (containers/guard.py) imports this module inside every
+Standard library only: the in-process guard (guard/plugin.py) imports this module inside every
 vLLM process, where nothing but the stdlib is guaranteed. States and the rule from hashes to a state
 are core.verdict's, the same as `hotfix status`.
 """

@@ -4,7 +4,7 @@ A hotfix fixes a file; what runs is a function object, and a vLLM plugin or a pl
 another one in its place (``MambaHybridModelState.add_request = mine``), swap its ``__code__``, or hold
 an alias taken before the fix. The lock names, per file, the functions, methods and classes the fix
 touches and a fingerprint of each one's code (core/codeprint.py). Here, at the points where vLLM's
-patches have run (guard_points.py), each name is resolved in the live module -- a method through its
+patches have run (points.py), each name is resolved in the live module -- a method through its
 class's MRO, as an instance would find it -- and judged:
 
 - ``in effect``: the fixed code is bound (the very object the import watch compiled from the verified
@@ -26,11 +26,11 @@ from __future__ import annotations
 import os
 import sys
 
-from vllm_hotfix.containers import guard_judge as judging
-from vllm_hotfix.containers.guard_judge import MISSING, codes_of, judge, resolve
-from vllm_hotfix.containers.guard_model import (
+from vllm_hotfix.guard import judge as judging
+from vllm_hotfix.guard.judge import MISSING, codes_of, judge, resolve
+from vllm_hotfix.guard.verdicts import (
     IN_EFFECT, NOT_LOADED, SHADOWED, STALE_ALIAS, STOPS, WRAPPED, Found, HotfixNotInEffect, Locked, Verdict)
-from vllm_hotfix.containers.guard_process import emit, process_role, serving_process, strict
+from vllm_hotfix.guard.process import emit, process_role, serving_process, strict
 
 _by_module: dict = {}   # module name -> [Locked]
 _seen: dict = {}        # module name -> id() of the first module object seen / loaded under that name
@@ -38,7 +38,7 @@ _last: dict = {}        # what this process last said: {"key": ..., "pid": ...}
 
 
 def start(checks, plugins=()) -> None:
-    """Take the locked names of the files in effect (txn/lockfile.HotfixCheck) and note which module
+    """Take the locked names of the files in effect (txn/hotfix_lock.HotfixCheck) and note which module
     objects this process holds already. ``plugins``: vLLM's plugin callables, whose packages are scanned
     for stale aliases."""
     from vllm_hotfix.core.codeprint import module_name
@@ -69,7 +69,7 @@ def active() -> bool:
 
 
 def locked_files() -> dict:
-    """The real path of each locked Python file with code names -> its hotfix id (guard_compile.py)."""
+    """The real path of each locked Python file with code names -> its hotfix id (compiled.py)."""
     return {locked.path: locked.hotfix_id for names in _by_module.values() for locked in names}
 
 
@@ -93,7 +93,7 @@ def loaded(name: str, module) -> None:
         binding = resolve(module, locked.qualname)
         if binding is not MISSING:
             judging.FIXED[(name, locked.qualname)] = (binding, codes_of(binding))
-    from vllm_hotfix.containers import guard_watch
+    from vllm_hotfix.guard import watch as guard_watch
 
     guard_watch.watch(module, names)
 
@@ -172,7 +172,7 @@ def line(point: str, found: list) -> str:
 
 
 def checkpoint(point: str) -> None:
-    """Judge every locked name now (a point where vLLM's patches have run, guard_points.py); say it when
+    """Judge every locked name now (a point where vLLM's patches have run, points.py); say it when
     it differs from what this process said last; stop a strict serving process on shadowed/stale-alias."""
     if not _by_module:
         return

@@ -1,6 +1,6 @@
 """What the guard says about one hotfix in one process, and the modules it watches. Stdlib only.
 
-Plain and small on purpose: the guard imports this in every vLLM process (guard.py and guard_imports.py
+Plain and small on purpose: the guard imports this in every vLLM process (plugin.py and imports.py
 share it, so neither imports the other); values.Value, not dataclasses (docs/design.md: the guard's path).
 """
 
@@ -11,6 +11,9 @@ from vllm_hotfix.values import Value
 
 class HotfixNotInEffect(RuntimeError):
     """Raised in strict mode so that vLLM stops this process before it serves."""
+
+
+HotfixNotInEffect.__module__ = "vllm_hotfix.guard"  # its public name, the one a traceback shows
 
 
 class Verdict(Value):
@@ -33,9 +36,9 @@ class Watched(Value):
 
 
 IN_EFFECT, WRAPPED, SHADOWED, STALE_ALIAS, NOT_LOADED = "in effect", "wrapped", "shadowed", "stale-alias", "not loaded"
-CODE_STATES = (IN_EFFECT, WRAPPED, SHADOWED, STALE_ALIAS, NOT_LOADED)  # of a fixed name (guard_code.py)
+CODE_STATES = (IN_EFFECT, WRAPPED, SHADOWED, STALE_ALIAS, NOT_LOADED)  # of a fixed name (code.py)
 STOPS = frozenset({SHADOWED, STALE_ALIAS})  # strict mode stops a serving process on these
-CHECKPOINT = "_vllm_hotfix_checkpoint"  # marks the guard's own wrappers (guard_points.py): transparent to the check
+CHECKPOINT = "_vllm_hotfix_checkpoint"  # marks the guard's own wrappers (points.py): transparent to the check
 
 
 class Locked:

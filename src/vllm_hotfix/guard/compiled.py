@@ -1,5 +1,5 @@
 """torch.compile and CUDA graphs: a graph vLLM compiled, and replays, never re-enters Python, so the code
-check (guard_code.py) cannot see what it runs. Stdlib only.
+check (code.py) cannot see what it runs. Stdlib only.
 
 vLLM 0.30.0's compile cache (``vllm/compilation/backends.py``, ``VllmBackend.__call__``): Dynamo records
 every file it traces into ``compilation_config.traced_files``; the backend hashes those files' paths and
@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 import sys
 
-from vllm_hotfix.containers import guard_code
-from vllm_hotfix.containers.guard_model import HotfixNotInEffect
-from vllm_hotfix.containers.guard_process import emit, process_role, serving_process, strict
+from vllm_hotfix.guard import code as guard_code
+from vllm_hotfix.guard.verdicts import HotfixNotInEffect
+from vllm_hotfix.guard.process import emit, process_role, serving_process, strict
 
 FACTORS = "cache_key_factors.json"  # vLLM's record of what a rank's cached graphs were compiled from
 FACTORS_LIMIT = 1 << 20

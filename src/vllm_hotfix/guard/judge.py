@@ -1,4 +1,4 @@
-"""How one fixed name is bound in this process (guard_code.py asks; guard_watch.py asks about a binding
+"""How one fixed name is bound in this process (code.py asks; watch.py asks about a binding
 as it happens). Stdlib only; looks at objects without calling them (no descriptor, no ``__getattr__``).
 """
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from vllm_hotfix.containers.guard_model import (
+from vllm_hotfix.guard.verdicts import (
     CHECKPOINT, IN_EFFECT, SHADOWED, STALE_ALIAS, WRAPPED, Found, Locked)
 
 FIXED: dict = {}           # (module, qualname) -> (binding, codes): what the import watch compiled, just executed
@@ -97,7 +97,7 @@ def judge_binding(locked: Locked, live) -> Found:
 
 
 def _unwrap_checkpoint(binding):
-    """The guard's own checkpoint wrapper (guard_points.py) is transparent: judge what it wraps."""
+    """The guard's own checkpoint wrapper (points.py) is transparent: judge what it wraps."""
     funcs = _functions(binding)
     if funcs and attr(funcs[0], CHECKPOINT, False):
         return attr(funcs[0], "__wrapped__", binding)
@@ -138,7 +138,7 @@ def _compiled(locked: Locked) -> dict:
         import hashlib
 
         from vllm_hotfix.core.codeprint import code_objects, combined, fingerprint
-        from vllm_hotfix.txn.lockfile import TARGET_FILE_LIMIT
+        from vllm_hotfix.txn.hotfix_lock import TARGET_FILE_LIMIT
         from vllm_hotfix.inputs import read_bounded
 
         prints = {}
@@ -330,7 +330,7 @@ def plugin_modules() -> list:
 
 
 class Namespace:
-    """A stand-in module holding one binding, to resolve a qualified name from it (guard_watch.py)."""
+    """A stand-in module holding one binding, to resolve a qualified name from it (watch.py)."""
 
     __slots__ = ("__dict__",)
 

@@ -23,15 +23,15 @@ Stdlib only; imports no vLLM module (it looks at the ones already loaded).
   checked in the child too.
 
 The wrappers are the guard's own rebindings of two vLLM methods: they carry ``__wrapped__`` and
-guard_model.CHECKPOINT, and the code check treats them as transparent.
+verdicts.CHECKPOINT, and the code check treats them as transparent.
 """
 
 from __future__ import annotations
 
 import sys
 
-from vllm_hotfix.containers import guard_code
-from vllm_hotfix.containers.guard_model import CHECKPOINT, IN_EFFECT, NOT_LOADED, WRAPPED
+from vllm_hotfix.guard import code as guard_code
+from vllm_hotfix.guard.verdicts import CHECKPOINT, IN_EFFECT, NOT_LOADED, WRAPPED
 
 AFTER_PLUGINS = "after load_general_plugins()"
 AFTER_PLATFORM = "after the platform's pre_register_and_update (EngineArgs.create_engine_config)"
@@ -81,7 +81,7 @@ def schedule(loop) -> bool:
 def install() -> None:
     """Wrap the vLLM methods whose call marks a checkpoint: now in the modules loaded already, else once
     they are imported (guard_imports.after_import). Idempotent."""
-    from vllm_hotfix.containers import guard_imports
+    from vllm_hotfix.guard import imports as guard_imports
 
     for module_name, class_name, method, point, after in CHECKPOINTS:
         module = sys.modules.get(module_name)
@@ -108,7 +108,7 @@ def _after(func, point: str):
 
 def _before(func, point: str):
     def checkpoint(*args, **kwargs):
-        if point == AFTER_WORKER and args:  # the worker's config: watch its compile cache (guard_compile.py)
+        if point == AFTER_WORKER and args:  # the worker's config: watch its compile cache (compiled.py)
             _watch_compile(args[0])
         guard_code.checkpoint(point)
         return func(*args, **kwargs)
@@ -132,7 +132,7 @@ _started = {}  # "pid": the process that took the names (a forked child inherits
 
 def start(checks) -> tuple[tuple, frozenset]:
     """From ``register()`` (or the fork hook): take the lock's names (guard_code.start), arrange the
-    checkpoints, and judge what is loaded now. Returns guard_model.Verdicts of the names not in effect
+    checkpoints, and judge what is loaded now. Returns verdicts.Verdicts of the names not in effect
     (they join the summary line; strict mode stops there as for a file) and the modules already
     imported whose every locked name is proven (the import watch need not call them unchecked)."""
     import os
@@ -160,7 +160,7 @@ def start(checks) -> tuple[tuple, frozenset]:
 def _watch_compile(worker) -> None:
     if not guard_code.active():
         return
-    from vllm_hotfix.containers import guard_compile
+    from vllm_hotfix.guard import compiled as guard_compile
 
     try:
         guard_compile.watch(getattr(worker, "vllm_config", None))

@@ -27,9 +27,9 @@ import os
 import sys
 import types
 
-from vllm_hotfix.containers import guard_code, guard_judge as judging
-from vllm_hotfix.containers.guard_model import STOPS, HotfixNotInEffect
-from vllm_hotfix.containers.guard_process import emit, flush, process_role, serving_process, strict
+from vllm_hotfix.guard import code as guard_code, judge as judging
+from vllm_hotfix.guard.verdicts import STOPS, HotfixNotInEffect
+from vllm_hotfix.guard.process import emit, flush, process_role, serving_process, strict
 
 _ADDED, _MODIFIED, _DELETED = 0, 1, 2  # PyDict_WatchEvent values read here
 _watcher: dict = {}  # "id": the dict watcher's id (or None: none could be added), "callback", "dicts"
@@ -42,7 +42,7 @@ def mode() -> str:
 
 
 def watch(module, names) -> None:
-    """Watch ``module`` (just executed by the import watch) for rebindings of these guard_code.Locked."""
+    """Watch ``module`` (just executed by the import watch) for rebindings of these verdicts.Locked."""
     tops: dict = {}
     classes: dict = {}
     for locked in names:

@@ -5,7 +5,7 @@ mount (same size and mtime), another copy earlier on ``sys.path``, a module impo
 mount appeared. For exactly the module names a locked or required hotfix patched, a ``sys.meta_path``
 finder lets the normal finders locate the module, then loads it with a loader that reads the source,
 checks its sha256 and path, and compiles *those* bytes (never a ``.pyc``). Any other import costs two
-dict lookups (the watched modules, then the checkpoint modules of guard_points.py: ``after_import``).
+dict lookups (the watched modules, then the checkpoint modules of points.py: ``after_import``).
 One log line per watched module; strict mode stops a serving process on a mismatch. Stdlib only.
 """
 
@@ -16,17 +16,17 @@ import importlib.machinery
 import os
 import sys
 
-from vllm_hotfix.containers.guard_model import HotfixNotInEffect, Verdict
-from vllm_hotfix.containers.guard_process import emit, module_line, serving_process, strict
+from vllm_hotfix.guard.verdicts import HotfixNotInEffect, Verdict
+from vllm_hotfix.guard.process import emit, module_line, serving_process, strict
 
 _verified: dict[str, str] = {}  # module -> path it was loaded from, checked (inherited by forked children)
 _finder: "_WatchFinder | None" = None
 
 
 def watch(watched, proven=frozenset()) -> tuple:
-    """Watch these guard_model.Watched modules from now on; return guard_model.Verdicts for those this process
+    """Watch these verdicts.Watched modules from now on; return verdicts.Verdicts for those this process
     already imported without the check (their code cannot be proven any more), but the ``proven`` ones:
-    every function, method and class its hotfixes lock runs the fixed code (guard_code.py)."""
+    every function, method and class its hotfixes lock runs the fixed code (code.py)."""
     modules = {w.module: w for w in watched}
     _the_finder().modules = modules
     early = []
@@ -41,7 +41,7 @@ def watch(watched, proven=frozenset()) -> tuple:
 
 
 def after_import(module: str, callback) -> None:
-    """Call ``callback()`` once ``module`` has been executed by a later import (guard_points.py: a vLLM
+    """Call ``callback()`` once ``module`` has been executed by a later import (points.py: a vLLM
     module whose methods mark a checkpoint). Its loader is a SourceFileLoader like the one it would have
     had (bytecode cached as usual), which calls back after ``exec_module``."""
     _the_finder().after[module] = callback
@@ -135,7 +135,7 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
 
     def exec_module(self, module) -> None:
         super().exec_module(module)
-        code = sys.modules.get("vllm_hotfix.containers.guard_code")  # imported only for a lock with code names
+        code = sys.modules.get("vllm_hotfix.guard.code")  # imported only for a lock with code names
         if code is not None and _verified.get(self.name) == self.path:  # the objects just compiled from the checked source are the fixed ones
             code.loaded(self.name, module)
         callback = _finder.after.get(self.name) if _finder is not None else None

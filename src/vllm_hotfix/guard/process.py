@@ -46,7 +46,7 @@ def process_role() -> str:
 
 
 def module_line(module: str, path: str | None, text: str) -> str:
-    """One line per watched module import (guard_imports.py)."""
+    """One line per watched module import (imports.py)."""
     where = f" from {path}" if path else ""
     return f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: module {module}{where}: {text}"
 
