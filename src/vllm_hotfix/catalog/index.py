@@ -62,7 +62,7 @@ class CatalogDir:
 
 def hotfix_version_key(version: int | str) -> tuple:
     """Order a hotfix's own versions (a manifest's ``version``): integers numerically, strings as PEP 440
-    versions when they parse. A release's version: core/verdict.release_key."""
+    versions when they parse. A release's version: core/pep440.release_key."""
     try:
         return (1, Version(str(version)), "")
     except InvalidVersion:

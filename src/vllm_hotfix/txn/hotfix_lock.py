@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from vllm_hotfix.core import verdict
+from vllm_hotfix.core import pep440, verdict
 from vllm_hotfix.core.data import load_json
 from vllm_hotfix.core.distname import canonical_name
 from vllm_hotfix.core.docfields import Fields
@@ -184,11 +184,11 @@ def _read_hotfix(f: Fields, doc: Any, where: str) -> LockedHotfix:
     fixed_in = f.text(doc, where, "fixed_in", required=False, limit=64)
     if fixed_in is not None:
         _check_version(f, f.at(where, "fixed_in"), fixed_in)
-        if not verdict.release_key(fixed_in) > verdict.release_key(baseline):
+        if not pep440.release_key(fixed_in) > pep440.release_key(baseline):
             raise f.fail(f.at(where, "fixed_in"), f"{fixed_in!r} is not after the exported baseline {baseline!r} "
                                                    "(export refuses a fix already in the release)")
     versions = f.text(doc, where, "versions", required=False, limit=512)
-    if versions is not None and not verdict.version_in(baseline, versions):
+    if versions is not None and not pep440.version_in(baseline, versions):
         raise f.fail(f.at(where, "versions"), f"the exported baseline {baseline!r} is outside {versions!r}")
     return LockedHotfix(
         id=hotfix_id,
@@ -204,7 +204,7 @@ def _read_hotfix(f: Fields, doc: Any, where: str) -> LockedHotfix:
 
 def _check_version(f: Fields, where: str, value: str) -> None:
     try:
-        verdict.release_key(value)
+        pep440.release_key(value)
     except ValueError:
         raise f.fail(where, f"not a PEP 440 version: {value!r}") from None
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from vllm_hotfix.core import verdict
+from vllm_hotfix.core import pep440, verdict
 from vllm_hotfix.txn.state import TargetState, seal_of
 from vllm_hotfix.values import Value
 
@@ -104,7 +104,7 @@ def record_problem(state: TargetState, install, read: Callable, *, derive: bool,
             if _sha256(data) != pin:
                 return f"{state.directory / rel}: the kept patch of {recorded.id} is not the one it was applied with"
     if install.kind == "wheel" and install.dist_info is not None and \
-            verdict.same_release(state.target.get("version"), install.version):
+            pep440.same_release(state.target.get("version"), install.version):
         from vllm_hotfix.install.facts import record_sha256s  # the origin, against pip's own RECORD
 
         paths = {path for _, steps in state.series() for path, _, _ in steps}

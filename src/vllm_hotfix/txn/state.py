@@ -338,7 +338,7 @@ def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
 
 
 def _release(f: Fields, entry: dict, where: str, key: str) -> str | None:
-    from vllm_hotfix.core.verdict import release_key
+    from vllm_hotfix.core.pep440 import release_key
 
     value = f.text(entry, where, key, required=False, limit=64)
     if value is not None:
