@@ -7,7 +7,7 @@ import os
 import pytest
 
 from vllm_hotfix.inputs import Unfit, file_sha256
-from vllm_hotfix.txn import fsops, hotfix_lock
+from vllm_hotfix.txn import fsops, lock_check
 
 DATA = b"x = 1\n" * 1000
 
@@ -16,7 +16,7 @@ def test_a_regular_file_hashes_to_its_bytes_sha256(tmp_path):
     path = tmp_path / "f.py"
     path.write_bytes(DATA)
     assert file_sha256(path, cap=len(DATA), what="file") == hashlib.sha256(DATA).hexdigest()
-    assert fsops.file_sha256(path) == hotfix_lock.sha256_file(path) == hashlib.sha256(DATA).hexdigest()
+    assert fsops.file_sha256(path) == lock_check.sha256_file(path) == hashlib.sha256(DATA).hexdigest()
 
 
 def test_a_symlink_is_refused_not_followed(tmp_path):
@@ -27,7 +27,7 @@ def test_a_symlink_is_refused_not_followed(tmp_path):
         file_sha256(link, cap=1 << 20, what="file")
     assert refused.value.why == "link"
     assert fsops.file_sha256(link) == fsops.NOT_REGULAR
-    assert hotfix_lock.sha256_file(link) is None
+    assert lock_check.sha256_file(link) is None
 
 
 def test_a_file_over_the_cap_is_refused(tmp_path):
@@ -50,7 +50,7 @@ def test_an_absent_file_is_the_callers_to_word(tmp_path):
     with pytest.raises(FileNotFoundError):
         file_sha256(tmp_path / "absent", cap=1 << 20, what="file")
     assert fsops.file_sha256(tmp_path / "absent") is None
-    assert hotfix_lock.sha256_file(tmp_path / "absent") is None
+    assert lock_check.sha256_file(tmp_path / "absent") is None
 
 
 def test_no_module_hashes_a_file_its_own_way():

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.txn import hotfix_lock
+from vllm_hotfix.txn import hotfix_lock, lock_check
 from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.txn.hotfix_lock import Installed, Lock, LockedFile, LockedHotfix
+from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
+from vllm_hotfix.txn.lock_check import Installed
 
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 PRISTINE = b"x = a // self.cache_config.block_size\n"
@@ -96,10 +97,10 @@ def test_missing_lock_file_says_how_to_make_one(tmp_path):
     ],
 )
 def test_states_against_files_on_disk(tmp_path, content, version, state):
-    (check,) = hotfix_lock.check_lock(make_lock(), lambda package: install(tmp_path, content, version))
+    (check,) = lock_check.check_lock(make_lock(), lambda package: install(tmp_path, content, version))
     assert check.state == state
     assert check.in_effect == (state in ("applied", "fixed-upstream"))
-    advice = hotfix_lock.advice(check, lambda locked, fc: f"./x/{locked.export}:{fc.where}:ro")
+    advice = lock_check.advice(check, lambda locked, fc: f"./x/{locked.export}:{fc.where}:ro")
     if state == "stale":
         assert advice.startswith(f"vllm is {version} here, the lock was exported from 0.30.0: re-export")
     elif state == "lost":
@@ -111,9 +112,9 @@ def test_states_against_files_on_disk(tmp_path, content, version, state):
 
 
 def test_package_not_installed_is_unknown_with_advice():
-    (check,) = hotfix_lock.check_lock(make_lock(), lambda package: None)
+    (check,) = lock_check.check_lock(make_lock(), lambda package: None)
     assert check.state == "unknown"
-    assert "not found" in hotfix_lock.advice(check, lambda *a: "")
+    assert "not found" in lock_check.advice(check, lambda *a: "")
 
 
 def test_select_unknown_id_lists_known():
@@ -223,8 +224,8 @@ def test_the_expected_fingerprint_is_what_a_check_in_effect_gives(tmp_path):
     lock = hotfix_lock.parse_lock(hotfix_lock.dump_lock(Lock(make_lock().site_packages, (*make_lock().hotfixes, second))))
     installed = install(tmp_path, top)
     (installed.package_dir / "other.py").write_bytes(b"new\n")
-    checks = hotfix_lock.check_lock(lock, lambda package: installed)
+    checks = lock_check.check_lock(lock, lambda package: installed)
     assert all(c.in_effect for c in checks)
-    assert hotfix_lock.fingerprint(checks) == hotfix_lock.expected_fingerprint(lock)
+    assert lock_check.fingerprint(checks) == lock_check.expected_fingerprint(lock)
     (installed.package_dir / "other.py").write_bytes(b"new!\n")
-    assert hotfix_lock.fingerprint(hotfix_lock.check_lock(lock, lambda package: installed)) != hotfix_lock.expected_fingerprint(lock)
+    assert lock_check.fingerprint(lock_check.check_lock(lock, lambda package: installed)) != lock_check.expected_fingerprint(lock)

@@ -16,7 +16,8 @@ from fixtures.cel import ENGINES, judge
 from fixtures.kube import make_export, render
 from vllm_hotfix.containers import admission_policy, bundle, oci
 from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.hotfix_lock import expected_fingerprint, load_lock
+from vllm_hotfix.txn.hotfix_lock import load_lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 
 VLLM = "vllm/vllm-openai@sha256:" + "1" * 64
 SIDECAR = "busybox:1.36@sha256:" + "2" * 64  # tag and digest: pinned (the kubelet pulls the digest)

@@ -11,7 +11,8 @@ import pytest
 
 from fixtures.kube import DEPLOYMENT, HELM_RENDERED, LWS, SITE, STATEFULSET, make_export, render, validate
 from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.hotfix_lock import expected_fingerprint, load_lock
+from vllm_hotfix.txn.hotfix_lock import load_lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 

@@ -16,7 +16,8 @@ import pytest
 from fixtures.kube import SITE, make_export
 from fixtures.tools import tool
 from vllm_hotfix.containers import bundle, oci
-from vllm_hotfix.txn.hotfix_lock import expected_fingerprint, load_lock
+from vllm_hotfix.txn.hotfix_lock import load_lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 
 
 def pack(run_hotfix, export: Path, out: Path, *args):

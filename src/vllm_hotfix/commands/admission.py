@@ -86,7 +86,8 @@ def approvals_from(source: str) -> list[admission_policy.Approval]:
         raise UsageError(f"--approve {source!r}: neither a bundle directory nor IMAGE@sha256:DIGEST=LOCK",
                          hint="e.g. --approve bundle/ or --approve registry.example/vllm@sha256:<64 hex>=hotfix-export/hotfix.lock")
     from vllm_hotfix.core.docfields import is_hex64
-    from vllm_hotfix.txn.hotfix_lock import expected_fingerprint, load_lock
+    from vllm_hotfix.txn.hotfix_lock import load_lock
+    from vllm_hotfix.txn.lock_check import expected_fingerprint
 
     if not is_hex64(digest):
         raise UsageError(f"--approve {source!r}: the digest must be sha256: and 64 lowercase hex digits")

@@ -77,7 +77,7 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
     resolver = Resolver(python, guard=GUARD_ENTRY_POINTS)
     resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
 
-    from vllm_hotfix.txn import hotfix_lock
+    from vllm_hotfix.txn import hotfix_lock, lock_check
     from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM
     from vllm_hotfix.output import emit_json, say
 
@@ -86,11 +86,11 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
     if refused:
         return refused
 
-    def resolve(package: str) -> hotfix_lock.Installed:
+    def resolve(package: str) -> lock_check.Installed:
         from vllm_hotfix.paths import TargetDir
 
         target = resolver.package(package)  # the one resolution every command uses
-        return hotfix_lock.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+        return lock_check.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
                                   target.distribution)
 
     def stale(sources: list[str]) -> dict:
@@ -98,11 +98,11 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
 
         return in_interpreter(resolver.python, sources)  # judged in the interpreter checked (its cache tag)
 
-    checks = hotfix_lock.check_lock(lock, resolve, ids, bytecode=stale)
+    checks = lock_check.check_lock(lock, resolve, ids, bytecode=stale)
     option = _lock_option(resolver, catalogs)
-    report = [(check, hotfix_lock.advice(check, hotfix_lock.mount_line_for(lock_file), option)) for check in checks]
+    report = [(check, lock_check.advice(check, lock_check.mount_line_for(lock_file), option)) for check in checks]
     all_in_effect = all(check.in_effect for check in checks)
-    digest = hotfix_lock.fingerprint(checks)
+    digest = lock_check.fingerprint(checks)
 
     if as_json:
         mount = _lock_mounts(resolver)

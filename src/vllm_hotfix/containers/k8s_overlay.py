@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, FINGERPRINT_ANNOTATION, LOCK_ENV, LOCK_NAME, STRICT_ENV
-from vllm_hotfix.txn.hotfix_lock import Lock, expected_fingerprint
+from vllm_hotfix.txn.hotfix_lock import Lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)

@@ -245,7 +245,7 @@ def lock_status(hotfix_id: str, target: Target) -> Status | None:
     fix comes from the mounts the lock declares, never from `hotfix apply` on the image. None otherwise."""
     import os
 
-    from vllm_hotfix.txn import hotfix_lock
+    from vllm_hotfix.txn import hotfix_lock, lock_check
 
     named = os.environ.get(LOCK_ENV, "").strip()
     if not named:
@@ -257,16 +257,16 @@ def lock_status(hotfix_id: str, target: Target) -> Status | None:
     if hotfix_id not in {h.id for h in lock.hotfixes}:
         return None
 
-    def installed(package: str) -> hotfix_lock.Installed | None:
+    def installed(package: str) -> lock_check.Installed | None:
         if package != target.package:
             return None
-        return hotfix_lock.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+        return lock_check.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
                                   target.distribution)
 
-    (check,) = hotfix_lock.check_lock(lock, installed, (hotfix_id,), bytecode=lambda s: in_interpreter(target.python, s))
+    (check,) = lock_check.check_lock(lock, installed, (hotfix_id,), bytecode=lambda s: in_interpreter(target.python, s))
     files = tuple(f.to_json() for f in check.files)
     return Status(hotfix_id, check.hotfix.version, check.state, str(target.root), f"{check.detail} (the lock {named})",
-                  hotfix_lock.advice(check, hotfix_lock.mount_line_for(Path(named))), files=files)
+                  lock_check.advice(check, lock_check.mount_line_for(Path(named))), files=files)
 
 
 @dataclass

@@ -120,7 +120,7 @@ def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Ver
         results.extend(locked)
         _code_checks[:] = checks or ()
         if checks is not None:  # a lock that loaded
-            from vllm_hotfix.txn.hotfix_lock import fingerprint_entries
+            from vllm_hotfix.txn.lock_check import fingerprint_entries
 
             entries.update((e.id, e) for e in fingerprint_entries(checks))
     if require:
@@ -157,7 +157,8 @@ def _watched(checked) -> tuple[Watched, ...]:
 
 def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
     from vllm_hotfix.errors import InvalidInput
-    from vllm_hotfix.txn.hotfix_lock import check_lock, load_lock
+    from vllm_hotfix.txn.hotfix_lock import load_lock
+    from vllm_hotfix.txn.lock_check import check_lock
 
     try:
         lock = load_lock(path)
@@ -252,7 +253,7 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
             continue
         if here.directory not in judged_by_dir:
             from vllm_hotfix.txn.judgement import bounded_reader, judge_record
-            from vllm_hotfix.txn.hotfix_lock import TARGET_FILE_LIMIT
+            from vllm_hotfix.txn.lock_check import TARGET_FILE_LIMIT
 
             judged_by_dir[here.directory] = judge_record(  # a pending journal: interrupted, whatever the record says
                 here, installed, read=bounded_reader(installed.root, TARGET_FILE_LIMIT), pending=installed.pending,
