@@ -13,7 +13,7 @@ from vllm_hotfix.flow.apply_hotfix import apply_hotfix
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, load_patch_bytes, sha256
 from vllm_hotfix.flow.plan import invert, propose
 from vllm_hotfix.flow.resolve import Resolver
-from vllm_hotfix.flow.survey import SeriesView, status_from_record
+from vllm_hotfix.flow.hotfix_status import SeriesView, status_from_record
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.errors import DoesNotApply, FixedUpstream, Refused
 from vllm_hotfix.txn.state import TargetState

@@ -14,7 +14,7 @@ from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import LOCK_ENV
 
 if TYPE_CHECKING:
-    from vllm_hotfix.flow.survey import Status
+    from vllm_hotfix.flow.hotfix_status import Status
 
 
 def declared_by_lock(hotfix_id: str, paths: Sequence[str]) -> str | None:

@@ -1,0 +1,271 @@
+"""One state per hotfix and target, decided from the files (core.verdict's words and rule): ``Status``,
+from a record (``status_from_record``), from the files alone (``status_from_files``), from a catalog
+entry (``catalog_status``) or a lock (``lock_status``).
+
+A record says what *should* be there; the files decide what is. `status`, `verify`, `apply` (through
+``plan.propose``), `export` and `check-catalog` all take their answer from here or from core.verdict;
+flow/survey.py gathers these over the targets asked about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+from vllm_hotfix.catalog.index import Catalog, same_version
+from vllm_hotfix.catalog.model import Manifest, TargetSpec
+from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
+from vllm_hotfix.core.verdict import (APPLIED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLICABLE,
+                                     NOT_APPLIED, STALE, STALE_BYTECODE, UNKNOWN, State, bytecode_advice, stale_advice)
+from vllm_hotfix.errors import HotfixError, Refused
+from vllm_hotfix.flow.applicability import applicability
+from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
+from vllm_hotfix.flow.plan import flatten
+from vllm_hotfix.flow.series import judge_recorded, steps_by_path
+from vllm_hotfix.flow.resolve import target_option
+from vllm_hotfix.install.in_target import in_interpreter
+from vllm_hotfix.install.locate import Target
+from vllm_hotfix.install.mounts import MountedFile
+from vllm_hotfix.install.tree import Tree
+from vllm_hotfix.output import quote_path
+from vllm_hotfix.paths import LOCK_ENV, TargetDir
+from vllm_hotfix.txn.state import RecordedHotfix, TargetState
+
+
+@dataclass(frozen=True)
+class Status:
+    """One hotfix on one target: its state word, why, and what to do."""
+
+    id: str
+    version: int | str | None
+    state: State
+    target: str  # root, for people
+    detail: str = ""
+    advice: str | None = None
+    files: tuple[dict, ...] = ()
+    recorded: bool = False
+    distribution: str | None = None  # of the target (for the fingerprint)
+    installed_version: str | None = None
+    position: int | None = None  # its place in the target's series (1 = applied first); None: not recorded
+    mounts: tuple[MountedFile, ...] = ()  # its files whose bytes come through a mount (install/mounts.py)
+
+    @property
+    def in_effect(self) -> bool:
+        return self.state in IN_EFFECT
+
+    @property
+    def to_do(self) -> str | None:
+        """What to do, for people: the advice of a hotfix not in effect, or of one in effect only through
+        a mount that nothing hotfix wrote declares (a rebuild without it loses the fix)."""
+        return self.advice if not self.in_effect or self.mounts else None
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "version": self.version, "state": self.state, "target": self.target,
+                "recorded": self.recorded, "series": self.position, "detail": self.detail, "advice": self.advice,
+                "files": list(self.files), "mounts": [m.to_json() for m in self.mounts]}
+
+
+def _apply_command(view: "SeriesView", recorded: RecordedHotfix, option: str) -> str:
+    """The command that applies this recorded hotfix again, as pasted: a catalog id, or an ad-hoc diff from
+    the copy of its patch the record keeps (its own bytes)."""
+    if recorded.source == "catalog":
+        return f"hotfix apply {recorded.id} {option}"
+    import shlex
+
+    kept = shlex.quote(str(view.state.directory / recorded.patches[0])) if len(recorded.patches) == 1 else "PATCH"
+    strip = recorded.strip[0] if recorded.strip else 1
+    more = "" if strip == 1 else f" -p {strip}"
+    if view.target.python is None:
+        return f"hotfix apply --patch {kept}{more} --id {recorded.id} {option}"
+    return f"hotfix apply --patch {kept}{more} --id {recorded.id} {option} --package {recorded.package or 'PACKAGE'}"
+
+
+@dataclass(frozen=True)
+class SeriesView:
+    """One target's record and the one verdict on every recorded hotfix (txn/judgement, through
+    flow/series.judge_recorded: one read of each file), with what the command knows of the catalog."""
+
+    target: Target
+    state: TargetState
+    judged: dict
+    catalog: Catalog | None = None
+
+    @classmethod
+    def of(cls, target: Target, state: TargetState | None = None, catalog: Catalog | None = None) -> "SeriesView":
+        state = state if state is not None else TargetState.for_root(target.root)
+
+        def manifest(recorded: RecordedHotfix) -> Manifest | None:
+            if catalog is None or recorded.source != "catalog" or recorded.id not in catalog.ids():
+                return None
+            try:
+                return catalog.get(recorded.id, recorded.version)
+            except Refused:  # that version is not in the catalog (any more): nothing to pin it by
+                return None
+
+        def pinned(recorded: RecordedHotfix) -> str | None:
+            found = manifest(recorded)
+            return pin_problem(found, recorded, state, target) if found is not None else None
+
+        def inapplicable(recorded: RecordedHotfix) -> tuple | None:  # an older record, without its own range
+            found = manifest(recorded)
+            why = applicability(found, found.spec_for(target), target) if found is not None else None
+            return (why.state, why.message) if why is not None else None
+
+        return cls(target, state, judge_recorded(state, target, pinned=pinned, inapplicable=inapplicable), catalog)
+
+    def option(self, recorded: RecordedHotfix | None = None) -> str:
+        """``--python``/``--root`` and ``--catalog`` for this target's next steps (flow/resolve.target_option)."""
+        return target_option(self.target, self.catalog, (recorded.catalog,) if recorded is not None else ())
+
+    def covers(self, recorded: RecordedHotfix, release: str | None) -> bool | None:
+        """Whether `apply` can plan this hotfix for ``release`` (the catalog has a patch for it, and it does
+        not have the fix): None when this command has no manifest for it."""
+        if recorded.source != "catalog":
+            return False
+        if self.catalog is None or recorded.id not in self.catalog.ids():
+            return None
+        manifest = self.catalog.get(recorded.id)
+        spec = manifest.spec_for(self.target)
+        if release is None or spec is None or not spec.contains(release) or manifest.is_fixed_in(release):
+            return False
+        try:
+            manifest.patches_for(release)
+        except Refused:
+            return False
+        return True
+
+
+def status_from_record(view: SeriesView, recorded: RecordedHotfix) -> Status:
+    """A recorded hotfix in its series, as txn/judgement judged it (the verdict `apply` acts on)."""
+    target, option = view.target, view.option(recorded)
+    j = view.judged[recorded.id]
+    files = tuple(c.to_json() for c in j.files)
+    common = dict(id=recorded.id, version=recorded.version, target=str(target.root), files=files, recorded=True,
+                  installed_version=j.installed)
+    redo = _apply_command(view, recorded, option)
+    forget = stale_advice(recorded.id, option, release=None, covered=False)
+    if j.state == APPLIED:
+        return Status(state=APPLIED, detail=j.detail, **common)
+    if j.state == INTERRUPTED:
+        return replace(interrupted(recorded.id, recorded.version, target.root, option), files=files,
+                       installed_version=j.installed)
+    if j.state == FIXED_UPSTREAM:
+        advice = f"nothing to do; {forget}" if j.release_change else "nothing to do"
+        return Status(state=FIXED_UPSTREAM, detail=j.detail, advice=advice, **common)
+    if j.state == STALE:
+        release = f"{target.distribution or target.package} {j.installed}" if j.installed else None
+        advice = stale_advice(recorded.id, option, release=release, covered=view.covers(recorded, j.installed))
+        return Status(state=STALE, detail=j.detail, advice=advice, **common)
+    if j.state == STALE_BYTECODE:
+        return Status(state=STALE_BYTECODE, detail=j.detail, advice=bytecode_advice(recorded.id, option), **common)
+    if j.state == NOT_APPLICABLE:
+        return Status(state=NOT_APPLICABLE, detail=j.detail, advice=forget, **common)
+    if j.state == LOST:
+        return Status(state=LOST, detail=f"recorded as applied, but {j.detail}", advice=f"re-run `{redo}`", **common)
+    if j.state == UNKNOWN:
+        return Status(state=UNKNOWN, detail=j.detail, advice="the record does not describe what hotfix apply wrote: "
+                      "restore the files (reinstall the package / git checkout) and move the state folder aside "
+                      f"({view.state.directory})" if j.detail.startswith("the record") else
+                      "see `hotfix where` and the record; restore the files, then apply again", **common)
+    first = quote_path(next((c.path for c in j.files if c.state != "patched"), "the files"))
+    return Status(state=DRIFTED, detail=j.detail,
+                  advice=f"restore {first} (reinstall the package / git checkout, or `hotfix rollback {recorded.id} "
+                         f"{option}` if only baseline files differ), then `{redo}`", **common)
+
+
+def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = None, option: str | None = None) -> Status:
+    """An unrecorded hotfix: does its series plan forward (not applied) or in reverse (applied) on the
+    files as they are -- on top of what the target's recorded series put there?"""
+    common = dict(id=hotfix.id, version=hotfix.version, target=str(target.root))
+    option = option if option is not None else target_option(target)
+    chains = steps_by_path(view.state) if view is not None else {}
+    found = presence(hotfix.series, Tree(target.root).read)  # the content rule `hotfix contains` answers with
+    touched = [p for p, _, _ in flatten(found.plan)] if found.plan is not None else []
+    owners = tuple(dict.fromkeys(s[0] for p in touched for s in chains.get(p, ())))
+    if found.state == APPLICABLE:
+        return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",
+                      detail=f"applies on top of {', '.join(owners)}" if owners else "",
+                      files=tuple({"path": p, "state": "baseline"} for p in touched), **common)
+    if found.state != CONTAINED:  # partly / conflicts
+        hit = next((f.path for f in found.files if f.state != CONTAINED and f.path in chains), None)
+        if hit is not None:
+            names = ", ".join(s[0] for s in chains[hit])
+            return Status(state=NOT_APPLIED, detail=f"does not apply on top of {names} (recorded): {found.detail}",
+                          advice=f"it conflicts with {names}: roll back {names} first, or make one hotfix of both",
+                          **common)
+        return Status(state=DRIFTED, detail=found.detail,
+                      advice="the file is neither baseline nor patched: restore it, then apply",
+                      files=tuple({"path": f.path, "state": "changed"} for f in found.files if f.state != CONTAINED),
+                      **common)
+    files = tuple({"path": p, "state": "patched"} for p in touched)
+    if owners:
+        return Status(state=APPLIED, detail=f"its change is in effect as part of what the recorded series "
+                                            f"({', '.join(owners)}) put there; it is not recorded itself",
+                      files=files, **common)
+    return Status(state=APPLIED, detail="the files hold the patch, but it is not recorded here (applied by hand?); "
+                                        f"`hotfix apply {hotfix.id} {option}` records it without changing a file",
+                  files=files, **common)
+
+
+def interrupted(hotfix_id: str, version, root: Path, option: str, *, recorded: bool = True) -> Status:
+    return Status(hotfix_id, version, INTERRUPTED, str(root),
+                  "an apply or rollback on this target was interrupted (kill -9, power loss) and is not recovered",
+                  f"run `hotfix recover {option}` (it puts every file and the record back as before)", recorded=recorded)
+
+
+def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, view: SeriesView,
+                   *, patch_files: Sequence[Path] = ()) -> Status:
+    """The state of a catalog hotfix on a target: its record (if any) judged in the series, else its files
+    (or, in a container, the lock HOTFIX_LOCK names: `verify --lock`'s words)."""
+    recorded = view.state.hotfixes.get(manifest.id)
+    option = view.option(recorded)
+    if recorded is not None:
+        found = status_from_record(view, recorded)
+        if not same_version(recorded.version, manifest.version) and found.state == APPLIED:
+            return replace(found, detail=f"version {recorded.version} is applied; the catalog has {manifest.version}",
+                           advice=f"upgrade: `hotfix apply {manifest.id} {option}`")
+        return found
+    if TargetDir.of(target.root).pending():  # not recorded (a catalog extra): it says so, but counts for nothing
+        return interrupted(manifest.id, manifest.version, target.root, option, recorded=False)
+    locked = lock_status(manifest.id, target)
+    if locked is not None:
+        return locked
+    why_not = applicability(manifest, spec, target)
+    if why_not is not None:
+        return Status(manifest.id, manifest.version, why_not.state, str(target.root), why_not.message, why_not.advice)
+    try:
+        hotfix = catalog_hotfix(manifest, target, patch_files=patch_files)
+    except HotfixError as exc:
+        return Status(manifest.id, manifest.version, UNKNOWN, str(target.root), exc.message, exc.hint)
+    return status_from_files(hotfix, target, view, option)
+
+
+def lock_status(hotfix_id: str, target: Target) -> Status | None:
+    """In a container (HOTFIX_LOCK names a lock that holds ``hotfix_id``, and nothing is recorded here):
+    the lock's own verdict and advice, the words `hotfix verify` (which reads HOTFIX_LOCK) prints -- the
+    fix comes from the mounts the lock declares, never from `hotfix apply` on the image. None otherwise."""
+    import os
+
+    from vllm_hotfix.txn import hotfix_lock, lock_check
+
+    named = os.environ.get(LOCK_ENV, "").strip()
+    if not named:
+        return None
+    try:
+        lock = hotfix_lock.load_lock(Path(named))
+    except HotfixError:
+        return None
+    if hotfix_id not in {h.id for h in lock.hotfixes}:
+        return None
+
+    def installed(package: str) -> lock_check.Installed | None:
+        if package != target.package:
+            return None
+        return lock_check.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+                                  target.distribution)
+
+    (check,) = lock_check.check_lock(lock, installed, (hotfix_id,), bytecode=lambda s: in_interpreter(target.python, s))
+    files = tuple(f.to_json() for f in check.files)
+    return Status(hotfix_id, check.hotfix.version, check.state, str(target.root), f"{check.detail} (the lock {named})",
+                  lock_check.advice(check, lock_check.mount_line_for(Path(named))), files=files)
