@@ -44,9 +44,9 @@ def test_usage_error_is_one_line_exit_2():
 
 
 def test_imports_run_one_way():
-    """The layer contract in .importlinter (cli > commands > containers > flow|doctor > catalog > txn >
-    install > core > output|paths > errors; the guard, the probe and core.verdict import no third-party
-    package), checked by import-linter itself."""
+    """The layer contract in .importlinter (its name lists the layers; tests/test_layers.py checks that it
+    is the code's own order; the guard, the probe and core.verdict import no third-party package), checked
+    by import-linter itself."""
     linter = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run([str(linter), "--no-cache"], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
