@@ -23,7 +23,6 @@ PENDING_FILES = {
     "commands/new.py": 436,
     "containers/compose_edit.py": 424,
     "flow/plan.py": 414,
-    "install/locate.py": 422,
 }
 PENDING_FUNCTIONS = {
     "commands/doctor_logs.py:parts": 85,
