@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.composefiles import LIST_ENV, validate
-from vllm_hotfix.containers import compose_edit
+from vllm_hotfix.containers import compose_edit, compose_mounts
 from vllm_hotfix.errors import Refused, UsageError
 from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
 
@@ -31,11 +31,11 @@ services:
 """
 
 
-def make_mounts(container_site_packages: str | None = None) -> compose_edit.Mounts:
+def make_mounts(container_site_packages: str | None = None) -> compose_mounts.Mounts:
     locked = LockedFile(PATH, "0" * 64, "1" * 64, f"mamba-align-block-size/{PATH}")
     hotfix = LockedHotfix("mamba-align-block-size", 1, "vllm", "vllm", "0.30.0", "0.32.0", (locked,))
     lock = Lock(site_packages=SITE, hotfixes=(hotfix,))
-    return compose_edit.mounts_for(lock, lock.hotfixes, "./hotfix-export", container_site_packages)
+    return compose_mounts.mounts_for(lock, lock.hotfixes, "./hotfix-export", container_site_packages)
 
 
 def test_mount_spec_is_short_syntax_read_only():
@@ -45,8 +45,8 @@ def test_mount_spec_is_short_syntax_read_only():
 
 
 def test_host_source_relative_under_compose_dir_else_absolute(tmp_path):
-    assert compose_edit.host_source(tmp_path / "hotfix-export", tmp_path) == "./hotfix-export"
-    assert compose_edit.host_source(tmp_path / "elsewhere", tmp_path / "project") == (tmp_path / "elsewhere").as_posix()
+    assert compose_mounts.host_source(tmp_path / "hotfix-export", tmp_path) == "./hotfix-export"
+    assert compose_mounts.host_source(tmp_path / "elsewhere", tmp_path / "project") == (tmp_path / "elsewhere").as_posix()
 
 
 @pytest.mark.parametrize("text, service", [(LIST_ENV, "vllm"), (LIST_ENV, "proxy"), (MAPPING_ENV, "vllm"), (MAPPING_ENV, "other")])
@@ -77,8 +77,8 @@ def test_comment_before_next_key_stays_before_it():
 
 def test_lock_mount_stays_while_other_hotfix_mounts_remain():
     mounts = make_mounts()
-    other = compose_edit.Mount("./hotfix-export/other-fix/vllm/a.py", f"{SITE}/vllm/a.py")
-    both = compose_edit.Mounts((*mounts.hotfix, other), mounts.lock, mounts.export_source)
+    other = compose_mounts.Mount("./hotfix-export/other-fix/vllm/a.py", f"{SITE}/vllm/a.py")
+    both = compose_mounts.Mounts((*mounts.hotfix, other), mounts.lock, mounts.export_source)
     added = compose_edit.add_mounts(LIST_ENV, "vllm", both).text
     partly = compose_edit.remove_mounts(added, "vllm", mounts).text
     assert other.spec in partly and mounts.lock.spec in partly and "HOTFIX_LOCK" in partly

@@ -202,11 +202,11 @@ EDGE_CASES = [
 
 @pytest.mark.parametrize("text", EDGE_CASES)
 def test_edge_cases_round_trip_byte_for_byte(text, tmp_path):
-    from vllm_hotfix.containers import compose_edit
+    from vllm_hotfix.containers import compose_edit, compose_mounts
 
     lock = Lock(SITE, (LockedHotfix(HOTFIX, 1, "vllm", "vllm", "0.30.0", None,
                                     (LockedFile(PATH, "0" * 64, "1" * 64, f"{HOTFIX}/{PATH}"),)),))
-    mounts = compose_edit.mounts_for(lock, lock.hotfixes, "./hotfix-export")
+    mounts = compose_mounts.mounts_for(lock, lock.hotfixes, "./hotfix-export")
     added = compose_edit.add_mounts(text, "vllm", mounts).text
     assert mounts.lock.spec in added and "HOTFIX_LOCK" in added
     assert compose_edit.add_mounts(added, "vllm", mounts).text == added

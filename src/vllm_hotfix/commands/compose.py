@@ -6,7 +6,7 @@ import difflib
 import os
 from pathlib import Path
 
-from vllm_hotfix.containers import compose_edit, composefiles
+from vllm_hotfix.containers import compose_edit, compose_mounts, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix.inputs import read_bounded as read_input
 from vllm_hotfix.txn.exported import read_exported
@@ -27,13 +27,13 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
         compose_file = _defining(base_files, service)
     else:
         compose_file = compose_file or base_files[0]
-    mounts = compose_edit.mounts_for(lock, hotfixes, compose_edit.host_source(export_dir, compose_file.parent),
+    mounts = compose_mounts.mounts_for(lock, hotfixes, compose_mounts.host_source(export_dir, compose_file.parent),
                                 container_site_packages)
     path = override_file or compose_file
     original = _read(path, required=override_file is None)
     source = str(path)
     if remove:
-        edit = compose_edit.remove_mounts(original, service, mounts, source=source) if original else compose_edit.Edit(original, (), ())
+        edit = compose_edit.remove_mounts(original, service, mounts, source=source) if original else compose_mounts.Edit(original, (), ())
     else:
         edit = compose_edit.add_mounts(original, service, mounts, source=source, create_service=override_file is not None)
     if container_site_packages is None and edit.added:
