@@ -17,8 +17,8 @@ from fixtures.vllmfull import HOTFIX, MAMBA, MODULE, guard_setup, loader, run
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
 
-# vLLM's log format: "INFO 11-30 22:49:06 [guard.py:227] text"
-VLLM_LINE = re.compile(r"^(INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[guard(_imports)?\.py:\d+\] vllm-hotfix guard ")
+# vLLM's log format: "INFO 11-30 22:49:06 [plugin.py:227] text" (the guard module that logged)
+VLLM_LINE = re.compile(r"^(INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[(plugin|imports)\.py:\d+\] vllm-hotfix guard ")
 
 
 @pytest.fixture(scope="module")
