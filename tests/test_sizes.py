@@ -21,7 +21,6 @@ PENDING_FILES = {
     "cli.py": 440,
     "cli_options.py": 433,
     "commands/new.py": 436,
-    "flow/plan.py": 414,
 }
 PENDING_FUNCTIONS = {
     "commands/doctor_logs.py:parts": 85,

@@ -18,8 +18,8 @@ from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.history_line import Event
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
-from vllm_hotfix.flow.plan import (Proposal, flatten, check_after, propose, prove_baseline, prove_bytes_pristine,
-                                   refuse_overlaps, shared_with_series)
+from vllm_hotfix.flow.baseline_proof import check_after, prove_baseline, prove_bytes_pristine
+from vllm_hotfix.flow.plan import Proposal, flatten, propose, refuse_overlaps, shared_with_series
 from vllm_hotfix.flow.series import steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_summary
 from vllm_hotfix.install.locate import Target

@@ -23,7 +23,7 @@ from vllm_hotfix.core.regions import Overlaps, spans_of
 from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
 from vllm_hotfix.flow.applicability import check_applicable
 from vllm_hotfix.flow.hotfix import catalog_hotfix, sha256
-from vllm_hotfix.flow.plan import prove_bytes_pristine, prove_files_pristine
+from vllm_hotfix.flow.baseline_proof import prove_bytes_pristine, prove_files_pristine
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.flow.series import Series, apply_part, steps_by_path
 from vllm_hotfix.install.tree import Tree
