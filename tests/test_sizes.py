@@ -20,11 +20,9 @@ PENDING_FILES = {
     "guard/plugin.py": 441,
     "cli.py": 440,
     "cli_options.py": 433,
-    "commands/new.py": 436,
 }
 PENDING_FUNCTIONS = {
     "commands/doctor_logs.py:parts": 85,
-    "commands/new.py:run": 84,
     "commands/verify.py:_verify_lock": 82,
     "core/parse.py:_git_file": 112,
     "flow/export_plan.py:plan_export": 88,
