@@ -24,7 +24,6 @@ PENDING_FILES = {
 PENDING_FUNCTIONS = {
     "commands/doctor_logs.py:parts": 85,
     "commands/verify.py:_verify_lock": 82,
-    "core/parse.py:_git_file": 112,
     "flow/export_plan.py:plan_export": 88,
     "flow/plan.py:propose": 99,
 }
