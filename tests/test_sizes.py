@@ -25,7 +25,6 @@ PENDING_FUNCTIONS = {
     "commands/doctor_logs.py:parts": 85,
     "commands/verify.py:_verify_lock": 82,
     "flow/export_plan.py:plan_export": 88,
-    "flow/plan.py:propose": 99,
 }
 
 

@@ -128,38 +128,9 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
             if not uppers:  # every file at its baseline: plan as a first apply, the new record replaces it
                 recorded, below = None, _without(state, hotfix.id)
             else:  # under others: again at its place, which needs exactly the bytes it recorded
-                detection = detect(series, tree.read)
-                if detection.state != "applicable":
-                    raise detection.error or Refused(f"{hotfix.id}: does not apply again at its place in the series")
-                before = {p: b for p, b, _ in flatten(detection.plan)}
-                others = steps_by_path(_without(state, hotfix.id))
-                proposal = Proposal(hotfix, target, detection.plan, False, before,
-                                    in_series=frozenset(p for p in before if p in others))
-                if {(f.path, f.before_sha256, f.after_sha256) for f in proposal.recorded_files()} != set(recorded.steps()):
-                    raise Refused(f"{hotfix.id}: applying it again does not give the bytes it recorded under "
-                                  f"{', '.join(uppers)}", hint=f"roll back {', '.join(reversed(uppers))} first")
-                return proposal
+                return _propose_in_place(hotfix, target, state, recorded, tree, uppers)
     if recorded is not None and not _same_version(recorded.version, hotfix.version):
-        if not _supersedes(hotfix, recorded):
-            raise Refused(f"{hotfix.id}: version {recorded.version} is applied to {target.root}; "
-                          f"{hotfix.ref} does not declare that it supersedes it",
-                          hint=f"roll it back first: hotfix rollback {hotfix.id} {target_option(target)}")
-        from vllm_hotfix.txn.derive import recorded_patch
-
-        old = recorded_patch(state, recorded)
-        try:
-            undo = plan_patch(old, tree.read, reverse=True)
-        except DoesNotApply as exc:
-            raise Refused(f"{hotfix.id}: the applied version {recorded.version} cannot be reversed: {exc.message}",
-                          hint="the files drifted from what that version wrote; see `hotfix status`") from None
-        baseline = {p: after for p, _, after in flatten(undo)}
-        combined = Patch(reverse_patch(old).files + series.files, hotfix.ref)
-        plan = plan_patch(combined, tree.read)
-        for p, before, _ in flatten(plan):
-            baseline.setdefault(p, before)
-        others = steps_by_path(_without(state, hotfix.id))
-        return Proposal(hotfix, target, plan, False, baseline, recorded,
-                        in_series=frozenset(p for p in baseline if p in others))
+        return _propose_upgrade(hotfix, target, state, recorded, tree)
     _refuse_conflicts(hotfix, below, manifest_of)
     chains = steps_by_path(below)
     detection = detect(series, tree.read)
@@ -182,6 +153,51 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     refuse_overlaps(hotfix.id, series, frozenset(_declared(hotfix.manifest, "after")), below, tree, shared, target)
     return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in flatten(detection.plan)},
                     in_series=frozenset(shared), dropped=dropped, reset=reset)
+
+
+def _propose_upgrade(hotfix: Hotfix, target: Target, state: TargetState, recorded: RecordedHotfix,
+                     tree: Tree) -> Proposal:
+    """Another version of a recorded hotfix that declares it supersedes it: one plan that reverses the
+    applied version's recorded patch and applies the new series."""
+    series = hotfix.series
+    if not _supersedes(hotfix, recorded):
+        raise Refused(f"{hotfix.id}: version {recorded.version} is applied to {target.root}; "
+                      f"{hotfix.ref} does not declare that it supersedes it",
+                      hint=f"roll it back first: hotfix rollback {hotfix.id} {target_option(target)}")
+    from vllm_hotfix.txn.derive import recorded_patch
+
+    old = recorded_patch(state, recorded)
+    try:
+        undo = plan_patch(old, tree.read, reverse=True)
+    except DoesNotApply as exc:
+        raise Refused(f"{hotfix.id}: the applied version {recorded.version} cannot be reversed: {exc.message}",
+                      hint="the files drifted from what that version wrote; see `hotfix status`") from None
+    baseline = {p: after for p, _, after in flatten(undo)}
+    combined = Patch(reverse_patch(old).files + series.files, hotfix.ref)
+    plan = plan_patch(combined, tree.read)
+    for p, before, _ in flatten(plan):
+        baseline.setdefault(p, before)
+    others = steps_by_path(_without(state, hotfix.id))
+    return Proposal(hotfix, target, plan, False, baseline, recorded,
+                    in_series=frozenset(p for p in baseline if p in others))
+
+
+def _propose_in_place(hotfix: Hotfix, target: Target, state: TargetState, recorded: RecordedHotfix, tree: Tree,
+                      uppers: list[str]) -> Proposal:
+    """A lost hotfix under others (``uppers``), planned again at its place in the series: it must give
+    exactly the bytes it recorded."""
+    series = hotfix.series
+    detection = detect(series, tree.read)
+    if detection.state != "applicable":
+        raise detection.error or Refused(f"{hotfix.id}: does not apply again at its place in the series")
+    before = {p: b for p, b, _ in flatten(detection.plan)}
+    others = steps_by_path(_without(state, hotfix.id))
+    proposal = Proposal(hotfix, target, detection.plan, False, before,
+                        in_series=frozenset(p for p in before if p in others))
+    if {(f.path, f.before_sha256, f.after_sha256) for f in proposal.recorded_files()} != set(recorded.steps()):
+        raise Refused(f"{hotfix.id}: applying it again does not give the bytes it recorded under "
+                      f"{', '.join(uppers)}", hint=f"roll back {', '.join(reversed(uppers))} first")
+    return proposal
 
 
 def _without(state: TargetState, hotfix_id: str) -> TargetState:
