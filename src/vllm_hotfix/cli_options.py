@@ -168,36 +168,26 @@ A workload or container the base does not have is refused (exit 3), naming what 
 kubectl (or kustomize) on PATH, the overlay is rendered before it replaces --to, and a render in
 which a named container lacks a mount or the guard's variables is refused with nothing written.
 
+With --bundle REF@sha256:DIGEST the files come from a hotfix bundle (`hotfix pack`) mounted as an
+image volume pinned by that digest (a tag is refused, exit 2): one read-only subPath mount per file,
+listed by --bundle-dir (the layout, whose digest must be REF's) or --export-dir. Image volumes need
+Kubernetes >= 1.33 (beta; on by default from 1.35) and containerd 2.1+ or CRI-O; otherwise bake.
+
 With --admission it writes instead a ValidatingAdmissionPolicy (CEL, no webhook), its binding to the
 --namespace(s), and a ConfigMap of the approved pairs (image digest -> fingerprints) from each
 --approve: a bundle `hotfix pack` wrote (checked blob by blob, file by file against its lock), or an
 image digest and the lock it runs with. A pod there is admitted only when every image and image
 volume is pinned by digest and its vllm-hotfix.io/fingerprint annotation is approved for its images.
+With --trust POLICY every lock approved must pass that policy, as `verify --lock` judges it.
 
 \b
 Examples:
   hotfix k8s --export-dir hotfix-export --base k8s/base --to k8s/hotfix --workload deployment/vllm --container vllm
-  hotfix k8s --admission --approve bundle --namespace inference --to k8s/admission
+  hotfix k8s --bundle "registry.example/team/vllm-hotfix@sha256:$DIGEST" --bundle-dir bundle \\
+      --base k8s/base --to k8s/hotfix --workload deployment/vllm --container vllm
+  hotfix k8s --admission --approve bundle --namespace inference --to k8s/admission --trust trust.toml
   hotfix k8s --admission --namespace inference --to k8s/admission \\
       --approve "registry.example/vllm-openai@sha256:$DIGEST=hotfix-export/hotfix.lock"
-"""
-
-
-PACK_HELP = """Pack an export into a hotfix bundle: an OCI image layout (one layer: the patched files under
-site-packages/ at their site-packages-relative paths, and hotfix.lock) that Kubernetes mounts as an
-image volume pinned by digest, for fixes past the 1 MiB a ConfigMap holds.
-
-The export is what `hotfix export --to DIR` wrote (--export-dir; every file is checked against the
-lock's sha256 first, no symlink is followed), or IDs exported on the fly from --python. The image is
-reproducible: the same export gives the same digest. It is a runnable image (a real config with
-rootfs.diff_ids, as containerd requires for image volumes), one manifest per --platform under an
-image index. Push it with skopeo; the command prints the line.
-
-\b
-Examples:
-  hotfix pack --export-dir hotfix-export --to bundle --repository registry.example/team/vllm-hotfix
-  hotfix pack mamba-align-block-size --python /opt/venv/bin/python --to bundle --platform linux/arm64
-  skopeo inspect oci:bundle
 """
 
 
@@ -246,8 +236,8 @@ def all_targets_option(text: str):
 
 
 OVERLAY_PARAMS = ("export_dir", "base", "workload", "kind", "name", "containers", "container_site_packages", "strict",
-                  "max_configmaps")
-ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only")
+                  "max_configmaps", "bundle", "bundle_dir")
+ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only", "trust")
 
 
 def k8s_overlay_options(command):
@@ -262,7 +252,9 @@ def k8s_overlay_options(command):
         click.option("--container", "containers", multiple=True, help="Container to mount the files into (repeatable).  [required without --admission]"),
         click.option("--container-site-packages", help="site-packages path inside the container (default: from the lock)."),
         click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard: stop a process whose hotfix is not in effect."),
-        click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use `hotfix bake`) when the files need more ConfigMaps than this."),
+        click.option("--max-configmaps", type=click.IntRange(1, 64), default=8, show_default=True, help="Refuse (use --bundle or `hotfix bake`) when the files need more ConfigMaps than this."),
+        click.option("--bundle", metavar="REF@sha256:DIGEST", help="Mount the hotfix bundle `hotfix pack` made, pushed to REF, as an image volume pinned by this digest (no tag) instead of ConfigMaps. Kubernetes >= 1.33, containerd 2.1+ or CRI-O."),
+        click.option("--bundle-dir", type=click.Path(file_okay=False, path_type=Path), help="With --bundle: the layout `hotfix pack` wrote, to list the files to mount (checked: its digest must be REF's); else they come from --export-dir."),
     )):
         command = option(command)
     return command
@@ -276,19 +268,7 @@ def admission_options(command):
         click.option("--namespace", "namespaces", multiple=True, metavar="NS", help="With --admission: a namespace whose pods the policy judges (repeatable)."),
         click.option("--params-namespace", default="vllm-hotfix-admission", show_default=True, metavar="NS", help="With --admission: the namespace of the approved-images ConfigMap (one the workloads' owners cannot write)."),
         click.option("--warn-only", is_flag=True, help="With --admission: warn and audit instead of denying (to roll the policy out)."),
-    )):
-        command = option(command)
-    return command
-
-
-def pack_options(command):
-    """The options of `hotfix pack` but the target's and the catalog's."""
-    for option in reversed((
-        click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Directory written by `hotfix export` (default: hotfix-export; not with IDs)."),
-        click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the OCI image layout (new, or a bundle packed before: replaced whole)."),
-        click.option("--tag", help="The image's tag in the layout (default: the fingerprint, hf1-...)."),
-        click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH", help="Platform of the image config (repeatable; default: linux/amd64 and linux/arm64). containerd unpacks only an image of the node's platform."),
-        click.option("--repository", metavar="REGISTRY/PATH", help="Where it will be pushed, to print the skopeo line and the pinned reference in full."),
+        click.option("--trust", type=click.Path(dir_okay=False, path_type=Path), metavar="POLICY", help="With --admission: approve only locks this trust policy accepts (as `verify --lock` judges them; default: HOTFIX_TRUST); a refused one stops the run, exit 11-15."),
     )):
         command = option(command)
     return command

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.containers import k8s_overlay
+from vllm_hotfix.containers import k8s_overlay, k8s_bundle
 from vllm_hotfix.txn.exported import read_exported
 from vllm_hotfix.txn.hotfix_lock import read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
@@ -36,29 +36,40 @@ KUBECTL_ENV = "HOTFIX_KUBECTL"
 
 def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Optional[str] = None, kind: Optional[str] = None,
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
-        strict: bool = True, max_configmaps: int = k8s_overlay.MAX_CONFIGMAPS, admission_options=(), dry_run: bool = False,
-        as_json: bool = False) -> int:
+        strict: bool = True, max_configmaps: int = k8s_overlay.MAX_CONFIGMAPS, bundle: Optional[str] = None,
+        bundle_dir: Optional[Path] = None, admission_options=(), dry_run: bool = False, as_json: bool = False) -> int:
     if admission_options:
         raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
                          hint="add --admission to write the admission policy instead")
     if base is None:
         raise UsageError("--base is required: the workload's manifest file or kustomization directory")
     target = k8s_overlay.parse_workload(workload, kind, name)
-    lock_path = export_dir / "hotfix.lock"
-    lock_bytes, lock = read_lock(lock_path)
-    exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
+    image = None
+    if bundle is not None or bundle_dir is not None:  # an image volume (commands/k8s_bundle.py)
+        from vllm_hotfix.commands.k8s_bundle import from_options
+
+        image = from_options(bundle, bundle_dir, export_dir)
+        if not as_json:
+            say(f"note: {k8s_bundle.REQUIREMENTS}")
+        lock_bytes, lock, exported = image.lock_bytes, image.lock, {}
+    else:
+        lock_path = export_dir / "hotfix.lock"
+        lock_bytes, lock = read_lock(lock_path)
+        exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
     out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points
     _refuse_foreign(out_dir)
     renderer = kustomize_command()
     resources, manifests, copies = _base(Path(base), out_dir, renderer)
     overlay = k8s_overlay.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
-                        max_configmaps=max_configmaps)
+                        max_configmaps=max_configmaps, image=image)
     files = {**overlay.files, **copies}
     staged = _stage(out_dir, files)
     try:
         if renderer is not None:
-            problems = k8s_overlay.check_render(render(renderer, staged, what="the overlay"), target, overlay)
+            objects = render(renderer, staged, what="the overlay")
+            problems = k8s_overlay.check_render(objects, target, overlay) if image is None else k8s_bundle.check_render(
+                objects, target, overlay, image, k8s_bundle.site_packages(lock, container_site_packages))
             if problems:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise Refused(f"`{' '.join(renderer)} {out_dir}` would not mount the hotfix: {problems[0]}{more}; "
@@ -74,14 +85,13 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
                    "dry_run": dry_run, "files": sorted(files), "rendered_with": rendered,
                    "checked": {"mounts": sorted(overlay.mounts), "env": overlay.env} if rendered else None,
                    "configmaps": [{"name": cm.name, "bytes": cm.size, "keys": [i.key for i in cm.items]}
-                                  for cm in overlay.configmaps]})
+                                  for cm in overlay.configmaps],
+                   "bundle": image.to_json() if image is not None else None})
         return 0
-    count = sum(len(cm.items) for cm in overlay.configmaps) - 1
-    verb = "would write" if dry_run else "wrote"
-    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock in {len(overlay.configmaps)} ConfigMap(s), "
-        f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})")
+    _say_written("would write" if dry_run else "wrote", out_dir, target, overlay, image)
     if rendered:
-        say(f"checked: `{rendered}` renders all {len(overlay.mounts)} mount(s) with the exported bytes, and "
+        held = "from the image volume" if image is not None else "with the exported bytes"
+        say(f"checked: `{rendered}` renders all {len(overlay.mounts)} mount(s) {held}, and "
             f"{', '.join(overlay.env)}, in {', '.join(overlay.patched)}")
     else:
         note(f"kubectl (or kustomize) is not on PATH ({KUBECTL_ENV}): the overlay was not rendered; "
@@ -91,6 +101,21 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     else:
         say(f"next: kubectl kustomize {out_dir} | kubectl apply -f -   (or: kubectl apply -k {out_dir})")
     return 0
+
+
+def _say_written(verb: str, out_dir: Path, target: k8s_overlay.Workload, overlay: k8s_overlay.Overlay, image) -> None:
+    into = f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})"
+    if image is not None:
+        signatures = f" + {len(image.beside_lock)} signature file(s)" if image.beside_lock else ""
+        say(f"{verb} {out_dir}/kustomization.yaml: image volume {image.reference} ({len(image.files)} file(s) + "
+            f"hotfix.lock{signatures}, as listed by {image.source}), {into}")
+        return
+    count = sum(len(cm.items) for cm in overlay.configmaps) - 1
+    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock in {len(overlay.configmaps)} ConfigMap(s), {into}")
+    if len(overlay.configmaps) > 1:
+        note(f"the files are {sum(cm.size for cm in overlay.configmaps):,} bytes, past the {k8s_overlay.CONFIGMAP_LIMIT:,} "
+             f"one ConfigMap holds: split into {len(overlay.configmaps)}; a fix this size is better as a hotfix "
+             "bundle (`hotfix pack`, then `hotfix k8s --bundle REF@sha256:...`) or a baked image (`hotfix bake`)")
 
 
 def kustomize_command() -> Optional[list[str]]:

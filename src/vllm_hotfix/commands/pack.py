@@ -50,6 +50,7 @@ def run(*, hotfix_ids=(), export_dir: Optional[Path] = None, python: Optional[st
         write_directory(out, layout.files, suffix=STAGE_SUFFIX, what="the bundle")
     push = push_command(out, tag, repository)
     pinned = f"{repository}@{layout.top.digest}" if repository else None
+    signatures = [e.path for e in content.extra if bundle.is_extra(e.path) and "/" not in e.path]
     if as_json:
         emit_json({
             "layout": str(out), "dry_run": dry_run, "tag": tag, "digest": layout.top.digest,
@@ -58,12 +59,13 @@ def run(*, hotfix_ids=(), export_dir: Optional[Path] = None, python: Optional[st
             "platforms": [{"platform": str(m.platform), "manifest": m.digest} for m in layout.manifests],
             "layer": {"digest": layout.layer.digest, "size": layout.layer.size, "diff_id": layout.diff_id,
                       "tar_size": layout.tar_size, "members": layout.members, "files": len(content.files)},
-            "annotations": notes, "push": push, "reference": pinned,
+            "annotations": notes, "push": push, "reference": pinned, "signatures": signatures,
         })
         return 0
     verb = "would write" if dry_run else "wrote"
+    signed = f" + {len(signatures)} signature file(s)" if signatures else ""
     say(f"{verb} {quote_path(str(out))}: OCI image {tag} ({', '.join(str(p) for p in dict.fromkeys(chosen))}), "
-        f"{len(content.files)} file(s) + {bundle.LOCK_PATH} in one layer of {layout.layer.size:,} bytes")
+        f"{len(content.files)} file(s) + {bundle.LOCK_PATH}{signed} in one layer of {layout.layer.size:,} bytes")
     say(f"digest: {layout.top.digest}   fingerprint: {content.fingerprint}   hotfixes: {notes[bundle.HOTFIXES]}")
     if dry_run:
         say("dry run: nothing was written")
@@ -88,11 +90,21 @@ def _content(hotfix_ids, export_dir: Optional[Path], python: Optional[str], cata
         catalog = Catalog.load(catalogs)
         export = plan_export([catalog.get(*parse_ref(ref)) for ref in hotfix_ids], python=python, out_dir=None)
         return bundle.content(export.lock, dump_lock(export.lock), export.outputs, source="the export")
-    from vllm_hotfix.flow.export_plan import read_exported
+    return exported_content(export_dir if export_dir is not None else DEFAULT_EXPORT)
 
-    directory = export_dir if export_dir is not None else DEFAULT_EXPORT
+
+def exported_content(directory: Path) -> bundle.Content:
+    """What a bundle of the export in ``directory`` holds: the lock, its files (each checked against the
+    lock's sha256, no link followed) and the lock's signature files beside it (core.minisign's names, no
+    link followed, each capped), which go into the layer beside the lock."""
+    from vllm_hotfix.flow.export_plan import read_exported
+    from vllm_hotfix.settings import LOCK_NAME
+    from vllm_hotfix.txn.signed import signature_files
+
     lock, lock_bytes, exported = read_exported(directory)
-    return bundle.content(lock, lock_bytes, exported, source=quote_path(str(directory)))
+    signatures = signature_files(Path(directory) / LOCK_NAME, follow_symlinks=False)
+    return bundle.content(lock, lock_bytes, exported, source=quote_path(str(directory)),
+                          extra=tuple(oci.Entry(path=name, data=data) for name, data in signatures))
 
 
 def push_command(out: Path, tag: str, repository: Optional[str]) -> str:

@@ -45,7 +45,8 @@ BUILTIN_KINDS = {
     "leaderworkerset": (LWS, "leaderworkerset.x-k8s.io/v1"),
 }
 WORKLOAD_HINT = "pass --workload KIND/NAME of the workload that runs vLLM, as the base names it"
-BAKE_HINT = "use the image route instead: `hotfix bake ID... --base IMAGE` builds the patched files into a derived image"
+BAKE_HINT = ("mount a hotfix bundle instead (`hotfix pack`, then `hotfix k8s --bundle REF@sha256:...`: an image volume, "
+             "Kubernetes >= 1.33), or bake a derived image (`hotfix bake ID... --base IMAGE`)")
 
 
 @dataclass(frozen=True)
@@ -135,30 +136,22 @@ def plan_configmaps(items: list[Item], prefix: str, *, limit: int = CONFIGMAP_LI
 def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: Workload, containers: tuple[str, ...],
           *, resources: tuple[str, ...], manifests: Iterable[dict], container_site_packages: Optional[str] = None,
           strict: bool = True, prefix: str = "vllm-hotfix", limit: int = CONFIGMAP_LIMIT,
-          max_configmaps: int = MAX_CONFIGMAPS) -> Overlay:
+          max_configmaps: int = MAX_CONFIGMAPS, image=None) -> Overlay:
     """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
-    user's parsed objects (searched for the workload); ``resources``: what kustomization lists."""
+    user's parsed objects (searched for the workload); ``resources``: what kustomization lists; ``image``:
+    a containers.k8s_bundle.ImageVolume mounted instead of ConfigMaps (``exported`` unused)."""
     if not containers:
         raise UsageError("name the container(s) to patch: --container NAME (repeatable)")
     site = (container_site_packages or lock.site_packages).rstrip("/")
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
-    items, files = [], {}
-    for index, locked in enumerate(lock.mounted_files()):  # one per path: the top of its series
-        data = exported.get(locked.export)
-        if data is None:
-            raise InvalidInput(f"the export has no file {locked.export} (listed in hotfix.lock)",
-                               hint="re-run `hotfix export` into this directory")
-        source = f"files/{locked.path}"
-        files[source] = data
-        items.append(Item(config_key(index, locked.path), source, len(data), f"{site}/{locked.path}"))
-    files[LOCK_KEY] = lock_bytes
-    items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
-    configmaps = plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)
-
-    mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key, "readOnly": True}
-              for cm in configmaps for item in cm.items]
-    volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
+    if image is not None:  # a hotfix bundle as an image volume (containers/k8s_bundle.py)
+        files, configmaps, mounts, volumes = {}, (), image.mounts(site), image.volumes()
+    else:
+        files, configmaps = configmap_files(lock, exported, lock_bytes, site, prefix, limit, max_configmaps)
+        mounts = [{"name": cm.name, "mountPath": item.mount_path or LOCK_IN_CONTAINER, "subPath": item.key,
+                   "readOnly": True} for cm in configmaps for item in cm.items]
+        volumes = [{"name": cm.name, "configMap": {"name": cm.name}} for cm in configmaps]
     env = [{"name": LOCK_ENV, "value": LOCK_IN_CONTAINER}, {"name": STRICT_ENV, "value": "1" if strict else "0"}]
     annotations = {FINGERPRINT_ANNOTATION: expected_fingerprint(lock)}
 
@@ -171,9 +164,8 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": list(resources),
-        "configMapGenerator": [
-            {"name": cm.name, "files": [f"{i.key}={i.source}" for i in cm.items]} for cm in configmaps
-        ],
+        **({"configMapGenerator": [{"name": cm.name, "files": [f"{i.key}={i.source}" for i in cm.items]}
+                                   for cm in configmaps]} if configmaps else {}),
     }
     target = {"kind": workload.kind, "name": workload.name}
     if workload.kind == LWS:
@@ -191,8 +183,26 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
         files["hotfix-patch.yaml"] = dump([patch])
         kustomization["patches"] = [{"path": "hotfix-patch.yaml", "target": target}]
     files["kustomization.yaml"] = dump([kustomization])
-    expected = {item.mount_path or LOCK_IN_CONTAINER: files[item.source] for cm in configmaps for item in cm.items}
+    expected = image.expected(site) if image is not None else \
+        {item.mount_path or LOCK_IN_CONTAINER: files[item.source] for cm in configmaps for item in cm.items}
     return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env}, annotations)
+
+
+def configmap_files(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, site: str, prefix: str, limit: int,
+                    max_configmaps: int) -> tuple[dict, tuple[ConfigMapPlan, ...]]:
+    """The files the ConfigMaps are generated from (overlay path -> bytes), and the ConfigMaps."""
+    items, files = [], {}
+    for index, locked in enumerate(lock.mounted_files()):  # one per path: the top of its series
+        data = exported.get(locked.export)
+        if data is None:
+            raise InvalidInput(f"the export has no file {locked.export} (listed in hotfix.lock)",
+                               hint="re-run `hotfix export` into this directory")
+        source = f"files/{locked.path}"
+        files[source] = data
+        items.append(Item(config_key(index, locked.path), source, len(data), f"{site}/{locked.path}"))
+    files[LOCK_KEY] = lock_bytes
+    items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
+    return files, plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)
 
 
 def find(manifests: Iterable[dict], workload: Workload) -> Optional[dict]:

@@ -71,10 +71,10 @@ def read_policy_file(path: Path) -> tuple[bytes, "trust_policy.Policy"]:
     return data, trust_policy.parse_policy(data, str(path))
 
 
-def signature_files(signed: Path) -> list[tuple[str, bytes]]:
+def signature_files(signed: Path, *, follow_symlinks: bool = True) -> list[tuple[str, bytes]]:
     """(base name, bytes) of every signature file of ``signed`` in its directory: ``NAME.minisig`` and
     ``NAME.<KEYID>.minisig`` (core.minisign.signature_name), by name; links followed (a ConfigMap's
-    files are links), each a regular file of at most a few KB."""
+    files are links) unless ``follow_symlinks`` is False (`hotfix pack`), each a regular file of at most a few KB."""
     from vllm_hotfix.core import minisign, trust_policy
 
     directory = signed.parent
@@ -88,7 +88,7 @@ def signature_files(signed: Path) -> list[tuple[str, bytes]]:
     for name in names[:trust_policy.MAX_SIGNATURES + 1]:
         try:
             found.append((name, read_bounded(directory / name, cap=minisign.SIGNATURE_FILE_LIMIT,
-                                             what="signature file")))
+                                             what="signature file", follow_symlinks=follow_symlinks)))
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -144,11 +144,13 @@ def refuse(verdict: trust_policy.TrustDecision, hint: Optional[str] = None) -> N
 
 
 def lock_verdict(lock_path: Path, data: bytes, lock, policy: trust_policy.Policy, *, now: float,
-                 subject: str) -> trust_policy.TrustDecision:
+                 subject: str, signatures=None) -> trust_policy.TrustDecision:
     """The policy's verdict on a lock: ``data`` are the bytes ``lock`` was parsed from
-    (txn.hotfix_lock.read_lock), its signature files those beside ``lock_path``; ``subject`` names the
-    lock in the lines (quoted by the caller: output.quote_path)."""
+    (txn.hotfix_lock.read_lock), its signature files those beside ``lock_path`` (or ``signatures``, (name,
+    bytes) pairs read elsewhere: a bundle's layer); ``subject`` names the lock in the lines (quoted by
+    the caller: output.quote_path)."""
     from vllm_hotfix.core import trust_policy
 
-    return trust_policy.evaluate(data, signature_files(lock_path), policy, now=now, subject=subject,
+    found = signature_files(lock_path) if signatures is None else list(signatures)
+    return trust_policy.evaluate(data, found, policy, now=now, subject=subject,
                           version=lock.version, expires=lock.expires)
