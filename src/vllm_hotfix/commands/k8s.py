@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.containers import k8s_overlay, k8s_bundle
+from vllm_hotfix.containers import k8s_overlay, k8s_image_volume
 from vllm_hotfix.txn.exported import read_exported
 from vllm_hotfix.txn.hotfix_lock import read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
@@ -50,7 +50,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
 
         image = from_options(bundle, bundle_dir, export_dir)
         if not as_json:
-            say(f"note: {k8s_bundle.REQUIREMENTS}")
+            say(f"note: {k8s_image_volume.REQUIREMENTS}")
         lock_bytes, lock, exported = image.lock_bytes, image.lock, {}
     else:
         lock_path = export_dir / "hotfix.lock"
@@ -68,8 +68,8 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     try:
         if renderer is not None:
             objects = render(renderer, staged, what="the overlay")
-            problems = k8s_overlay.check_render(objects, target, overlay) if image is None else k8s_bundle.check_render(
-                objects, target, overlay, image, k8s_bundle.site_packages(lock, container_site_packages))
+            problems = k8s_overlay.check_render(objects, target, overlay) if image is None else k8s_image_volume.check_render(
+                objects, target, overlay, image, k8s_image_volume.site_packages(lock, container_site_packages))
             if problems:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise Refused(f"`{' '.join(renderer)} {out_dir}` would not mount the hotfix: {problems[0]}{more}; "

@@ -139,13 +139,13 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
           max_configmaps: int = MAX_CONFIGMAPS, image=None) -> Overlay:
     """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
     user's parsed objects (searched for the workload); ``resources``: what kustomization lists; ``image``:
-    a containers.k8s_bundle.ImageVolume mounted instead of ConfigMaps (``exported`` unused)."""
+    a containers.k8s_image_volume.ImageVolume mounted instead of ConfigMaps (``exported`` unused)."""
     if not containers:
         raise UsageError("name the container(s) to patch: --container NAME (repeatable)")
     site = (container_site_packages or lock.site_packages).rstrip("/")
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
-    if image is not None:  # a hotfix bundle as an image volume (containers/k8s_bundle.py)
+    if image is not None:  # a hotfix bundle as an image volume (containers/k8s_image_volume.py)
         files, configmaps, mounts, volumes = {}, (), image.mounts(site), image.volumes()
     else:
         files, configmaps = configmap_files(lock, exported, lock_bytes, site, prefix, limit, max_configmaps)
