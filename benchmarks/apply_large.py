@@ -94,8 +94,8 @@ def written_by(base: Path, diff: Path, probe: Path) -> list[str]:
 
 
 PHASES = [  # (label, module, attribute): the function whose calls make the phase
-    ("parse", "vllm_hotfix.flow.apply", "_parse_raw"),
-    ("plan", "vllm_hotfix.flow.apply", "_plan_raw"),
+    ("parse", "vllm_hotfix.flow.apply_hotfix", "_parse_raw"),
+    ("plan", "vllm_hotfix.flow.apply_hotfix", "_plan_raw"),
     ("prepare (plan + record)", "vllm_hotfix.flow.transaction", "_prepare"),
     ("keep (backups, patch bytes)", "vllm_hotfix.flow.transaction", "_keep"),
     ("commit (journal.commit)", "vllm_hotfix.flow.transaction", "commit"),
@@ -113,7 +113,7 @@ def phases(base: Path, diff: Path, scratch: Path, rounds: int) -> tuple[dict[str
     """Median wall seconds of each phase of hotfix's apply, run in this process (see the module doc)."""
     import importlib
 
-    from vllm_hotfix.flow.apply import apply_raw
+    from vllm_hotfix.flow.apply_hotfix import apply_raw
 
     spent: dict[str, list[float]] = {}
     wrapped = []
@@ -157,7 +157,7 @@ def phases(base: Path, diff: Path, scratch: Path, rounds: int) -> tuple[dict[str
 
 def start_up(env: dict, rounds: int) -> float:
     """Median wall seconds of a process that starts and imports what `hotfix apply --patch` runs."""
-    argv = [sys.executable, "-c", "import vllm_hotfix.cli, vllm_hotfix.commands.apply, vllm_hotfix.flow.apply, "
+    argv = [sys.executable, "-c", "import vllm_hotfix.cli, vllm_hotfix.commands.apply, vllm_hotfix.flow.apply_hotfix, "
                                   "vllm_hotfix.flow.transaction, vllm_hotfix.flow.parallel_plan"]
     subprocess.run(argv, env=env, check=True)  # bytecode
     times = []

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from vllm_hotfix.catalog.index import Catalog
-from vllm_hotfix.doctor.facts import VERSION_LINES
+from vllm_hotfix.doctor.log_facts import VERSION_LINES
 from vllm_hotfix.doctor.normalise import ERROR_LINE
 
 LOGS = Path(__file__).resolve().parent.parent / "tests" / "doctor" / "logs"

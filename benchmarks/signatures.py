@@ -32,9 +32,9 @@ sys.path.insert(0, str(REPO / "tests"))
 JUDGE = """
 import time, sys
 from pathlib import Path
-from vllm_hotfix.txn import lockfile, signed
+from vllm_hotfix.txn import hotfix_lock, signed
 lock_path = Path(sys.argv[1])
-data, lock = lockfile.read_lock(lock_path)
+data, lock = hotfix_lock.read_lock(lock_path)
 policy = signed.load_policy(sys.argv[2], now=time.time(), env={}, pinned="/nonexistent")
 verdict = signed.lock_verdict(lock_path, data, lock, policy, now=time.time(), subject="hotfix.lock")
 assert verdict.trusted, verdict.refusals
@@ -42,8 +42,8 @@ assert verdict.trusted, verdict.refusals
 PARSE_ONLY = """
 import sys
 from pathlib import Path
-from vllm_hotfix.txn import lockfile
-lockfile.read_lock(Path(sys.argv[1]))
+from vllm_hotfix.txn import hotfix_lock
+hotfix_lock.read_lock(Path(sys.argv[1]))
 """
 
 
@@ -59,15 +59,15 @@ def timed(argv: list[str]) -> tuple[float, float]:
 
 
 def make_signed_lock(scratch: Path) -> tuple[Path, Path, list[tuple[Path, Path]]]:
-    from test_lockfile import make_lock
+    from test_hotfix_lock import make_lock
 
-    from vllm_hotfix.txn import lockfile
+    from vllm_hotfix.txn import hotfix_lock
 
     lock = make_lock()
-    lock = lockfile.Lock(site_packages=lock.site_packages, hotfixes=lock.hotfixes, version=7,
+    lock = hotfix_lock.Lock(site_packages=lock.site_packages, hotfixes=lock.hotfixes, version=7,
                          expires="2099-01-01T00:00:00Z")
     path = scratch / "hotfix.lock"
-    path.write_bytes(lockfile.dump_lock(lock))
+    path.write_bytes(hotfix_lock.dump_lock(lock))
     pairs, policy = [], "threshold = 2\n"
     for name in ("release", "sre"):
         pub, key = scratch / f"{name}.pub", scratch / f"{name}.key"
@@ -84,11 +84,11 @@ def make_signed_lock(scratch: Path) -> tuple[Path, Path, list[tuple[Path, Path]]
 def in_process(lock_path: Path, policy_path: Path, rounds: int) -> dict[str, float]:
     """CPU ms (time.process_time: the machine may be shared): importing the verifier's modules, the first verdict, a warm verdict, one verification each."""
     start = time.process_time()
-    from vllm_hotfix.core import ed25519, minisign, trust  # noqa: F401
-    from vllm_hotfix.txn import lockfile, signed
+    from vllm_hotfix.core import ed25519, minisign, trust_policy  # noqa: F401
+    from vllm_hotfix.txn import hotfix_lock, signed
 
     imported = time.process_time() - start
-    data, lock = lockfile.read_lock(lock_path)
+    data, lock = hotfix_lock.read_lock(lock_path)
 
     def judge():
         policy = signed.load_policy(policy_path, now=time.time(), env={}, pinned="/nonexistent")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.composefiles import HOTFIX, PATH, SITE, validate, write_export
-from vllm_hotfix.txn.lockfile import Lock, LockedFile, LockedHotfix
+from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
 
 READINESS = (b"healthcheck:", b"test: [CMD, python3, -m, vllm_hotfix_guard, ready]", b"interval: ", b"timeout: ",
              b"retries: ", b"tmpfs:")  # docs/readiness.md: our lines that do not say hotfix
@@ -205,15 +205,15 @@ EDGE_CASES = [
 
 @pytest.mark.parametrize("text", EDGE_CASES)
 def test_edge_cases_round_trip_byte_for_byte(text, tmp_path):
-    from vllm_hotfix.containers import compose
+    from vllm_hotfix.containers import compose_edit, compose_mounts
 
     lock = Lock(SITE, (LockedHotfix(HOTFIX, 1, "vllm", "vllm", "0.30.0", None,
                                     (LockedFile(PATH, "0" * 64, "1" * 64, f"{HOTFIX}/{PATH}"),)),))
-    mounts = compose.mounts_for(lock, lock.hotfixes, "./hotfix-export")
-    added = compose.add_mounts(text, "vllm", mounts).text
+    mounts = compose_mounts.mounts_for(lock, lock.hotfixes, "./hotfix-export")
+    added = compose_edit.add_mounts(text, "vllm", mounts).text
     assert mounts.lock.spec in added and "HOTFIX_LOCK" in added
-    assert compose.add_mounts(added, "vllm", mounts).text == added
-    assert compose.remove_mounts(added, "vllm", mounts).text == text
+    assert compose_edit.add_mounts(added, "vllm", mounts).text == added
+    assert compose_edit.remove_mounts(added, "vllm", mounts).text == text
     path = tmp_path / "compose.yaml"
     path.write_text(added)
     if "image: x\n" in added.split("other:")[0]:  # the null service has no image: an override fragment

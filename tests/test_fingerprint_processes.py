@@ -10,9 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from vllm_hotfix.txn.lockfile import (
-    Installed, Lock, LockedFile, LockedHotfix, check_lock, dump_lock, fingerprint, load_lock,
-)
+from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix, dump_lock, load_lock
+from vllm_hotfix.txn.lock_check import Installed, check_lock, fingerprint
 from vllm_hotfix.core.fingerprint import NONE
 from vllm_hotfix.errors import InvalidInput
 
@@ -45,7 +44,7 @@ def write_lock(path: Path) -> Path:
 
 def lock_fingerprint(path: str, resolve) -> str:
     """The fingerprint of the lock at ``path`` as ``resolve`` finds its packages (hf1-none without a
-    readable lock), from lockfile's public pieces: what verify --lock and the guard compute."""
+    readable lock), from hotfix_lock's and lock_check's public pieces: what verify --lock and the guard compute."""
     try:
         return fingerprint(check_lock(load_lock(Path(path)), resolve))
     except InvalidInput:

@@ -46,7 +46,8 @@ from vllm_hotfix.guard.verdicts import HotfixNotInEffect, Watched
 from vllm_hotfix.core import codeprint
 from vllm_hotfix.core.verdict import FileCheck
 from vllm_hotfix.txn.lockcode import LockedCode, LockedName
-from vllm_hotfix.txn.lockfile import HotfixCheck, LockedFile, LockedHotfix
+from vllm_hotfix.txn.hotfix_lock import LockedFile, LockedHotfix
+from vllm_hotfix.txn.lock_check import HotfixCheck
 
 lines = []
 class Collect(logging.Handler):

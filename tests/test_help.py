@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from vllm_hotfix.cli import cli
-from vllm_hotfix.flow.history import PATH_OPTIONS
+from vllm_hotfix.flow.history_line import PATH_OPTIONS
 
 
 def every_command(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:

@@ -1,10 +1,10 @@
-"""containers.k8s: the ConfigMap split at the API server's 1 MiB data limit, and its refusal."""
+"""containers.k8s_overlay: the ConfigMap split at the API server's 1 MiB data limit, and its refusal."""
 
 from __future__ import annotations
 
 import pytest
 
-from vllm_hotfix.containers.k8s import CONFIGMAP_LIMIT, Item, config_key, plan_configmaps
+from vllm_hotfix.containers.k8s_overlay import CONFIGMAP_LIMIT, Item, config_key, plan_configmaps
 from vllm_hotfix.errors import Refused
 
 

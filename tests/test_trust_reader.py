@@ -127,7 +127,7 @@ def _export_attack(export: Path, rel: str, kind: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["link", "fifo", "changed"])
 def test_k8s_refuses_an_export_file_that_is_not_the_locked_bytes(tmp_path, kind):
     export = make_export(tmp_path / "export")
-    from vllm_hotfix.txn.lockfile import load_lock
+    from vllm_hotfix.txn.hotfix_lock import load_lock
 
     locked = load_lock(export / "hotfix.lock").mounted_files()[0]
     _export_attack(export, locked.export, kind, tmp_path)

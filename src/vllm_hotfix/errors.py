@@ -19,7 +19,7 @@ class ExitCode:
     INVALID_INPUT = 8  # malformed diff, manifest or lock file
     NO_MATCH = 9  # doctor: no known issue matches the logs (or only ones for other releases)
     UNAVAILABLE = 10  # the package index or a download failed (network, missing release, sha256 mismatch)
-    # a trust policy (HOTFIX_TRUST / --trust) refuses a lock, a catalog or a new policy (core/trust.py)
+    # a trust policy (HOTFIX_TRUST / --trust) refuses a lock, a catalog or a new policy (core/trust_policy.py)
     UNSIGNED = 11  # no signature file beside it
     UNTRUSTED = 12  # fewer valid signatures from distinct listed keys than the policy's threshold
     TAMPERED = 13  # a listed key's signature or trusted comment does not verify on these bytes

@@ -49,6 +49,20 @@ def read_input(path: Path | str, *, cap: int, what: str, follow_symlinks: bool =
     the file when it is larger than ``cap``, not a regular file, or (``follow_symlinks=False``) a symbolic
     link; ``check(info)`` may refuse it too (an owner rule). OSError (missing, unreadable) is left to the
     caller, which names it its way."""
+    fd, info = _open_input(path, cap=cap, what=what, follow_symlinks=follow_symlinks, hint=hint, check=check)
+    try:
+        data = b"".join(_blocks(fd, cap))
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise Unfit(f"{path}: {what} is over the {size_text(cap)} a {what} may be", why="large", hint=hint)
+    return data, info
+
+
+def _open_input(path: Path | str, *, cap: int, what: str, follow_symlinks: bool, hint: str | None,
+                check: Callable[[os.stat_result], None] | None) -> tuple[int, os.stat_result]:
+    """An open descriptor of ``path`` and its fstat, refused (``Unfit``) as ``read_input`` says; the
+    caller closes it."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     if not follow_symlinks:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -70,20 +84,43 @@ def read_input(path: Path | str, *, cap: int, what: str, follow_symlinks: bool =
                         why="large", hint=hint)
         if check is not None:
             check(info)
-        chunks = []
-        left = cap + 1  # a file that grows while read is measured by what was read
-        while left > 0:
-            chunk = os.read(fd, min(left, MIB))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def _blocks(fd: int, cap: int):
+    """The file's bytes in blocks of at most 1 MiB, ``cap + 1`` at most: a file that grows while it is read
+    is measured by what was read."""
+    left = cap + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, MIB))
+        if not chunk:
+            return
+        yield chunk
+        left -= len(chunk)
+
+
+def file_sha256(path: Path | str, *, cap: int, what: str) -> str:
+    """The hex sha256 of the regular file at ``path``: never through a symbolic link, never blocking (a
+    FIFO or device refused), read in blocks up to ``cap`` (so a large file costs no memory). ``Unfit``
+    (why: "link", "special", "large") when it is not one to hash; OSError (absent, unreadable) is left to
+    the caller. The one way a file of ours or of a target is hashed where its bytes are not needed."""
+    import hashlib  # here: the guard and `verify --lock` import this module before they hash anything
+
+    fd, _ = _open_input(path, cap=cap, what=what, follow_symlinks=False, hint=None, check=None)
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        for chunk in _blocks(fd, cap):
+            digest.update(chunk)
+            size += len(chunk)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > cap:
-        raise Unfit(f"{path}: {what} is over the {size_text(cap)} a {what} may be", why="large", hint=hint)
-    return data, info
+    if size > cap:
+        raise Unfit(f"{path}: {what} is over the {size_text(cap)} a {what} may be", why="large")
+    return digest.hexdigest()
 
 
 def read_bounded(path: Path | str, *, cap: int, what: str, follow_symlinks: bool = True,

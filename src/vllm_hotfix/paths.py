@@ -11,9 +11,21 @@ import stat
 from pathlib import Path
 
 from vllm_hotfix.settings import (  # noqa: F401 - the names, defined once there
-    CONTAINER_LOCK, HISTORY_NAME, HISTORY_ROTATED, JOURNAL_NAME, LOCK_ENV, LOCK_NAME, REQUIRE_ENV, STATE_DIR_ENV,
-    STATE_NAME, STRICT_ENV)
+    CONTAINER_LOCK, LOCK_ENV, LOCK_NAME, REQUIRE_ENV, STATE_DIR_ENV, STRICT_ENV)
 from vllm_hotfix.values import Value
+
+# The names inside a target's state folder, each defined once: go through TargetDir's properties.
+STATE_NAME = "state.json"            # the record (txn/state.py)
+HISTORY_NAME = "history.jsonl"       # the changes, one JSON line each (txn/history.py, `hotfix log`)
+HISTORY_ROTATED = "history.1.jsonl"  # the lines before those, once history.jsonl was full
+JOURNAL_DIR = "journal"              # an in-flight transaction (txn/journal.py writes it, txn/recovery.py reads it)
+JOURNAL_NAME = "journal.json"        # inside a journal folder: the transaction's journal
+JOURNAL_BACKUPS = "backups"          # inside a journal folder: the originals of the files it changes
+RECORD_BACKUP = "record"             # in JOURNAL_BACKUPS: the state folder's own files (record-N after the first)
+MUTEX_NAME = "lock"                  # the target mutex's file (txn/mutex.py)
+GONE_NAME = "gone.json"              # `hotfix gc`: when the target was first seen missing (flow/gone_targets.py)
+BACKUPS_DIR = "backups"              # backups/<id>/: a hotfix's kept originals
+PATCHES_DIR = "patches"              # patches/<id>/: the exact patch bytes a hotfix applied
 
 # Size caps for the files we read back: far above what we write, far below what hurts a process.
 STATE_LIMIT = 16 << 20
@@ -43,12 +55,14 @@ def targets_dir() -> Path:
 
 
 class TargetDir(Value):
-    """The state of one target (the directory patches are applied to), keyed by its real path.
+    """The state of one target (the directory patches are applied to), keyed by its real path: the ONE
+    owner of its layout, every path into it is one of these properties or relative names.
 
     ``state.json`` (the record), ``history.jsonl`` (+ ``history.1.jsonl``: the changes), ``journal/`` (an
-    in-flight transaction), ``lock``, ``gone.json`` (gc's "first seen missing"), ``backups/<id>/``
-    (originals) and ``patches/<id>/`` (the exact patch bytes applied); what lies inside those two is
-    txn.state.TargetState's (``backup_rel`` / ``backup_path``, ``patch_rel``)."""
+    in-flight transaction: ``journal.json`` and its ``backups/``), ``lock`` (the target mutex), ``gone.json``
+    (gc's "first seen missing"), ``backups/<id>/`` (originals: ``backups_rel`` / ``backup_rel``) and
+    ``patches/<id>/`` (the exact patch bytes applied: ``patch_rel``); the relative names are what a
+    record stores (txn.state.TargetState reads the files they name)."""
 
     directory: Path
 
@@ -72,17 +86,56 @@ class TargetDir(Value):
         return self.directory / HISTORY_ROTATED
 
     @property
+    def own_files(self) -> tuple[Path, ...]:
+        """The state folder's files a transaction's journal may restore (the record and the history)."""
+        return (self.state_file, self.history_file, self.history_rotated)
+
+    @property
     def journal(self) -> Path:
-        return self.directory / "journal"
+        return self.directory / JOURNAL_DIR
+
+    @property
+    def journal_file(self) -> Path:
+        """The pending transaction's journal (``journal_file_in(self.journal)``)."""
+        return journal_file_in(self.journal)
 
     @property
     def lock_file(self) -> Path:
-        return self.directory / "lock"
+        """The target mutex's file (txn/mutex.py)."""
+        return self.directory / MUTEX_NAME
 
     @property
     def gone_file(self) -> Path:
-        """Written by `hotfix gc` when the target is first seen missing (flow/gc.py)."""
-        return self.directory / "gone.json"
+        """Written by `hotfix gc` when the target is first seen missing (flow/gone_targets.py)."""
+        return self.directory / GONE_NAME
+
+    @property
+    def backups(self) -> Path:
+        """The folder of every hotfix's kept originals (``backups_rel`` names one hotfix's inside it)."""
+        return self.directory / BACKUPS_DIR
+
+    @property
+    def patches(self) -> Path:
+        return self.directory / PATCHES_DIR
+
+    @staticmethod
+    def patch_rel(hotfix_id: str, index: int, version: int | str = "") -> str:
+        """Where the exact bytes of a hotfix's patch ``index`` are kept, relative to the state dir.
+
+        Named per version, so an upgrade never overwrites the bytes the current record points at."""
+        name = f"{version}-{index:02d}.patch" if version != "" else f"{index:02d}.patch"
+        return f"{PATCHES_DIR}/{hotfix_id}/{name}"
+
+    @staticmethod
+    def backups_rel(hotfix_id: str) -> str:
+        """The folder of a hotfix's kept originals, relative to the state dir (RecordedHotfix.backups)."""
+        return f"{BACKUPS_DIR}/{hotfix_id}"
+
+    @staticmethod
+    def backup_rel(hotfix_id: str, path: str) -> str:
+        """Where a new record keeps the original of ``path``, relative to the state dir: one flat folder
+        per hotfix (a folder per directory of the target cost 300 mkdirs for the real 0.29 -> 0.30 diff)."""
+        return f"{TargetDir.backups_rel(hotfix_id)}/{flat_name(path)}"
 
     def check(self, *inside: str) -> None:
         """WriteFailed (exit 6) unless the state directory, targets/, this target's folder and every folder
@@ -105,7 +158,18 @@ class TargetDir(Value):
 
     def pending(self) -> bool:
         """An interrupted transaction waits for recovery."""
-        return os.path.lexists(self.journal / JOURNAL_NAME)
+        return os.path.lexists(self.journal_file)
+
+
+def journal_file_in(journal_dir: Path | str) -> Path:
+    """The journal of a journal folder (a target's ``TargetDir.journal``, or any folder txn/journal.commit
+    is given)."""
+    return Path(journal_dir) / JOURNAL_NAME
+
+
+def journal_backups_in(journal_dir: Path | str) -> Path:
+    """The folder of a journal's originals (``backups/N``, ``backups/record``)."""
+    return Path(journal_dir) / JOURNAL_BACKUPS
 
 
 def all_target_dirs() -> list[TargetDir]:
@@ -122,6 +186,15 @@ def all_target_dirs() -> list[TargetDir]:
         raise WriteFailed(f"{targets_dir()}: cannot list the recorded targets: {exc.strerror or exc}",
                           hint=f"run hotfix as the user who owns the state directory, or set {STATE_DIR_ENV}") from None
     return [TargetDir(targets_dir() / name) for name in names]
+
+
+def flat_name(path: str) -> str:
+    """A target-relative path as one file name, reversibly ("/" -> "%2F", "%" -> "%25"); a name too long
+    for the file system becomes the sha256 of the path."""
+    name = path.replace("%", "%25").replace("/", "%2F")
+    if len(name.encode("utf-8", "surrogateescape")) > 240:
+        name = "sha256-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()
+    return name
 
 
 def read_small_file(path: str | os.PathLike, limit: int) -> bytes | None:

@@ -14,9 +14,10 @@ import pytest
 
 from fixtures.cel import ENGINES, judge
 from fixtures.kube import make_export, render
-from vllm_hotfix.containers import admission, bundle, oci
+from vllm_hotfix.containers import admission_policy, bundle, oci
 from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.lockfile import expected_fingerprint, load_lock
+from vllm_hotfix.txn.hotfix_lock import load_lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 
 VLLM = "vllm/vllm-openai@sha256:" + "1" * 64
 SIDECAR = "busybox:1.36@sha256:" + "2" * 64  # tag and digest: pinned (the kubelet pulls the digest)
@@ -90,7 +91,7 @@ def test_every_resource_renders_and_validates_against_kubernetes_1_35(approved):
         kubernetes_validate.validate(example, "1.35.0", strict=True)  # the pods judged below are real 1.35 pods
     binding = by_kind(objects, "ValidatingAdmissionPolicyBinding")["spec"]
     assert binding["validationActions"] == ["Deny"]
-    assert binding["paramRef"] == {"name": admission.NAME, "namespace": admission.PARAMS_NAMESPACE,
+    assert binding["paramRef"] == {"name": admission_policy.NAME, "namespace": admission_policy.PARAMS_NAMESPACE,
                                    "parameterNotFoundAction": "Deny"}
     assert binding["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["inference"]
 
@@ -238,7 +239,7 @@ def test_a_bundle_that_is_not_what_it_says_is_approved_for_nothing(tmp_path, run
     import io
     import tarfile
 
-    from vllm_hotfix.txn.lockfile import read_lock
+    from vllm_hotfix.txn.hotfix_lock import read_lock
 
     export = make_export(tmp_path / "export")
     lock_bytes, lock = read_lock(export / "hotfix.lock")
@@ -302,7 +303,7 @@ def test_a_pod_of_the_configmap_overlay_is_admitted_with_its_image_approved(tmp_
                                                                   "namespace": "inference"}, "spec": template["spec"]}
     kubernetes_validate.validate(generated, "1.35.0", strict=True)
     fingerprint = expected_fingerprint(load_lock(export / "hotfix.lock"))
-    made = admission.build([admission.Approval(digest=VLLM.rpartition(":")[2], fingerprint=fingerprint, source="test")],
+    made = admission_policy.build([admission_policy.Approval(digest=VLLM.rpartition(":")[2], fingerprint=fingerprint, source="test")],
                            namespaces=["inference"])
     policy, params = by_kind(made.objects, "ValidatingAdmissionPolicy"), by_kind(made.objects, "ConfigMap")
     assert judge(policy, generated, params=params, engine=engine) == []

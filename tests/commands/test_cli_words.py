@@ -7,7 +7,7 @@ import json
 import shlex
 
 from fixtures.trees import one_file_target
-from vllm_hotfix.flow.history import PATH_OPTIONS, absolute_value, command_line
+from vllm_hotfix.flow.history_line import PATH_OPTIONS, absolute_value, command_line
 
 
 def test_verify_with_nothing_recorded_names_the_target_it_looked_at(tmp_path, run_hotfix):

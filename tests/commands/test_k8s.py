@@ -11,7 +11,8 @@ import pytest
 
 from fixtures.kube import DEPLOYMENT, HELM_RENDERED, LWS, SITE, STATEFULSET, make_export, render, validate
 from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.lockfile import expected_fingerprint, load_lock
+from vllm_hotfix.txn.hotfix_lock import load_lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 READY = {"HOTFIX_READY_DIR": "/run/vllm-hotfix/ready"}
@@ -93,7 +94,7 @@ def test_deployment(tmp_path, run_hotfix, base_dir):
 
 
 def test_every_yaml_written_keeps_a_long_path_on_its_key_line():
-    from vllm_hotfix.containers.k8s import dump
+    from vllm_hotfix.containers.k8s_overlay import dump
 
     path = "/opt/venv/lib/python3.12/site-packages/" + "/".join(["deeply-nested-package-folder"] * 6) + "/module.py"
     text = dump([{"spec": {"containers": [{"volumeMounts": [{"name": "hotfix-0", "mountPath": path}]}]}}]).decode()
@@ -252,31 +253,31 @@ def test_a_render_that_fails_leaves_the_earlier_overlay_and_dry_run_writes_nothi
 
 
 def test_the_render_check_finds_what_a_render_lacks(tmp_path, run_hotfix):
-    """containers.k8s.check_render on a real `kubectl kustomize` render, then on copies with one thing missing."""
+    """containers.k8s_overlay.check_render on a real `kubectl kustomize` render, then on copies with one thing missing."""
     import copy
 
-    from vllm_hotfix.containers import k8s
+    from vllm_hotfix.containers import k8s_overlay
 
     export = make_export(tmp_path / "export")
     lock = load_lock(export / "hotfix.lock")
     exported = {f.export: (export / f.export).read_bytes() for h in lock.hotfixes for f in h.files}
-    workload = k8s.parse_workload("deployment/vllm", None, None)
-    built = k8s.build(lock, exported, (export / "hotfix.lock").read_bytes(), workload, ("vllm",),
-                      resources=("base/rendered.yaml",), manifests=k8s.load_all(DEPLOYMENT, source="d"))
+    workload = k8s_overlay.parse_workload("deployment/vllm", None, None)
+    built = k8s_overlay.build(lock, exported, (export / "hotfix.lock").read_bytes(), workload, ("vllm",),
+                      resources=("base/rendered.yaml",), manifests=k8s_overlay.load_all(DEPLOYMENT, source="d"))
     (tmp_path / "o" / "base").mkdir(parents=True)
     (tmp_path / "o" / "base" / "rendered.yaml").write_text(DEPLOYMENT)
     for rel, data in built.files.items():
         (tmp_path / "o" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "o" / rel).write_bytes(data)
     objects = render(tmp_path / "o")
-    assert k8s.check_render(objects, workload, built) == []
+    assert k8s_overlay.check_render(objects, workload, built) == []
 
     mamba = f"{SITE}/vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 
     def broken(change):
         objs = copy.deepcopy(objects)
         change(by_kind(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0], by_kind(objs, "ConfigMap"))
-        return k8s.check_render(objs, workload, built)
+        return k8s_overlay.check_render(objs, workload, built)
 
     dropped = broken(lambda c, cm: c.update(volumeMounts=[m for m in c["volumeMounts"] if m["mountPath"] != mamba]))
     assert dropped == [f"Deployment/vllm container vllm: no mount at {mamba}"]
@@ -288,9 +289,9 @@ def test_the_render_check_finds_what_a_render_lacks(tmp_path, run_hotfix):
     assert "HOTFIX_STRICT is None" in broken(lambda c, cm: c.update(env=[e for e in c["env"] if e["name"] != "HOTFIX_STRICT"]))[0]
     unannotated = copy.deepcopy(objects)
     by_kind(unannotated, "Deployment")["spec"]["template"]["metadata"].pop("annotations")
-    assert k8s.check_render(unannotated, workload, built) == [
+    assert k8s_overlay.check_render(unannotated, workload, built) == [
         f"Deployment/vllm template: annotation {FINGERPRINT_ANNOTATION} is None, not {built.annotations[FINGERPRINT_ANNOTATION]!r}"]
-    assert k8s.check_render([o for o in objects if o["kind"] != "Deployment"], workload, built) == ["the render has no Deployment/vllm"]
+    assert k8s_overlay.check_render([o for o in objects if o["kind"] != "Deployment"], workload, built) == ["the render has no Deployment/vllm"]
 
 
 def test_split_over_configmaps_renders_and_too_big_names_bake(tmp_path, run_hotfix):

@@ -21,9 +21,10 @@ import pytest
 from fixtures.cel import ENGINES, judge
 from fixtures.kube import DEPLOYMENT, LWS, SITE, make_export, render, validate
 from fixtures.tools import tool
-from vllm_hotfix.containers import bundle, k8s_bundle, oci
+from vllm_hotfix.containers import bundle, k8s_image_volume, oci
 from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.lockfile import expected_fingerprint, load_lock
+from vllm_hotfix.txn.hotfix_lock import load_lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 
 REPOSITORY = "registry.example/team/vllm-hotfix"
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
@@ -68,10 +69,10 @@ def test_the_overlay_mounts_every_file_from_the_image_volume_by_digest(tmp_path,
     validate(objects)  # kubernetes-validate, 1.31 and 1.35 schemas, strict
     assert [o["kind"] for o in objects] == ["Deployment"]  # no ConfigMap
     pod = by_kind(objects, "Deployment")["spec"]["template"]
-    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == k8s_bundle.VOLUME)
-    assert volume == {"name": k8s_bundle.VOLUME, "image": {"reference": packed["ref"], "pullPolicy": "IfNotPresent"}}
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == k8s_image_volume.VOLUME)
+    assert volume == {"name": k8s_image_volume.VOLUME, "image": {"reference": packed["ref"], "pullPolicy": "IfNotPresent"}}
     (container,) = pod["spec"]["containers"]
-    mounts = {m["mountPath"]: m for m in container["volumeMounts"] if m["name"] == k8s_bundle.VOLUME}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"] if m["name"] == k8s_image_volume.VOLUME}
     lock = load_lock(packed["export"] / "hotfix.lock")
     wanted = {f"{SITE}/{f.path}": f"site-packages/{f.path}" for f in lock.mounted_files()}
     wanted |= {LOCK: "hotfix.lock", LOCK + ".minisig": "hotfix.lock.minisig"}
@@ -303,7 +304,7 @@ def test_the_pod_of_the_bundle_overlay_is_admitted_and_each_unapproved_variant_r
         return example
 
     def volume(spec):
-        return next(v for v in spec["volumes"] if v["name"] == k8s_bundle.VOLUME)["image"]
+        return next(v for v in spec["volumes"] if v["name"] == k8s_image_volume.VOLUME)["image"]
 
     assert decide(generated) == []
     for change, words in (

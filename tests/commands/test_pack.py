@@ -16,7 +16,8 @@ import pytest
 from fixtures.kube import SITE, make_export
 from fixtures.tools import tool
 from vllm_hotfix.containers import bundle, oci
-from vllm_hotfix.txn.lockfile import expected_fingerprint, load_lock
+from vllm_hotfix.txn.hotfix_lock import load_lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 
 
 def pack(run_hotfix, export: Path, out: Path, *args):
@@ -311,7 +312,7 @@ def test_a_bundle_read_back_is_its_content_with_room_for_signatures_and_the_guar
     """bundle.check on a layout's own layer gives back the content packed, extra members included where a
     bundle may carry them (the lock's signature files, guard/); any other member is refused."""
     from vllm_hotfix.errors import InvalidInput
-    from vllm_hotfix.txn.lockfile import read_lock
+    from vllm_hotfix.txn.hotfix_lock import read_lock
 
     export = make_export(tmp_path / "export")
     lock_bytes, lock = read_lock(export / "hotfix.lock")

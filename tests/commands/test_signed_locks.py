@@ -15,10 +15,10 @@ import pytest
 
 from fixtures.manifests import manifest_data, write_manifest
 from vllm_hotfix.core import minisign
-from vllm_hotfix.txn import lockfile
+from vllm_hotfix.txn import hotfix_lock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from test_lockfile import make_lock  # noqa: E402
+from test_hotfix_lock import make_lock  # noqa: E402
 
 if shutil.which("minisign") is None:
     if os.environ.get("CI"):
@@ -65,11 +65,11 @@ def signed_dir(tmp_path, keys):
 def lock_and_policy(tmp_path: Path, keys) -> Path:
     """tmp_path/export/hotfix.lock (version 7, expiring in 2099) and tmp_path/trust.toml (release + sre, 2)."""
     lock = make_lock()
-    lock = lockfile.Lock(site_packages=lock.site_packages, hotfixes=lock.hotfixes, version=7,
+    lock = hotfix_lock.Lock(site_packages=lock.site_packages, hotfixes=lock.hotfixes, version=7,
                          expires="2099-01-01T00:00:00Z")
     path = tmp_path / "export" / "hotfix.lock"
     path.parent.mkdir()
-    path.write_bytes(lockfile.dump_lock(lock))
+    path.write_bytes(hotfix_lock.dump_lock(lock))
     write_policy(tmp_path / "trust.toml", keys)
     return path
 

@@ -1,4 +1,4 @@
-"""core/apply.py: locating hunks byte for byte, chaining, detection; real `git apply` as the oracle."""
+"""core/hunk_apply.py: locating hunks byte for byte, chaining, detection; real `git apply` as the oracle."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from core_helpers import Repo, apply_plan, dir_reader, snapshot
 
-from vllm_hotfix.core.apply import FileState, Placement, detect, plan_patch
+from vllm_hotfix.core.hunk_apply import FileState, Placement, detect, plan_patch
 from vllm_hotfix.core.diff import parse_patch
 from vllm_hotfix.errors import DoesNotApply, ExitCode, Refused
 

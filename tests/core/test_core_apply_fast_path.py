@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import realdata
 
-from vllm_hotfix.core import apply as core_apply
+from vllm_hotfix.core import hunk_apply as core_apply
 from vllm_hotfix.core.diff import parse_patch, reverse_patch
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 from core_helpers import Repo, dir_reader
 
-from vllm_hotfix.core.apply import plan_patch
+from vllm_hotfix.core.hunk_apply import plan_patch
 from vllm_hotfix.core.diff import (
     HunkLine, exclude_paths, normalised_diff_bytes, parse_patch, reverse_patch,
 )

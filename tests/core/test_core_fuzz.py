@@ -8,7 +8,7 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllm_hotfix.core.apply import FileState, detect, plan_patch
+from vllm_hotfix.core.hunk_apply import FileState, detect, plan_patch
 from vllm_hotfix.core.diff import exclude_paths, normalised_diff_bytes, parse_patch, reverse_patch
 from vllm_hotfix.errors import HotfixError
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from vllm_hotfix.core.apply import FileState
+from vllm_hotfix.core.hunk_apply import FileState
 from vllm_hotfix.core.diff import parse_patch
 from vllm_hotfix.core.presence import APPLICABLE, CONFLICTS, CONTAINED, PARTLY, presence
 

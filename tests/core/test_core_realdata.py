@@ -8,7 +8,7 @@ import pytest
 import realdata
 from core_helpers import dir_reader
 
-from vllm_hotfix.core.apply import FileState, detect, plan_patch
+from vllm_hotfix.core.hunk_apply import FileState, detect, plan_patch
 from vllm_hotfix.core.diff import parse_patch
 
 pytestmark = pytest.mark.real

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from vllm_hotfix.core.apply import FileState, detect, plan_patch
+from vllm_hotfix.core.hunk_apply import FileState, detect, plan_patch
 from vllm_hotfix.core.diff import parse_patch
 
 BODIES = st.one_of(

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from vllm_hotfix.core import verdict
+from vllm_hotfix.core import pep440, verdict
 
 releases = st.lists(st.integers(0, 12), min_size=1, max_size=4).map(lambda xs: ".".join(map(str, xs)))
 versions = st.builds(
@@ -29,9 +29,9 @@ def test_ordering_agrees_with_packaging(a, b):
     """Local labels aside (the guard ignores them, as `>=` on a fixed-in release does)."""
     pa, pb = Version(a), Version(b)
     pa, pb = Version(pa.public), Version(pb.public)
-    assert (verdict.version_key(a) < verdict.version_key(b)) == (pa < pb)
-    assert (verdict.version_key(a) == verdict.version_key(b)) == (pa == pb)
-    assert verdict.version_at_least(a, b) == (pa >= pb)
+    assert (pep440.release_key(a) < pep440.release_key(b)) == (pa < pb)
+    assert (pep440.release_key(a) == pep440.release_key(b)) == (pa == pb)
+    assert pep440.version_at_least(a, b) == (pa >= pb)
 
 
 @settings(max_examples=600, deadline=None)
@@ -41,26 +41,26 @@ def test_specifiers_agree_with_packaging(version, op, wanted):
         wanted += ".0"
     clause = f"{op}{wanted}"
     public = Version(version).public
-    assert verdict.version_in(public, clause) == SpecifierSet(clause, prereleases=True).contains(public), clause
+    assert pep440.version_in(public, clause) == SpecifierSet(clause, prereleases=True).contains(public), clause
 
 
 def test_plain_releases_take_the_fast_path_and_give_the_grammars_answer(monkeypatch):
     import re
 
     for text in ["0.30.0", "1", "0.9.10", "2024.1", " 0.32.0 ", "1.0.0.0", "0.31.0rc1", "1!2.0", "v1.2"]:
-        grammar = re.fullmatch(verdict._VERSION_PATTERN, text.strip(), re.IGNORECASE)
-        with_grammar = verdict.version_key(text)
+        grammar = re.fullmatch(pep440._VERSION_PATTERN, text.strip(), re.IGNORECASE)
+        with_grammar = pep440.release_key(text)
         with monkeypatch.context() as m:  # a plain release never reaches the regex
-            m.setattr(verdict.re, "fullmatch", lambda *a: (_ for _ in ()).throw(AssertionError("regex used")))
+            m.setattr(pep440.re, "fullmatch", lambda *a: (_ for _ in ()).throw(AssertionError("regex used")))
             try:
-                fast = verdict.version_key(text)
+                fast = pep440.release_key(text)
             except AssertionError:
                 assert not text.strip().replace(".", "").isdecimal()
                 continue
         assert fast == with_grammar and grammar is not None, text
     for bad in ["1..2", ".1", "1.", "", "²"]:
         try:
-            verdict.version_key(bad)
+            pep440.release_key(bad)
         except ValueError:
             continue
         raise AssertionError(bad)
@@ -69,7 +69,7 @@ def test_plain_releases_take_the_fast_path_and_give_the_grammars_answer(monkeypa
 def test_versions_sort_like_packaging_on_vllm_release_history():
     history = ["0.25.0", "0.26.0", "0.29.0", "0.30.0", "0.30.0rc1", "0.31.0.dev0", "0.31.0", "0.32.0", "0.32.0.post1"]
     for a, b in itertools.product(history, repeat=2):
-        assert verdict.version_at_least(a, b) == (Version(a) >= Version(b))
+        assert pep440.version_at_least(a, b) == (Version(a) >= Version(b))
 
 
 @settings(max_examples=300, deadline=None)
@@ -77,7 +77,7 @@ def test_versions_sort_like_packaging_on_vllm_release_history():
 def test_prefix_clauses_agree_with_packaging(version, op, wanted):
     clause = f"{op}{wanted}.*"
     public = Version(version).public
-    assert verdict.version_in(public, clause) == SpecifierSet(clause, prereleases=True).contains(public), clause
+    assert pep440.version_in(public, clause) == SpecifierSet(clause, prereleases=True).contains(public), clause
 
 
 def test_the_release_changed_exactly_when_judge_says_stale_for_it():
@@ -88,7 +88,7 @@ def test_the_release_changed_exactly_when_judge_says_stale_for_it():
     for recorded, installed, moved in itertools.product(
             (None, "0.30.0", "0.30"), (None, "0.30.0", "0.30.0.post0", "0.31.0"), (None, "commit a to commit b")):
         changed = verdict.release_change(recorded, installed, moved, "vllm")
-        state, detail = verdict.judge(applied, recorded_release=recorded, installed_release=installed, moved=moved,
+        state, detail = verdict.hotfix_state(applied, recorded_release=recorded, installed_release=installed, moved=moved,
                                       distribution="vllm")
         assert (state, detail) == (verdict.STALE, changed) if changed else state == verdict.APPLIED
         assert (changed is not None) == (moved is not None or bool(

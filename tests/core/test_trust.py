@@ -1,4 +1,4 @@
-"""core.trust: the policy's strict reading (key-path errors), every refusal of the verdict with its own line
+"""core.trust_policy: the policy's strict reading (key-path errors), every refusal of the verdict with its own line
 and exit code, expiry and its grace, rotation; RFC 3339 times against datetime."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_hotfix.core import minisign, signing, trust
+from vllm_hotfix.core import minisign, signing, trust_policy
 from vllm_hotfix.errors import ExitCode, InvalidInput
 
 NOW = 1_800_000_000
@@ -35,8 +35,8 @@ def policy_text(threshold=2, extra="", keys=KEYS[:2], names=("release-team", "sr
     return body
 
 
-def policy(**kwargs) -> trust.Policy:
-    return trust.parse_policy(policy_text(**kwargs).encode(), "trust.toml")
+def policy(**kwargs) -> trust_policy.Policy:
+    return trust_policy.parse_policy(policy_text(**kwargs).encode(), "trust.toml")
 
 
 def sig(key, message: bytes, comment="timestamp:1\tfile:hotfix.lock\thashed") -> tuple[str, bytes]:
@@ -48,7 +48,7 @@ LOCK = b'{"schema": 1, "version": 7}\n'
 
 
 def verdict(signatures, pol=None, **kwargs):
-    return trust.evaluate(LOCK, signatures, pol or policy(), now=kwargs.pop("now", NOW), subject="hotfix.lock",
+    return trust_policy.evaluate(LOCK, signatures, pol or policy(), now=kwargs.pop("now", NOW), subject="hotfix.lock",
                           **{"version": 7, **kwargs})
 
 
@@ -59,11 +59,11 @@ def test_two_listed_keys_are_trusted():
 
 
 @pytest.mark.parametrize("signatures, kind, code, words", [
-    ([], trust.UNSIGNED, ExitCode.UNSIGNED, "no signature file"),
-    ([sig(KEYS[0], LOCK)], trust.UNTRUSTED, ExitCode.UNTRUSTED, "1 valid signature(s)"),
-    ([sig(KEYS[0], LOCK), sig(KEYS[2], LOCK)], trust.UNTRUSTED, ExitCode.UNTRUSTED, "the policy needs 2"),
-    ([sig(KEYS[0], LOCK), sig(KEYS[0], LOCK)], trust.UNTRUSTED, ExitCode.UNTRUSTED, "(release-team)"),  # one key twice
-    ([sig(KEYS[0], LOCK), sig(KEYS[1], LOCK + b" ")], trust.TAMPERED, ExitCode.TAMPERED, "sre's signature"),
+    ([], trust_policy.UNSIGNED, ExitCode.UNSIGNED, "no signature file"),
+    ([sig(KEYS[0], LOCK)], trust_policy.UNTRUSTED, ExitCode.UNTRUSTED, "1 valid signature(s)"),
+    ([sig(KEYS[0], LOCK), sig(KEYS[2], LOCK)], trust_policy.UNTRUSTED, ExitCode.UNTRUSTED, "the policy needs 2"),
+    ([sig(KEYS[0], LOCK), sig(KEYS[0], LOCK)], trust_policy.UNTRUSTED, ExitCode.UNTRUSTED, "(release-team)"),  # one key twice
+    ([sig(KEYS[0], LOCK), sig(KEYS[1], LOCK + b" ")], trust_policy.TAMPERED, ExitCode.TAMPERED, "sre's signature"),
 ])
 def test_each_refusal_has_its_line_and_exit_code(signatures, kind, code, words):
     v = verdict(signatures)
@@ -105,8 +105,8 @@ def test_rollback_below_min_version():
 
 def test_expiry_fails_or_warns_within_its_grace():
     signed = [sig(KEYS[0], LOCK), sig(KEYS[1], LOCK)]
-    expires = trust.format_utc(NOW - 3600)
-    assert verdict(signed, expires=trust.format_utc(NOW + 60)).trusted
+    expires = trust_policy.format_utc(NOW - 3600)
+    assert verdict(signed, expires=trust_policy.format_utc(NOW + 60)).trusted
     failed = verdict(signed, expires=expires)
     assert failed.exit_code == ExitCode.EXPIRED and "1h ago" in failed.refusals[0].line
     warned = verdict(signed, policy(extra='expired = "warn"\ngrace = "72h"'), expires=expires)
@@ -116,8 +116,8 @@ def test_expiry_fails_or_warns_within_its_grace():
 
 
 def test_tampered_comes_first_when_several_refusals_apply():
-    v = trust.Verdict(subject="x", signers=(), threshold=1, checks=(), refusals=(
-        trust.Refusal(trust.EXPIRED, "e"), trust.Refusal(trust.TAMPERED, "t")))
+    v = trust_policy.TrustDecision(subject="x", signers=(), threshold=1, checks=(), refusals=(
+        trust_policy.Refusal(trust_policy.EXPIRED, "e"), trust_policy.Refusal(trust_policy.TAMPERED, "t")))
     assert v.exit_code == ExitCode.TAMPERED
 
 
@@ -139,23 +139,23 @@ def test_tampered_comes_first_when_several_refusals_apply():
 ])
 def test_policy_errors_name_the_key_path(text, where):
     with pytest.raises(InvalidInput) as caught:
-        trust.parse_policy(text.encode(), "trust.toml")
+        trust_policy.parse_policy(text.encode(), "trust.toml")
     assert caught.value.message.startswith("trust.toml: ") and where in caught.value.message
 
 
 def test_rotation_needs_both_thresholds_and_a_higher_version():
     old = policy()
     new_text = policy_text(threshold=1, extra="version = 2", keys=[KEYS[2]], names=("new-team",)).encode()
-    new = trust.parse_policy(new_text, "new.toml")
+    new = trust_policy.parse_policy(new_text, "new.toml")
     by_old_only = [sig(KEYS[0], new_text), sig(KEYS[1], new_text)]
-    unproven = trust.rotation(old, new_text, new, by_old_only, now=NOW, subject="new.toml")
+    unproven = trust_policy.rotation(old, new_text, new, by_old_only, now=NOW, subject="new.toml")
     assert unproven.exit_code == ExitCode.UNTRUSTED and "(by its own keys)" in unproven.refusals[0].line
     signed = by_old_only + [sig(KEYS[2], new_text)]
-    assert trust.rotation(old, new_text, new, signed, now=NOW, subject="new.toml").trusted
+    assert trust_policy.rotation(old, new_text, new, signed, now=NOW, subject="new.toml").trusted
     one_old = [sig(KEYS[0], new_text), sig(KEYS[2], new_text)]
-    assert trust.rotation(old, new_text, new, one_old, now=NOW, subject="new.toml").exit_code == ExitCode.UNTRUSTED
-    same = trust.parse_policy(policy_text(threshold=1, keys=[KEYS[2]], names=("new-team",)).encode(), "same.toml")
-    assert trust.rotation(old, new_text, same, signed, now=NOW, subject="s").exit_code == ExitCode.ROLLBACK
+    assert trust_policy.rotation(old, new_text, new, one_old, now=NOW, subject="new.toml").exit_code == ExitCode.UNTRUSTED
+    same = trust_policy.parse_policy(policy_text(threshold=1, keys=[KEYS[2]], names=("new-team",)).encode(), "same.toml")
+    assert trust_policy.rotation(old, new_text, same, signed, now=NOW, subject="s").exit_code == ExitCode.ROLLBACK
     # after it, the old keys stop counting
     assert verdict([sig(KEYS[0], LOCK), sig(KEYS[1], LOCK)], new).exit_code == ExitCode.UNTRUSTED
     assert verdict([sig(KEYS[2], LOCK)], new).trusted
@@ -166,21 +166,21 @@ def test_utc_times_agree_with_datetime(moment):
     moment = moment.replace(microsecond=0, tzinfo=datetime.timezone.utc)
     text = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
     seconds = int(moment.timestamp())
-    assert trust.parse_utc(text) == seconds and trust.format_utc(seconds) == text
+    assert trust_policy.parse_utc(text) == seconds and trust_policy.format_utc(seconds) == text
 
 
 @pytest.mark.parametrize("text", ["2027-02-29T00:00:00Z", "2027-01-01T24:00:00Z", "2027-01-01 00:00:00Z",
                                   "2027-01-01T00:00:00+00:00", "2027-1-01T00:00:00Z", "２０２７-01-01T00:00:00Z"])
 def test_other_times_are_refused(text):
-    assert trust.parse_utc(text) is None
+    assert trust_policy.parse_utc(text) is None
 
 
 def test_durations():
-    assert [trust.parse_duration(t) for t in ("72h", "30m", "7d", "2w", "90s")] == [259200, 1800, 604800, 1209600, 90]
-    assert [trust.parse_duration(t) for t in ("72", "h", "-1h", "1.5h", "3 days")] == [None] * 5
+    assert [trust_policy.parse_duration(t) for t in ("72h", "30m", "7d", "2w", "90s")] == [259200, 1800, 604800, 1209600, 90]
+    assert [trust_policy.parse_duration(t) for t in ("72", "h", "-1h", "1.5h", "3 days")] == [None] * 5
 
 
 def test_the_policy_cap_is_one_number():
     from vllm_hotfix.txn import signed
 
-    assert signed.POLICY_LIMIT == trust.POLICY_LIMIT
+    assert signed.POLICY_LIMIT == trust_policy.POLICY_LIMIT

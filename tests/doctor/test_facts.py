@@ -8,7 +8,7 @@ import pytest
 
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.doctor import scan_text
-from vllm_hotfix.doctor.facts import usable_version
+from vllm_hotfix.doctor.log_facts import usable_version
 
 LOGS = Path(__file__).parent / "logs"
 CATALOG = [m for m in Catalog.load(env={}).latest() if m.signatures]

@@ -16,7 +16,7 @@ import pytest
 
 from test_manifest import manifest_data, write_manifest
 from vllm_hotfix.catalog.index import Catalog
-from vllm_hotfix.doctor import contexts, engine, facts, normalise
+from vllm_hotfix.doctor import contexts, engine, log_facts, normalise
 from vllm_hotfix.doctor.engine import needles_for, scan
 from vllm_hotfix.doctor.prefilter import GROUP, Prefilter, Prefiltered, covers, groups
 
@@ -34,15 +34,15 @@ def engine_patterns() -> list[tuple[str, str]]:
     the context tests a signature's match is checked against (doctor.contexts: a fault-report line, a
     table, a dump): they only run on a line a signature matched, which holds a needle already."""
     found = [("normalise.ERROR_LINE", normalise.ERROR_LINE.pattern), ("engine.GUARD_LINE", engine.GUARD_LINE.pattern),
-             ("facts.ARCHITECTURE", facts.ARCHITECTURE.pattern), ("facts.KERNEL", facts.KERNEL.pattern),
+             ("log_facts.ARCHITECTURE", log_facts.ARCHITECTURE.pattern), ("log_facts.KERNEL", log_facts.KERNEL.pattern),
              ("engine.EXCEPTION (a root error)", engine.EXCEPTION.pattern),
              # lines whose context a later line depends on: a fault report's first line, a Python frame (the
              # line under it is its source line); every other context is decided on a line a signature matches
              ("contexts.FAULT_START", contexts.FAULT_START.pattern), ("contexts.PY_FRAME", contexts.PY_FRAME.pattern)]
-    found += [(f"facts.VERSION_LINES[{i}]", p.pattern) for i, (p, _, _) in enumerate(facts.VERSION_LINES)]
-    found += [(f"facts.FLAGS {flag}", p.pattern) for p, flag in facts.FLAGS]
-    found += [(f"facts.ENGINES {needle!r}", re.escape(needle)) for needle, _, _ in facts.ENGINES]
-    found += [(f"facts.PLATFORMS {needle!r}", re.escape(needle)) for needle, _ in facts.PLATFORMS]
+    found += [(f"log_facts.VERSION_LINES[{i}]", p.pattern) for i, (p, _, _) in enumerate(log_facts.VERSION_LINES)]
+    found += [(f"log_facts.FLAGS {flag}", p.pattern) for p, flag in log_facts.FLAGS]
+    found += [(f"log_facts.ENGINES {needle!r}", re.escape(needle)) for needle, _, _ in log_facts.ENGINES]
+    found += [(f"log_facts.PLATFORMS {needle!r}", re.escape(needle)) for needle, _ in log_facts.PLATFORMS]
     found += [(f"Xid continuation {needle!r}", re.escape(needle)) for needle in ("NVRM:", *engine.XID_NEEDLES)]
     found += [(f"{m.id} signatures[{i}]", s.pattern) for m in CATALOG for i, s in enumerate(m.signatures)
               if s.roles not in (("noise",), ("error-line",))]  # error-line ones count only where ERROR_LINE matches
@@ -118,7 +118,7 @@ def test_on_real_lines_the_prefilter_keeps_everything_a_scan_of_every_line_finds
 
 def test_lines_that_only_a_fact_reader_needs_are_kept():
     """A banner line without any flag in it, and a vllm_ascend frame (the platform): lines no error
-    rule and no signature needs, only facts.read_facts."""
+    rule and no signature needs, only log_facts.read_facts."""
     log = (b"(EngineCore_DP0 pid=1) INFO 11-30 22:40:01 [core.py:93] Initializing a V1 LLM engine (v0.30.0) with "
            b"config: model='Qwen/Qwen3-Next-80B-A3B'\n"
            b'  File "/vllm-workspace/vllm-ascend/vllm_ascend/worker/model_runner_v1.py", line 1580, in execute_model\n'

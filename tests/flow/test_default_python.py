@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from vllm_hotfix.install.locate import candidate_interpreters, script_interpreter, server_interpreter
+from vllm_hotfix.install.interpreters import candidate_interpreters, script_interpreter, server_interpreter
 
 
 def _script(path: Path, text: str) -> Path:

@@ -9,11 +9,11 @@ import pytest
 
 from fixtures.ascend import CAUSAL_CONV1D, make_vllm_ascend_checkout
 from vllm_hotfix.flow.applicability import applicability, check_applicable
-from vllm_hotfix.flow.apply import apply_hotfix
+from vllm_hotfix.flow.apply_hotfix import apply_hotfix
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, load_patch_bytes, sha256
 from vllm_hotfix.flow.plan import invert, propose
 from vllm_hotfix.flow.resolve import Resolver
-from vllm_hotfix.flow.status import SeriesView, status_from_record
+from vllm_hotfix.flow.hotfix_status import SeriesView, status_from_record
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.errors import DoesNotApply, FixedUpstream, Refused
 from vllm_hotfix.txn.state import TargetState

@@ -10,7 +10,7 @@ import shutil
 import time
 from pathlib import Path
 
-from vllm_hotfix.flow import gc
+from vllm_hotfix.flow import gone_targets
 from vllm_hotfix.paths import TargetDir
 
 PATCH = "--- a/vllm/a.py\n+++ b/vllm/a.py\n@@ -1,2 +1,2 @@\n line 1\n-line 2\n+line 2 fixed\n"
@@ -116,13 +116,13 @@ def test_the_clock_and_what_it_trusts(run_hotfix, tmp_path, _isolated_state):
     shutil.rmtree(gone)
     tdir = TargetDir.of(gone)
     t0 = time.time()
-    (entry,) = gc.survey(now=t0)
-    assert (entry.state, entry.remove, entry.mark) == (gc.GONE, False, True)
-    gc.mark(entry, t0)
-    assert [e.remove for e in gc.survey(now=t0 + 6.9 * DAY)] == [False]
-    assert [e.remove for e in gc.survey(now=t0 + 7 * DAY)] == [True]
-    assert [e.remove for e in gc.survey(now=t0 + 1 * DAY, older_than=DAY)] == [True]
-    assert [e.remove for e in gc.survey(now=t0, older_than=0)] == [True]
+    (entry,) = gone_targets.survey(now=t0)
+    assert (entry.state, entry.remove, entry.mark) == (gone_targets.GONE, False, True)
+    gone_targets.mark(entry, t0)
+    assert [e.remove for e in gone_targets.survey(now=t0 + 6.9 * DAY)] == [False]
+    assert [e.remove for e in gone_targets.survey(now=t0 + 7 * DAY)] == [True]
+    assert [e.remove for e in gone_targets.survey(now=t0 + 1 * DAY, older_than=DAY)] == [True]
+    assert [e.remove for e in gone_targets.survey(now=t0, older_than=0)] == [True]
 
     good = tdir.gone_file.read_bytes()
     doc = json.loads(good)
@@ -132,17 +132,17 @@ def test_the_clock_and_what_it_trusts(run_hotfix, tmp_path, _isolated_state):
         "before the record changed": json.dumps({**doc, "since": os.lstat(tdir.state_file).st_mtime - DAY}).encode(),
         "not a number": json.dumps({**doc, "since": "long ago"}).encode(),
         "not JSON": b"\x00garbage",
-        "too big": b" " * (gc.MARKER_MAX + 1),
+        "too big": b" " * (gone_targets.MARKER_MAX + 1),
     }
     for name, data in cases.items():
         tdir.gone_file.write_bytes(data)
-        (entry,) = gc.survey(now=t0 + 30 * DAY)
+        (entry,) = gone_targets.survey(now=t0 + 30 * DAY)
         assert (entry.remove, entry.mark) == (False, True), name
     tdir.gone_file.unlink()
     elsewhere = tmp_path / "old-marker.json"
     elsewhere.write_bytes(good)
     tdir.gone_file.symlink_to(elsewhere)
-    (entry,) = gc.survey(now=t0 + 30 * DAY)
+    (entry,) = gone_targets.survey(now=t0 + 30 * DAY)
     assert (entry.remove, entry.mark) == (False, True), "symlink"
 
 

@@ -116,7 +116,7 @@ def test_a_check_hands_its_compile_to_the_import_watch(tmp_path):
     (tmp_path / "mod.py").write_text(SOURCE)
     subprocess.run([sys.executable, "-c", FORGE, str(tmp_path), "timestamp", "0", "right", "own"], check=True)
     source = str(tmp_path / "mod.py")
-    assert bytecode.judge([source]) == {}
+    assert bytecode.stale_by_source([source]) == {}
     code = bytecode.compiled(source, SOURCE.encode(), 0)
     assert code is not None and code == compile(SOURCE, source, "exec", dont_inherit=True)
     assert bytecode.compiled(source, OTHER.encode(), 0) is None and bytecode.compiled(source, SOURCE.encode(), 1) is None

@@ -46,7 +46,7 @@ import probe
 path = sys.path[1:]
 del sys.path[0]
 stdlib = importlib.metadata.packages_distributions()
-norm = probe._normalized
+norm = probe.dist_info_name
 infos = [os.path.join(base or ".", name) for base in path for name, is_dir in probe._metadata_entries(base or ".") if is_dir]
 checked, differ = 0, []
 for key, names in sorted(stdlib.items()):

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from vllm_hotfix.core.apply import FileEdit, Plan
+from vllm_hotfix.core.hunk_apply import FileEdit, Plan
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.paths import TargetDir
 from vllm_hotfix.txn import history, journal

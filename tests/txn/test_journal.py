@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.core.apply import FileEdit, Plan
+from vllm_hotfix.core.hunk_apply import FileEdit, Plan
 from vllm_hotfix.errors import Refused, WriteFailed
 from vllm_hotfix.txn import journal, recovery
 from vllm_hotfix.txn.journal import commit

@@ -124,4 +124,4 @@ def test_the_guard_calls_the_commands_verdict_and_no_engine_for_a_sealed_record(
     assert found["in_effect"], found
     assert "vllm_hotfix.txn.judgement" in found["modules"]
     assert not [m for m in found["modules"] if m.startswith(("vllm_hotfix.flow", "vllm_hotfix.catalog"))]
-    assert ("vllm_hotfix.core.apply" in found["modules"]) == (not sealed), found["modules"]
+    assert ("vllm_hotfix.core.hunk_apply" in found["modules"]) == (not sealed), found["modules"]

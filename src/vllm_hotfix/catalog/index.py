@@ -60,8 +60,9 @@ class CatalogDir:
         return {"origin": self.origin, "path": os.path.abspath(self.path)}
 
 
-def version_key(version: int | str) -> tuple:
-    """Order hotfix versions: integers numerically, strings as PEP 440 versions when they parse."""
+def hotfix_version_key(version: int | str) -> tuple:
+    """Order a hotfix's own versions (a manifest's ``version``): integers numerically, strings as PEP 440
+    versions when they parse. A release's version: core/pep440.release_key."""
     try:
         return (1, Version(str(version)), "")
     except InvalidVersion:
@@ -71,7 +72,7 @@ def version_key(version: int | str) -> tuple:
 def same_version(a: int | str, b: int | str) -> bool:
     if str(a) == str(b):
         return True
-    key_a, key_b = version_key(a), version_key(b)
+    key_a, key_b = hotfix_version_key(a), hotfix_version_key(b)
     return key_a[0] == key_b[0] == 1 and key_a == key_b
 
 
@@ -92,7 +93,7 @@ class Catalog:
         self._origins = dict(origins or {})  # id(manifest) -> its catalog directory
         by_key: dict[tuple, Manifest] = {}
         for manifest in manifests:
-            key = (manifest.id, version_key(manifest.version))
+            key = (manifest.id, hotfix_version_key(manifest.version))
             if key in by_key:
                 first = by_key[key]
                 raise InvalidInput(
@@ -100,7 +101,7 @@ class Catalog:
                     hint="remove one of them or give the newer one a new version",
                 )
             by_key[key] = manifest
-        self._manifests = tuple(sorted(by_key.values(), key=lambda m: (m.id, version_key(m.version))))
+        self._manifests = tuple(sorted(by_key.values(), key=lambda m: (m.id, hotfix_version_key(m.version))))
 
     @classmethod
     def load(cls, extra_dirs: Iterable[Path | str] = (), env: Mapping[str, str] | None = None) -> Catalog:

@@ -271,7 +271,7 @@ class Manifest:
 
 def failed_check(manifest: Manifest, read: Callable[[str], Any]) -> str | None:
     """The first of the manifest's post-apply checks that fails on the files ``read`` gives
-    (``core.apply.Reader``), as ``<ref>: checks[i] <file>: <why>``; None when all pass."""
+    (``core.hunk_apply.Reader``), as ``<ref>: checks[i] <file>: <why>``; None when all pass."""
     for index, check in enumerate(manifest.checks):
         found = read(check.file)
         problem = check_problem(check, found.data if found is not None else None)

@@ -72,7 +72,7 @@ from vllm_hotfix.catalog.table import Table
 ROLES = ("first-error", "error-line", "fault-report", "traceback", "context", "config", "noise")
 TIERS = ("specific", "condition", "generic", "veto")
 FAULT_ROLES = ("fault-report", "traceback", "error-line")  # where a specific signature may count: where a name faults
-# the platforms a log names (doctor.facts) and a manifest's ``platforms`` may list; metax is a CUDA-compatible vendor
+# the platforms a log names (doctor.log_facts) and a manifest's ``platforms`` may list; metax is a CUDA-compatible vendor
 PLATFORMS = ("cuda", "rocm", "ascend", "metax", "xpu", "tpu", "cpu")
 MIN_ANCHOR = 3  # characters of literal text every pattern must contain (the prefilter's needle)
 

@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.core import trust
+from vllm_hotfix.core import trust_policy
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.inputs import read_bounded
 from vllm_hotfix.settings import CATALOG_SUMS
@@ -88,7 +88,7 @@ def parse_sums(data: bytes, source: str) -> dict[str, str]:
     return sums
 
 
-def catalog_verdict(directory: Path, policy: trust.Policy, *, now: float, subject: str) -> trust.Verdict:
+def catalog_verdict(directory: Path, policy: trust_policy.Policy, *, now: float, subject: str) -> trust_policy.TrustDecision:
     """The policy's verdict on a catalog directory: its list signed as the policy asks, and every file
     under manifests/ and patches/ listed with its sha256 (one TAMPERED line per file that differs)."""
     from vllm_hotfix.txn.signed import signature_files
@@ -96,8 +96,8 @@ def catalog_verdict(directory: Path, policy: trust.Policy, *, now: float, subjec
     sums_path = directory / CATALOG_SUMS
     data = _read_sums(sums_path)
     if data is None:
-        return trust.evaluate(b"", [], policy, now=now, subject=subject, versioned=False)
-    verdict = trust.evaluate(data, signature_files(sums_path), policy, now=now, subject=subject, versioned=False)
+        return trust_policy.evaluate(b"", [], policy, now=now, subject=subject, versioned=False)
+    verdict = trust_policy.evaluate(data, signature_files(sums_path), policy, now=now, subject=subject, versioned=False)
     if not verdict.trusted:
         return verdict
     listed = parse_sums(data, str(sums_path))
@@ -113,8 +113,8 @@ def catalog_verdict(directory: Path, policy: trust.Policy, *, now: float, subjec
                          f"signed {listed[path][:12]}...)")
     if not lines:
         return verdict
-    return trust.Verdict(subject=verdict.subject, signers=verdict.signers, threshold=verdict.threshold,
-                         checks=verdict.checks, refusals=tuple(trust.Refusal(trust.TAMPERED, line) for line in lines),
+    return trust_policy.TrustDecision(subject=verdict.subject, signers=verdict.signers, threshold=verdict.threshold,
+                         checks=verdict.checks, refusals=tuple(trust_policy.Refusal(trust_policy.TAMPERED, line) for line in lines),
                          warnings=verdict.warnings)
 
 

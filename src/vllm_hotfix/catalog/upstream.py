@@ -16,7 +16,7 @@ from typing import Sequence
 
 from packaging.utils import canonicalize_name
 
-from vllm_hotfix.core.apply import FileState
+from vllm_hotfix.core.hunk_apply import FileState
 from vllm_hotfix.core.diff import exclude_paths, normalised_diff_bytes, parse_patch
 from vllm_hotfix.errors import InvalidInput, Refused
 from vllm_hotfix.output import quote_path
@@ -152,7 +152,7 @@ def published_wheel(distribution: str, version: str, *, download: bool = True) -
 
 
 class WheelReader:
-    """A ``core.apply.Reader`` over a wheel's files (paths relative to site-packages), no install needed."""
+    """A ``core.hunk_apply.Reader`` over a wheel's files (paths relative to site-packages), no install needed."""
 
     def __init__(self, wheel: Path):
         self.wheel = Path(wheel)

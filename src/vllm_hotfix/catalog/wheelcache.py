@@ -9,17 +9,17 @@ else it is fetched once more, and the download's own check gives the clear error
 
 from __future__ import annotations
 
-import hashlib
-import os
 import tempfile
 from pathlib import Path
 
 from vllm_hotfix.catalog.wheelindex import Index, sidecar
 from vllm_hotfix.errors import HotfixError, Refused, Unavailable
-from vllm_hotfix.inputs import read_bounded
+from vllm_hotfix.inputs import Unfit, file_sha256, read_bounded
 from vllm_hotfix.output import note
 from vllm_hotfix.paths import trust_problem
 from vllm_hotfix.txn.atomic import atomic_write
+
+WHEEL_LIMIT = 16 << 30  # a cached wheel hashed before each use (a CUDA torch wheel is ~2.5 GB)
 
 
 def cached(index: Index, project: str, version: str, directory: Path, *, prefix: str, download: bool = True) -> Path:
@@ -66,9 +66,11 @@ def _unfit(index: Index, project: str, wheel: Path) -> str | None:
         if recorded is None:  # put there by hand, and no index to ask: used as it is
             return None
     try:
-        actual = file_sha256(wheel)
+        actual = file_sha256(wheel, cap=WHEEL_LIMIT, what="cached wheel")
     except OSError as exc:
         return f"unreadable ({exc.strerror or exc})"
+    except Unfit as exc:  # a link, a FIFO, a file over WHEEL_LIMIT
+        return exc.message.removeprefix(f"{wheel}: ")
     if actual != recorded:
         return f"sha256 {actual[:12]} is not the index's {recorded[:12]} (changed or truncated)"
     if not sidecar(wheel).exists():
@@ -102,21 +104,3 @@ def _private_cache() -> Path:
         _PRIVATE.append(Path(tempfile.mkdtemp(prefix="hotfix-wheels-")))
         atexit.register(shutil.rmtree, _PRIVATE[0], True)
     return _PRIVATE[0]
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a cached wheel, read without following a link or blocking (a regular file only)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        import stat
-
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        digest = hashlib.sha256()
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return digest.hexdigest()
-            digest.update(chunk)
-    finally:
-        os.close(fd)

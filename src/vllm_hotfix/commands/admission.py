@@ -1,6 +1,6 @@
 """`hotfix k8s --admission`: write a kustomization holding a ValidatingAdmissionPolicy, its binding and
 the parameter ConfigMap of approved pairs (image digest -> fingerprints), so that pods in the named
-namespaces run only approved images with approved hotfix sets (containers/admission.py).
+namespaces run only approved images with approved hotfix sets (containers/admission_policy.py).
 
 The approvals come from bundles (`--approve DIR`: a layout `hotfix pack` wrote, read back as input:
 every blob checked against its digest, the layer against the config's diff_id, every file of the
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.containers import admission, bundle, oci
+from vllm_hotfix.containers import admission_policy, bundle, oci
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.output import emit_json, note, quote_path, say
 
@@ -28,7 +28,7 @@ LAYER_LIMIT = 512 << 20  # a bundle's compressed layer; the 1,160-file backport 
 CONTENT_LIMIT = 1 << 30  # what it may unpack to (a gzip bomb stops here)
 
 
-def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_NAMESPACE, warn_only: bool = False,
+def run(*, approve=(), namespaces=(), params_namespace: str = admission_policy.PARAMS_NAMESPACE, warn_only: bool = False,
         trust: Optional[Path] = None, out_dir: Path, overlay_options=(), dry_run: bool = False, as_json: bool = False) -> int:
     if overlay_options:
         raise UsageError(f"{', '.join(overlay_options)}: an option of the overlay, not of --admission",
@@ -42,12 +42,12 @@ def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_N
     now = time.time()
     policy = signed.load_policy(trust, now=now)  # as `verify --lock` finds it: --trust, HOTFIX_TRUST, the pinned one
     approvals = [a for source in approve for a in approvals_from(source, policy=policy, now=now)]
-    made = admission.build(approvals, namespaces=namespaces, params_namespace=params_namespace, warn_only=warn_only)
+    made = admission_policy.build(approvals, namespaces=namespaces, params_namespace=params_namespace, warn_only=warn_only)
     from vllm_hotfix.commands.k8s import kustomize_command
 
     renderer = kustomize_command()
     if renderer is not None:
-        problems = admission.check_render(_render(renderer, made.files), made)
+        problems = admission_policy.check_render(_render(renderer, made.files), made)
         if problems:
             raise Refused(f"`{' '.join(renderer)}` does not render what was meant: {problems[0]}; nothing was written")
     if not dry_run:
@@ -56,8 +56,8 @@ def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_N
         write_directory(out, made.files, suffix=STAGE_SUFFIX, what="the admission policy")
     data = made.objects[1]["data"]
     if as_json:
-        emit_json({"to": str(out), "dry_run": dry_run, "policy": admission.NAME, "namespaces": sorted(set(namespaces)),
-                   "params": {"namespace": params_namespace, "name": admission.NAME},
+        emit_json({"to": str(out), "dry_run": dry_run, "policy": admission_policy.NAME, "namespaces": sorted(set(namespaces)),
+                   "params": {"namespace": params_namespace, "name": admission_policy.NAME},
                    "validation_actions": made.objects[3]["spec"]["validationActions"],
                    "approved": [{"digest": f"sha256:{d}", "fingerprints": v.split()} for d, v in data.items()],
                    "sources": [{"digest": f"sha256:{a.digest}", "fingerprint": a.fingerprint, "source": a.source}
@@ -67,9 +67,9 @@ def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_N
         return 0
     verb = "would write" if dry_run else "wrote"
     action = "warn and audit" if warn_only else "deny"
-    say(f"{verb} {quote_path(str(out))}/kustomization.yaml: ValidatingAdmissionPolicy {admission.NAME} ({action}) "
+    say(f"{verb} {quote_path(str(out))}/kustomization.yaml: ValidatingAdmissionPolicy {admission_policy.NAME} ({action}) "
         f"for pods in {', '.join(sorted(set(namespaces)))}, {len(data)} approved image digest(s) in ConfigMap "
-        f"{params_namespace}/{admission.NAME}")
+        f"{params_namespace}/{admission_policy.NAME}")
     for a in approvals:
         say(f"  sha256:{a.digest} -> {a.fingerprint}  ({a.source})")
     if renderer:
@@ -81,11 +81,11 @@ def run(*, approve=(), namespaces=(), params_namespace: str = admission.PARAMS_N
     else:
         say(f"next: kubectl apply -k {quote_path(str(out))}")
         say(f"(Kubernetes >= 1.30; from then on a pod there needs every image pinned by digest and the annotation "
-            f"{admission.FINGERPRINT_ANNOTATION}: <its fingerprint>)")
+            f"{admission_policy.FINGERPRINT_ANNOTATION}: <its fingerprint>)")
     return 0
 
 
-def approvals_from(source: str, *, policy=None, now: float = 0.0) -> list[admission.Approval]:
+def approvals_from(source: str, *, policy=None, now: float = 0.0) -> list[admission_policy.Approval]:
     """The approved pairs one --approve names: a bundle directory, or IMAGE@sha256:DIGEST=LOCK. With a
     trust ``policy``, its lock must pass txn.signed's verdict (the bundle's signature files are the
     ones in its layer beside the lock; a lock file's those beside it): Untrusted, exit 11-15, otherwise."""
@@ -97,13 +97,14 @@ def approvals_from(source: str, *, policy=None, now: float = 0.0) -> list[admiss
         raise UsageError(f"--approve {source!r}: neither a bundle directory nor IMAGE@sha256:DIGEST=LOCK",
                          hint="e.g. --approve bundle/ or --approve registry.example/vllm@sha256:<64 hex>=hotfix-export/hotfix.lock")
     from vllm_hotfix.core.docfields import is_hex64
-    from vllm_hotfix.txn.lockfile import expected_fingerprint, read_lock
+    from vllm_hotfix.txn.hotfix_lock import read_lock
+    from vllm_hotfix.txn.lock_check import expected_fingerprint
 
     if not is_hex64(digest):
         raise UsageError(f"--approve {source!r}: the digest must be sha256: and 64 lowercase hex digits")
     data, lock = read_lock(Path(lock_file))
     signed = _trusted(Path(lock_file), data, lock, policy, now=now, subject=quote_path(lock_file))
-    return [admission.Approval(digest=digest, fingerprint=expected_fingerprint(lock),
+    return [admission_policy.Approval(digest=digest, fingerprint=expected_fingerprint(lock),
                                source=f"{_what(lock)} (image {quote_path(name)}, lock {quote_path(lock_file)}){signed}")]
 
 
@@ -122,7 +123,7 @@ def _trusted(lock_path: Path, data: bytes, lock, policy, *, now: float, subject:
     return f", {verdict.summary()[len(verdict.subject) + 2:]}"
 
 
-def bundle_approvals(directory: Path, *, policy=None, now: float = 0.0) -> list[admission.Approval]:
+def bundle_approvals(directory: Path, *, policy=None, now: float = 0.0) -> list[admission_policy.Approval]:
     """The digest of the bundle (what index.json names) and of each platform's manifest, approved for
     the fingerprint of the lock the bundle carries, after checking all of it (and, with a policy, the
     lock against the signature files the layer holds beside it)."""
@@ -134,7 +135,7 @@ def bundle_approvals(directory: Path, *, policy=None, now: float = 0.0) -> list[
     signed = _trusted(directory / bundle.LOCK_PATH, found.lock_bytes, found.lock, policy, now=now,
                       subject=f"{source}'s {bundle.LOCK_PATH}", signatures=signatures)
     what = f"{_what(found.lock)} (bundle {source}){signed}"
-    return [admission.Approval(digest=d, fingerprint=found.fingerprint, source=what) for d in digests(layout)]
+    return [admission_policy.Approval(digest=d, fingerprint=found.fingerprint, source=what) for d in digests(layout)]
 
 
 def digests(layout: oci.ReadLayout) -> list[str]:
@@ -211,7 +212,7 @@ def refuse_foreign(out: Path) -> None:
 
     def ours(directory: Path) -> bool:
         return read_bounded(directory / "kustomization.yaml", cap=1 << 20, what="kustomization",
-                            follow_symlinks=False).startswith(admission.HEADER)
+                            follow_symlinks=False).startswith(admission_policy.HEADER)
 
     check_replaceable(out, ours, what="an admission policy written by `hotfix k8s --admission`",
                       hint="pass --to a new directory (e.g. k8s/admission)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.core.apply import FileEdit, Plan
+from vllm_hotfix.core.hunk_apply import FileEdit, Plan
 from vllm_hotfix.core.diff import DiffStat
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.output import emit_json, note, quote_path, say, say_lines
@@ -28,7 +28,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
     origin = None  # the catalog directory a catalog hotfix comes from
     if reverse:
         raise UsageError("--reverse is for a raw --patch with --root; to undo a hotfix use `hotfix rollback ID`")
-    from vllm_hotfix.flow.apply import apply_hotfix
+    from vllm_hotfix.flow.apply_hotfix import apply_hotfix
     from vllm_hotfix.flow.resolve import Resolver, warn
 
     resolver = Resolver(python, root)
@@ -147,7 +147,7 @@ def _picked_line(hotfix, target) -> str:
 
 def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool, dry_run: bool, hotfix_id: str | None,
               as_json: bool) -> int:
-    from vllm_hotfix.flow.apply import apply_raw as flow_apply_raw, progress_reader
+    from vllm_hotfix.flow.apply_hotfix import apply_raw as flow_apply_raw, progress_reader
 
     root = Path(root)
     if not root.is_dir():

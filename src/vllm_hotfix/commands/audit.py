@@ -76,14 +76,14 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
 def _recorded(target) -> list:
     """The one verdict (txn/judgement, as `hotfix status` gives it) on each hotfix recorded for this install."""
     from vllm_hotfix.errors import HotfixError
-    from vllm_hotfix.flow.series import judged
+    from vllm_hotfix.flow.series import judge_recorded
     from vllm_hotfix.txn.state import TargetState
 
     try:
         state = TargetState.for_root(target.root)
     except HotfixError:
         return []
-    return list(judged(state, target).values()) if state.hotfixes else []
+    return list(judge_recorded(state, target).values()) if state.hotfixes else []
 
 
 def _fingerprint(judged: list) -> str | None:

@@ -1,6 +1,6 @@
 """`hotfix check-catalog`: dry-run every manifest against every published release in its range.
 
-Each cell of the id x release matrix is judged by ``flow.releases.judge`` (applicability, then the
+Each cell of the id x release matrix is judged by ``flow.releases.on_release`` (applicability, then the
 content rule of ``core.presence``) against the files read straight from the release's real wheel
 (cached under ``paths.cache_dir()/wheels``, downloaded once): no install.
 States: applies, fixed-upstream, fails (the first hunk error: the hotfix's fault), not-applicable,
@@ -25,7 +25,7 @@ from vllm_hotfix.catalog.signatures import naming_problem
 from vllm_hotfix.core import verdict
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED
 from vllm_hotfix.errors import ExitCode, HotfixError, Unavailable
-from vllm_hotfix.flow.releases import judge, parse_versions, releases_in_scope, skip_reason
+from vllm_hotfix.flow.releases import on_release, parse_versions, releases_in_scope, skip_reason
 from vllm_hotfix.output import emit_json, note, quote_path, say
 
 # Per release: the hotfix's own states (core.verdict) where it does not belong, else what the dry run found.
@@ -78,7 +78,7 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
             jobs += [(manifest, target, release) for release in releases]
 
     for index, (manifest, target, release) in enumerate(jobs, start=1):
-        why_not = judge(manifest, target, release, None).why_not  # the same rule as apply
+        why_not = on_release(manifest, target, release, None).why_not  # the same rule as apply
         if why_not is not None and why_not.state == NOT_APPLICABLE:
             cells.append(Cell(manifest.ref, target.distribution, release, why_not.state, why_not.message))
             continue
@@ -89,7 +89,7 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
         try:
             wheel = published_wheel(target.distribution, release)
             with WheelReader(wheel) as reader:
-                cells.append(_cell(manifest, target, release, judge(manifest, target, release, reader).found))
+                cells.append(_cell(manifest, target, release, on_release(manifest, target, release, reader).found))
         except Unavailable as exc:
             cells.append(Cell(manifest.ref, target.distribution, release, UNAVAILABLE, exc.message))
         except HotfixError as exc:

@@ -6,11 +6,11 @@ import difflib
 import os
 from pathlib import Path
 
-from vllm_hotfix.containers import compose, compose_ready, composefiles
+from vllm_hotfix.containers import compose_edit, compose_mounts, compose_ready, composefiles
 from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix.inputs import read_bounded as read_input
 from vllm_hotfix.txn.exported import guard_tops, read_exported, read_guard, refuse_strict_without_guard
-from vllm_hotfix.txn.lockfile import load_lock
+from vllm_hotfix.txn.hotfix_lock import load_lock
 from vllm_hotfix.output import emit_json, note, say, say_lines
 from vllm_hotfix.txn.atomic import atomic_write
 
@@ -29,18 +29,18 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
         compose_file = _defining(base_files, service)
     else:
         compose_file = compose_file or base_files[0]
-    mounts = compose.mounts_for(lock, hotfixes, compose.host_source(export_dir, compose_file.parent),
+    mounts = compose_mounts.mounts_for(lock, hotfixes, compose_mounts.host_source(export_dir, compose_file.parent),
                                 container_site_packages, guard=guard_tops(guard))
     path = override_file or compose_file
     original = _read(path, required=override_file is None)
     source = str(path)
     if remove:
-        edit = _remove(original, service, mounts, source) if original else compose.Edit(original, (), ())
+        edit = _remove(original, service, mounts, source) if original else compose_mounts.Edit(original, (), ())
     else:
-        edit = compose.add_mounts(original, service, mounts, source=source, create_service=override_file is not None)
+        edit = compose_edit.add_mounts(original, service, mounts, source=source, create_service=override_file is not None)
         if readiness:  # docs/readiness.md: a tmpfs, HOTFIX_READY_DIR and `ready` as the healthcheck
             text, added, why = compose_ready.add_readiness(edit.text, service, source=source)
-            edit = compose.Edit(text, edit.added + added, ())
+            edit = compose_mounts.Edit(text, edit.added + added, ())
             if why:
                 note(f"WARNING: readiness not added: {why}; {compose_ready.HINT}")
     if container_site_packages is None and edit.added:
@@ -51,7 +51,7 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
                  "--container-site-packages PATH (docker compose exec SERVICE python -c "
                  "'import sysconfig; print(sysconfig.get_path(\"purelib\"))')")
     delete = bool(override_file and remove and edit.removed
-                  and compose.service_is_empty(edit.text, service, source=source))
+                  and compose_edit.service_is_empty(edit.text, service, source=source))
     new_text = "" if delete else edit.text
     changed = new_text != original
 
@@ -87,11 +87,11 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
     return 0
 
 
-def _remove(original: str, service: str, mounts, source: str) -> compose.Edit:
+def _remove(original: str, service: str, mounts, source: str) -> compose_mounts.Edit:
     """Readiness's lines out first (they sit in the environment the mounts' removal may delete), then the mounts."""
     text, removed = compose_ready.remove_readiness(original, service, source=source)
-    edit = compose.remove_mounts(text, service, mounts, source=source)
-    return compose.Edit(edit.text, (), removed + edit.removed)
+    edit = compose_edit.remove_mounts(text, service, mounts, source=source)
+    return compose_mounts.Edit(edit.text, (), removed + edit.removed)
 
 
 def _defining(files: list[Path], service: str) -> Path:

@@ -1,6 +1,6 @@
 """`hotfix contains (ID | --patch FILE)`: is this fix in this install, or in each published release? By content.
 
-The answers come from ``flow.contains`` (applicability, the record, ``core.presence``: the rules
+The answers come from ``flow.contains_fix`` (applicability, the record, ``core.presence``: the rules
 status and check-catalog use). Exit codes: 0 contained / applied, 1 applicable (not in, applies) or
 stale-bytecode (the recorded fix is in the files, a ``__pycache__`` entry Python would load is not), 3
 not-applicable, 4 partly / conflicts; with ``--versions`` (a matrix) 0 when every release was
@@ -49,8 +49,8 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, python: str | None, r
 
 
 def _one(manifest, version, hotfix, python, root, package, catalog, as_json: bool) -> int:
-    from vllm_hotfix.flow.contains import hotfix_on_target, patch_on_target
-    from vllm_hotfix.flow.status import Survey
+    from vllm_hotfix.flow.contains_fix import hotfix_on_target, patch_on_target
+    from vllm_hotfix.flow.survey import Survey
 
     survey = Survey(python, root, catalog)
     if manifest is not None:
@@ -86,7 +86,7 @@ def _file_lines(answer) -> list[str]:
 
 def _matrix(manifest, hotfix, versions: str, distribution: str, as_json: bool) -> int:
     from vllm_hotfix.catalog.upstream import WheelReader, published_releases, published_wheel
-    from vllm_hotfix.flow.contains import UNAVAILABLE, hotfix_on_release, patch_on_release
+    from vllm_hotfix.flow.contains_fix import UNAVAILABLE, hotfix_on_release, patch_on_release
     from vllm_hotfix.flow.releases import parse_versions, releases_in_scope, skip_reason
 
     wanted = parse_versions(versions)

@@ -29,75 +29,27 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
+from vllm_hotfix.commands.doctor_diagnosis import IN_EFFECT, OUT_OF_RANGE, Diagnosis
 from vllm_hotfix.commands.doctor_logs import prefilter_kind, sources
+from vllm_hotfix.commands.doctor_report import print_fingerprints, print_report
 from vllm_hotfix.output import emit_json, say
-
-IN_EFFECT = ("applied", "fixed-upstream")  # core.verdict.IN_EFFECT; every other state of a confident match: needed
-OUT_OF_RANGE = ("not-applicable", "fixed-upstream")
-HEADLINE = {"not-applied": "needed, not applied", "lost": "needed, lost (recorded, but the files are back to baseline)",
-            "stale": "needed, stale (recorded on another release than the one installed)",
-            "stale-bytecode": "needed, stale bytecode (the files hold it, a __pycache__ entry does not)",
-            "drifted": "needed, drifted (a touched file was changed)", "unknown": "needed? state unknown",
-            "interrupted": "needed? an apply or rollback was interrupted (run hotfix recover)",
-            "applied": "already applied", "fixed-upstream": "fixed upstream", "not-applicable": "not applicable"}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What doctor concludes for one matching hotfix on this target."""
-
-    id: str
-    version: int | str
-    kind: str
-    title: str
-    level: str  # confident | possible | shared (no candidate: a generic error alone) | ruled-out
-    score: float
-    state: str  # the state word of _target_state ("" when none was asked)
-    detail: str
-    next: str | None
-    evidence: tuple  # of engine Evidence
-    vetoes: tuple = ()  # of engine Veto
-    check: tuple[str, ...] = ()  # possible: what would confirm it
-    upgrade: str | None = None  # "vllm 0.32.0": the release with the fix, the alternative to a patch
-    confirm: tuple = ()  # possible: the manifest's ConfirmSteps (how to make the confirming evidence appear)
-    then: str | None = None  # possible: the command to run once confirmed (hotfix apply ID --dry-run ...)
-    tell_apart: tuple[str, ...] = ()  # shared: what would make it a candidate (its conditions, its specific evidence)
-
-    @property
-    def named(self) -> bool:
-        return self.level == "confident"
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "version": self.version, "kind": self.kind, "title": self.title, "level": self.level,
-                "named": self.named, "score": self.score, "state": self.state, "detail": self.detail,
-                "next": self.next, "upgrade": self.upgrade, "check": list(self.check),
-                "confirm": [{"step": c.step, "shows": c.shows} for c in self.confirm], "then": self.then,
-                "tell_apart": list(self.tell_apart),
-                "vetoes": [{"reason": v.reason, "source": v.line.source, "line": v.line.lineno, "text": v.line.raw}
-                           for v in self.vetoes],
-                "evidence": [
-                    {"source": e.line.source, "line": e.line.lineno, "process": e.line.process, "tier": e.signature.tier,
-                     "role": e.role or e.signature.role, "weight": e.signature.weight, "confirmed": e.signature.confirmed,
-                     "text": e.line.raw, "normalised": e.line.text, "explain": e.signature.explain}
-                    for e in self.evidence]}
 
 
 def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
                   log_versions: dict[str, str]) -> tuple[str, str, str | None]:
     """(state word, detail, the one command to run next) for a matched manifest on the target.
 
-    The ONE place doctor joins with an install: it asks what `hotfix status` asks (flow.status.Survey,
+    The ONE place doctor joins with an install: it asks what `hotfix status` asks (flow.survey.Survey,
     flow.resolve.Resolver, flow.applicability) for every state but ``unknown``, which it says itself when
     there is nothing to judge (no target and no release in the log, no patch for the target). An advisory
     ``fixed_by`` a catalog hotfix takes that hotfix's state. Without --python/--root no install is
     looked at: the release the log names decides only fixed-upstream / not-applicable, else unknown.
     """
-    from vllm_hotfix.catalog.index import parse_ref, version_key
+    from vllm_hotfix.catalog.index import parse_ref, hotfix_version_key
     from vllm_hotfix.flow.applicability import applicability, release_target
 
     fix_id, fix_version = parse_ref(manifest.fixed_by) if manifest.fixed_by else (manifest.id, None)
@@ -120,7 +72,7 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
             return why_not.state, f"{where} is outside {spec.versions}", None
         return "unknown", f"{where} is affected; give --python/--root to check the install", apply
     from vllm_hotfix.flow.resolve import Resolver  # here: a log without a target needs no install's state
-    from vllm_hotfix.flow.status import Survey
+    from vllm_hotfix.flow.survey import Survey
 
     try:
         if subject.kind == "advisory":
@@ -132,7 +84,7 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
         status = Survey(python, Path(root) if root is not None else None, catalog).named([(subject.id, None)])[0]
     except HotfixError as exc:
         return "unknown", exc.message, apply
-    if manifest.fixed_by and status.state == "applied" and version_key(status.version) < version_key(fix_version):
+    if manifest.fixed_by and status.state == "applied" and hotfix_version_key(status.version) < hotfix_version_key(fix_version):
         return "not-applied", f"{subject.id} version {status.version} is applied; this is fixed from {fix_version}", apply
     if status.state in ("applied", "fixed-upstream"):
         detail = status.detail or f"{subject.id}@{status.version} is in effect"
@@ -179,8 +131,8 @@ def _tell_apart(manifest) -> tuple[str, ...]:
     return tuple(needs[:2] + named[:2])
 
 
-def _judge(match, *, python: str | None, root: Path | None, catalog, log_versions: dict[str, str],
-           catalogs: Sequence[Path] = ()) -> Verdict:
+def _diagnose(match, *, python: str | None, root: Path | None, catalog, log_versions: dict[str, str],
+           catalogs: Sequence[Path] = ()) -> Diagnosis:
     """One match's verdict: its level by evidence tier, and (when confident) its state on the target.
 
     The log's own release is judged by ``_target_state`` called without a target (the log describes
@@ -191,38 +143,38 @@ def _judge(match, *, python: str | None, root: Path | None, catalog, log_version
     verdict = dict(id=m.id, version=m.version, kind=m.kind, title=m.title, score=match.score,
                    evidence=match.evidence, vetoes=match.vetoes)
     if match.vetoes:
-        return Verdict(level="ruled-out", state="", detail=match.vetoes[0].reason, next=None, **verdict)
+        return Diagnosis(level="ruled-out", state="", detail=match.vetoes[0].reason, next=None, **verdict)
     dist = m.targets[0].distribution
     if dist in log_versions:
         state, detail, next_cmd = _target_state(m, python=None, root=None, catalog=catalog, log_versions=log_versions)
         if state in OUT_OF_RANGE:
-            return Verdict(level="ruled-out", state=state, detail=detail, next=None, **verdict)
+            return Diagnosis(level="ruled-out", state=state, detail=detail, next=None, **verdict)
     if not match.specific and not match.conditions:
-        return Verdict(level="shared", state="", detail="a generic error alone: no fact of this bug's trigger condition",
+        return Diagnosis(level="shared", state="", detail="a generic error alone: no fact of this bug's trigger condition",
                        next=None, tell_apart=_tell_apart(m), **verdict)
     then = _then(m, catalog, python=python, root=root, catalogs=catalogs)
     check = tuple(f"{s.explain} (look for /{s.pattern}/ in a {' or '.join(s.roles)} line)" for s in match.missing)
     if not match.specific:
-        return Verdict(level="possible", state="", detail="a generic error and a condition of the bug, no specific evidence",
+        return Diagnosis(level="possible", state="", detail="a generic error and a condition of the bug, no specific evidence",
                        next=None, check=check or ("no line in the catalog tells it apart: compare the traceback by hand",),
                        confirm=m.confirm, then=then, **verdict)
     targeted = python is not None or root is not None
     if targeted:
         state, detail, next_cmd = _target_state(m, python=python, root=root, catalog=catalog, log_versions=log_versions)
         if dist not in log_versions and state == "unknown":  # the target could not be judged, the log has no release
-            return Verdict(level="possible", state=state, detail=detail, next=None,
+            return Diagnosis(level="possible", state=state, detail=detail, next=None,
                            check=(f"the release: {detail}",), then=then, **verdict)
     elif dist not in log_versions:
-        return Verdict(level="possible", state="unknown", detail="the log does not name its release", next=None,
+        return Diagnosis(level="possible", state="unknown", detail="the log does not name its release", next=None,
                        check=(f"the release: give --python/--root (the {dist} install that crashed), or a log with "
                               "its start-up banner",), then=then, **verdict)
     upgrade = None
     if state not in IN_EFFECT and state != "not-applicable" and m.fixed_in is not None and m.fixed_in.version:
         upgrade = f"{m.targets[0].distribution} {m.fixed_in.version}"
-    return Verdict(level="confident", state=state, detail=detail, next=next_cmd, upgrade=upgrade, **verdict)
+    return Diagnosis(level="confident", state=state, detail=detail, next=next_cmd, upgrade=upgrade, **verdict)
 
 
-def _disagreements(findings, verdicts: list[Verdict], catalog, *, python: str | None, root: Path | None) -> list[str]:
+def _disagreements(findings, verdicts: list[Diagnosis], catalog, *, python: str | None, root: Path | None) -> list[str]:
     """Where the log and the --python/--root target name different releases (for the confident matches'
     distributions): the log describes the process that crashed, the target is what would be patched."""
     if python is None and root is None:
@@ -268,7 +220,7 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
     kind = prefilter_kind()
     findings = scan(sources(names, needles, kind), manifests, prefilter_=Prefilter(needles, python=kind == "python"))
     log_versions = {dist: version for dist, version, _ in findings.versions}
-    judged = [_judge(match, python=python, root=root, catalog=catalog, log_versions=log_versions, catalogs=catalogs)
+    judged = [_diagnose(match, python=python, root=root, catalog=catalog, log_versions=log_versions, catalogs=catalogs)
               for match in findings.matches]
     order = {"confident": 0, "possible": 1, "ruled-out": 2}
     verdicts = sorted((v for v in judged if v.level != "shared"), key=lambda v: order[v.level])
@@ -300,8 +252,6 @@ def run(*, logs: Sequence[str], python: str | None, root: Path | None, catalogs:
                                     "processes": [{"source": l.source, "line": l.lineno, "role": role, "fingerprint": fp}
                                                   for role, fp, l in findings.fingerprints]}})
         return code
-    from vllm_hotfix.commands.doctor_report import print_fingerprints, print_report
-
     print_report(findings, verdicts, log_versions, disagree, show_all, shared)
     if fleet:
         print_fingerprints(findings, fleet)

@@ -1,11 +1,11 @@
 """`hotfix doctor`'s report in words: the log's facts, first errors, verdicts by level, fingerprints.
 
-Only printing: the verdicts come decided from commands/doctor.py (``Verdict``, ``HEADLINE``).
+Only printing: the verdicts come decided from commands/doctor.py (``Diagnosis``, ``HEADLINE`` in commands/doctor_diagnosis.py).
 """
 
 from __future__ import annotations
 
-from vllm_hotfix.commands.doctor import HEADLINE, OUT_OF_RANGE, Verdict
+from vllm_hotfix.commands.doctor_diagnosis import HEADLINE, OUT_OF_RANGE, Diagnosis
 from vllm_hotfix.output import note, say
 
 
@@ -51,7 +51,7 @@ def print_root_errors(findings, show_all: bool) -> None:
         say(f"  ... {len(findings.root_errors) - len(roots)} more (--all)")
 
 
-def print_possible(v: Verdict) -> None:
+def print_possible(v: Diagnosis) -> None:
     say(f"  - {v.id} @{v.version}: {v.title}")
     for e in v.evidence[:3]:
         say(f"      {e.signature.tier:<9} {e.line.where}  {e.line.text[:100]}")
@@ -64,7 +64,7 @@ def print_possible(v: Verdict) -> None:
         say(f"      then: {v.then}")
 
 
-def print_shared(shared: list[Verdict]) -> None:
+def print_shared(shared: list[Diagnosis]) -> None:
     """Catalog entries whose generic error lines the log shares, without a condition: no candidate."""
     say()
     say(f"not a candidate: {len(shared)} catalog {'entry shares' if len(shared) == 1 else 'entries share'} this log's "
@@ -77,8 +77,8 @@ def print_shared(shared: list[Verdict]) -> None:
             say(f"      {item}")
 
 
-def print_report(findings, verdicts: list[Verdict], log_versions: dict[str, str], disagree: list[str], show_all: bool,
-                 shared: list[Verdict] = ()) -> None:
+def print_report(findings, verdicts: list[Diagnosis], log_versions: dict[str, str], disagree: list[str], show_all: bool,
+                 shared: list[Diagnosis] = ()) -> None:
     say(f"read {findings.lines:,} lines from {len(findings.sources)} log(s); {describe_log(findings, log_versions)}")
     for line in disagree:
         say(f"note: {line}")
@@ -119,7 +119,7 @@ def print_report(findings, verdicts: list[Verdict], log_versions: dict[str, str]
                  "(docker logs CONTAINER 2>&1 keeps stderr), the host's dmesg, or the Ascend plog directory")
 
 
-def print_evidence(v: Verdict) -> None:
+def print_evidence(v: Diagnosis) -> None:
     for e in v.evidence:
         mark = "" if e.signature.confirmed else " (pattern not yet confirmed on a real log)"
         say(f"   {e.signature.tier:<9} {e.role or e.signature.role:<12} {e.line.where}  {e.line.text[:120]}")

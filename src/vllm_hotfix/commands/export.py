@@ -1,6 +1,6 @@
 """`hotfix export`: patched files computed from a pristine install, plus hotfix.lock, for bind mounts.
 
-Nothing in the install is changed (flow/export.py plans the series and proves the baseline).
+Nothing in the install is changed (flow/export_plan.py plans the series and proves the baseline).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
         as_json: bool = False, lock_version: int | None = None, expires: str | None = None,
         with_guard: bool = True) -> int:
     from vllm_hotfix.catalog.index import Catalog, parse_ref
-    from vllm_hotfix.flow.export import plan_export, write_export
+    from vllm_hotfix.flow.export_plan import plan_export, write_export
 
     guard = _guard(with_guard)  # refused before anything is planned or written
     catalog = Catalog.load(catalogs)
@@ -66,7 +66,7 @@ def expires_at(text: str, now: float | None = None) -> str:
     """--expires: a duration from now ('30d', '12h', '2w') or a UTC time (YYYY-MM-DDTHH:MM:SSZ)."""
     import time
 
-    from vllm_hotfix.core.trust import format_utc, parse_duration, parse_utc
+    from vllm_hotfix.core.trust_policy import format_utc, parse_duration, parse_utc
     from vllm_hotfix.errors import UsageError
 
     if parse_utc(text) is not None:

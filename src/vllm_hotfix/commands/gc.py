@@ -29,7 +29,7 @@ def parse_age(text: str) -> float:
 def run(*, dry_run: bool, as_json: bool, older_than: str = "7d", confirm: Sequence[str] = ()) -> int:
     import os
 
-    from vllm_hotfix.flow import gc
+    from vllm_hotfix.flow import gone_targets
 
     limit = parse_age(older_than)
     for path in confirm:
@@ -37,10 +37,10 @@ def run(*, dry_run: bool, as_json: bool, older_than: str = "7d", confirm: Sequen
             raise Refused(f"--confirm {path}: it exists; gc never removes the state of a target that exists",
                           hint="roll its hotfixes back (`hotfix rollback ID --root/--python ...`) to take them out")
     now = time.time()
-    entries = gc.survey(older_than=limit, confirmed=confirm, now=now)
-    unknown = gc.unconfirmed(confirm, entries)
+    entries = gone_targets.survey(older_than=limit, confirmed=confirm, now=now)
+    unknown = gone_targets.unconfirmed(confirm, entries)
     if unknown:
-        gone = [e.root for e in entries if e.state == gc.GONE]
+        gone = [e.root for e in entries if e.state == gone_targets.GONE]
         raise Refused(f"--confirm {unknown[0]}: no recorded target at that path is missing; nothing was removed",
                       hint=("missing targets: " + ", ".join(map(str, gone))) if gone else
                       "`hotfix gc --dry-run` lists the recorded targets")
@@ -49,15 +49,15 @@ def run(*, dry_run: bool, as_json: bool, older_than: str = "7d", confirm: Sequen
         for entry in entries:
             if entry.remove:
                 try:
-                    gc.remove(entry)
+                    gone_targets.remove(entry)
                     removed.append(entry)
                 except Busy:  # a transaction is starting on it right now: not stale after all
                     busy.append(entry)
                     note(f"skipped {entry.directory}: a hotfix command holds its lock")
             elif entry.mark:
-                gc.mark(entry, now)
-            elif entry.state == gc.LIVE:
-                gc.forget_marker(entry)
+                gone_targets.mark(entry, now)
+            elif entry.state == gone_targets.LIVE:
+                gone_targets.forget_marker(entry)
     if as_json:
         emit_json({"state_dir": str(state_dir()), "dry_run": dry_run, "older_than_seconds": limit,
                    "removed": [str(e.directory) for e in removed],
@@ -66,7 +66,7 @@ def run(*, dry_run: bool, as_json: bool, older_than: str = "7d", confirm: Sequen
         return 0
     verb = "would remove" if dry_run else "removed"
     for entry in entries:
-        if entry.state == gc.LIVE:
+        if entry.state == gone_targets.LIVE:
             continue
         what = f"state of {entry.root}" if entry.root else "empty state"
         recorded = f"; recorded: {', '.join(entry.hotfixes)}" if entry.hotfixes else ""
@@ -74,9 +74,9 @@ def run(*, dry_run: bool, as_json: bool, older_than: str = "7d", confirm: Sequen
         if entry.remove and entry not in busy:
             say(f"{verb} {entry.directory}: {what} ({entry.reason}){recorded}{pending}")
         elif not entry.remove:
-            confirm_hint = f"; `hotfix gc --confirm {entry.root}` removes it now" if entry.state == gc.GONE else ""
+            confirm_hint = f"; `hotfix gc --confirm {entry.root}` removes it now" if entry.state == gone_targets.GONE else ""
             say(f"keep {entry.directory}: {what}: {entry.reason}{recorded}{pending}{confirm_hint}")
-    live = sum(1 for e in entries if e.state == gc.LIVE)
+    live = sum(1 for e in entries if e.state == gone_targets.LIVE)
     going = sum(1 for e in entries if e.remove and e not in busy)
     kept = sum(1 for e in entries if not e.remove) - live
     if not entries:
@@ -90,7 +90,7 @@ def run(*, dry_run: bool, as_json: bool, older_than: str = "7d", confirm: Sequen
 
 
 def _json(entry) -> dict:
-    from vllm_hotfix.flow.gc import iso
+    from vllm_hotfix.flow.gone_targets import iso
 
     return {"directory": str(entry.directory), "target": entry.root, "state": entry.state,
             "action": "remove" if entry.remove else "keep", "reason": entry.reason,

@@ -6,7 +6,7 @@ The user's manifests are read, never written: a kustomization directory is refer
 overlay's own directory. A workload or container the base lacks is refused before anything is written.
 
 The overlay is written into a new directory beside --to, rendered there with `kubectl kustomize`
-(when kubectl or kustomize is here) and checked (containers.k8s.check_render: every named container
+(when kubectl or kustomize is here) and checked (containers.k8s_overlay.check_render: every named container
 mounts every file read-only with the exported bytes and has the guard's variables); only then does it
 replace --to, in two renames. A render that fails or lacks something leaves --to as it was.
 """
@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.containers import k8s, k8s_bundle
+from vllm_hotfix.containers import k8s_overlay, k8s_image_volume
 from vllm_hotfix.txn.exported import read_exported, read_guard, refuse_strict_without_guard
-from vllm_hotfix.txn.lockfile import read_lock
+from vllm_hotfix.txn.hotfix_lock import read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
 from vllm_hotfix.inputs import YAML_LIMIT, read_bounded
 from vllm_hotfix.output import emit_json, note, say
@@ -36,7 +36,7 @@ KUBECTL_ENV = "HOTFIX_KUBECTL"
 
 def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Optional[str] = None, kind: Optional[str] = None,
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
-        strict: bool = True, max_configmaps: int = k8s.MAX_CONFIGMAPS, readiness: bool = True, bundle: Optional[str] = None,
+        strict: bool = True, max_configmaps: int = k8s_overlay.MAX_CONFIGMAPS, readiness: bool = True, bundle: Optional[str] = None,
         bundle_dir: Optional[Path] = None, admission_options=(), dry_run: bool = False, as_json: bool = False,
         trust_configmap: Optional[str] = None) -> int:
     if admission_options:
@@ -44,14 +44,14 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
                          hint="add --admission to write the admission policy instead")
     if base is None:
         raise UsageError("--base is required: the workload's manifest file or kustomization directory")
-    target = k8s.parse_workload(workload, kind, name)
+    target = k8s_overlay.parse_workload(workload, kind, name)
     image, guard, signatures = None, None, []
     if bundle is not None or bundle_dir is not None:  # an image volume (commands/k8s_bundle.py)
         from vllm_hotfix.commands.k8s_bundle import from_options
 
         image = from_options(bundle, bundle_dir, export_dir)
         if not as_json:
-            say(f"note: {k8s_bundle.REQUIREMENTS}")
+            say(f"note: {k8s_image_volume.REQUIREMENTS}")
         lock_bytes, lock, exported = image.lock_bytes, image.lock, {}
     else:
         lock_path = export_dir / "hotfix.lock"
@@ -64,7 +64,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     _refuse_foreign(out_dir)
     renderer = kustomize_command()
     resources, manifests, copies = _base(Path(base), out_dir, renderer)
-    overlay = k8s.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
+    overlay = k8s_overlay.build(lock, exported, lock_bytes, target, tuple(containers), resources=resources,
                         manifests=manifests, container_site_packages=container_site_packages, strict=strict,
                         max_configmaps=max_configmaps, image=image, guard=guard, readiness=readiness,
                         signatures=signatures, trust_configmap=trust_configmap)
@@ -73,8 +73,8 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     try:
         if renderer is not None:
             objects = render(renderer, staged, what="the overlay")
-            problems = k8s.check_render(objects, target, overlay) if image is None else k8s_bundle.check_render(
-                objects, target, overlay, image, k8s_bundle.site_packages(lock, container_site_packages))
+            problems = k8s_overlay.check_render(objects, target, overlay) if image is None else k8s_image_volume.check_render(
+                objects, target, overlay, image, k8s_image_volume.site_packages(lock, container_site_packages))
             if problems:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise Refused(f"`{' '.join(renderer)} {out_dir}` would not mount the hotfix: {problems[0]}{more}; "
@@ -116,7 +116,7 @@ def _signatures(lock_path: Path) -> list:
     return signed.signature_files(lock_path)
 
 
-def _say_written(verb: str, out_dir: Path, target: k8s.Workload, overlay: k8s.Overlay, image, signed: int = 0) -> None:
+def _say_written(verb: str, out_dir: Path, target: k8s_overlay.Workload, overlay: k8s_overlay.Overlay, image, signed: int = 0) -> None:
     into = f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})"
     if image is not None:
         signatures = f" + {len(image.beside_lock)} signature file(s)" if image.beside_lock else ""
@@ -128,7 +128,7 @@ def _say_written(verb: str, out_dir: Path, target: k8s.Workload, overlay: k8s.Ov
     say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock{beside} in {len(overlay.configmaps)} "
         f"ConfigMap(s), {into}")
     if len(overlay.configmaps) > 1:
-        note(f"the files are {sum(cm.size for cm in overlay.configmaps):,} bytes, past the {k8s.CONFIGMAP_LIMIT:,} "
+        note(f"the files are {sum(cm.size for cm in overlay.configmaps):,} bytes, past the {k8s_overlay.CONFIGMAP_LIMIT:,} "
              f"one ConfigMap holds: split into {len(overlay.configmaps)}; a fix this size is better as a hotfix "
              "bundle (`hotfix pack`, then `hotfix k8s --bundle REF@sha256:...`) or a baked image (`hotfix bake`)")
 
@@ -162,7 +162,7 @@ def render(renderer: list[str], directory: Path, *, what: str) -> list:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise InvalidInput(f"`{' '.join(renderer)}` cannot render {what}: {last}; nothing was written",
                            hint="fix the base so that `kubectl kustomize` renders it, then rerun")
-    return k8s.load_all(done.stdout, source=f"{' '.join(renderer)} output")
+    return k8s_overlay.load_all(done.stdout, source=f"{' '.join(renderer)} output")
 
 
 def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
@@ -230,7 +230,7 @@ def _base(base: Path, out_dir: Path, renderer: Optional[list[str]]) -> tuple[tup
         relative = os.path.relpath(os.path.abspath(base), os.path.abspath(out_dir))
         return (relative,), docs, {}
     text = _read(base)
-    docs = k8s.load_all(text, source=str(base))
+    docs = k8s_overlay.load_all(text, source=str(base))
     copy = f"base/{base.name}"
     return (copy,), docs, {copy: text.encode("utf-8")}
 
@@ -247,7 +247,7 @@ def _local_resources(directory: Path, seen: set) -> list:
         return []
     seen.add(real)
     kustomization = _kustomization(directory)
-    listed = k8s.load_all(_read(kustomization), source=str(kustomization)) if kustomization else []
+    listed = k8s_overlay.load_all(_read(kustomization), source=str(kustomization)) if kustomization else []
     spec = listed[0] if listed and isinstance(listed[0], dict) else {}
     entries = [e for e in (spec.get("resources") or []) + (spec.get("bases") or []) if isinstance(e, str)]
     if not entries:  # an odd kustomization: read the manifests beside it, as before
@@ -260,7 +260,7 @@ def _local_resources(directory: Path, seen: set) -> list:
         if path.is_dir():
             docs += _local_resources(path, seen)
         elif path.is_file():
-            docs += k8s.load_all(_read(path), source=str(path))
+            docs += k8s_overlay.load_all(_read(path), source=str(path))
     return docs
 
 

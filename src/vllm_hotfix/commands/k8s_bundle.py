@@ -1,6 +1,6 @@
 """`hotfix k8s --bundle REF@sha256:...`: the part of the overlay command that reads the bundle.
 
-The reference is checked first (pinned by digest, no tag: containers/k8s_bundle.parse_reference).
+The reference is checked first (pinned by digest, no tag: containers/k8s_image_volume.parse_reference).
 What the image volume holds -- the files to mount one by one, the lock, its signature files -- comes
 from the bundle on disk (``--bundle-dir DIR``, the layout `hotfix pack` wrote, read as untrusted input
 by commands/admission.read_bundle: confined names, no link followed, capped, every blob and file
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.containers.k8s_bundle import ImageVolume, image_volume, parse_reference
+from vllm_hotfix.containers.k8s_image_volume import ImageVolume, image_volume, parse_reference
 from vllm_hotfix.errors import Refused, UsageError
 from vllm_hotfix.output import quote_path
 

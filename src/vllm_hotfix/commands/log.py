@@ -12,7 +12,7 @@ from vllm_hotfix.output import emit_json, quote_path, say
 def run(*, hotfix_id: str | None, python: str | None, root: Path | None, all_targets: bool,
         catalogs: Sequence[Path], as_json: bool) -> int:
     """Exit 0 (also with no entry), 8 when a history file or line is broken (named by file and line)."""
-    from vllm_hotfix.flow.history import histories
+    from vllm_hotfix.flow.history_line import histories
 
     if all_targets and (python or root):
         raise UsageError("--all reads every target's history: give neither --python nor --root with it")

@@ -81,11 +81,11 @@ def run(*, hotfix_ids=(), export_dir: Optional[Path] = None, python: Optional[st
 
 
 def _content(hotfix_ids, export_dir: Optional[Path], python: Optional[str], catalogs) -> bundle.Content:
-    from vllm_hotfix.txn.lockfile import dump_lock
+    from vllm_hotfix.txn.hotfix_lock import dump_lock
 
     if hotfix_ids:
         from vllm_hotfix.catalog.index import Catalog, parse_ref
-        from vllm_hotfix.flow.export import plan_export
+        from vllm_hotfix.flow.export_plan import plan_export
 
         catalog = Catalog.load(catalogs)
         export = plan_export([catalog.get(*parse_ref(ref)) for ref in hotfix_ids], python=python, out_dir=None)
@@ -97,7 +97,7 @@ def exported_content(directory: Path) -> bundle.Content:
     """What a bundle of the export in ``directory`` holds: the lock, its files (each checked against the
     lock's sha256, no link followed) and the lock's signature files beside it (core.minisign's names, no
     link followed, each capped), which go into the layer beside the lock."""
-    from vllm_hotfix.flow.export import read_exported
+    from vllm_hotfix.flow.export_plan import read_exported
     from vllm_hotfix.settings import LOCK_NAME
     from vllm_hotfix.txn.signed import signature_files
 

@@ -1,6 +1,6 @@
 """`hotfix port ID --out DIR`: new variants of a catalog hotfix for the published releases where none applies.
 
-The work is ``flow.port.port`` (judging each release like check-catalog, merging with ``git merge-file``);
+The work is ``flow.port_plan.port`` (judging each release like check-catalog, merging with ``git merge-file``);
 this module lists the releases, opens their cached wheels, prints the outcome, and writes a copy of the
 hotfix's catalog entry into ``--out`` (its manifest with the new ``[[patches]]``, its patch files and the
 new ones), the manifest last. All or nothing: a release that conflicts (exit 4) or that could not be
@@ -17,7 +17,7 @@ from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.catalog.manifest_text import edit_patches, patch_row
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.errors import ExitCode, InvalidInput, Refused, Unavailable
-from vllm_hotfix.flow.port import CONFLICTS, FAILED, PortResult, port
+from vllm_hotfix.flow.port_plan import CONFLICTS, FAILED, PortResult, port
 from vllm_hotfix.flow.releases import parse_versions, releases_in_scope, skip_reason
 from vllm_hotfix.output import emit_json, note, say
 from vllm_hotfix.txn.atomic import atomic_write

@@ -12,8 +12,8 @@ from vllm_hotfix.output import emit_json, quote_path, say
 
 def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool, catalogs: Sequence[Path],
         as_json: bool) -> int:
-    from vllm_hotfix.flow.rollback import rollback
-    from vllm_hotfix.flow.status import Survey
+    from vllm_hotfix.flow.rollback_change import rollback
+    from vllm_hotfix.flow.survey import Survey
 
     hotfix_id, _ = parse_ref(hotfix_id)
     survey = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs))

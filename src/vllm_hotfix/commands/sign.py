@@ -80,11 +80,11 @@ def _check_signable(path: Path, data: bytes) -> str:
     """'lock' or 'policy': what the bytes are, checked as their reader checks them (a broken file is never
     signed)."""
     if path.suffix == ".toml":
-        from vllm_hotfix.core.trust import parse_policy
+        from vllm_hotfix.core.trust_policy import parse_policy
 
         parse_policy(data, str(path))
         return "policy"
-    from vllm_hotfix.txn.lockfile import parse_lock
+    from vllm_hotfix.txn.hotfix_lock import parse_lock
 
     lock = parse_lock(data, source=str(path))
     if lock.version is None:

@@ -47,10 +47,10 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
                              hint="`hotfix status --python PY` / `--root DIR` shows one target")
         return run_all(catalogs=catalogs, as_json=as_json)
 
-    from vllm_hotfix.flow.status import fingerprint
+    from vllm_hotfix.flow.survey import fingerprint
 
     from vllm_hotfix.flow.resolve import warn
-    from vllm_hotfix.flow.status import survey
+    from vllm_hotfix.flow.survey import survey
 
     targets: list = []
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True,
@@ -126,7 +126,7 @@ def run_runtime(*, hotfix_ids: Sequence[str], python: str | None, lock_file: Pat
 
     target = Resolver(python).package("vllm")
     if lock_file is not None:
-        from vllm_hotfix.txn.lockfile import load_lock
+        from vllm_hotfix.txn.hotfix_lock import load_lock
 
         lock = load_lock(Path(lock_file))
         names = fixed_names_of_lock(lock)
@@ -182,7 +182,7 @@ def run_all(*, catalogs: Sequence[Path], as_json: bool) -> int:
     from vllm_hotfix.core.verdict import IN_EFFECT
     from vllm_hotfix.errors import NotInEffect
     from vllm_hotfix.flow.overview import overview
-    from vllm_hotfix.flow.status import fingerprint
+    from vllm_hotfix.flow.survey import fingerprint
     from vllm_hotfix.paths import state_dir
 
     reports = overview(Catalog.load(catalogs))
@@ -221,7 +221,7 @@ def run_all(*, catalogs: Sequence[Path], as_json: bool) -> int:
 
 
 def _stale_words(report) -> str:
-    from vllm_hotfix.flow.gc import GONE
+    from vllm_hotfix.flow.gone_targets import GONE
 
     if report.state == GONE:
         return f"the target is gone ({report.reason})"

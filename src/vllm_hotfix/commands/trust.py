@@ -20,7 +20,7 @@ from vllm_hotfix.output import emit_json, note, quote_path, say
 
 def run(*, new_policy: Path, trust: Optional[Path], chain: Optional[Path], dry_run: bool, as_json: bool) -> int:
     from vllm_hotfix.core import minisign
-    from vllm_hotfix.core import trust as model
+    from vllm_hotfix.core import trust_policy as model
     from vllm_hotfix.txn import signed
 
     current_path = signed.policy_path(trust)
@@ -73,9 +73,9 @@ def run(*, new_policy: Path, trust: Optional[Path], chain: Optional[Path], dry_r
 
 def _valid_for(policy, data: bytes, name: str, signature: bytes) -> bool:
     """A signature by one of the new policy's own keys (not in the current one): kept beside it too."""
-    from vllm_hotfix.core import minisign, trust
+    from vllm_hotfix.core import minisign, trust_policy
 
-    (check,) = trust.check_signatures(data, [(name, signature)], policy)
+    (check,) = trust_policy.check_signatures(data, [(name, signature)], policy)
     return check.outcome == minisign.VALID
 
 

@@ -20,7 +20,7 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
     """Every named (else every recorded) hotfix must be applied or fixed upstream."""
     from vllm_hotfix.core.verdict import IN_EFFECT
     from vllm_hotfix.flow.resolve import warn
-    from vllm_hotfix.flow.status import survey
+    from vllm_hotfix.flow.survey import survey
     from vllm_hotfix.output import emit_json, say
 
     targets: list = []
@@ -35,7 +35,7 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
             hint="name the hotfixes that must be in effect (`hotfix verify ID...`) or use `--lock FILE`",
         )
     from vllm_hotfix.flow.mounted import mount_sources
-    from vllm_hotfix.flow.status import fingerprint
+    from vllm_hotfix.flow.survey import fingerprint
 
     problems = [s for s in statuses if s.state not in IN_EFFECT]
     digest = fingerprint(statuses)
@@ -83,10 +83,10 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
 
     def resolve(package: str):
         from vllm_hotfix.paths import TargetDir
-        from vllm_hotfix.txn import lockfile
+        from vllm_hotfix.txn import lock_check
 
         target = resolver.package(package)  # the one resolution every command uses
-        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+        return lock_check.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
                                   target.distribution)
 
     def stale(sources: list[str]) -> dict:

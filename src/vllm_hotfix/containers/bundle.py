@@ -26,7 +26,8 @@ from vllm_hotfix.containers.oci import Entry
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.output import quote_path
 from vllm_hotfix.settings import LOCK_NAME, OCI_PREFIX
-from vllm_hotfix.txn.lockfile import Lock, expected_fingerprint, parse_lock
+from vllm_hotfix.txn.hotfix_lock import Lock, parse_lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 
 LOCK_PATH = LOCK_NAME  # the lock, at the image's top
 FILES_DIR = "site-packages"  # the patched files below it, at their site-packages-relative paths
@@ -37,7 +38,7 @@ CREATED_BY = "hotfix pack"
 TITLE = "org.opencontainers.image.title"
 DESCRIPTION = "org.opencontainers.image.description"
 FORMAT = OCI_PREFIX + "bundle"  # this layout of the layer, FORMAT_VERSION
-FINGERPRINT = OCI_PREFIX + "fingerprint"  # core/fingerprint of the lock in effect (txn.lockfile.expected_fingerprint)
+FINGERPRINT = OCI_PREFIX + "fingerprint"  # core/fingerprint of the lock in effect (txn.lock_check.expected_fingerprint)
 HOTFIXES = OCI_PREFIX + "hotfixes"  # "id@version id@version", series order
 BASELINE = OCI_PREFIX + "baseline"  # "vllm==0.30.0" (one per distribution, space-separated): the release the files fit
 SITE_PACKAGES = OCI_PREFIX + "site-packages"  # where the lock says the files go in the container

@@ -19,7 +19,7 @@ def signature_items(signatures, files: dict[str, bytes]) -> list:
     """The lock's signature files ((name, bytes), as txn.signed.signature_files reads them beside the
     export's lock) as ConfigMap items mounted read-only beside the lock: the guard reads the ones beside
     HOTFIX_LOCK. Their bytes go into ``files`` (``signatures/NAME``)."""
-    from vllm_hotfix.containers.k8s import Item
+    from vllm_hotfix.containers.k8s_overlay import Item
 
     lock_dir = LOCK_IN_CONTAINER.rpartition("/")[0]
     items = []

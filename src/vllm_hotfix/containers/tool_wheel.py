@@ -78,6 +78,8 @@ def _project_name(project: Path) -> str | None:
 
 def find_tool_source() -> ToolSource:
     """How the running vllm-hotfix can be turned into a wheel (Refused when it cannot)."""
+    from packaging.utils import canonicalize_name
+
     import vllm_hotfix
     from vllm_hotfix import __version__
     from vllm_hotfix.install.record import read_record
@@ -85,7 +87,7 @@ def find_tool_source() -> ToolSource:
     package_dir = Path(vllm_hotfix.__file__).resolve().parent
     site = package_dir.parent
     for dist_info in sorted(site.glob(f"{PACKAGE}-*.dist-info")):
-        if _metadata(dist_info).get("Name", "").lower().replace("_", "-") != DISTRIBUTION:
+        if canonicalize_name(_metadata(dist_info).get("Name", "")) != DISTRIBUTION:
             continue
         if (dist_info / "RECORD").is_file() and f"{PACKAGE}/__init__.py" in read_record(dist_info):
             version = _metadata(dist_info).get("Version", __version__)

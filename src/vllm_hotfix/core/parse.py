@@ -69,11 +69,11 @@ class _Parser(Names, Hunks):
             else:
                 i += 1  # mail headers, commit message, diffstat, 'diff -ruN', 'Index:', signature...
 
-    def _git_file(self, start: int) -> int:
-        """One ``diff --git`` file. Its header runs up to the first line that is not a header line;
-        ``---`` / ``+++`` are header lines too and must agree with the names already given."""
+    def _git_header(self, start: int) -> tuple:
+        """The extended header lines of the ``diff --git`` file at ``start`` (modes, new / deleted, rename /
+        copy, every ``---`` / ``+++`` name), up to the first line that is not one: (index of that line, the
+        modes, the four kinds, the rename names, the last ---/+++ names and lines, the earlier ones)."""
         lines, count = self.lines, self.count
-        old_name, new_name = self._git_names(lines[start][11:].rstrip(b"\r"), start)
         old_mode = new_mode = None
         extension = None  # (line index, kind) of the first new/deleted/rename/copy line
         is_new = is_delete = is_rename = is_copy = False
@@ -123,6 +123,16 @@ class _Parser(Names, Hunks):
                     raise self.fail(i, f"inconsistent header lines {extension[0] + 1} and {i + 1} "
                                        f"({extension[1]} and {kind})")
             i += 1
+        return (i, old_mode, new_mode, is_new, is_delete, is_rename, is_copy, rename_from, rename_to, minus, minus_at,
+                plus, plus_at, repeated)
+
+    def _git_file(self, start: int) -> int:
+        """One ``diff --git`` file. Its header runs up to the first line that is not a header line;
+        ``---`` / ``+++`` are header lines too and must agree with the names already given."""
+        lines, count = self.lines, self.count
+        old_name, new_name = self._git_names(lines[start][11:].rstrip(b"\r"), start)
+        (i, old_mode, new_mode, is_new, is_delete, is_rename, is_copy, rename_from, rename_to, minus, minus_at, plus,
+         plus_at, repeated) = self._git_header(start)
         if i < count and (lines[i].startswith(b"GIT binary patch") or lines[i].startswith(b"Binary files ")):
             name = new_name or old_name or b"?"
             shown = b"/".join(name.split(b"/")[self.strip:]) or name

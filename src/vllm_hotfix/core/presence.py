@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_hotfix.core.apply import Plan, Reader, apply_hunks, detect
+from vllm_hotfix.core.hunk_apply import Plan, Reader, apply_hunks, detect
 from vllm_hotfix.core.diff import FilePatch, Patch, reverse_patch
 from vllm_hotfix.errors import DoesNotApply
 

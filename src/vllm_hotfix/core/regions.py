@@ -85,7 +85,7 @@ class Overlaps:
 
 
 def spans_of(hunks: Sequence, placements: Sequence) -> list[Span]:
-    """The Spans of a planned file edit: core.diff Hunks and their core.apply Placements, in order."""
+    """The Spans of a planned file edit: core.diff Hunks and their core.hunk_apply Placements, in order."""
     out = []
     for hunk, placement in zip(hunks, placements):
         ops = hunk.ops

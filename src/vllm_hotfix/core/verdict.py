@@ -8,9 +8,9 @@ Pure and stdlib only: the guard imports it inside every vLLM process. States are
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Iterable, Literal, Optional, Sequence
 
+from vllm_hotfix.core.pep440 import same_release, version_at_least, version_in
 from vllm_hotfix.values import Value
 
 # -- hotfix states ----------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def release_rule(installed: Optional[str], *, fixed_in: Optional[str], versions:
                  distribution: str) -> Optional[tuple[State, str]]:
     """(FIXED_UPSTREAM | NOT_APPLICABLE, detail) from a release alone (a lock's or a record's ``fixed_in`` /
     ``versions``), or None. The catalog's rule (flow/applicability) also knows commits and checkouts; both
-    feed ``judge``."""
+    feed ``hotfix_state``."""
     if installed is None:
         return None
     if fixed_in and version_at_least(installed, fixed_in):
@@ -176,11 +176,11 @@ def release_rule(installed: Optional[str], *, fixed_in: Optional[str], versions:
     return None
 
 
-def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package: Optional[str] = None,
-          inapplicable: Optional[tuple[State, str]] = None, recorded_release: Optional[str] = None,
-          installed_release: Optional[str] = None, distribution: str = "the package",
-          broken: Optional[str] = None, moved: Optional[str] = None,
-          stale_bytecode: Optional[str] = None) -> tuple[State, str]:
+def hotfix_state(files: Sequence[FileCheck], *, pending: bool = False, missing_package: Optional[str] = None,
+                 inapplicable: Optional[tuple[State, str]] = None, recorded_release: Optional[str] = None,
+                 installed_release: Optional[str] = None, distribution: str = "the package",
+                 broken: Optional[str] = None, moved: Optional[str] = None,
+                 stale_bytecode: Optional[str] = None) -> tuple[State, str]:
     """THE verdict on one hotfix that a record or a lock says must be in effect, in this order:
 
     1. INTERRUPTED: a transaction on the target is pending (its files may be half-written);
@@ -197,7 +197,7 @@ def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package:
        module that does not hold its code (``stale_bytecode``: which, install/bytecode.py).
 
     Every reader calls this: status and apply (txn/judgement.judge_record), `verify --lock` and the guard
-    (txn/lockfile), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor. The guard's HOTFIX_REQUIRE
+    (txn/lock_check), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor. The guard's HOTFIX_REQUIRE
     words three cases before it has a record to give here (guard/plugin.py): interrupted (a pending
     journal), not-applied (no record), unknown (a record it cannot read, a package it cannot import)."""
     if pending:
@@ -223,7 +223,7 @@ def judge(files: Sequence[FileCheck], *, pending: bool = False, missing_package:
 
 def release_change(recorded_release: Optional[str], installed_release: Optional[str], moved: Optional[str],
                    distribution: str = "the package") -> Optional[str]:
-    """THE rule of ``judge``'s step 4 (STALE), for it and for the readers that only ask whether the
+    """THE rule of ``hotfix_state``'s step 4 (STALE), for it and for the readers that only ask whether the
     release changed under a record (rollback forgets such a record, apply starts a new series): why the
     package is another release than the recorded one (a checkout's HEAD ``moved``, or another version
     installed), or None."""
@@ -261,7 +261,7 @@ def release_seen(*, recorded: Optional[str], installed: Callable[[], Optional[st
                  recorded_commit: Optional[str] = None, commit: Optional[str] = None,
                  own_version_file: "bool | Callable[[], bool]" = False) -> tuple[Optional[str], Optional[str]]:
     """THE rule for the release a record or a lock is judged against: (the installed release, ``moved``
-    for ``judge``: "commit A to commit B" when a checkout's HEAD is not the recorded one, else None).
+    for ``hotfix_state``: "commit A to commit B" when a checkout's HEAD is not the recorded one, else None).
 
     - A checkout whose record names HEAD's commit (``recorded_commit``) and whose HEAD is read now
       (``commit``, install/facts.read_head): the same commit is the recorded release, whatever the version
@@ -271,7 +271,7 @@ def release_seen(*, recorded: Optional[str], installed: Callable[[], Optional[st
       except when the version is read from a file the series itself changes (``own_version_file``: a
       diff that bumps ``vllm/_version.py``): that release is the series' own doing, the recorded one stands.
 
-    status, apply, export and doctor (flow/series) and the guard and `verify --lock` (txn/lockfile, the
+    status, apply, export and doctor (flow/series) and the guard and `verify --lock` (txn/hotfix_lock, the
     guard's HOTFIX_REQUIRE) all ask this, so they cannot disagree on a checkout whose HEAD moved."""
     if recorded_commit and commit:
         if recorded_commit == commit:
@@ -280,138 +280,3 @@ def release_seen(*, recorded: Optional[str], installed: Callable[[], Optional[st
     if own_version_file() if callable(own_version_file) else own_version_file:
         return recorded, None
     return installed(), None
-
-
-# -- PEP 440 ordering without `packaging` (the guard runs on the stdlib only) -----------------------
-
-_VERSION_PATTERN = (
-    r"v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
-    r"(?:[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+.*)?"
-)
-_PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-
-
-def _parse(text: str) -> tuple:
-    """(epoch, release numbers as written, pre, pre number, post, dev) of a PEP 440 version."""
-    text = text.strip()
-    if text.replace(".", "").isdecimal() and ".." not in text and text[0] != "." and text[-1] != ".":
-        return None, [int(x) for x in text.split(".")], None, None, None, None  # a plain release, no grammar
-    m = re.fullmatch(_VERSION_PATTERN, text, re.IGNORECASE)  # compiled on first use (re's cache), not at import
-    if not m:
-        raise ValueError(f"not a PEP 440 version: {text!r}")
-    epoch, release, pre, pre_n, post, dev = m.groups()
-    return epoch, [int(x) for x in release.split(".")], pre, pre_n, post, dev
-
-
-_FULL_PATTERN = (  # PEP 440's public and local grammar, every spelling it permits, for its normal form
-    r"v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
-    r"(?:[-_.]?(?P<pre>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>\d+)?)?"
-    r"(?:-(?P<post_implicit>\d+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post>\d+)?(?P<post_mark>))?"
-    r"(?:[-_.]?dev[-_.]?(?P<dev>\d+)?(?P<dev_mark>))?"
-    r"(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?"
-)
-_PRE_NORMAL = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
-
-
-def normal_form(text: str) -> Optional[str]:
-    """PEP 440's normal form of ``text`` (what ``str(packaging.version.Version(text))`` gives), None when it
-    is not a version: the stdlib rule a checkout's derived version is written in (install/version.py),
-    so the guard derives the very string `hotfix status` shows. Kept honest against packaging by
-    tests/core/test_normal_form.py."""
-    m = re.fullmatch(_FULL_PATTERN, text.strip(), re.IGNORECASE)
-    if m is None:
-        return None
-    out = f"{int(m['epoch'])}!" if m["epoch"] and int(m["epoch"]) else ""
-    out += ".".join(str(int(x)) for x in m["release"].split("."))
-    if m["pre"]:
-        out += f"{_PRE_NORMAL[m['pre'].lower()]}{int(m['pre_n'] or 0)}"
-    if m["post_implicit"] is not None:
-        out += f".post{int(m['post_implicit'])}"
-    elif m["post_mark"] is not None:
-        out += f".post{int(m['post'] or 0)}"
-    if m["dev_mark"] is not None:
-        out += f".dev{int(m['dev'] or 0)}"
-    if m["local"]:
-        parts = re.split(r"[-_.]", m["local"])
-        out += "+" + ".".join(str(int(x)) if x.isdigit() else x.lower() for x in parts)
-    return out
-
-
-def version_key(text: str) -> tuple:
-    epoch, numbers, pre, pre_n, post, dev = _parse(text)
-    while len(numbers) > 1 and numbers[-1] == 0:
-        numbers.pop()
-    if pre:
-        pre_key = (_PRE[pre.lower()], int(pre_n or 0))
-    elif dev is not None and post is None:
-        pre_key = (-1, 0)  # 1.0.dev1 sorts before 1.0a1
-    else:
-        pre_key = (3, 0)
-    post_key = int(post or 0) if post is not None else -1
-    dev_key = int(dev or 0) if dev is not None else float("inf")
-    return (int(epoch or 0), tuple(numbers), pre_key, post_key, dev_key)
-
-
-def _is_pre(key: tuple) -> bool:
-    return key[2] != (3, 0) or key[4] != float("inf")  # a pre- or dev-release
-
-
-def _prefix_match(version: str, prefix_text: str) -> bool:
-    """``version == prefix.*``: release segments compared with zero padding, as PEP 440 says."""
-    epoch, have, *_ = _parse(version)
-    wanted_epoch, prefix, *_ = _parse(prefix_text)
-    have = have + [0] * (len(prefix) - len(have))
-    return int(epoch or 0) == int(wanted_epoch or 0) and have[:len(prefix)] == prefix
-
-
-def version_at_least(version: str, minimum: str) -> bool:
-    """PEP 440 ``version >= minimum`` (local labels ignored); False when either cannot be parsed."""
-    try:
-        return version_key(version) >= version_key(minimum)
-    except ValueError:
-        return False
-
-
-def same_release(a: Optional[str], b: Optional[str]) -> bool:
-    """Whether two recorded versions name the same release (None matches nothing but None)."""
-    if a is None or b is None:
-        return a == b
-    try:
-        return version_key(a) == version_key(b)
-    except ValueError:
-        return a == b
-
-
-_CLAUSE_PATTERN = r"\s*(===|==|!=|~=|<=|>=|<|>)\s*([^\s,]+)\s*"
-
-
-def version_in(version: str, specifier: str) -> bool:
-    """PEP 440 ``version in specifier`` for the clauses manifests use (pre-releases match, as in
-    manifests); an unparsable clause does not exclude (the catalog validated it with `packaging`).
-    Checked against `packaging` by tests/core/test_core_verdict.py."""
-    for clause in filter(None, (c.strip() for c in specifier.split(","))):
-        m = re.fullmatch(_CLAUSE_PATTERN, clause)
-        if not m:
-            continue
-        op, wanted = m.groups()
-        try:
-            if wanted.endswith(".*"):
-                ok = _prefix_match(version, wanted[:-2])
-                ok = ok if op == "==" else not ok
-            else:
-                have, want = version_key(version), version_key(wanted)
-                same_base = have[:2] == want[:2]
-                if op == "~=":
-                    ok = have >= want and _prefix_match(version, ".".join(wanted.split(".")[:-1]))
-                elif op == "<":  # not a pre-release of the version named, unless it is one itself
-                    ok = have < want and not (same_base and _is_pre(have) and not _is_pre(want))
-                elif op == ">":  # not a post-release of the version named, unless it is one itself
-                    ok = have > want and not (same_base and have[3] >= 0 and want[3] < 0)
-                else:
-                    ok = {"==": have == want, "===": have == want, "!=": have != want, "<=": have <= want,
-                          ">=": have >= want}[op]
-        except ValueError:
-            continue
-        if not ok:
-            return False
-    return True

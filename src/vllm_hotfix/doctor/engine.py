@@ -36,13 +36,13 @@ from typing import Any, Callable, Iterable, Sequence
 from vllm_hotfix.catalog.model import Manifest
 from vllm_hotfix.catalog.signatures import Signature, compile_pattern
 from vllm_hotfix.doctor import contexts
-from vllm_hotfix.doctor.facts import FACT_NEEDLES, VLLM_ENGINES, read_facts
+from vllm_hotfix.doctor.log_facts import FACT_NEEDLES, VLLM_ENGINES, read_facts
 from vllm_hotfix.doctor.findings import Evidence, Fact, Findings, Line, Match, RootError, Veto
 from vllm_hotfix.doctor.normalise import ERROR_NEEDLES, MATCH_LIMIT, NOT_AN_ERROR, is_error, normalise
 from vllm_hotfix.doctor.prefilter import Prefilter, Prefiltered, covers
 
 __all__ = ["EPISODE", "Evidence", "Fact", "Findings", "Line", "Match", "Prefilter", "Prefiltered", "RootError", "Veto",
-           "judge", "manifest_platforms", "needles_for", "scan", "scan_text"]
+           "match_manifest", "manifest_platforms", "needles_for", "scan", "scan_text"]
 
 EPISODE = 200  # lines after a process's first error that still belong to it
 TEXT_LIMIT = 240
@@ -237,7 +237,7 @@ class _Scan:
                 by_manifest.setdefault(rule.index, []).append(self.hits[id(rule)])
         matches = []
         for index, evidence in by_manifest.items():
-            match = judge(self.manifests[index], evidence, base)
+            match = match_manifest(self.manifests[index], evidence, base)
             if any(e.role in ("first-error", "error-line") or e.signature.tier == "specific" for e in match.evidence):
                 matches.append(match)
         matches.sort(key=lambda m: ({"specific": 0, "condition": 1, "generic": 2, "veto": 3}[m.tier], -m.score, m.manifest.id))
@@ -245,7 +245,7 @@ class _Scan:
                         base.long_lines, base.root_errors)
 
 
-def judge(manifest: Manifest, evidence: Iterable[Evidence], findings: Findings) -> Match:
+def match_manifest(manifest: Manifest, evidence: Iterable[Evidence], findings: Findings) -> Match:
     """One manifest's match: its evidence (each signature once), ordered specific, condition, error, then
     by place; the vetoes (veto signatures, and facts of the log that contradict the manifest: another
     engine, a platform its bug does not occur on, a debugger naming another kernel as the faulting one)."""

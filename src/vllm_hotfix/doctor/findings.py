@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from vllm_hotfix.catalog.model import Manifest
 from vllm_hotfix.catalog.signatures import Signature
-from vllm_hotfix.doctor.facts import RANK, VENDOR_PLATFORMS
+from vllm_hotfix.doctor.log_facts import RANK, VENDOR_PLATFORMS
 
 OTHER_ENGINES = ("sglang", "tensorrt-llm")
 
@@ -53,7 +53,7 @@ class RootError:
 
 @dataclass(frozen=True)
 class Fact:
-    """Something the log states about the crashed process (doctor.facts)."""
+    """Something the log states about the crashed process (doctor.log_facts)."""
 
     kind: str  # version | engine | platform | flag | architecture | kernel
     name: str  # the distribution, engine, platform or flag

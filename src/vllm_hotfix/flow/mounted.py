@@ -14,7 +14,7 @@ from vllm_hotfix.output import quote_path
 from vllm_hotfix.paths import LOCK_ENV
 
 if TYPE_CHECKING:
-    from vllm_hotfix.flow.status import Status
+    from vllm_hotfix.flow.hotfix_status import Status
 
 
 def declared_by_lock(hotfix_id: str, paths: Sequence[str]) -> str | None:
@@ -23,7 +23,7 @@ def declared_by_lock(hotfix_id: str, paths: Sequence[str]) -> str | None:
     every start). None when it is unset, unreadable, or says nothing of them."""
     import os
 
-    from vllm_hotfix.txn.lockfile import load_lock
+    from vllm_hotfix.txn.hotfix_lock import load_lock
 
     named = os.environ.get(LOCK_ENV, "").strip()
     if not named:

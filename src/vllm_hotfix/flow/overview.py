@@ -1,7 +1,7 @@
 """Everything this state directory records, target by target (`hotfix status --all`): what is applied on
 this machine, each target's series in order with its words, and the targets that are gone.
 
-Which targets exist and which are gone is gc's judgement (flow/gc.survey: the one answer); each live
+Which targets exist and which are gone is gc's judgement (flow/gone_targets.survey: the one answer); each live
 target is judged as `hotfix status` judges it, through the interpreter its record names (the one
 resolution), else as the checkout it is (``--root``). A target whose recorded interpreter no longer
 loads it is listed, not judged (said why).
@@ -15,8 +15,9 @@ from pathlib import Path
 
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.errors import HotfixError
-from vllm_hotfix.flow import gc
-from vllm_hotfix.flow.status import Status, Survey
+from vllm_hotfix.flow import gone_targets
+from vllm_hotfix.flow.survey import Survey
+from vllm_hotfix.flow.hotfix_status import Status
 from vllm_hotfix.txn.state import TargetState
 
 NOT_JUDGED = "not-judged"  # a live target no interpreter or checkout resolution reaches from here
@@ -38,7 +39,7 @@ class TargetReport:
 
     @property
     def stale(self) -> bool:
-        return self.state != gc.LIVE
+        return self.state != gone_targets.LIVE
 
     def to_json(self) -> dict:
         return {"directory": str(self.directory), "root": self.root, "state": self.state, "stale": self.stale,
@@ -49,7 +50,7 @@ class TargetReport:
 def overview(catalog: Catalog) -> list[TargetReport]:
     """Every target state directory (gc's survey, read only), each live one judged."""
     out = []
-    for entry in gc.survey():
+    for entry in gone_targets.survey():
         try:
             state = TargetState.load(entry.directory)
         except HotfixError as exc:
@@ -58,15 +59,15 @@ def overview(catalog: Catalog) -> list[TargetReport]:
             continue
         common = dict(directory=entry.directory, root=entry.root, state=entry.state, reason=entry.reason,
                       recorded=tuple(state.hotfixes), target=dict(state.target), pending=entry.pending)
-        if entry.state != gc.LIVE or entry.root is None:
+        if entry.state != gone_targets.LIVE or entry.root is None:
             out.append(TargetReport(**common))
             continue
-        statuses, why = _judge(entry.root, state, catalog)
+        statuses, why = _statuses(entry.root, state, catalog)
         out.append(TargetReport(**common, statuses=tuple(statuses), not_judged=why))
     return out
 
 
-def _judge(root: str, state: TargetState, catalog: Catalog) -> tuple[list[Status], str | None]:
+def _statuses(root: str, state: TargetState, catalog: Catalog) -> tuple[list[Status], str | None]:
     """The recorded series of the target at ``root``, judged through its recorded interpreter, else as a
     checkout; (statuses, None) or ([], why not)."""
     python, package, kind = (state.target.get(k) for k in ("python", "package", "kind"))

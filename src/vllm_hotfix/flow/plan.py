@@ -1,26 +1,24 @@
-"""Planning a hotfix on a target's files, proving the baseline, and the post-apply checks. No writes."""
+"""Planning a hotfix on a target's files (``propose``: the series with it, its plan, what it refuses). No
+writes; proving the baseline and the post-apply checks are flow/baseline_proof.py's."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable
 
-from vllm_hotfix.core.apply import FileEdit, Plan, detect, plan_patch
+from vllm_hotfix.core.hunk_apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix.core.diff import Patch, reverse_patch
 from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST, STALE_BYTECODE, UNKNOWN
-from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
+from vllm_hotfix.errors import DoesNotApply, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import Hotfix, sha256
-from vllm_hotfix.flow.series import Series, judged, level, release_changed, steps_by_path
-from vllm_hotfix.flow.resolve import Resolver, target_option
+from vllm_hotfix.flow.series import Series, judge_recorded, level, release_changed, steps_by_path
+from vllm_hotfix.flow.resolve import target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.output import note, quote_path
 from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
-    from vllm_hotfix.catalog.model import Manifest, TargetSpec
+    from vllm_hotfix.catalog.model import Manifest
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     lines of the hotfixes below (unless its manifest's ``after`` names them), and neither side may
     declare the other in ``conflicts``. ``manifest_of(id)`` gives the catalog manifest of a recorded id."""
     tree = tree if tree is not None else Tree(target.root)
-    verdicts = judged(state, target, tree=tree)  # the verdict `hotfix status` shows
+    verdicts = judge_recorded(state, target, tree=tree)  # the verdict `hotfix status` shows
     broken = next((j.detail for j in verdicts.values() if j.state == UNKNOWN), None)
     if broken is not None:
         raise InvalidInput(f"{state.path}: {broken}",
@@ -130,38 +128,9 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
             if not uppers:  # every file at its baseline: plan as a first apply, the new record replaces it
                 recorded, below = None, _without(state, hotfix.id)
             else:  # under others: again at its place, which needs exactly the bytes it recorded
-                detection = detect(series, tree.read)
-                if detection.state != "applicable":
-                    raise detection.error or Refused(f"{hotfix.id}: does not apply again at its place in the series")
-                before = {p: b for p, b, _ in flatten(detection.plan)}
-                others = steps_by_path(_without(state, hotfix.id))
-                proposal = Proposal(hotfix, target, detection.plan, False, before,
-                                    in_series=frozenset(p for p in before if p in others))
-                if {(f.path, f.before_sha256, f.after_sha256) for f in proposal.recorded_files()} != set(recorded.steps()):
-                    raise Refused(f"{hotfix.id}: applying it again does not give the bytes it recorded under "
-                                  f"{', '.join(uppers)}", hint=f"roll back {', '.join(reversed(uppers))} first")
-                return proposal
+                return _propose_in_place(hotfix, target, state, recorded, tree, uppers)
     if recorded is not None and not _same_version(recorded.version, hotfix.version):
-        if not _supersedes(hotfix, recorded):
-            raise Refused(f"{hotfix.id}: version {recorded.version} is applied to {target.root}; "
-                          f"{hotfix.ref} does not declare that it supersedes it",
-                          hint=f"roll it back first: hotfix rollback {hotfix.id} {target_option(target)}")
-        from vllm_hotfix.txn.derive import recorded_patch
-
-        old = recorded_patch(state, recorded)
-        try:
-            undo = plan_patch(old, tree.read, reverse=True)
-        except DoesNotApply as exc:
-            raise Refused(f"{hotfix.id}: the applied version {recorded.version} cannot be reversed: {exc.message}",
-                          hint="the files drifted from what that version wrote; see `hotfix status`") from None
-        baseline = {p: after for p, _, after in flatten(undo)}
-        combined = Patch(reverse_patch(old).files + series.files, hotfix.ref)
-        plan = plan_patch(combined, tree.read)
-        for p, before, _ in flatten(plan):
-            baseline.setdefault(p, before)
-        others = steps_by_path(_without(state, hotfix.id))
-        return Proposal(hotfix, target, plan, False, baseline, recorded,
-                        in_series=frozenset(p for p in baseline if p in others))
+        return _propose_upgrade(hotfix, target, state, recorded, tree)
     _refuse_conflicts(hotfix, below, manifest_of)
     chains = steps_by_path(below)
     detection = detect(series, tree.read)
@@ -184,6 +153,51 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     refuse_overlaps(hotfix.id, series, frozenset(_declared(hotfix.manifest, "after")), below, tree, shared, target)
     return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in flatten(detection.plan)},
                     in_series=frozenset(shared), dropped=dropped, reset=reset)
+
+
+def _propose_upgrade(hotfix: Hotfix, target: Target, state: TargetState, recorded: RecordedHotfix,
+                     tree: Tree) -> Proposal:
+    """Another version of a recorded hotfix that declares it supersedes it: one plan that reverses the
+    applied version's recorded patch and applies the new series."""
+    series = hotfix.series
+    if not _supersedes(hotfix, recorded):
+        raise Refused(f"{hotfix.id}: version {recorded.version} is applied to {target.root}; "
+                      f"{hotfix.ref} does not declare that it supersedes it",
+                      hint=f"roll it back first: hotfix rollback {hotfix.id} {target_option(target)}")
+    from vllm_hotfix.txn.derive import recorded_patch
+
+    old = recorded_patch(state, recorded)
+    try:
+        undo = plan_patch(old, tree.read, reverse=True)
+    except DoesNotApply as exc:
+        raise Refused(f"{hotfix.id}: the applied version {recorded.version} cannot be reversed: {exc.message}",
+                      hint="the files drifted from what that version wrote; see `hotfix status`") from None
+    baseline = {p: after for p, _, after in flatten(undo)}
+    combined = Patch(reverse_patch(old).files + series.files, hotfix.ref)
+    plan = plan_patch(combined, tree.read)
+    for p, before, _ in flatten(plan):
+        baseline.setdefault(p, before)
+    others = steps_by_path(_without(state, hotfix.id))
+    return Proposal(hotfix, target, plan, False, baseline, recorded,
+                    in_series=frozenset(p for p in baseline if p in others))
+
+
+def _propose_in_place(hotfix: Hotfix, target: Target, state: TargetState, recorded: RecordedHotfix, tree: Tree,
+                      uppers: list[str]) -> Proposal:
+    """A lost hotfix under others (``uppers``), planned again at its place in the series: it must give
+    exactly the bytes it recorded."""
+    series = hotfix.series
+    detection = detect(series, tree.read)
+    if detection.state != "applicable":
+        raise detection.error or Refused(f"{hotfix.id}: does not apply again at its place in the series")
+    before = {p: b for p, b, _ in flatten(detection.plan)}
+    others = steps_by_path(_without(state, hotfix.id))
+    proposal = Proposal(hotfix, target, detection.plan, False, before,
+                        in_series=frozenset(p for p in before if p in others))
+    if {(f.path, f.before_sha256, f.after_sha256) for f in proposal.recorded_files()} != set(recorded.steps()):
+        raise Refused(f"{hotfix.id}: applying it again does not give the bytes it recorded under "
+                      f"{', '.join(uppers)}", hint=f"roll back {', '.join(reversed(uppers))} first")
+    return proposal
 
 
 def _without(state: TargetState, hotfix_id: str) -> TargetState:
@@ -254,151 +268,6 @@ def refuse_overlaps(hotfix_id: str, series: Patch, ordered: frozenset, state: Ta
             raise Refused(f"{hotfix_id} and {', '.join(hits)} change the same lines of {path}",
                           hint=f"if {hotfix_id} is meant to go on top of {hits[0]}, declare after = [\"{hits[0]}\"] in "
                                f"its manifest; else roll back {hits[0]} (`hotfix rollback {hits[0]} {target_option(target)}`)")
-
-
-def prove_baseline(proposal: Proposal, spec: TargetSpec | None, state: TargetState | None = None) -> None:
-    """The files the plan changes are pristine -- RECORD (wheels) or git (checkouts), else refuse --
-    or, for files the series below it touches, their pristine bytes (derived from the series, every
-    step checked against its recorded patch) are: the baseline is "pristine + the recorded series"."""
-    target = proposal.target
-    old_paths = {f.path: f for f in proposal.superseded.files} if proposal.superseded else {}
-    tree = Tree(target.root)
-    for path, recorded in old_paths.items():
-        found = tree.read(path)
-        if sha256(found.data if found else None) != recorded.after_sha256:
-            raise Refused(f"{path}: changed since {proposal.hotfix.id}@{proposal.superseded.version} was applied",
-                          hint="see `hotfix status`; restore the file before upgrading")
-    in_series = proposal.in_series if state is not None else frozenset()
-    recorded = steps_by_path(state) if state is not None else {}  # the series' own changes are no dirt
-    prove_files_pristine(target, spec, [p for p in proposal.baseline if p not in old_paths and p not in in_series],
-                         series_paths=recorded)
-    if in_series:
-        prove_bytes_pristine(target, spec, Series(state, tree).pristine(sorted(in_series)))
-
-
-def glob_escape(path: str) -> str:
-    """A path as an fnmatch pattern matching only itself."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in path)
-
-
-def prove_bytes_pristine(target: Target, spec: TargetSpec | None, pristine: dict[str, bytes | None]) -> None:
-    """The bytes each path had before the series are the release's (RECORD) or HEAD's (git)."""
-    if target.kind == "wheel" and target.dist_info is not None:
-        from vllm_hotfix.install.record import read_record, verify_bytes
-
-        differences = verify_bytes(read_record(target.dist_info), pristine)
-        if differences:
-            d = differences[0]
-            raise Refused(f"baseline not pristine: {d.path}: the series on it started from other bytes than "
-                          f"RECORD's ({d.kind})", hint="see `hotfix status`; reinstall the package and apply the series again")
-    elif target.git is not None:
-        from vllm_hotfix.install import git as gitmod
-
-        top = target.git.root
-        rel = {path: os.path.relpath(Path(target.root) / path, top) for path in pristine}
-        at_head = gitmod.head_blobs(top, rel.values())
-        for path, data in pristine.items():
-            wanted = None if data is None else gitmod.blob_id(data)
-            if at_head.get(rel[path]) != wanted:
-                raise Refused(f"baseline not pristine: {path}: the series on it started from other bytes than HEAD's",
-                              hint="see `hotfix status`; restore the checkout and apply the series again")
-    else:
-        _unproven(target)
-
-
-def _unproven(target: Target) -> None:
-    """No RECORD and no git state to prove a baseline with: a note, unless git's state could not be read
-    because another user owns the checkout (git's dubious ownership): then refused (exit 3), never
-    written on unproven."""
-    from vllm_hotfix.install.facts import find_work_tree
-    from vllm_hotfix.install.version import checkout_owner_problem
-
-    top = find_work_tree(target.root) if target.kind == "git" else None
-    problem = checkout_owner_problem(top) if top is not None else None
-    if problem is not None:
-        raise Refused(f"{problem}; the baseline cannot be proven", hint=f"run hotfix as the user who owns {top}, "
-                      f"or give it to this user (chown -R)")
-    note(f"{target.root}: a {target.kind} install with no RECORD or git: the baseline cannot be proven")
-
-
-def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterable[str],
-                         series_paths: Iterable[str] = ()) -> None:
-    """``paths`` (relative to the target root; absent ones are about to be created) are pristine:
-    RECORD (wheels) or git (checkouts), else refuse. In a checkout that must be clean, the files the
-    recorded series changed (``series_paths``) are allowed to be modified."""
-    paths = sorted(paths)
-    if target.kind == "wheel" and target.dist_info is not None:
-        from vllm_hotfix.install.record import read_record, verify
-
-        differences = verify(target.root, read_record(target.dist_info), paths)
-        if differences:
-            d = differences[0]
-            why = {"digest": "digest differs from RECORD", "size": "size differs from RECORD",
-                   "missing": "missing", "unrecorded": "not listed in RECORD", "symlink": "a symbolic link where pip installed a file",
-                   "not-a-file": "not a regular file"}.get(d.kind, d.kind)
-            more = f" (+{len(differences) - 1} more)" if len(differences) > 1 else ""
-            raise Refused(f"baseline not pristine: {quote_path(d.path)} ({why}){more}",
-                          hint=f"reinstall it: pip install --force-reinstall --no-deps "
-                               f"{target.distribution}=={target.version}; `hotfix audit {target.package}` lists all")
-    elif target.git is not None:
-        from vllm_hotfix.install import git as gitmod
-
-        rev = None
-        clean = False
-        if spec is not None and spec.git is not None:
-            rev = spec.git.rev
-            clean = spec.git.clean
-        top = target.git.root
-        mine = tuple(glob_escape(os.path.relpath(Path(target.root) / p, top)) for p in series_paths)
-        problems = gitmod.check_baseline(target.root, rev, allow=mine if clean else ("*",))
-        touched = {os.path.relpath(Path(target.root) / p, top) for p in paths}
-        problems += [f"{top}: {line[3:]} is modified (git status: {line[:2].strip()})"
-                     for line in target.git.dirty if line[3:] in touched]
-        if problems:
-            raise Refused(f"baseline not pristine: {problems[0]}",
-                          hint="restore the checkout (git checkout -- FILE / git stash) and retry")
-    else:
-        _unproven(target)
-
-
-def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:
-    """Post-apply checks: the manifest's text checks, and the package still resolves to the patched files."""
-    target = proposal.target
-    tree = Tree(target.root)
-    manifest = proposal.hotfix.manifest
-    if manifest is not None:
-        from vllm_hotfix.catalog.model import failed_check  # a raw --patch apply never loads the catalog
-
-        problem = failed_check(manifest, tree.read)
-        if problem:
-            raise Refused(problem)
-    package_rel = os.path.relpath(target.package_dir, target.root)
-    touched = [p for p in proposal.after if p == package_rel or p.startswith(package_rel.rstrip("/") + "/")]
-    if not touched and package_rel != ".":
-        raise Refused(f"{proposal.hotfix.id}: none of the changed files is inside {target.package_dir}, "
-                      f"the {target.package} that is loaded")
-    if target.python is not None:
-        again = Resolver(target.python).package(target.package)  # a fresh resolution, the one every command uses
-        if os.path.realpath(again.package_dir) != os.path.realpath(target.package_dir):
-            raise Refused(f"{target.package} now resolves to {again.package_dir}, not the patched {target.package_dir}",
-                          hint=f"`hotfix where {target.package} --python {target.python} --import` shows why")
-    else:
-        _warn_if_checkout_not_loaded(target)
-
-
-def _warn_if_checkout_not_loaded(target: Target) -> None:
-    """A --root checkout is only in effect if the server's interpreter imports it: say what this one does."""
-    try:
-        loaded = Resolver().package(target.package)
-    except HotfixError:
-        note(f"cannot tell from here which {target.package} the server loads; check with "
-             f"`hotfix where {target.package} --python <the server's python> --import`")
-        return
-    root = os.path.realpath(target.root)
-    if os.path.commonpath([root, os.path.realpath(loaded.package_dir)]) != root:
-        note(f"WARNING: this interpreter loads {target.package} from {loaded.package_dir}, not from the patched "
-             f"checkout {target.root}; make sure the server imports the checkout "
-             f"(`hotfix where {target.package} --python <the server's python> --import`)")
 
 
 def invert(plan: Plan) -> Plan:

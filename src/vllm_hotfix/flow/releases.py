@@ -16,7 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
-from vllm_hotfix.core.apply import Reader
+from vllm_hotfix.core.hunk_apply import Reader
 from vllm_hotfix.core.presence import Presence, presence
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.flow.applicability import Inapplicable, applicability, release_target
@@ -89,7 +89,7 @@ class OnRelease:
     found: Presence | None = None
 
 
-def judge(manifest: Manifest, spec: TargetSpec, release: str, read: Reader | None) -> OnRelease:
+def on_release(manifest: Manifest, spec: TargetSpec, release: str, read: Reader | None) -> OnRelease:
     """``applicability`` first (range, fixed_in), then ``presence`` of the series picked for ``release``.
 
     ``read`` may be None only to ask the first question (the wheel is not needed when the answer is there);

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from vllm_hotfix.errors import HotfixError, Refused
-from vllm_hotfix.install.locate import (SERVER_COMMAND, Target, candidate_interpreters, locate_package,
-                                        interpreter_path, is_this_interpreter, locate_root,
-                                        server_interpreter, start_probe)
+from vllm_hotfix.install.interpreters import SERVER_COMMAND, candidate_interpreters, server_interpreter
+from vllm_hotfix.install.locate import (Target, interpreter_path, is_this_interpreter, locate_package, locate_root,
+                                        start_probe)
 from vllm_hotfix.output import note
 
 SERVER_PACKAGE = "vllm"  # what the interpreter that runs vLLM imports: the guard's plugin loader lives there

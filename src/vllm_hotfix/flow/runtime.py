@@ -3,7 +3,7 @@ interpreter that runs vLLM, and the ones that touch a hotfix.
 
 install/rebinds.py runs there (vLLM's own ``load_general_plugins()`` and the platform's
 ``pre_register_and_update()``, with that environment minus HOTFIX_*: the guard stays out of it). The
-fixed names are the lock's (``--lock``: txn/lockfile.py) or, for a recorded target, those flow/codenames.py
+fixed names are the lock's (``--lock``: txn/hotfix_lock.py) or, for a recorded target, those flow/codenames.py
 derives from the record: the same rule `hotfix export` writes into a lock. A rebinding touches a hotfix
 when it binds a fixed name (or the class or module global above it), or replaces what was bound to it.
 """
@@ -53,7 +53,7 @@ class Runtime:
 
 
 def fixed_names_of_lock(lock) -> dict:
-    """hotfix id -> ((module, qualname), ...) of a txn/lockfile.Lock's code names."""
+    """hotfix id -> ((module, qualname), ...) of a txn/hotfix_lock.Lock's code names."""
     from vllm_hotfix.core.codeprint import module_name
 
     return {h.id: tuple((module_name(f.path), n.name) for f in h.files if f.code is not None for n in f.code.names)

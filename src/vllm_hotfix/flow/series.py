@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_hotfix.core.apply import FileState
+from vllm_hotfix.core.hunk_apply import FileState
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
 from vllm_hotfix.errors import DoesNotApply, Refused
@@ -27,8 +27,8 @@ from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState
 Step = tuple  # (hotfix id, sha256 before, sha256 after)
 
 
-def judged(state: TargetState, target, *, pinned=None, inapplicable=None, bytecode: bool = True,
-           tree: Tree | None = None) -> dict[str, Judged]:
+def judge_recorded(state: TargetState, target, *, pinned=None, inapplicable=None, bytecode: bool = True,
+                   tree: Tree | None = None) -> dict[str, Judged]:
     """txn/judgement.judge_record for this target's record, with everything derived (the commands' rule):
     the files read through ``tree`` (install/tree.Tree: no symlink followed), the modules' bytecode judged
     by the target's own interpreter (install/locate.stale_bytecode; a --root checkout: this one)."""

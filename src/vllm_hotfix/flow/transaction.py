@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from vllm_hotfix.core.apply import Plan
+from vllm_hotfix.core.hunk_apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import note
@@ -29,12 +29,12 @@ from vllm_hotfix.txn.fsops import (Interrupted, parallel, digests_remembered, ho
 from vllm_hotfix.txn import history
 from vllm_hotfix.txn.journal import commit, nothing_changed
 from vllm_hotfix.txn.recovery import RecoveryReport, recover, remove_stray_temps
-from vllm_hotfix.txn.lock import DEFAULT_TIMEOUT, target_lock
+from vllm_hotfix.txn.mutex import DEFAULT_TIMEOUT, target_mutex
 from vllm_hotfix.txn.state import TargetState
 from vllm_hotfix.txn.writable import state_dir_writable, target_writable
 
 if TYPE_CHECKING:
-    from vllm_hotfix.flow.history import Event
+    from vllm_hotfix.flow.history_line import Event
 
 
 @dataclass
@@ -91,7 +91,7 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
         raise nothing_changed(Interrupted(late), str(root))
     hold_late_signals()  # after the commit point a signal changes nothing: the command ends with what it did
     state_dir_writable(tdir.directory)
-    with target_lock(tdir.directory, DEFAULT_TIMEOUT if lock_timeout is None else lock_timeout):
+    with target_mutex(tdir.directory, DEFAULT_TIMEOUT if lock_timeout is None else lock_timeout):
         recover_locked(root)
         before = TargetState.load(tdir.directory)
         tree = Tree(root)
@@ -143,7 +143,7 @@ def _history(tdir: TargetDir, root: Path, change: Change, tree: Tree) -> list[tu
     """The target's history files with the line of ``change`` appended (nothing when it logs no event)."""
     if change.event is None:
         return []
-    from vllm_hotfix.flow.history import entry
+    from vllm_hotfix.flow.history_line import entry
 
     return history.appended(tdir, entry(change.event, change.state, change.plan, tree, str(root)))
 
@@ -167,14 +167,14 @@ def recover_target(root: Path) -> RecoveryReport | None:
     if not tdir.directory.is_dir():
         return None
     state_dir_writable(tdir.directory)
-    with target_lock(tdir.directory, DEFAULT_TIMEOUT):
+    with target_mutex(tdir.directory, DEFAULT_TIMEOUT):
         report = recover_locked(root)
         recorded = [f.path for hotfix in TargetState.load(tdir.directory).hotfixes.values() for f in hotfix.files]
         temps = remove_stray_temps(root, recorded)
     if not temps:
         return report
     if report is None:
-        return RecoveryReport(tdir.journal / "journal.json", Path(root), (), (), (), tuple(temps))
+        return RecoveryReport(tdir.journal_file, Path(root), (), (), (), tuple(temps))
     return replace(report, temps=tuple(sorted(set(report.temps) | set(temps))))
 
 

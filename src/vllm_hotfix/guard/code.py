@@ -38,7 +38,7 @@ _last: dict = {}        # what this process last said: {"key": ..., "pid": ...}
 
 
 def start(checks, plugins=()) -> None:
-    """Take the locked names of the files in effect (txn/lockfile.HotfixCheck) and note which module
+    """Take the locked names of the files in effect (txn/lock_check.HotfixCheck) and note which module
     objects this process holds already. ``plugins``: vLLM's plugin callables, whose packages are scanned
     for stale aliases."""
     from vllm_hotfix.core.codeprint import module_name

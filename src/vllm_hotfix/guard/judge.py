@@ -138,7 +138,7 @@ def _compiled(locked: Locked) -> dict:
         import hashlib
 
         from vllm_hotfix.core.codeprint import code_objects, combined, fingerprint
-        from vllm_hotfix.txn.lockfile import TARGET_FILE_LIMIT
+        from vllm_hotfix.txn.lock_check import TARGET_FILE_LIMIT
         from vllm_hotfix.inputs import read_bounded
 
         prints = {}

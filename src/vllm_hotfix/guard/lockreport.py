@@ -17,7 +17,7 @@ from typing import Callable, Optional
 class Checker:
     """How one caller sees the install the lock is checked against."""
 
-    resolve: Callable  # package -> lockfile.Installed-like, or None (not importable)
+    resolve: Callable  # package -> lock_check.Installed-like, or None (not importable)
     bytecode: Callable  # sources -> install/bytecode.judge's answer, in the interpreter checked
     option: Callable[[], str]  # `--python P [--catalog D]` for the advice, once the packages are resolved
     mount: Callable[[], Callable]  # -> (package, path) -> the file's bind mount as JSON, or None
@@ -29,18 +29,18 @@ def verify_lock(lock_file: Path, checker: Checker, *, ids: tuple[str, ...] = (),
     """0 when every locked (or named) hotfix is in effect and the guard would load; NotInEffect's code
     otherwise; a refused lock's trust code; a lock that does not parse raises InvalidInput (exit 8)."""
     from vllm_hotfix.errors import InvalidInput, NotInEffect
-    from vllm_hotfix.txn import lockfile
+    from vllm_hotfix.txn import hotfix_lock, lock_check
 
     if "\0" in str(lock_file):
         raise InvalidInput(f"--lock / HOTFIX_LOCK {str(lock_file)!r}: holds a NUL byte; no file has such a name")
-    data, lock = lockfile.read_lock(lock_file)
+    data, lock = hotfix_lock.read_lock(lock_file)
     refused, trust_json = trust_step(lock_file, data, lock, as_json)
     if refused:
         return refused
-    checks = lockfile.check_lock(lock, checker.resolve, ids, bytecode=checker.bytecode)
+    checks = lock_check.check_lock(lock, checker.resolve, ids, bytecode=checker.bytecode)
     option = checker.option()
-    report = [(check, lockfile.advice(check, lockfile.mount_line_for(lock_file), option)) for check in checks]
-    digest = lockfile.fingerprint(checks)
+    report = [(check, lock_check.advice(check, lock_check.mount_line_for(lock_file), option)) for check in checks]
+    digest = lock_check.fingerprint(checks)
     if as_json:
         _emit_json(report, checker.mount(), digest, trust_json)
     else:

@@ -128,7 +128,7 @@ def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Ver
         results.extend(locked)
         _code_checks[:] = checks or ()
         if checks is not None:  # a lock that loaded
-            from vllm_hotfix.txn.lockfile import fingerprint_entries
+            from vllm_hotfix.txn.lock_check import fingerprint_entries
 
             entries.update((e.id, e) for e in fingerprint_entries(checks))
     if require:
@@ -168,7 +168,7 @@ def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
 
     from vllm_hotfix.guard.installed import installed
     from vllm_hotfix.guard.trust import read_lock_here
-    from vllm_hotfix.txn.lockfile import check_lock
+    from vllm_hotfix.txn.lock_check import check_lock
 
     lock, lines = read_lock_here(path)  # None: unusable; lines: its (lock) / (trust) verdicts
     usable = lock is not None and all(v.in_effect for v, _ in lines)  # a refused lock is not checked further
@@ -184,7 +184,7 @@ def _stale_here(sources: list[str]) -> dict:
     be loaded, and that compile is what the import watch then uses (no second one)."""
     from vllm_hotfix.install import bytecode
 
-    return bytecode.judge(sources)
+    return bytecode.stale_by_source(sources)
 
 
 def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple]], list]:
@@ -256,7 +256,7 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
             continue
         if here.directory not in judged_by_dir:
             from vllm_hotfix.txn.judgement import bounded_reader, judge_record
-            from vllm_hotfix.txn.lockfile import TARGET_FILE_LIMIT
+            from vllm_hotfix.txn.lock_check import TARGET_FILE_LIMIT
 
             judged_by_dir[here.directory] = judge_record(  # a pending journal: interrupted, whatever the record says
                 here, installed, read=bounded_reader(installed.root, TARGET_FILE_LIMIT), pending=installed.pending,

@@ -49,7 +49,7 @@ def read_lock_here(path: Path) -> tuple:
     [(Verdict, None)]): `(lock)` for a file that does not read or parse; `(trust)` for the policy's verdict
     on its very bytes (``lock_trust``); [] for a lock read without a policy."""
     from vllm_hotfix.errors import InvalidInput
-    from vllm_hotfix.txn.lockfile import read_lock
+    from vllm_hotfix.txn.hotfix_lock import read_lock
 
     try:
         data, lock = read_lock(path)
@@ -103,7 +103,7 @@ def lock_trust(path: Path, data: bytes, lock) -> Optional[Verdict]:
 def _unexpired(lock, now: float) -> bool:
     if not lock.expires:
         return True
-    from vllm_hotfix.core.trust import parse_utc
+    from vllm_hotfix.core.trust_policy import parse_utc
 
     limit = parse_utc(lock.expires)
     return limit is not None and now < limit

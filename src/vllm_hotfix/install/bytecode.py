@@ -119,7 +119,7 @@ def compiled(source, data, level):
     return None
 
 
-def judge(sources):
+def stale_by_source(sources):
     """{source path: [(pyc path, why), ...]} for the sources with stale entries."""
     out = {}
     for source in sources:
@@ -133,7 +133,7 @@ def main():
     import ast
 
     sources = ast.literal_eval(sys.stdin.read())
-    sys.stdout.write(MARKER + repr(judge([str(s) for s in sources])) + "\n")
+    sys.stdout.write(MARKER + repr(stale_by_source([str(s) for s in sources])) + "\n")
     sys.stdout.flush()
 
 

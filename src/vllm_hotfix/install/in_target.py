@@ -14,7 +14,7 @@ from vllm_hotfix.install.locate import PROBE_TIMEOUT, cannot_start, interpreter_
 
 
 def in_interpreter(python: str | None, sources: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """install/bytecode.judge in ``python`` (the target interpreter: its cache tag, magic number and
+    """install/bytecode.stale_by_source in ``python`` (the target interpreter: its cache tag, magic number and
     compiler), or in this process when that is hotfix's own interpreter or there is none (a --root
     checkout: judged for this interpreter). {source: [(pyc, why)]}."""
     sources = [s for s in sources if _has_entries(s)]
@@ -22,7 +22,7 @@ def in_interpreter(python: str | None, sources: list[str]) -> dict[str, list[tup
         return {}
     interpreter = interpreter_path(python) if python is not None else None
     if interpreter is None or is_this_interpreter(interpreter):
-        return bytecode.judge(sources)
+        return bytecode.stale_by_source(sources)
     import ast
     import subprocess
 

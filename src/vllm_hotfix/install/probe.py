@@ -124,8 +124,9 @@ def _copies(package, path_entries):
     return found
 
 
-def _normalized(name):
-    """PEP 503 normalisation, with "_" (as in dist-info directory names)."""
+def dist_info_name(name):
+    """core/distname.canonical_name with "_" for "-" (as in dist-info directory names): its copy here,
+    as this file runs alone in the target interpreter (tests/core/test_distname.py: they agree)."""
     out = []
     for ch in name.lower():
         if ch in "-_.":
@@ -353,7 +354,7 @@ def _distributions(package, path_entries, package_dir=None):
     only its finder), one named as PACKAGE, beside PACKAGE_DIR first. Step 1 answers a wheel install
     from one top_level.txt; an entry is listed only when a step gets to it (the guard runs this in every
     vLLM process, over ~200 distributions)."""
-    wanted = {_normalized(package), _normalized(package.replace("_", "-"))}
+    wanted = {dist_info_name(package), dist_info_name(package.replace("_", "-"))}
     home = os.path.realpath(package_dir) if package_dir else None
     around = _ancestors(home) if home is not None else set()
     entries = []  # (base, holds PACKAGE_DIR) in sys.path order; each listed only when a step gets to it
@@ -367,7 +368,7 @@ def _distributions(package, path_entries, package_dir=None):
         return listings[i] if i in listings else listings.setdefault(i, _metadata_entries(entries[i][0]))
 
     def named(name):
-        return _normalized(name.rsplit(".", 1)[0].split("-")[0]) in wanted
+        return dist_info_name(name.rsplit(".", 1)[0].split("-")[0]) in wanted
 
     def order():
         for step in (1, 2, 3):

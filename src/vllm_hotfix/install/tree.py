@@ -7,7 +7,7 @@ import stat
 import time
 from pathlib import Path
 
-from vllm_hotfix.core.apply import FileState
+from vllm_hotfix.core.hunk_apply import FileState
 from vllm_hotfix.core.safety import check_patch_path
 from vllm_hotfix.errors import Refused
 from vllm_hotfix.inputs import TARGET_FILE_LIMIT, Unfit, read_input, size_text

@@ -27,7 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_hotfix.core.verdict import normal_form
+from vllm_hotfix.core.pep440 import normal_form
 
 GIT_TIMEOUT = 10.0
 MAX_TEXT = 256 * 1024  # pyproject.toml / _version.py larger than this are not read

@@ -9,7 +9,7 @@ sha256. A record whose hashes do not follow from its patches is InvalidInput and
 
 The verdict (txn/judgement.py) derives every chain this way; the writers (flow/series.Series: rollback,
 overlaps, the pristine bytes apply proves) read the states from here. Stdlib only; the patch engine
-(core/apply, core/diff) is imported when a chain is derived, never by a guard whose records are sealed.
+(core/hunk_apply, core/diff) is imported when a chain is derived, never by a guard whose records are sealed.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def recorded_patch(state: TargetState, recorded: RecordedHotfix):
 def apply_part(part, path: str, data: Optional[bytes], mode: int, *, reverse: bool = False) -> tuple[Optional[bytes], list]:
     """``data`` of ``path`` with one hotfix's file patches for it applied (or reversed), and the
     placements of each file patch (in order); DoesNotApply when a hunk does not fit."""
-    from vllm_hotfix.core.apply import FileState, plan_patch
+    from vllm_hotfix.core.hunk_apply import FileState, plan_patch
     from vllm_hotfix.core.diff import Patch
 
     placements = []
@@ -148,7 +148,7 @@ class Derivation:
     def _before(self, path: str):
         """A path's bytes before the series (``_bottom``), as a reader gives them: what a rename or copy
         reads from its other path when its step is derived upward (no other hotfix touches such a path)."""
-        from vllm_hotfix.core.apply import FileState
+        from vllm_hotfix.core.hunk_apply import FileState
 
         if path not in self.chains:
             return self.read(path)
@@ -167,7 +167,7 @@ class Derivation:
         part = self.part(hotfix_id, path)
         try:
             if moves(part.files):  # a rename / copy reads its other path: down, from the tree as it is; up,
-                from vllm_hotfix.core.apply import plan_patch  # from the bytes before the series
+                from vllm_hotfix.core.hunk_apply import plan_patch  # from the bytes before the series
 
                 plan = plan_patch(part, self.read if reverse else self._before, reverse=reverse)
                 result = next((e.after for e in plan.edits if e.path == path),

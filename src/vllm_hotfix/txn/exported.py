@@ -7,7 +7,7 @@ from pathlib import Path
 
 from vllm_hotfix.errors import InvalidInput
 from vllm_hotfix.settings import LOCK_NAME
-from vllm_hotfix.txn.lockfile import LockedFile
+from vllm_hotfix.txn.hotfix_lock import LockedFile
 
 
 def read_exported(export_dir: Path, files: tuple[LockedFile, ...], lock_path: Path) -> dict[str, bytes]:

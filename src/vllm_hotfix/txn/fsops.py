@@ -14,15 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from vllm_hotfix.inputs import TARGET_FILE_LIMIT as BACKUP_CAP, Unfit, read_input
+from vllm_hotfix.inputs import TARGET_FILE_LIMIT as BACKUP_CAP, Unfit, file_sha256 as hash_file
 from vllm_hotfix.output import note
-from vllm_hotfix.paths import JOURNAL_NAME
+from vllm_hotfix.paths import journal_backups_in
 from vllm_hotfix.txn.atomic import copy_new_file, unlink_if_present
 from vllm_hotfix.txn.writable import describe
-
-JOURNAL = JOURNAL_NAME  # the name is defined once, in paths
-BACKUPS = "backups"
-RECORD_BACKUP = "record"
 
 _remembered: dict[int, tuple[bytes, str]] | None = None  # inside ``digests_remembered``: id -> (data, hex)
 
@@ -118,7 +114,7 @@ def parallel(function, items: list) -> list:
 def discard_backups(journal_dir: Path) -> None:
     """Remove the backups directory; its files are unlinked on threads (freeing the replaced
     originals' blocks is the slow part, ~60 µs a file)."""
-    backups = journal_dir / BACKUPS
+    backups = journal_backups_in(journal_dir)
     try:
         names = os.listdir(backups)
     except OSError:
@@ -285,14 +281,14 @@ NOT_REGULAR = "not-a-regular-file"  # file_sha256 of a link, FIFO or device: equ
 
 
 def file_sha256(path: Path) -> str | None:
-    """sha256 of the regular file at ``path`` (None: absent), read through ``inputs.read_input``: never
-    through a link, never blocking on a FIFO; a link or special file hashes to ``NOT_REGULAR``."""
+    """sha256 of the regular file at ``path`` (None: absent), by ``inputs.file_sha256``: never through a
+    link, never blocking on a FIFO; a link or special file hashes to ``NOT_REGULAR``, one over
+    BACKUP_CAP is an OSError (EFBIG)."""
     try:
-        data, _ = read_input(path, cap=BACKUP_CAP, what="file", follow_symlinks=False)
+        return hash_file(path, cap=BACKUP_CAP, what="file")
     except (FileNotFoundError, NotADirectoryError):
         return None
     except Unfit as exc:
         if exc.why == "large":
             raise OSError(errno.EFBIG, exc.message, str(path)) from None
         return NOT_REGULAR
-    return hashlib.sha256(data).hexdigest()

@@ -32,14 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from vllm_hotfix.core.apply import Plan
+from vllm_hotfix.core.hunk_apply import Plan
 from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import check_trusted, make_state_dir
+from vllm_hotfix.paths import (
+    JOURNAL_BACKUPS, RECORD_BACKUP, check_trusted, journal_backups_in, journal_file_in, make_state_dir)
 from vllm_hotfix.txn.atomic import UMASK, atomic_write, fsync_dir, temp_path_for, write_new_file
 from vllm_hotfix.txn.fsops import (
-    BACKUPS, JOURNAL, RECORD_BACKUP, Interrupted, link_backup, describe, discard_backups, drop_bytecode,
+    Interrupted, link_backup, describe, discard_backups, drop_bytecode,
     file_sha256, parallel, remove_emptied_dirs, signals_blocked, committed, sha256_hex, signals_as_exceptions,
 )
 from vllm_hotfix.txn.recovery import SCHEMA, RecoveryReport, restore_journal
@@ -143,9 +144,9 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
     root = Path(root)
     journal_dir = Path(journal_dir)
     tree = tree if tree is not None else Tree(root)
-    check_trusted(journal_dir, journal_dir / BACKUPS)  # before anything in them is written or removed
-    if (journal_dir / JOURNAL).exists():
-        raise Refused(f"{journal_dir / JOURNAL}: an interrupted apply was not recovered",
+    check_trusted(journal_dir, journal_backups_in(journal_dir))  # before anything in them is written or removed
+    if (journal_file_in(journal_dir)).exists():
+        raise Refused(f"{journal_file_in(journal_dir)}: an interrupted apply was not recovered",
                       hint=f"run `hotfix recover --root {root}`")
     paths, modes = _check_current(Tree(root), tree, plan)
     ops = file_ops(plan, modes)
@@ -181,9 +182,9 @@ def commit(root: Path, plan: Plan, *, journal_dir: Path, fsync: bool = True, tre
                 at.current = "directories"
                 _fsync_dirs({os.path.dirname(p) for p in touched + new_dirs + removed_dirs} - set(removed_dirs))
             # step 7: commit point
-            at.current = str(journal_dir / JOURNAL)
+            at.current = str(journal_file_in(journal_dir))
             with signals_blocked():  # the commit point and the switch to "only noted" are one step
-                os.unlink(journal_dir / JOURNAL)
+                os.unlink(journal_file_in(journal_dir))
                 at.done = True
                 committed(guard)  # from here a signal is only noted: it cannot undo a change that stands
             if fsync:
@@ -217,7 +218,7 @@ def _write_journal(ops: list[FileOp], paths: dict[str, str], record: dict, journ
                    at: _Progress) -> None:
     """Step 2: a backup of every original (the caller's durable hard link when it still is the inode at
     the path, else a link of our own), then ``journal.json`` naming them, durable."""
-    backups = journal_dir / BACKUPS
+    backups = journal_backups_in(journal_dir)
     discard_backups(journal_dir)
     make_state_dir(backups)  # journal/ and journal/backups/ 0o755 whatever the umask, then checked
     check_trusted(journal_dir, backups)
@@ -231,18 +232,18 @@ def _write_journal(ops: list[FileOp], paths: dict[str, str], record: dict, journ
         if op.before is not None:
             backup = kept.get(op.path) if kept else None
             if backup is None or not _same_inode(backup, paths[op.path]):
-                backup = f"{BACKUPS}/{index}"
+                backup = f"{JOURNAL_BACKUPS}/{index}"
                 link_backup(paths[op.path], journal_dir / backup)
         record["files"].append({
             "path": op.path, "backup": backup,
             "before_sha256": hashes[index], "before_mode": op.before_mode,
             "after_sha256": hashes[len(ops) + index], "after_mode": op.after_mode,
         })
-    at.current = str(journal_dir / JOURNAL)
+    at.current = str(journal_file_in(journal_dir))
     if fsync:
         fsync_dir(backups)
     at.written_journal = True  # from here on restore: atomic_write may fail after its rename
-    atomic_write(journal_dir / JOURNAL, _journal_bytes(record))
+    atomic_write(journal_file_in(journal_dir), _journal_bytes(record))
 
 
 def _write_temps(ops: list[FileOp], paths: dict[str, str], new_dirs: list[str], root: Path, tag: str, *,
@@ -277,7 +278,7 @@ def _back_up_record(record: tuple[Path, bytes], backups: Path, number: int = 0) 
     if entry["before_sha256"] is not None:
         name = RECORD_BACKUP if number == 0 else f"{RECORD_BACKUP}-{number}"
         link_backup(path, backups / name)
-        entry["backup"] = f"{BACKUPS}/{name}"
+        entry["backup"] = f"{JOURNAL_BACKUPS}/{name}"
     return entry
 
 

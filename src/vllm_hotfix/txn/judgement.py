@@ -1,6 +1,6 @@
 """THE verdict on a target's record: whether each recorded hotfix is what `hotfix apply` wrote, and whether it
-is in effect. The commands (flow/status, flow/plan, flow/rollback, doctor, contains) and the in-process
-guard (HOTFIX_REQUIRE) all call ``judge_record``; the words and their precedence are core.verdict.judge's.
+is in effect. The commands (flow/survey, flow/plan, flow/rollback_change, doctor, contains) and the in-process
+guard (HOTFIX_REQUIRE) all call ``judge_record``; the words and their precedence are core.verdict.hotfix_state's.
 
 A record is a claim. Before its hashes decide anything, ``record_problem`` checks, in this order (the
 first problem makes every hotfix of the target ``unknown``):
@@ -17,7 +17,7 @@ first problem makes every hotfix of the target ``unknown``):
    import and run costs more than its budget (docs/design.md, "What the guard proves").
 
 Then the release the record is judged against (core.verdict.release_seen), the record's own ``fixed_in``
-/ ``versions`` (or, for older records, the catalog's rule: ``inapplicable``), core.verdict.judge, and for
+/ ``versions`` (or, for older records, the catalog's rule: ``inapplicable``), core.verdict.hotfix_state, and for
 an applied hotfix its modules' bytecode (``bytecode``: install/bytecode.py's rule, run in the target
 interpreter). Stdlib only, slotted values: the guard imports it in every vLLM process.
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from vllm_hotfix.core import verdict
+from vllm_hotfix.core import pep440, verdict
 from vllm_hotfix.txn.state import TargetState, seal_of
 from vllm_hotfix.values import Value
 
@@ -104,7 +104,7 @@ def record_problem(state: TargetState, install, read: Callable, *, derive: bool,
             if _sha256(data) != pin:
                 return f"{state.directory / rel}: the kept patch of {recorded.id} is not the one it was applied with"
     if install.kind == "wheel" and install.dist_info is not None and \
-            verdict.same_release(state.target.get("version"), install.version):
+            pep440.same_release(state.target.get("version"), install.version):
         from vllm_hotfix.install.facts import record_sha256s  # the origin, against pip's own RECORD
 
         paths = {path for _, steps in state.series() for path, _, _ in steps}
@@ -164,7 +164,7 @@ def judge_record(state: TargetState, install, *, read: Callable, pending: bool, 
             why_not = (why_not[0], f"{distribution} was changed from {state.target.get('version')} to {now} under "
                                    f"the record, which has the fix ({why_not[1]})")
         files = checks.get(recorded.id, ())
-        word, detail = verdict.judge(files, pending=pending, broken=broken, inapplicable=why_not,
+        word, detail = verdict.hotfix_state(files, pending=pending, broken=broken, inapplicable=why_not,
                                      recorded_release=state.target.get("version"), installed_release=now,
                                      moved=moved, distribution=distribution)
         out[recorded.id] = Judged(recorded.id, recorded.version, word, detail, files, now, install.distribution,
@@ -202,7 +202,7 @@ def _judge_bytecode(judged: dict, bytecode: Callable) -> None:
             continue
         source, pyc, why = entries[0]
         more = f" (+{len(entries) - 1} more)" if len(entries) > 1 else ""
-        word, detail = verdict.judge(j.files, stale_bytecode=f"Python would load {quote_path(pyc)} instead of "
+        word, detail = verdict.hotfix_state(j.files, stale_bytecode=f"Python would load {quote_path(pyc)} instead of "
                                                               f"{quote_path(source)}: {why}{more}")
         judged[hotfix_id] = Judged(j.hotfix_id, j.version, word, detail, j.files, j.installed, j.distribution,
                                    j.release_change, entries)

@@ -1,6 +1,6 @@
 """The lock's optional ``code`` of a locked file (issue 35): the functions, methods and classes its fix
 changes, and a fingerprint of each one's code for one interpreter (core/codeprint.py computes them;
-flow/export.py writes them; the guard and ``verify --lock`` read them). txn/lockfile.py reads a lock and
+flow/export_plan.py writes them; the guard and ``verify --lock`` read them). txn/hotfix_lock.py reads a lock and
 calls ``read_code`` only when a file has the field. Stdlib only: the guard's path.
 """
 

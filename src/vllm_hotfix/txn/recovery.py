@@ -16,10 +16,12 @@ from vllm_hotfix.core.docfields import Fields, relpath_problem
 from vllm_hotfix.errors import HotfixError, InvalidInput, WriteFailed
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import HISTORY_NAME, HISTORY_ROTATED, STATE_NAME, owner_problem, trust_problem
+from vllm_hotfix.paths import (
+    JOURNAL_BACKUPS, RECORD_BACKUP, TargetDir, journal_backups_in,
+    journal_file_in, owner_problem, trust_problem)
 from vllm_hotfix.txn.atomic import TEMP_SUFFIX, copy_new_file, fsync_dir, temp_path_for, unlink_if_present
 from vllm_hotfix.txn.fsops import (
-    BACKUPS, JOURNAL, RECORD_BACKUP, describe, discard_backups, drop_bytecode, file_sha256, signals_blocked,
+    describe, discard_backups, drop_bytecode, file_sha256, signals_blocked,
 )
 
 SCHEMA = 2  # 2: "records", the state folder's files of the change (state.json, history); 1: "record" (read too)
@@ -132,16 +134,15 @@ def restore_journal(record: dict, journal_dir: Path) -> RecoveryReport:
         for directory in {p.parent for p in touched if p.parent.is_dir()}:
             fsync_dir(directory)
         if not problems:
-            (journal_dir / JOURNAL).unlink(missing_ok=True)
+            (journal_file_in(journal_dir)).unlink(missing_ok=True)
             fsync_dir(journal_dir)
             discard_backups(journal_dir)
     except OSError as exc:
         problems.append(f"cleanup ({describe(exc)})")
-    return RecoveryReport(journal_dir / JOURNAL, root, tuple(restored), tuple(removed), tuple(problems))
+    return RecoveryReport(journal_file_in(journal_dir), root, tuple(restored), tuple(removed), tuple(problems))
 
 
 TAG = re.compile(r"[0-9]{1,10}-[0-9a-f]{8}")
-OWN_FILES = (STATE_NAME, HISTORY_NAME, HISTORY_ROTATED)  # what a journal's "records" may name, beside it
 
 
 def _records(journal: dict) -> list[dict]:
@@ -160,7 +161,7 @@ def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
     from vllm_hotfix.paths import JOURNAL_LIMIT, read_own_file
 
     journal_dir = Path(journal_dir)
-    path = journal_dir / JOURNAL
+    path = journal_file_in(journal_dir)
     hint = "restore the files listed in it by hand from its backups/, then remove it"
     try:
         data = read_own_file(path, limit=JOURNAL_LIMIT, owned=True)
@@ -183,7 +184,7 @@ def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
         problem = relpath_problem(directory) if isinstance(directory, str) else "not a string"
         if problem:
             raise f.fail(f"created_dirs[{index}]", f"unsafe path {directory!r} ({problem})")
-    kept_dir = os.path.realpath(state_dir / "backups")
+    kept_dir = os.path.realpath(TargetDir(state_dir).backups)
 
     def backup(entry: dict, where: str) -> None:
         value = f.text(entry, where, "backup", required=False)
@@ -193,18 +194,18 @@ def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
             real = os.path.realpath(value)
             if os.path.commonpath([real, kept_dir]) != kept_dir or ".." in value.split("/"):
                 raise f.fail(f.at(where, "backup"), f"{value!r} is outside this target's kept originals")
-        elif not re.fullmatch(rf"{BACKUPS}/[0-9]+|{BACKUPS}/{RECORD_BACKUP}(-[0-9]{{1,3}})?", value):
-            raise f.fail(f.at(where, "backup"), f"expected {BACKUPS}/N, got {value!r}")
+        elif not re.fullmatch(rf"{JOURNAL_BACKUPS}/[0-9]+|{JOURNAL_BACKUPS}/{RECORD_BACKUP}(-[0-9]{{1,3}})?", value):
+            raise f.fail(f.at(where, "backup"), f"expected {JOURNAL_BACKUPS}/N, got {value!r}")
 
     if doc["schema"] == 1:
         named_records = [("record", doc["record"])] if doc.get("record") is not None else []
     else:
         named_records = [(f"records[{i}]", r) for i, r in enumerate(f.items(f.get(doc, "", "records", list), "records"))]
-    own_files = {os.path.realpath(state_dir / name): name for name in OWN_FILES}
+    own_files = {os.path.realpath(path): path.name for path in TargetDir(state_dir).own_files}
     for where, record in named_records:
         record = f.mapping(record, where)
         if os.path.realpath(f.text(record, where, "path")) not in own_files:
-            raise f.fail(f.at(where, "path"), f"{record['path']!r} is not this target's {' or '.join(OWN_FILES)}")
+            raise f.fail(f.at(where, "path"), f"{record['path']!r} is not this target's {' or '.join(own_files.values())}")
         backup(record, where)
         f.sha256(record, where, "before_sha256", required=False)
         f.sha256(record, where, "after_sha256", required=False)
@@ -246,8 +247,8 @@ def check_untrusted_journal(journal_dir: Path) -> None:
     the target and delete what the journal names)."""
     from vllm_hotfix.errors import WriteFailed
 
-    journal = journal_dir / JOURNAL
-    found = [(d, trust_problem(d)) for d in (journal_dir, journal_dir / BACKUPS)]
+    journal = journal_file_in(journal_dir)
+    found = [(d, trust_problem(d)) for d in (journal_dir, journal_backups_in(journal_dir))]
     try:
         found.append((journal, owner_problem(os.lstat(journal))))
     except FileNotFoundError:
@@ -269,7 +270,7 @@ def recover(journal_dir: Path, root: Path | str | None = None) -> RecoveryReport
     journal_dir = Path(journal_dir)
     if not journal_dir.is_dir():
         return None
-    journal = journal_dir / JOURNAL
+    journal = journal_file_in(journal_dir)
     check_untrusted_journal(journal_dir)
     _remove_stray_temps(journal_dir)
     if not journal.exists():

@@ -1,16 +1,16 @@
 """Signed files on disk: the trust policy (and its rotations), the signature files beside a lock, a
-policy or a catalog's list of sums; read as input (inputs.read_bounded), judged by core.trust.
+policy or a catalog's list of sums; read as input (inputs.read_bounded), judged by core.trust_policy.
 
 Stdlib only, like the lock reader: the guard (issue 36 part B) calls ``lock_verdict`` with the bytes
 it parsed, so a process pays the verifier only (core.ed25519 + core.minisign + core.policytoml +
-core.trust), nothing of the CLI.
+core.trust_policy), nothing of the CLI.
 
 Where the policy comes from (docs/trust.md, "Signed locks"): ``--trust FILE`` / ``HOTFIX_TRUST``; in an image,
 the pinned ``/etc/vllm-hotfix/trust.toml`` (settings.CONTAINER_TRUST) applies whether the environment
 names it or not, and the environment cannot name another one: whoever writes the pod spec and the
 lock's ConfigMap must not be able to choose the policy. Newer policies come through
 ``HOTFIX_TRUST_CHAIN=DIR`` (``policy-<N>.toml`` + their signature files), each step signed by the
-threshold of the one before (core.trust.rotation), walked from the pinned one up.
+threshold of the one before (core.trust_policy.rotation), walked from the pinned one up.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from vllm_hotfix.inputs import read_bounded
 from vllm_hotfix.settings import CONTAINER_TRUST, TRUST_CHAIN_ENV, TRUST_ENV
 
 CHAIN_LIMIT = 256  # rotations walked at most
-POLICY_LIMIT = 64 << 10  # core.trust.POLICY_LIMIT (checked equal in tests): read before core.trust is imported
-# core.minisign and core.trust are imported where a policy is in force: without one, `verify --lock` and
+POLICY_LIMIT = 64 << 10  # core.trust_policy.POLICY_LIMIT (checked equal in tests): read before core.trust_policy is imported
+# core.minisign and core.trust_policy are imported where a policy is in force: without one, `verify --lock` and
 # the guard pay for policy_path only
 
 
@@ -52,12 +52,12 @@ def policy_path(given: Optional[str | Path], env: Optional[Mapping[str, str]] = 
     return Path(named) if named else None
 
 
-def read_policy_file(path: Path) -> tuple[bytes, "trust.Policy"]:
-    """A policy file's bytes and policy (``read_policy_bytes``, then core.trust.parse_policy)."""
+def read_policy_file(path: Path) -> tuple[bytes, "trust_policy.Policy"]:
+    """A policy file's bytes and policy (``read_policy_bytes``, then core.trust_policy.parse_policy)."""
     data = read_policy_bytes(path)
-    from vllm_hotfix.core import trust
+    from vllm_hotfix.core import trust_policy
 
-    return data, trust.parse_policy(data, str(path))
+    return data, trust_policy.parse_policy(data, str(path))
 
 
 def read_policy_bytes(path: Path) -> bytes:
@@ -82,7 +82,7 @@ def signature_files(signed: Path, *, follow_symlinks: bool = True) -> list[tuple
     """(base name, bytes) of every signature file of ``signed`` in its directory: ``NAME.minisig`` and
     ``NAME.<KEYID>.minisig`` (core.minisign.signature_name), by name; links followed (a ConfigMap's
     files are links) unless ``follow_symlinks`` is False (`hotfix pack`), each a regular file of at most a few KB."""
-    from vllm_hotfix.core import minisign, trust
+    from vllm_hotfix.core import minisign, trust_policy
 
     directory = signed.parent
     try:
@@ -92,7 +92,7 @@ def signature_files(signed: Path, *, follow_symlinks: bool = True) -> list[tuple
     except OSError as exc:
         raise InvalidInput(f"{directory}: cannot list the signature files of {signed.name}: {exc.strerror}") from None
     found = []
-    for name in names[:trust.MAX_SIGNATURES + 1]:
+    for name in names[:trust_policy.MAX_SIGNATURES + 1]:
         try:
             found.append((name, read_bounded(directory / name, cap=minisign.SIGNATURE_FILE_LIMIT,
                                              what="signature file", follow_symlinks=follow_symlinks)))
@@ -104,7 +104,7 @@ def signature_files(signed: Path, *, follow_symlinks: bool = True) -> list[tuple
 
 
 def load_policy(given: Optional[str | Path] = None, *, now: float, env: Optional[Mapping[str, str]] = None,
-                chain: Optional[str | Path] = None, pinned: str = CONTAINER_TRUST) -> Optional["trust.Policy"]:
+                chain: Optional[str | Path] = None, pinned: str = CONTAINER_TRUST) -> Optional["trust_policy.Policy"]:
     """The policy in force (None: none): ``policy_path``'s, then every rotation in the chain directory
     (``chain`` or HOTFIX_TRUST_CHAIN) that its predecessor's keys signed. A step that does not verify is
     refused (Untrusted, its exit code): a chain is never skipped past."""
@@ -125,22 +125,22 @@ def load_policy(given: Optional[str | Path] = None, *, now: float, env: Optional
     return policy
 
 
-def rotated(current: trust.Policy, new_path: Path, *, now: float) -> trust.Policy:
-    """The policy at ``new_path`` when ``current`` lets it replace itself (core.trust.rotation); else
+def rotated(current: trust_policy.Policy, new_path: Path, *, now: float) -> trust_policy.Policy:
+    """The policy at ``new_path`` when ``current`` lets it replace itself (core.trust_policy.rotation); else
     Untrusted naming each refusal."""
-    from vllm_hotfix.core import trust
+    from vllm_hotfix.core import trust_policy
 
     try:
         data = read_bounded(new_path, cap=POLICY_LIMIT, what="trust policy")
     except OSError as exc:
         raise InvalidInput(f"{new_path}: cannot read the new trust policy: {exc.strerror}") from None
-    new = trust.parse_policy(data, str(new_path))
-    verdict = trust.rotation(current, data, new, signature_files(new_path), now=now, subject=str(new_path))
+    new = trust_policy.parse_policy(data, str(new_path))
+    verdict = trust_policy.rotation(current, data, new, signature_files(new_path), now=now, subject=str(new_path))
     refuse(verdict)
     return new
 
 
-def refuse(verdict: trust.Verdict, hint: Optional[str] = None) -> None:
+def refuse(verdict: trust_policy.TrustDecision, hint: Optional[str] = None) -> None:
     """Untrusted (the first refusal's exit code) with every refusal line; nothing for a trusted verdict."""
     if verdict.trusted:
         return
@@ -150,14 +150,14 @@ def refuse(verdict: trust.Verdict, hint: Optional[str] = None) -> None:
                                  "is the file the keys signed")
 
 
-def lock_verdict(lock_path: Path, data: bytes, lock, policy: trust.Policy, *, now: float,
-                 subject: str, signatures=None) -> trust.Verdict:
+def lock_verdict(lock_path: Path, data: bytes, lock, policy: trust_policy.Policy, *, now: float,
+                 subject: str, signatures=None) -> trust_policy.TrustDecision:
     """The policy's verdict on a lock: ``data`` are the bytes ``lock`` was parsed from
-    (txn.lockfile.read_lock), its signature files those beside ``lock_path`` (or ``signatures``, (name,
+    (txn.hotfix_lock.read_lock), its signature files those beside ``lock_path`` (or ``signatures``, (name,
     bytes) pairs read elsewhere: a bundle's layer, the guard's cache key); ``subject`` names the lock in the lines (quoted by
     the caller: output.quote_path)."""
-    from vllm_hotfix.core import trust
+    from vllm_hotfix.core import trust_policy
 
     found = signature_files(lock_path) if signatures is None else list(signatures)
-    return trust.evaluate(data, found, policy, now=now, subject=subject,
+    return trust_policy.evaluate(data, found, policy, now=now, subject=subject,
                           version=lock.version, expires=lock.expires)

@@ -17,7 +17,7 @@ from pathlib import Path
 from vllm_hotfix.core.data import load_json
 from vllm_hotfix.core.docfields import Fields, is_hex64
 from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.paths import STATE_LIMIT, STATE_NAME, TargetDir, read_own_file, trust_problem
+from vllm_hotfix.paths import STATE_LIMIT, TargetDir, flat_name, read_own_file, trust_problem
 
 SCHEMA = 2  # 2: "series", an ordered list (1: "hotfixes", an object keyed by id; still read)
 SOURCES = ("catalog", "adhoc")
@@ -82,7 +82,8 @@ class TargetState:
 
     @property
     def path(self) -> Path:
-        return self.directory / STATE_NAME
+        """The record's file: ``TargetDir.state_file`` of this directory."""
+        return TargetDir(self.directory).state_file
 
     @classmethod
     def for_root(cls, root: Path) -> "TargetState":
@@ -92,7 +93,7 @@ class TargetState:
     def load(cls, directory: Path) -> "TargetState":
         """The record of one target (empty when there is none), validated: InvalidInput (exit 8) names
         the file and the key path of the first problem; a record that fails steers nothing."""
-        path = Path(directory) / STATE_NAME
+        path = TargetDir(Path(directory)).state_file
         TargetDir(Path(directory)).check()  # a record steers writes and deletes: never one another user wrote
         try:
             data = read_own_file(path, limit=STATE_LIMIT, owned=True)
@@ -111,7 +112,7 @@ class TargetState:
     def to_bytes(self) -> bytes:
         """state.json as the transaction writes it (the one writer of the format). Each record that knows
         its patches' sha256 is sealed (``seal_of``): every transaction derives the whole series it writes
-        from the kept originals and patches first (flow/plan.propose, flow/rollback: txn/judgement), so a
+        from the kept originals and patches first (flow/plan.propose, flow/rollback_change: txn/judgement), so a
         seal says "this record is what hotfix derived"; a hand edit of any sealed field breaks it."""
         import json
 
@@ -123,26 +124,8 @@ class TargetState:
         doc = {"schema": SCHEMA, "target": self.target, "series": series}
         return (json.dumps(doc, indent=2) + "\n").encode()
 
-    @staticmethod
-    def patch_rel(hotfix_id: str, index: int, version: int | str = "") -> str:
-        """Where the exact bytes of a hotfix's patch ``index`` are kept, relative to the state dir.
-
-        Named per version, so an upgrade never overwrites the bytes the current record points at."""
-        return f"patches/{hotfix_id}/{version}-{index:02d}.patch" if version != "" else f"patches/{hotfix_id}/{index:02d}.patch"
-
-    @staticmethod
-    def backups_rel(hotfix_id: str) -> str:
-        """The folder of a hotfix's kept originals, relative to the state dir (RecordedHotfix.backups)."""
-        return f"backups/{hotfix_id}"
-
-    @staticmethod
-    def backup_rel(hotfix_id: str, path: str) -> str:
-        """Where a new record keeps the original of ``path``, relative to the state dir: one flat folder
-        per hotfix (a folder per directory of the target cost 300 mkdirs for the real 0.29 -> 0.30 diff)."""
-        return f"{TargetState.backups_rel(hotfix_id)}/{flat_name(path)}"
-
     def _backup_folder(self, recorded: RecordedHotfix) -> Path:
-        return self.directory / (recorded.backups or self.backups_rel(recorded.id))
+        return self.directory / (recorded.backups or TargetDir.backups_rel(recorded.id))
 
     def backup_path(self, recorded: RecordedHotfix, path: str) -> Path:
         """The kept original of ``path`` for ``recorded``, whichever layout its record was written with."""
@@ -182,8 +165,8 @@ class TargetState:
         """Only ever inside this state directory: links are removed as links, never followed (a planted
         ``backups/<id> -> /tmp/v`` loses the link, /tmp/v keeps its files)."""
         wanted = {rel for h in self.hotfixes.values() for rel in h.patches}
-        for kind in ("patches", "backups"):
-            base = self.directory / kind
+        tdir = TargetDir(self.directory)
+        for base in (tdir.patches, tdir.backups):
             if not _real_dir(base) or trust_problem(base) is not None:
                 continue  # nothing is deleted in a folder another user could have written
             for folder in _entries(base):
@@ -191,7 +174,7 @@ class TargetState:
                     os.unlink(folder)  # a stray file or link where a hotfix's folder belongs
                 elif folder.name not in self.hotfixes:
                     shutil.rmtree(folder, ignore_errors=True)  # rmtree never follows links inside
-                elif kind == "patches":
+                elif base == tdir.patches:
                     for stored in _entries(folder):
                         if stored.relative_to(self.directory).as_posix() not in wanted:
                             _remove(stored)
@@ -249,17 +232,6 @@ def seal_of(target: dict, recorded: RecordedHotfix) -> str:
                "files": [[f.path, f.before_sha256, f.after_sha256] for f in recorded.files]}]
     text = json.dumps(claims, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("ascii")).hexdigest()
-
-
-def flat_name(path: str) -> str:
-    """A target-relative path as one file name, reversibly ("/" -> "%2F", "%" -> "%25"); a name too long
-    for the file system becomes the sha256 of the path."""
-    name = path.replace("%", "%25").replace("/", "%2F")
-    if len(name.encode("utf-8", "surrogateescape")) > 240:
-        import hashlib
-
-        name = "sha256-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()
-    return name
 
 
 def now() -> str:
@@ -343,8 +315,8 @@ def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
             raise f.fail(f"{f.at(where, 'exclude')}[{i}]", "expected strings")
         exclude.append(tuple(globs))
     backups = f.text(entry, where, "backups", required=False)
-    if backups is not None and backups != TargetState.backups_rel(hotfix_id):
-        raise f.fail(f.at(where, "backups"), f"expected {TargetState.backups_rel(hotfix_id)!r}, got {backups!r}")
+    if backups is not None and backups != TargetDir.backups_rel(hotfix_id):
+        raise f.fail(f.at(where, "backups"), f"expected {TargetDir.backups_rel(hotfix_id)!r}, got {backups!r}")
     backup_names = f.text(entry, where, "backup_names", required=False) or "paths"
     if backup_names not in BACKUP_NAMES:
         raise f.fail(f.at(where, "backup_names"), f"expected one of {', '.join(BACKUP_NAMES)}, got {backup_names!r}")
@@ -368,12 +340,12 @@ def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
 
 
 def _release(f: Fields, entry: dict, where: str, key: str) -> str | None:
-    from vllm_hotfix.core.verdict import version_key
+    from vllm_hotfix.core.pep440 import release_key
 
     value = f.text(entry, where, key, required=False, limit=64)
     if value is not None:
         try:
-            version_key(value)
+            release_key(value)
         except ValueError:
             raise f.fail(f.at(where, key), f"not a PEP 440 version: {value!r}") from None
     return value

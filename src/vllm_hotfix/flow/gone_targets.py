@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from vllm_hotfix.errors import HotfixError, WriteFailed
+from vllm_hotfix.core.docfields import Fields
+from vllm_hotfix.errors import HotfixError, InvalidInput, WriteFailed
 from vllm_hotfix.paths import TargetDir, all_target_dirs, read_small_file
-from vllm_hotfix.txn.lock import target_lock
+from vllm_hotfix.txn.mutex import target_mutex
 from vllm_hotfix.txn.recovery import journal_root
 from vllm_hotfix.txn.state import TargetState
 from vllm_hotfix.txn.writable import describe
@@ -71,7 +72,7 @@ def _target_root(tdir: TargetDir) -> tuple[str | None, tuple[str, ...]]:
 def _last_change(tdir: TargetDir) -> float:
     """When the record or the journal last changed (the target existed then)."""
     times = []
-    for path in (tdir.state_file, tdir.journal / "journal.json"):
+    for path in (tdir.state_file, tdir.journal_file):
         try:
             times.append(os.lstat(path).st_mtime)
         except OSError:
@@ -81,13 +82,16 @@ def _last_change(tdir: TargetDir) -> float:
 
 def read_marker(tdir: TargetDir, root: str, now: float) -> float | None:
     """When ``root`` was first seen missing, from gone.json, or None if that file cannot be trusted."""
-    data = read_small_file(tdir.gone_file, MARKER_MAX)
-    try:
-        doc = json.loads(data) if data is not None else None
-    except ValueError:
+    data = read_small_file(tdir.gone_file, MARKER_MAX)  # bounded, a regular file, no link followed
+    if data is None:
         return None
-    since = doc.get("since") if isinstance(doc, dict) else None
-    if not isinstance(since, (int, float)) or isinstance(since, bool) or doc.get("root") != root:
+    fields = Fields(str(tdir.gone_file))
+    try:
+        doc = fields.mapping(json.loads(data), "")
+        since = fields.get(doc, "", "since", (int, float))
+        if fields.text(doc, "", "root") != root:
+            return None
+    except (ValueError, InvalidInput):  # not JSON, or not the fields write_marker writes: not trusted
         return None
     if since > now + 60 or since < _last_change(tdir):  # from the future, or older than the record's last change
         return None
@@ -191,10 +195,11 @@ def mark(entry: Entry, now: float) -> None:
 
 def remove(entry: Entry) -> None:
     """Remove one state directory, holding its lock so no transaction is running on it."""
+    mutex = TargetDir(entry.directory).lock_file
     try:
-        with target_lock(entry.directory, timeout=0):
+        with target_mutex(entry.directory, timeout=0):
             for name in sorted(os.listdir(entry.directory)):
-                if name != "lock":
+                if name != mutex.name:
                     path = entry.directory / name
                     shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
         shutil.rmtree(entry.directory)

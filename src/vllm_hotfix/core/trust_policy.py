@@ -95,7 +95,7 @@ class Refusal(Value):
         return EXIT_CODES[self.kind]
 
 
-class Verdict(Value):
+class TrustDecision(Value):
     """The policy's answer for one signed file."""
 
     subject: str  # what was judged, for the lines ("hotfix.lock", "catalog ./my-catalog")
@@ -306,7 +306,7 @@ def check_signatures(message: bytes, signatures: Sequence[tuple[str, bytes]], po
 
 def evaluate(message: bytes, signatures: Sequence[tuple[str, bytes]], policy: Policy, *, now: float,
              subject: str, version: Optional[int] = None, expires: Optional[str] = None,
-             versioned: bool = True) -> Verdict:
+             versioned: bool = True) -> TrustDecision:
     """The policy's verdict on ``message`` (the signed file's exact bytes) with these signature files.
     ``version`` / ``expires`` are the signed file's own fields (a lock's), counted only once the
     signatures are; ``versioned=False`` (a catalog, a policy) skips min_version and expiry."""
@@ -355,7 +355,7 @@ def evaluate(message: bytes, signatures: Sequence[tuple[str, bytes]], policy: Po
             else:
                 grace = f", past its grace of {_age(policy.grace)}" if policy.grace is not None else ""
                 refusals.append(Refusal(EXPIRED, f"EXPIRED: {subject}: expired at {expires} ({_age(late)} ago{grace})"))
-    return Verdict(subject=subject, signers=signers, threshold=policy.threshold, checks=checks,
+    return TrustDecision(subject=subject, signers=signers, threshold=policy.threshold, checks=checks,
                    refusals=tuple(refusals), warnings=tuple(warnings), version=version, expires=expires)
 
 
@@ -369,7 +369,7 @@ def _age(seconds: float) -> str:
 
 
 def rotation(current: Policy, new_bytes: bytes, new: Policy, signatures: Sequence[tuple[str, bytes]], *,
-             now: float, subject: str) -> Verdict:
+             now: float, subject: str) -> TrustDecision:
     """Whether ``new`` may replace ``current``: a higher version, signed by ``current.threshold`` of
     ``current``'s keys AND by ``new.threshold`` of its own (TUF's rule: the old keys vouch for the new
     ones, the new ones prove they are held). The two verdicts' refusals are merged."""
@@ -380,6 +380,6 @@ def rotation(current: Policy, new_bytes: bytes, new: Policy, signatures: Sequenc
     if new.version <= current.version:
         refusals.append(Refusal(ROLLBACK, f"ROLLBACK: {subject}: version {new.version} is not above the current "
                                           f"policy's {current.version}"))
-    return Verdict(subject=subject, signers=by_old.signers, threshold=current.threshold, checks=by_old.checks,
+    return TrustDecision(subject=subject, signers=by_old.signers, threshold=current.threshold, checks=by_old.checks,
                    refusals=tuple(refusals), warnings=tuple(dict.fromkeys(by_old.warnings + by_new.warnings)),
                    version=new.version)

@@ -17,7 +17,7 @@ from vllm_hotfix.txn import history
 from vllm_hotfix.txn.state import TargetState, now
 
 if TYPE_CHECKING:
-    from vllm_hotfix.core.apply import Plan
+    from vllm_hotfix.core.hunk_apply import Plan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

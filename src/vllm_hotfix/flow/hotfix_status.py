@@ -1,29 +1,31 @@
-"""One state per hotfix and target, decided from the files (core.verdict's words and rule).
+"""One state per hotfix and target, decided from the files (core.verdict's words and rule): ``Status``,
+from a record (``status_from_record``), from the files alone (``status_from_files``), from a catalog
+entry (``catalog_status``) or a lock (``lock_status``).
 
 A record says what *should* be there; the files decide what is. `status`, `verify`, `apply` (through
-``plan.propose``), `export` and `check-catalog` all take their answer from here or from core.verdict.
+``plan.propose``), `export` and `check-catalog` all take their answer from here or from core.verdict;
+flow/survey.py gathers these over the targets asked about.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
 from vllm_hotfix.core.verdict import (APPLIED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLICABLE,
                                      NOT_APPLIED, STALE, STALE_BYTECODE, UNKNOWN, State, bytecode_advice, stale_advice)
-from vllm_hotfix.errors import HotfixError, Refused, UsageError
+from vllm_hotfix.errors import HotfixError, Refused
 from vllm_hotfix.flow.applicability import applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
 from vllm_hotfix.flow.plan import flatten
-from vllm_hotfix.flow.series import judged, steps_by_path
-from vllm_hotfix.flow.resolve import Resolver, target_option
+from vllm_hotfix.flow.series import judge_recorded, steps_by_path
+from vllm_hotfix.flow.resolve import target_option
 from vllm_hotfix.install.in_target import in_interpreter
 from vllm_hotfix.install.locate import Target
-from vllm_hotfix.flow.mounted import through_mounts
 from vllm_hotfix.install.mounts import MountedFile
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.output import quote_path
@@ -82,7 +84,7 @@ def _apply_command(view: "SeriesView", recorded: RecordedHotfix, option: str) ->
 @dataclass(frozen=True)
 class SeriesView:
     """One target's record and the one verdict on every recorded hotfix (txn/judgement, through
-    flow/series.judged: one read of each file), with what the command knows of the catalog."""
+    flow/series.judge_recorded: one read of each file), with what the command knows of the catalog."""
 
     target: Target
     state: TargetState
@@ -110,7 +112,7 @@ class SeriesView:
             why = applicability(found, found.spec_for(target), target) if found is not None else None
             return (why.state, why.message) if why is not None else None
 
-        return cls(target, state, judged(state, target, pinned=pinned, inapplicable=inapplicable), catalog)
+        return cls(target, state, judge_recorded(state, target, pinned=pinned, inapplicable=inapplicable), catalog)
 
     def option(self, recorded: RecordedHotfix | None = None) -> str:
         """``--python``/``--root`` and ``--catalog`` for this target's next steps (flow/resolve.target_option)."""
@@ -245,162 +247,25 @@ def lock_status(hotfix_id: str, target: Target) -> Status | None:
     fix comes from the mounts the lock declares, never from `hotfix apply` on the image. None otherwise."""
     import os
 
-    from vllm_hotfix.txn import lockfile
+    from vllm_hotfix.txn import hotfix_lock, lock_check
 
     named = os.environ.get(LOCK_ENV, "").strip()
     if not named:
         return None
     try:
-        lock = lockfile.load_lock(Path(named))
+        lock = hotfix_lock.load_lock(Path(named))
     except HotfixError:
         return None
     if hotfix_id not in {h.id for h in lock.hotfixes}:
         return None
 
-    def installed(package: str) -> lockfile.Installed | None:
+    def installed(package: str) -> lock_check.Installed | None:
         if package != target.package:
             return None
-        return lockfile.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
+        return lock_check.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
                                   target.distribution)
 
-    (check,) = lockfile.check_lock(lock, installed, (hotfix_id,), bytecode=lambda s: in_interpreter(target.python, s))
+    (check,) = lock_check.check_lock(lock, installed, (hotfix_id,), bytecode=lambda s: in_interpreter(target.python, s))
     files = tuple(f.to_json() for f in check.files)
     return Status(hotfix_id, check.hotfix.version, check.state, str(target.root), f"{check.detail} (the lock {named})",
-                  lockfile.advice(check, lockfile.mount_line_for(Path(named))), files=files)
-
-
-@dataclass
-class Survey:
-    """status / verify over hotfixes and targets of one `--python` / `--root`; one Status per (hotfix, target)."""
-
-    python: str | None
-    root: Path | None
-    catalog: Catalog
-    resolver: Resolver = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.resolver = Resolver(self.python, self.root)
-        self._views: dict[str, SeriesView] = {}
-
-    def view(self, target: Target, state: TargetState | None = None) -> SeriesView:
-        """The series of one target, read once per survey (every status of it shares the file reads)."""
-        key = str(target.root)
-        if key not in self._views:
-            self._views[key] = SeriesView.of(target, state, self.catalog)
-        return self._views[key]
-
-    def _record_status(self, target: Target, state: TargetState, recorded: RecordedHotfix) -> Status:
-        view = self.view(target, state)
-        if recorded.source == "catalog" and recorded.id in self.catalog.ids():
-            manifest = self.catalog.get(recorded.id)
-            return _of_target(catalog_status(manifest, target, manifest.spec_for(target), view), target, view.state)
-        return _of_target(status_from_record(view, recorded), target, view.state)
-
-    def _catalog_one(self, manifest: Manifest) -> Status:
-        target, spec = self.resolver.for_manifest(manifest)
-        view = self.view(target)
-        return _of_target(catalog_status(manifest, target, spec, view), target, view.state)
-
-    def named(self, refs: Iterable[tuple[str, str | None]]) -> list[Status]:
-        out = []
-        records = None
-        for hotfix_id, version in refs:
-            if hotfix_id in self.catalog.ids():
-                out.append(self._catalog_one(self.catalog.get(hotfix_id, version)))
-                continue
-            records = self.resolver.records(self.catalog) if records is None else records
-            holding = [(t, s) for t, s in records if hotfix_id in s.hotfixes]
-            if not holding:
-                self.catalog.get(hotfix_id)  # raises Refused with a close match
-            out.extend(self._record_status(t, s, s.hotfixes[hotfix_id]) for t, s in holding)
-        return out
-
-    def recorded(self, target: Target, state: TargetState) -> list[Status]:
-        """Every recorded hotfix of one target, in series order (an interrupted first apply: one line)."""
-        if not state.hotfixes:  # only an interrupted first apply, or everything rolled back
-            pending = TargetDir.of(target.root).pending()
-            return [interrupted("(unrecorded apply)", None, target.root, target_option(target, self.catalog))] \
-                if pending else []
-        return [self._record_status(target, state, recorded) for recorded in state.hotfixes.values()]
-
-    def everything(self, *, with_catalog: bool) -> list[Status]:
-        out: list[Status] = []
-        seen: set[str] = set()
-        for target, state in self.resolver.records(self.catalog):
-            seen.update(state.hotfixes)
-            out.extend(self.recorded(target, state))
-        if with_catalog:
-            for manifest in self.catalog.latest():
-                if manifest.id in seen or manifest.kind == "advisory":  # no patch: nothing to be in effect
-                    continue
-                try:
-                    target, spec = self.resolver.for_manifest(manifest)
-                except (Refused, UsageError):
-                    continue  # its package is not installed for this interpreter
-                if spec is None:
-                    continue
-                out.append(_of_target(catalog_status(manifest, target, spec, self.view(target)), target))
-        return out
-
-    def holding(self, hotfix_id: str) -> tuple[Target, TargetState]:
-        """The one target whose record holds ``hotfix_id`` (rollback)."""
-        holding = [(t, s) for t, s in self.resolver.records(self.catalog) if hotfix_id in s.hotfixes]
-        if not holding:
-            where = f"--root {self.root}" if self.root is not None else (
-                f"--python {self.python}" if self.python else "this interpreter")
-            raise Refused(f"{hotfix_id}: not recorded as applied for {where}",
-                          hint="`hotfix status` shows what is applied where")
-        if len(holding) > 1:
-            raise UsageError(f"{hotfix_id}: recorded for several targets: "
-                             + ", ".join(str(t.root) for t, _ in holding), hint="pass --root DIR")
-        return holding[0]
-
-
-def _of_target(status: Status, target: Target, state: TargetState | None = None) -> Status:
-    position = None
-    if state is not None and status.recorded and status.id in state.hotfixes:
-        position = list(state.hotfixes).index(status.id) + 1
-    status = replace(status, distribution=target.distribution, position=position,
-                     installed_version=status.installed_version if status.recorded else target.version)
-    return through_mounts(status, target)
-
-
-def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
-           with_catalog: bool, targets: list | None = None) -> list[Status]:
-    """`status` and `verify`: the named hotfixes, or every recorded one in series order (+ the catalog's
-    others whose distribution this interpreter has, when ``with_catalog``). ``targets``, when given,
-    receives the targets the survey resolved (to say where a version was derived)."""
-    from vllm_hotfix.catalog.index import parse_ref
-
-    surveyor = Survey(python, Path(root) if root is not None else None, Catalog.load(catalogs))
-    if hotfix_ids:
-        statuses = surveyor.named(parse_ref(i) for i in hotfix_ids)
-    else:
-        statuses = surveyor.everything(with_catalog=with_catalog)
-    if targets is not None:
-        targets.extend(surveyor.resolver.resolved())
-    return statuses
-
-
-def fingerprint(statuses: Iterable[Status]) -> str:
-    """core.fingerprint of these statuses: each hotfix's id and version, its target's distribution and
-    installed version, and every file's sha256 as it is on disk now."""
-    from vllm_hotfix.core.fingerprint import Entry, fingerprint as digest
-    from vllm_hotfix.flow.hotfix import sha256
-
-    entries = []
-    for s in statuses:
-        tree = Tree(Path(s.target))
-        files = []
-        for f in s.files:
-            if "sha256" in f:  # read by the check that decided the state
-                sha = f["sha256"]
-            else:  # decided by the patch (not recorded): read it now
-                try:
-                    found = tree.read(f["path"])
-                except HotfixError:
-                    found = None
-                sha = sha256(found.data) if found else None
-            files.append((f["path"], sha))
-        entries.append(Entry(s.id, s.version, s.distribution, s.installed_version, tuple(files)))
-    return digest(entries)
+                  lock_check.advice(check, lock_check.mount_line_for(Path(named))), files=files)

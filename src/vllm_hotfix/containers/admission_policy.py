@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from typing import Iterable
 
-from vllm_hotfix.containers.k8s import dump
+from vllm_hotfix.containers.k8s_overlay import dump
 from vllm_hotfix.core.docfields import is_hex64
 from vllm_hotfix.core.fingerprint import is_fingerprint
 from vllm_hotfix.errors import UsageError

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, FINGERPRINT_ANNOTATION, LOCK_ENV, LOCK_NAME, STRICT_ENV
-from vllm_hotfix.txn.lockfile import Lock, expected_fingerprint
+from vllm_hotfix.txn.hotfix_lock import Lock
+from vllm_hotfix.txn.lock_check import expected_fingerprint
 from vllm_hotfix.containers.k8s_trust import signature_items, trust_mount
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.containers import readiness as ready
@@ -143,14 +144,14 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
           trust_configmap: Optional[str] = None) -> Overlay:
     """The overlay's files. ``exported``: export path -> bytes of every locked file; ``manifests``: the
     user's parsed objects (searched for the workload); ``resources``: what kustomization lists; ``image``:
-    a containers.k8s_bundle.ImageVolume mounted instead of ConfigMaps (``exported`` unused); ``signatures``: the
+    a containers.k8s_image_volume.ImageVolume mounted instead of ConfigMaps (``exported`` unused); ``signatures``: the
     lock's signature files (containers/k8s_trust.signature_items); ``trust_configmap``: k8s_trust.trust_mount."""
     if not containers:
         raise UsageError("name the container(s) to patch: --container NAME (repeatable)")
     site = (container_site_packages or lock.site_packages).rstrip("/")
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
-    if image is not None:  # a hotfix bundle as an image volume (containers/k8s_bundle.py)
+    if image is not None:  # a hotfix bundle as an image volume (containers/k8s_image_volume.py)
         files, configmaps, mounts, volumes = {}, (), image.mounts(site), image.volumes()
     else:
         files, configmaps = configmap_files(lock, exported, lock_bytes, site, prefix, limit, max_configmaps, guard, signatures)

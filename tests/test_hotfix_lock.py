@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.txn import lockfile
+from vllm_hotfix.txn import hotfix_lock, lock_check
 from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.txn.lockfile import Installed, Lock, LockedFile, LockedHotfix
+from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
+from vllm_hotfix.txn.lock_check import Installed
 
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 PRISTINE = b"x = a // self.cache_config.block_size\n"
@@ -39,11 +40,11 @@ def install(tmp_path: Path, content: bytes | None, version: str = "0.30.0") -> I
 
 def test_dump_then_load_round_trips_and_is_stable(tmp_path):
     lock = make_lock()
-    data = lockfile.dump_lock(lock)
+    data = hotfix_lock.dump_lock(lock)
     (tmp_path / "hotfix.lock").write_bytes(data)
-    loaded = lockfile.load_lock(tmp_path / "hotfix.lock")
+    loaded = hotfix_lock.load_lock(tmp_path / "hotfix.lock")
     assert loaded == lock
-    assert lockfile.dump_lock(loaded) == data
+    assert hotfix_lock.dump_lock(loaded) == data
     assert json.loads(data)["hotfixes"][0]["files"][0]["path"] == PATH
 
 
@@ -59,12 +60,12 @@ def test_dump_then_load_round_trips_and_is_stable(tmp_path):
     ],
 )
 def test_invalid_lock_names_file_and_key_path(tmp_path, mutate, key):
-    doc = json.loads(lockfile.dump_lock(make_lock()))
+    doc = json.loads(hotfix_lock.dump_lock(make_lock()))
     mutate(doc)
     path = tmp_path / "hotfix.lock"
     path.write_text(json.dumps(doc))
     with pytest.raises(InvalidInput) as err:
-        lockfile.load_lock(path)
+        hotfix_lock.load_lock(path)
     assert str(path) in err.value.message and key in err.value.message
 
 
@@ -72,12 +73,12 @@ def test_not_json_names_line(tmp_path):
     path = tmp_path / "hotfix.lock"
     path.write_text('{\n  "schema": 1,\n  oops\n}')
     with pytest.raises(InvalidInput, match=r"hotfix.lock:3: not JSON"):
-        lockfile.load_lock(path)
+        hotfix_lock.load_lock(path)
 
 
 def test_missing_lock_file_says_how_to_make_one(tmp_path):
     with pytest.raises(InvalidInput) as err:
-        lockfile.load_lock(tmp_path / "nope.lock")
+        hotfix_lock.load_lock(tmp_path / "nope.lock")
     assert "hotfix export" in err.value.hint
 
 
@@ -96,10 +97,10 @@ def test_missing_lock_file_says_how_to_make_one(tmp_path):
     ],
 )
 def test_states_against_files_on_disk(tmp_path, content, version, state):
-    (check,) = lockfile.check_lock(make_lock(), lambda package: install(tmp_path, content, version))
+    (check,) = lock_check.check_lock(make_lock(), lambda package: install(tmp_path, content, version))
     assert check.state == state
     assert check.in_effect == (state in ("applied", "fixed-upstream"))
-    advice = lockfile.advice(check, lambda locked, fc: f"./x/{locked.export}:{fc.where}:ro")
+    advice = lock_check.advice(check, lambda locked, fc: f"./x/{locked.export}:{fc.where}:ro")
     if state == "stale":
         assert advice.startswith(f"vllm is {version} here, the lock was exported from 0.30.0: re-export")
     elif state == "lost":
@@ -111,9 +112,9 @@ def test_states_against_files_on_disk(tmp_path, content, version, state):
 
 
 def test_package_not_installed_is_unknown_with_advice():
-    (check,) = lockfile.check_lock(make_lock(), lambda package: None)
+    (check,) = lock_check.check_lock(make_lock(), lambda package: None)
     assert check.state == "unknown"
-    assert "not found" in lockfile.advice(check, lambda *a: "")
+    assert "not found" in lock_check.advice(check, lambda *a: "")
 
 
 def test_select_unknown_id_lists_known():
@@ -126,7 +127,7 @@ def test_module_imports_only_the_stdlib():
     """The in-process guard imports it inside vLLM processes: nothing outside the stdlib and errors.py."""
     import vllm_hotfix.errors as errors_module
 
-    for module in (lockfile, errors_module):
+    for module in (hotfix_lock, errors_module):
         tree = ast.parse(Path(module.__file__).read_text())
         imported = {
             (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
@@ -145,12 +146,12 @@ def test_module_imports_only_the_stdlib():
     (lambda h: h.update(versions=">=0.31"), "hotfixes[0].versions: the exported baseline '0.30.0' is outside"),
 ])
 def test_lock_fields_that_would_forge_a_line_pass_everything_or_import_a_module_are_refused(tmp_path, change, key):
-    doc = json.loads(lockfile.dump_lock(make_lock()))
+    doc = json.loads(hotfix_lock.dump_lock(make_lock()))
     change(doc["hotfixes"][0])
     path = tmp_path / "hotfix.lock"
     path.write_text(json.dumps(doc))
     with pytest.raises(InvalidInput) as err:
-        lockfile.load_lock(path)
+        hotfix_lock.load_lock(path)
     assert key in err.value.message, err.value.message
 
 
@@ -162,22 +163,22 @@ CODE = {"interpreter": "cpython-311", "names": [
 
 
 def lock_doc(code) -> dict:
-    doc = json.loads(lockfile.dump_lock(make_lock()))
+    doc = json.loads(hotfix_lock.dump_lock(make_lock()))
     doc["hotfixes"][0]["files"][0]["code"] = code
     return doc
 
 
 def test_code_names_round_trip_and_a_lock_without_them_loads_as_before(tmp_path):
-    loaded = lockfile.parse_lock(json.dumps(lock_doc(CODE)).encode())
+    loaded = hotfix_lock.parse_lock(json.dumps(lock_doc(CODE)).encode())
     code = loaded.hotfixes[0].files[0].code
     assert code.interpreter == "cpython-311"
     assert [(n.name, n.kind, n.fingerprint) for n in code.names] == [
         ("MambaHybridModelState.add_request", "method", "a" * 64), ("MambaHybridModelState", "class", None)]
-    assert lockfile.parse_lock(lockfile.dump_lock(loaded)) == loaded
-    assert json.loads(lockfile.dump_lock(loaded))["hotfixes"][0]["files"][0]["code"] == CODE
-    old = lockfile.parse_lock(lockfile.dump_lock(make_lock()))
+    assert hotfix_lock.parse_lock(hotfix_lock.dump_lock(loaded)) == loaded
+    assert json.loads(hotfix_lock.dump_lock(loaded))["hotfixes"][0]["files"][0]["code"] == CODE
+    old = hotfix_lock.parse_lock(hotfix_lock.dump_lock(make_lock()))
     assert old.hotfixes[0].files[0].code is None
-    assert "code" not in json.loads(lockfile.dump_lock(old))["hotfixes"][0]["files"][0]  # additive: old locks unchanged
+    assert "code" not in json.loads(hotfix_lock.dump_lock(old))["hotfixes"][0]["files"][0]  # additive: old locks unchanged
 
 
 def named(**change) -> dict:
@@ -201,7 +202,7 @@ def named(**change) -> dict:
 ])
 def test_code_names_are_strictly_validated(code, key, problem):
     with pytest.raises(InvalidInput) as exc:
-        lockfile.parse_lock(json.dumps(lock_doc(code)).encode(), source="hotfix.lock")
+        hotfix_lock.parse_lock(json.dumps(lock_doc(code)).encode(), source="hotfix.lock")
     assert f"hotfix.lock: hotfixes[0].files[0].{key}: " in exc.value.message and problem in exc.value.message
 
 
@@ -209,7 +210,7 @@ def test_a_file_that_is_not_python_has_no_code_names():
     doc = lock_doc(CODE)
     doc["hotfixes"][0]["files"][0]["path"] = "vllm/kernels/x.cu"
     with pytest.raises(InvalidInput, match=r"files\[0\]\.code: 'vllm/kernels/x.cu' is not a Python file"):
-        lockfile.parse_lock(json.dumps(doc).encode())
+        hotfix_lock.parse_lock(json.dumps(doc).encode())
 
 
 def test_the_expected_fingerprint_is_what_a_check_in_effect_gives(tmp_path):
@@ -220,11 +221,11 @@ def test_the_expected_fingerprint_is_what_a_check_in_effect_gives(tmp_path):
     second = LockedHotfix("second-fix", 2, "vllm", "vllm", "0.30.0", None,
                           (LockedFile(PATH, sha(top), sha(PATCHED), f"second-fix/{PATH}"),
                            LockedFile("vllm/other.py", sha(b"new\n"), None, "second-fix/vllm/other.py")))
-    lock = lockfile.parse_lock(lockfile.dump_lock(Lock(make_lock().site_packages, (*make_lock().hotfixes, second))))
+    lock = hotfix_lock.parse_lock(hotfix_lock.dump_lock(Lock(make_lock().site_packages, (*make_lock().hotfixes, second))))
     installed = install(tmp_path, top)
     (installed.package_dir / "other.py").write_bytes(b"new\n")
-    checks = lockfile.check_lock(lock, lambda package: installed)
+    checks = lock_check.check_lock(lock, lambda package: installed)
     assert all(c.in_effect for c in checks)
-    assert lockfile.fingerprint(checks) == lockfile.expected_fingerprint(lock)
+    assert lock_check.fingerprint(checks) == lock_check.expected_fingerprint(lock)
     (installed.package_dir / "other.py").write_bytes(b"new!\n")
-    assert lockfile.fingerprint(lockfile.check_lock(lock, lambda package: installed)) != lockfile.expected_fingerprint(lock)
+    assert lock_check.fingerprint(lock_check.check_lock(lock, lambda package: installed)) != lock_check.expected_fingerprint(lock)

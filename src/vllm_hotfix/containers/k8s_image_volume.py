@@ -25,7 +25,7 @@ from typing import Optional
 from vllm_hotfix.core.docfields import is_hex64
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.settings import CONTAINER_LOCK, LOCK_NAME
-from vllm_hotfix.txn.lockfile import Lock
+from vllm_hotfix.txn.hotfix_lock import Lock
 
 VOLUME = "vllm-hotfix-bundle"
 PULL_POLICY = "IfNotPresent"
@@ -97,7 +97,7 @@ class ImageVolume:
                 "from": self.source, "requires": REQUIREMENTS}
 
     def expected(self, site: str) -> dict:
-        """mountPath -> the bytes a container sees there (containers.k8s.Overlay.mounts)."""
+        """mountPath -> the bytes a container sees there (containers.k8s_overlay.Overlay.mounts)."""
         return {path: data for path, (_, data) in self.members(site).items()}
 
 
@@ -115,7 +115,7 @@ def check_render(objects: list, workload, overlay, image: ImageVolume, site: str
     """What the rendered overlay lacks: each patched container must mount every member read-only, by its
     subPath, from a volume whose image is this reference (pulled IfNotPresent), and carry the guard's
     variables; each patched pod template the annotations. Empty: the render is what was meant."""
-    from vllm_hotfix.containers.k8s import find, pod_templates
+    from vllm_hotfix.containers.k8s_overlay import find, pod_templates
 
     found = find(objects, workload)
     if found is None:

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix import __version__
-from vllm_hotfix.txn import lockcode, lockfile
-from vllm_hotfix.core.apply import FileState, plan_patch
+from vllm_hotfix.txn import lockcode, hotfix_lock
+from vllm_hotfix.core.hunk_apply import FileState, plan_patch
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
 from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
 from vllm_hotfix.flow.applicability import check_applicable
 from vllm_hotfix.flow.hotfix import catalog_hotfix, sha256
-from vllm_hotfix.flow.plan import prove_bytes_pristine, prove_files_pristine
+from vllm_hotfix.flow.baseline_proof import prove_bytes_pristine, prove_files_pristine
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.flow.series import Series, apply_part, steps_by_path
 from vllm_hotfix.install.tree import Tree
@@ -37,7 +37,7 @@ from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
 class Export:
     """What `hotfix export` writes: the lock, and the bytes of every exported file by export path."""
 
-    lock: lockfile.Lock
+    lock: hotfix_lock.Lock
     outputs: dict
     lock_path: Path | None  # where `hotfix export` writes it (None: not written)
 
@@ -73,7 +73,7 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
     readers: dict[str, _Pristine] = {}
     overlay: dict[str, dict[str, FileState | None]] = {}   # package -> path -> bytes after the series so far
     chains: dict[tuple[str, str], list] = {}               # (package, path) -> [(id, before, after, part)]
-    locked: list[lockfile.LockedHotfix] = []
+    locked: list[hotfix_lock.LockedHotfix] = []
     for manifest in manifests:
         target, spec = resolver.for_manifest(manifest)  # the same resolution and applicability as `hotfix apply`
         try:
@@ -116,9 +116,9 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
             files[edit.path] = FileState(edit.after, mode)
             mine.append(edit.path)
         fixed_in = manifest.fixed_in.version if manifest.fixed_in else None
-        locked.append(lockfile.LockedHotfix(
+        locked.append(hotfix_lock.LockedHotfix(
             manifest.id, manifest.version, spec.distribution, spec.package, str(target.version), fixed_in,
-            tuple(lockfile.LockedFile(path, "", None, "") for path in sorted(mine)), spec.versions))
+            tuple(hotfix_lock.LockedFile(path, "", None, "") for path in sorted(mine)), spec.versions))
     for package, reader in readers.items():  # every path's bytes before the series: pristine, proven
         paths = {path for (pkg, path) in chains if pkg == package}
         target = targets[package]
@@ -139,15 +139,15 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
         files = []
         for f in hotfix.files:
             step = next(s for s in chains[(hotfix.package, f.path)] if s[0] == hotfix.id)
-            files.append(lockfile.LockedFile(f.path, sha256(step[2]), sha256(step[1]), top_of[(hotfix.package, f.path)],
+            files.append(hotfix_lock.LockedFile(f.path, sha256(step[2]), sha256(step[1]), top_of[(hotfix.package, f.path)],
                                              code.get((hotfix.id, f.path))))
-        final.append(lockfile.LockedHotfix(hotfix.id, hotfix.version, hotfix.distribution, hotfix.package,
+        final.append(hotfix_lock.LockedHotfix(hotfix.id, hotfix.version, hotfix.distribution, hotfix.package,
                                            hotfix.baseline_version, hotfix.fixed_in, tuple(files), hotfix.versions))
     site_packages = str(next(iter(targets.values())).root)
     lock_path = Path(out_dir) / LOCK_NAME if out_dir is not None else None
-    previous = lockfile.load_lock(lock_path) if lock_path is not None and lock_path.exists() else None
+    previous = hotfix_lock.load_lock(lock_path) if lock_path is not None and lock_path.exists() else None
     version = _next_version(lock_path, previous, lock_version)
-    lock = lockfile.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final, previous),
+    lock = hotfix_lock.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final, previous),
                          generator=f"vllm-hotfix {__version__}", version=version, expires=expires)
     return Export(lock, outputs, lock_path)
 
@@ -213,7 +213,7 @@ def _next_version(lock_path: Path | None, previous, wanted: int | None) -> int:
     return version
 
 
-def _merge(lock_path: Path | None, site_packages: str, exported: list[lockfile.LockedHotfix], previous) -> tuple:
+def _merge(lock_path: Path | None, site_packages: str, exported: list[hotfix_lock.LockedHotfix], previous) -> tuple:
     """Keep hotfixes exported earlier into the same directory (same site-packages) below the new ones,
     as long as no file is shared (the series of a shared file is exported in one run)."""
     if previous is None:
@@ -244,18 +244,18 @@ def write_export(out_dir: Path, export: Export) -> None:
             target = tree.path(path)
             make_state_dir(target.parent)
             atomic_write(target, data, 0o644)
-        atomic_write(Path(out_dir) / LOCK_NAME, lockfile.dump_lock(export.lock), 0o644)
+        atomic_write(Path(out_dir) / LOCK_NAME, hotfix_lock.dump_lock(export.lock), 0o644)
     except OSError as exc:
         raise WriteFailed(f"{getattr(exc, 'filename', None) or out_dir}: cannot write the export: {exc.strerror}",
                           hint="the install was not touched; fix the directory and rerun") from None
 
 
-def read_exported(directory: Path) -> tuple[lockfile.Lock, bytes, dict]:
+def read_exported(directory: Path) -> tuple[hotfix_lock.Lock, bytes, dict]:
     """What `hotfix export` wrote into ``directory``, read back as input: the lock (parsed, and its
     bytes) and the bytes of every file it mounts, by export path (``txn.exported.read_exported``: real
     directories, regular files, bounded reads, each checked against the lock's sha256)."""
     directory = Path(directory)
-    lock_bytes, lock = lockfile.read_lock(directory / LOCK_NAME)
+    lock_bytes, lock = hotfix_lock.read_lock(directory / LOCK_NAME)
     from vllm_hotfix.txn.exported import read_exported as read_files
 
     return lock, lock_bytes, read_files(directory, lock.mounted_files(), directory / LOCK_NAME)

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Callable
 
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
-from vllm_hotfix.core.apply import Reader
+from vllm_hotfix.core.hunk_apply import Reader
 from vllm_hotfix.core.diff import Patch
 from vllm_hotfix.core.presence import APPLICABLE, CONFLICTS, CONTAINED, PARTLY, Presence, presence
 from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, INTERRUPTED, NOT_APPLICABLE, STALE_BYTECODE
 from vllm_hotfix.errors import Refused, Unavailable
 from vllm_hotfix.flow.applicability import Inapplicable, applicability
 from vllm_hotfix.flow.hotfix import catalog_hotfix
-from vllm_hotfix.flow.releases import judge
-from vllm_hotfix.flow.status import Survey
+from vllm_hotfix.flow.releases import on_release
+from vllm_hotfix.flow.survey import Survey
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
 
@@ -91,7 +91,7 @@ def patch_on_target(patch: Patch, version: str, root: Path, survey: Survey, rele
 
 def hotfix_on_release(manifest: Manifest, spec: TargetSpec, release: str, open_release: Callable[[str], Reader]) -> Answer:
     """A catalog hotfix on a published release (the same two rules, the files from its wheel)."""
-    first = judge(manifest, spec, release, None)
+    first = on_release(manifest, spec, release, None)
     if first.why_not is not None:
         return _declared(first.why_not, release)
     try:
@@ -103,7 +103,7 @@ def hotfix_on_release(manifest: Manifest, spec: TargetSpec, release: str, open_r
         read = open_release(release)
     except Unavailable as exc:
         return Answer(state=UNAVAILABLE, detail=exc.message, release=release, by="index")
-    return _content(judge(manifest, spec, release, read).found, release)
+    return _content(on_release(manifest, spec, release, read).found, release)
 
 
 def patch_on_release(patch: Patch, release: str, open_release: Callable[[str], Reader]) -> Answer:

@@ -11,21 +11,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from vllm_hotfix.core.apply import Plan, plan_patch
+from vllm_hotfix.core.hunk_apply import Plan, plan_patch
 from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
 from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
-from vllm_hotfix.flow.history import Event
+from vllm_hotfix.flow.history_line import Event
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
-from vllm_hotfix.flow.plan import (Proposal, flatten, check_after, propose, prove_baseline, prove_bytes_pristine,
-                                   refuse_overlaps, shared_with_series)
+from vllm_hotfix.flow.baseline_proof import check_after, prove_baseline, prove_bytes_pristine
+from vllm_hotfix.flow.plan import Proposal, flatten, propose, refuse_overlaps, shared_with_series
 from vllm_hotfix.flow.series import steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_summary
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.fsops import parallel
-from vllm_hotfix.paths import read_own_file
+from vllm_hotfix.paths import TargetDir, read_own_file
 from vllm_hotfix.txn.state import BACKUP_LIMIT, RecordedFile, RecordedHotfix, TargetState, now
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
@@ -69,7 +69,7 @@ def _backups(state: TargetState, tree: Tree, hotfix_id: str, baseline: dict[str,
     for path, data in baseline.items():
         if data is None:
             continue
-        rel = TargetState.backup_rel(hotfix_id, path)
+        rel = TargetDir.backup_rel(hotfix_id, path)
         try:  # read as input: a regular file, no symlink followed
             kept = read_own_file(state.directory / rel, limit=BACKUP_LIMIT)
         except (OSError, InvalidInput):
@@ -87,13 +87,13 @@ def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: 
     keep: dict[str, bytes | str] = {}
     rels = []
     for index, (data, _, _) in enumerate(patches):
-        rel = TargetState.patch_rel(hotfix_id, index, version)
+        rel = TargetDir.patch_rel(hotfix_id, index, version)
         rels.append(rel)
         keep[rel] = data
     keep.update(_backups(state, tree, hotfix_id, baseline, current))
     entry = RecordedHotfix(
         id=hotfix_id, version=version, applied_at=now(), source=source, patches=tuple(rels), files=files,
-        strip=tuple(p[1] for p in patches), exclude=tuple(p[2] for p in patches), backups=TargetState.backups_rel(hotfix_id),
+        strip=tuple(p[1] for p in patches), exclude=tuple(p[2] for p in patches), backups=TargetDir.backups_rel(hotfix_id),
         package=package, backup_names="flat", patch_sha256=tuple(sha256(p[0]) for p in patches), **(applied_under or {}),
     )
     return _next_state(state, target_doc, entry), keep
@@ -243,7 +243,7 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
                                                {k: v for k, v in state.hotfixes.items() if k != hotfix_id}))
             if reverse and recorded is not None and any(p in others for p, _, _ in recorded.steps()):
                 # under (or over) other hotfixes of the series: the series rollback takes out exactly its hunks
-                from vllm_hotfix.flow.rollback import rollback_change
+                from vllm_hotfix.flow.rollback_change import rollback_change
 
                 change = rollback_change(state, tree, hotfix_id, target.root, dry_run, target)
                 return transaction.Change(change.plan, change.state, True, result=(change.plan, stats, False),

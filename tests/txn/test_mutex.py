@@ -5,12 +5,12 @@ import textwrap
 import pytest
 
 from vllm_hotfix.errors import Busy
-from vllm_hotfix.txn.lock import target_lock
+from vllm_hotfix.txn.mutex import target_mutex
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from vllm_hotfix.txn.lock import target_lock
-    with target_lock(sys.argv[1], timeout=5):
+    from vllm_hotfix.txn.mutex import target_mutex
+    with target_mutex(sys.argv[1], timeout=5):
         print("locked", flush=True)
         sys.stdin.read()
 """)
@@ -23,13 +23,13 @@ def test_second_holder_waits_once_then_busy(tmp_path):
         assert holder.stdout.readline().strip() == "locked"
         messages = []
         with pytest.raises(Busy) as info:
-            with target_lock(tmp_path, timeout=0.3, on_wait=messages.append):
+            with target_mutex(tmp_path, timeout=0.3, on_wait=messages.append):
                 pass
         assert len(messages) == 1 and f"waiting for lock held by pid {holder.pid}" in messages[0]
         assert f"still held by pid {holder.pid}" in info.value.message
     finally:
         holder.communicate("")
-    with target_lock(tmp_path, timeout=0.3):
+    with target_mutex(tmp_path, timeout=0.3):
         assert (tmp_path / "lock").read_text().strip().isdigit()
 
 
@@ -39,5 +39,5 @@ def test_lock_of_a_killed_holder_is_free(tmp_path):
     assert holder.stdout.readline().strip() == "locked"
     holder.kill()
     holder.wait()
-    with target_lock(tmp_path, timeout=1):
+    with target_mutex(tmp_path, timeout=1):
         pass

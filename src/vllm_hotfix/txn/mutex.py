@@ -50,7 +50,7 @@ def _note_holder(fd: int, pid: bytes) -> None:
 
 
 @contextmanager
-def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
+def target_mutex(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
                 on_wait: Callable[[str], None] = note) -> Iterator[None]:
     """Hold the target's exclusive lock for the ``with`` block; wait up to ``timeout`` s, then ``Busy``."""
     from vllm_hotfix.errors import WriteFailed
@@ -63,7 +63,7 @@ def target_lock(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
     except OSError as exc:
         raise WriteFailed(f"{state_dir}: cannot create the target's state folder ({exc.strerror}); nothing was "
                           f"changed", hint="set HOTFIX_STATE_DIR to a writable directory") from None
-    lock_file = state_dir / "lock"
+    lock_file = TargetDir(state_dir).lock_file
     try:  # never through a symlink (a planted one would have us truncate the file it names), never a FIFO
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as exc:

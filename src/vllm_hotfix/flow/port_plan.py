@@ -1,6 +1,6 @@
 """`hotfix port`: make a catalog hotfix apply to published releases where none of its patches does.
 
-For each release (oldest first), judged like `check-catalog` (``flow.releases.judge``):
+For each release (oldest first), judged like `check-catalog` (``flow.releases.on_release``):
 - outside the hotfix's targets -> ``not-applicable``; at or past ``fixed_in`` -> ``fixed-upstream``;
 - a variant of the manifest applies -> ``applies``; a variant ported in this run applies -> ``ported``
   (that variant's range grows); the files already hold a variant's post-image -> ``fixed-upstream``
@@ -24,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from vllm_hotfix.catalog.model import Manifest, PatchSpec, PatchStats, TargetSpec, failed_check
-from vllm_hotfix.core.apply import FileEdit, FileState, Plan, Reader
+from vllm_hotfix.core.hunk_apply import FileEdit, FileState, Plan, Reader
 from vllm_hotfix.core.diff import Patch, parse_patch
 from vllm_hotfix.core.merge import MergeFile, three_way
 from vllm_hotfix.install.git import diff_texts, merge_file
@@ -32,7 +32,7 @@ from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
 from vllm_hotfix.core.render import file_diff
 from vllm_hotfix.core.verdict import FIXED_UPSTREAM
 from vllm_hotfix.errors import Refused, Unavailable
-from vllm_hotfix.flow.releases import judge
+from vllm_hotfix.flow.releases import on_release
 from vllm_hotfix.output import note
 
 APPLIES, PORTED, CONFLICTS, CHECK_FAILED, UNAVAILABLE = "applies", "ported", "conflicts", "check-failed", "unavailable"
@@ -203,7 +203,7 @@ class _Porter:
             self.manifest.patches_for(release)
         except Refused:  # no patch for this version (pins and unreadable files are raised by judge)
             return None
-        return judge(self.manifest, self.spec, release, read)
+        return on_release(self.manifest, self.spec, release, read)
 
     def seed(self, release: str) -> None:
         """No base yet: the nearest published release (outside the scope) whose variant applies."""
@@ -234,7 +234,7 @@ class _Porter:
         return min(pool, key=lambda b: abs(_ordinal(self.published, b.release) - _ordinal(self.published, release)))
 
     def one(self, release: str) -> ReleasePort:
-        first = judge(self.manifest, self.spec, release, None)
+        first = on_release(self.manifest, self.spec, release, None)
         if first.why_not is not None:
             return ReleasePort(release=release, state=first.why_not.state, detail=first.why_not.message)
         try:

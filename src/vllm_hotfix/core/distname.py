@@ -1,0 +1,19 @@
+"""The one distribution-name normaliser for stdlib-only code (the guard, locks, records): packaging's rule
+(``packaging.utils.canonicalize_name``, PEP 503: lower case, each run of ``-``, ``_``, ``.`` one ``-``),
+without ``re`` (the guard compiles no pattern in a vLLM process). Code that may import packaging calls
+``canonicalize_name`` itself; tests/core/test_distname.py checks that the two agree, and that
+install/probe.py's own copy (it is sent whole to the target interpreter) does too."""
+
+from __future__ import annotations
+
+
+def canonical_name(name: str) -> str:
+    """``Vllm_Ascend`` / ``vllm.ascend`` / ``vllm--ascend`` -> ``vllm-ascend``."""
+    out: list[str] = []
+    for ch in name.lower():
+        if ch in "-_.":
+            if not out or out[-1] != "-":
+                out.append("-")
+        else:
+            out.append(ch)
+    return "".join(out)

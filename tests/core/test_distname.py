@@ -1,0 +1,21 @@
+"""One distribution-name rule: core/distname.canonical_name (stdlib, for the guard, locks and records)
+is packaging.utils.canonicalize_name, and install/probe.py's copy (sent whole to the target) agrees."""
+
+import pytest
+from packaging.utils import canonicalize_name
+
+from vllm_hotfix.core.distname import canonical_name
+from vllm_hotfix.install.probe import dist_info_name
+
+NAMES = ["vllm", "vLLM", "vllm-ascend", "vllm_ascend", "Vllm.Ascend", "vllm--ascend", "vllm-_.ascend",
+         "_leading", "trailing_", "-", "a.b-c_d", "Flash_Attn", "zope.interface", "ÄÖ_x", ""]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_stdlib_rule_is_packagings(name):
+    assert canonical_name(name) == canonicalize_name(name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_probes_copy_agrees(name):
+    assert dist_info_name(name) == canonicalize_name(name).replace("-", "_")
