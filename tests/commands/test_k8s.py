@@ -253,10 +253,10 @@ def test_a_render_that_fails_leaves_the_earlier_overlay_and_dry_run_writes_nothi
 
 
 def test_the_render_check_finds_what_a_render_lacks(tmp_path, run_hotfix):
-    """containers.k8s_overlay.check_render on a real `kubectl kustomize` render, then on copies with one thing missing."""
+    """containers.k8s_render.check_render on a real `kubectl kustomize` render, then on copies with one thing missing."""
     import copy
 
-    from vllm_hotfix.containers import k8s_overlay
+    from vllm_hotfix.containers import k8s_overlay, k8s_render
 
     export = make_export(tmp_path / "export")
     lock = load_lock(export / "hotfix.lock")
@@ -270,14 +270,14 @@ def test_the_render_check_finds_what_a_render_lacks(tmp_path, run_hotfix):
         (tmp_path / "o" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "o" / rel).write_bytes(data)
     objects = render(tmp_path / "o")
-    assert k8s_overlay.check_render(objects, workload, built) == []
+    assert k8s_render.check_render(objects, workload, built) == []
 
     mamba = f"{SITE}/vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 
     def broken(change):
         objs = copy.deepcopy(objects)
         change(by_kind(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0], by_kind(objs, "ConfigMap"))
-        return k8s_overlay.check_render(objs, workload, built)
+        return k8s_render.check_render(objs, workload, built)
 
     dropped = broken(lambda c, cm: c.update(volumeMounts=[m for m in c["volumeMounts"] if m["mountPath"] != mamba]))
     assert dropped == [f"Deployment/vllm container vllm: no mount at {mamba}"]
@@ -289,9 +289,9 @@ def test_the_render_check_finds_what_a_render_lacks(tmp_path, run_hotfix):
     assert "HOTFIX_STRICT is None" in broken(lambda c, cm: c.update(env=[e for e in c["env"] if e["name"] != "HOTFIX_STRICT"]))[0]
     unannotated = copy.deepcopy(objects)
     by_kind(unannotated, "Deployment")["spec"]["template"]["metadata"].pop("annotations")
-    assert k8s_overlay.check_render(unannotated, workload, built) == [
+    assert k8s_render.check_render(unannotated, workload, built) == [
         f"Deployment/vllm template: annotation {FINGERPRINT_ANNOTATION} is None, not {built.annotations[FINGERPRINT_ANNOTATION]!r}"]
-    assert k8s_overlay.check_render([o for o in objects if o["kind"] != "Deployment"], workload, built) == ["the render has no Deployment/vllm"]
+    assert k8s_render.check_render([o for o in objects if o["kind"] != "Deployment"], workload, built) == ["the render has no Deployment/vllm"]
 
 
 def test_split_over_configmaps_renders_and_too_big_names_bake(tmp_path, run_hotfix):

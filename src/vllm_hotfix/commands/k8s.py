@@ -6,7 +6,7 @@ The user's manifests are read, never written: a kustomization directory is refer
 overlay's own directory. A workload or container the base lacks is refused before anything is written.
 
 The overlay is written into a new directory beside --to, rendered there with `kubectl kustomize`
-(when kubectl or kustomize is here) and checked (containers.k8s_overlay.check_render: every named container
+(when kubectl or kustomize is here) and checked (containers.k8s_render.check_render: every named container
 mounts every file read-only with the exported bytes and has the guard's variables); only then does it
 replace --to, in two renames. A render that fails or lacks something leaves --to as it was.
 """
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.containers import k8s_overlay, k8s_image_volume
+from vllm_hotfix.containers import k8s_image_volume, k8s_overlay, k8s_render
 from vllm_hotfix.txn.exported import read_exported, read_guard, refuse_strict_without_guard
 from vllm_hotfix.txn.hotfix_lock import read_lock
 from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
@@ -73,7 +73,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     try:
         if renderer is not None:
             objects = render(renderer, staged, what="the overlay")
-            problems = k8s_overlay.check_render(objects, target, overlay) if image is None else k8s_image_volume.check_render(
+            problems = k8s_render.check_render(objects, target, overlay) if image is None else k8s_image_volume.check_render(
                 objects, target, overlay, image, k8s_image_volume.site_packages(lock, container_site_packages))
             if problems:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
