@@ -306,7 +306,7 @@ image index. Push it with skopeo; the command prints the line.""",
         f"hotfix pack mamba-align-block-size {PY} --to bundle \\",
         "    --platform linux/amd64 --platform linux/arm64",
         "skopeo inspect oci:bundle")),
-    "trust": ("Trust policies (HOTFIX_TRUST): who must have signed a lock or a catalog (README: Signed locks).",
+    "trust": ("Trust policies (HOTFIX_TRUST): who must have signed a lock or a catalog (docs/trust.md).",
               "Trust policies: rotate to a newer one signed by the current keys.", examples(
         "hotfix trust rotate trust-v2.toml --trust /etc/vllm-hotfix/trust.toml --dry-run")),
     "trust rotate": ("""Replace the trust policy (--trust) by NEW, a higher version signed by the policy's keys.
@@ -316,7 +316,7 @@ NEW must carry a higher `version`, and signatures (NEW.<KEYID>.minisig, `hotfix 
 the current file (atomically, with its signatures), and the old keys stop counting. --chain DIR
 also writes DIR/policy-<version>.toml: containers whose image pins an older policy walk that
 chain with HOTFIX_TRUST_CHAIN=DIR, each step checked against the one before. Exit 11-14 names
-what is missing (README: Exit codes); nothing is written then.""",
+what is missing (docs/exit-codes.md); nothing is written then.""",
                      "Replace the policy by a newer one its keys signed.", examples(
         "hotfix sign trust-v2.toml --key release.key",
         "hotfix sign trust-v2.toml --key sre.key",

@@ -258,7 +258,7 @@ def check_trusted(*directories: Path | str) -> None:
         if problem is not None:
             raise WriteFailed(f"{directory}: {problem}; vllm-hotfix keeps records, journals and backups only where "
                               f"no other user can write", hint=f"`chmod go-w {directory}` and own it (`chown`), or set "
-                              f"{STATE_DIR_ENV} to a directory of your own (README: Running with a shared state directory)")
+                              f"{STATE_DIR_ENV} to a directory of your own (docs/applying.md: Running with a shared state directory)")
 
 
 def make_state_dir(directory: Path | str) -> None:
@@ -317,5 +317,5 @@ def _owned_check(path: Path | str):
 
             raise WriteFailed(f"{path}: {problem}; vllm-hotfix uses a record, journal or kept patch only when it "
                               f"wrote it itself", hint="another user may have planted it: inspect it, then move it "
-                                                       "aside (README: Trust model)")
+                                                       "aside (docs/trust.md: Trust model)")
     return check

@@ -37,7 +37,7 @@ _targets: dict = {}  # id(watched dict) -> (what it is: "module" | "class", its 
 
 
 def mode() -> str:
-    """How rebindings are watched in this interpreter (for the README's table and the tests)."""
+    """How rebindings are watched in this interpreter (for docs/guard-code.md's table and the tests)."""
     return "dict watchers" if _dict_watcher() is not None else "module __setattr__"
 
 

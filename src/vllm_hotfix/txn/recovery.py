@@ -258,7 +258,7 @@ def check_untrusted_journal(journal_dir: Path) -> None:
             what = "an interrupted transaction" if os.path.lexists(journal) else "what it holds"
             raise WriteFailed(f"{where}: {problem}; {what} was not replayed: another user could have written it",
                               hint=f"inspect {journal_dir} (who wrote it?), restore the files by hand if the "
-                                   f"transaction was yours, then remove it (README: Trust model)")
+                                   f"transaction was yours, then remove it (docs/trust.md: Trust model)")
 
 
 def recover(journal_dir: Path, root: Path | str | None = None) -> RecoveryReport | None:
