@@ -93,7 +93,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
                                   for cm in overlay.configmaps],
                    "bundle": image.to_json() if image is not None else None})
         return 0
-    _say_written("would write" if dry_run else "wrote", out_dir, target, overlay, image, len(signatures))
+    _say_written("would write" if dry_run else "wrote", out_dir, target, overlay, image, len(signatures), len(guard or ()))
     if rendered:
         held = "from the image volume" if image is not None else "with the exported bytes"
         probe = f", and the readinessProbe `{' '.join(overlay.probe['exec']['command'])}`" if overlay.probe else ""
@@ -116,16 +116,18 @@ def _signatures(lock_path: Path) -> list:
     return signed.signature_files(lock_path)
 
 
-def _say_written(verb: str, out_dir: Path, target: k8s_overlay.Workload, overlay: k8s_overlay.Overlay, image, signed: int = 0) -> None:
+def _say_written(verb: str, out_dir: Path, target: k8s_overlay.Workload, overlay: k8s_overlay.Overlay, image, signed: int = 0,
+                 guarded: int = 0) -> None:
     into = f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})"
     if image is not None:
         signatures = f" + {len(image.beside_lock)} signature file(s)" if image.beside_lock else ""
         say(f"{verb} {out_dir}/kustomization.yaml: image volume {image.reference} ({len(image.files)} file(s) + "
             f"hotfix.lock{signatures}, as listed by {image.source}), {into}")
         return
-    count = sum(len(cm.items) for cm in overlay.configmaps) - 1 - signed
+    count = sum(len(cm.items) for cm in overlay.configmaps) - 1 - signed - guarded
     beside = f" + {signed} signature file(s)" if signed else ""
-    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s) + hotfix.lock{beside} in {len(overlay.configmaps)} "
+    guard = f" + the guard ({guarded} file(s))" if guarded else ""
+    say(f"{verb} {out_dir}/kustomization.yaml: {count} file(s){guard} + hotfix.lock{beside} in {len(overlay.configmaps)} "
         f"ConfigMap(s), {into}")
     if len(overlay.configmaps) > 1:
         note(f"the files are {sum(cm.size for cm in overlay.configmaps):,} bytes, past the {k8s_overlay.CONFIGMAP_LIMIT:,} "
