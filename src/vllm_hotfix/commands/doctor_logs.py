@@ -171,42 +171,7 @@ def parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None,
 
     skipped: dict[int, int] = {}  # 0-based line -> bytes of it not handed to grep (a line over blocks)
 
-    def pump() -> None:  # a thread: grep's output is read below while its input is written here
-        lines, last, run = 0, b"\n", 0  # run: bytes of the unfinished last line written so far
-        write = proc.stdin.write
-        try:
-            for chunk in blocks(stream):
-                first, end = chunk.find(b"\n"), chunk.rfind(b"\n") + 1
-                head = len(chunk) if first == -1 else first
-                room = max(0, LINE_HEAD - run)
-                tail = len(chunk) - end if first != -1 else 0
-                if head <= room and tail <= LINE_HEAD:  # the common block: no line over LINE_HEAD runs out of it
-                    write(chunk)
-                else:  # a line running over blocks reaches grep cut at LINE_HEAD (grep holds whole lines)
-                    view = memoryview(chunk)
-                    write(view[:min(head, room)])
-                    if head > room:
-                        skipped[lines] = skipped.get(lines, 0) + head - room
-                    if first != -1:
-                        write(view[first:end])
-                        write(view[end:end + LINE_HEAD])
-                        if tail > LINE_HEAD:
-                            skipped[lines + chunk.count(b"\n")] = tail - LINE_HEAD
-                run = run + head if first == -1 else tail
-                lines += chunk.count(b"\n")
-                last = chunk[-1:]
-        except BrokenPipeError:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
-            failure.append(exc)
-        finally:
-            counted.append(lines + (last != b"\n"))  # a last line without a newline counts
-            try:
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-
-    writer = threading.Thread(target=pump, daemon=True)
+    writer = threading.Thread(target=_feed_grep, args=(stream, proc.stdin, skipped, counted, failure), daemon=True)
     writer.start()
     base, batch, cut = 0, [], []
     try:
@@ -235,6 +200,46 @@ def parts(stream: BinaryIO, needles: tuple[bytes, ...], grep: str | None = None,
             proc.kill()
             proc.wait()
         writer.join()
+
+
+def _feed_grep(stream: BinaryIO, stdin, skipped: dict[int, int], counted: list[int], failure: list) -> None:
+    """A thread of ``parts``: writes the log's blocks into grep's ``stdin`` while ``parts`` reads grep's output;
+    a line running over blocks is cut at LINE_HEAD (its bytes not written: ``skipped``), the lines counted."""
+    from vllm_hotfix.doctor.prefilter import LINE_HEAD
+
+    lines, last, run = 0, b"\n", 0  # run: bytes of the unfinished last line written so far
+    write = stdin.write
+    try:
+        for chunk in blocks(stream):
+            first, end = chunk.find(b"\n"), chunk.rfind(b"\n") + 1
+            head = len(chunk) if first == -1 else first
+            room = max(0, LINE_HEAD - run)
+            tail = len(chunk) - end if first != -1 else 0
+            if head <= room and tail <= LINE_HEAD:  # the common block: no line over LINE_HEAD runs out of it
+                write(chunk)
+            else:  # a line running over blocks reaches grep cut at LINE_HEAD (grep holds whole lines)
+                view = memoryview(chunk)
+                write(view[:min(head, room)])
+                if head > room:
+                    skipped[lines] = skipped.get(lines, 0) + head - room
+                if first != -1:
+                    write(view[first:end])
+                    write(view[end:end + LINE_HEAD])
+                    if tail > LINE_HEAD:
+                        skipped[lines + chunk.count(b"\n")] = tail - LINE_HEAD
+            run = run + head if first == -1 else tail
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    except BrokenPipeError:
+        pass
+    except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
+        failure.append(exc)
+    finally:
+        counted.append(lines + (last != b"\n"))  # a last line without a newline counts
+        try:
+            stdin.close()
+        except BrokenPipeError:
+            pass
 
 
 def _bounded_lines(stream: BinaryIO, limit: int) -> Iterator[tuple[bytes, int]]:

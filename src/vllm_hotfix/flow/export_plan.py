@@ -75,23 +75,7 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
     chains: dict[tuple[str, str], list] = {}               # (package, path) -> [(id, before, after, part)]
     locked: list[hotfix_lock.LockedHotfix] = []
     for manifest in manifests:
-        target, spec = resolver.for_manifest(manifest)  # the same resolution and applicability as `hotfix apply`
-        try:
-            check_applicable(manifest, spec, target)
-        except FixedUpstream as exc:
-            raise FixedUpstream(exc.message, hint="drop any bind mount of this hotfix from the compose file "
-                                                  f"(`hotfix compose {manifest.id} --remove`)") from None
-        where = f"{spec.distribution} {target.version} at {target.package_dir}"
-        if target.kind != "wheel" or target.dist_info is None:
-            raise Refused(f"{manifest.id}: {where} is a {target.kind} install; export needs a pip-installed wheel "
-                          f"whose RECORD proves the baseline", hint="run export against a pristine wheel install of the same version")
-        for patch_spec in manifest.patches_for(target.version):
-            if patch_spec.kind != "file":
-                raise Refused(f"{manifest.id}: patch {patch_spec.label} is a {patch_spec.kind} patch; export supports "
-                              f"catalog patch files", hint="apply it in the image with `hotfix apply` instead")
-        if TargetDir.of(target.root).pending():
-            raise Refused(f"{manifest.id}: an apply or rollback on {target.root} was interrupted: its files may be "
-                          f"half-written", hint=f"run `hotfix recover {target_option(target)}` first")
+        target, spec = _exportable(manifest, resolver)
         package = target.package
         targets.setdefault(package, target)
         pristine = readers.setdefault(package, _Pristine(target))
@@ -134,6 +118,43 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
         outputs[export] = after
         top_of[(package, path)] = export
     code = _code_names(locked, chains, outputs, top_of, python=next(iter(targets.values())).python if targets else python)
+    final = _with_sums(locked, chains, top_of, code)
+    site_packages = str(next(iter(targets.values())).root)
+    lock_path = Path(out_dir) / LOCK_NAME if out_dir is not None else None
+    previous = hotfix_lock.load_lock(lock_path) if lock_path is not None and lock_path.exists() else None
+    version = _next_version(lock_path, previous, lock_version)
+    lock = hotfix_lock.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final, previous),
+                         generator=f"vllm-hotfix {__version__}", version=version, expires=expires)
+    return Export(lock, outputs, lock_path)
+
+
+def _exportable(manifest, resolver: Resolver):
+    """(target, spec) of ``manifest`` if export can carry it: applicable here (the resolution and rules of
+    `hotfix apply`), a pip-installed wheel (its RECORD proves the baseline), catalog patch files only, and no
+    interrupted transaction on the target."""
+    target, spec = resolver.for_manifest(manifest)  # the same resolution and applicability as `hotfix apply`
+    try:
+        check_applicable(manifest, spec, target)
+    except FixedUpstream as exc:
+        raise FixedUpstream(exc.message, hint="drop any bind mount of this hotfix from the compose file "
+                                              f"(`hotfix compose {manifest.id} --remove`)") from None
+    where = f"{spec.distribution} {target.version} at {target.package_dir}"
+    if target.kind != "wheel" or target.dist_info is None:
+        raise Refused(f"{manifest.id}: {where} is a {target.kind} install; export needs a pip-installed wheel "
+                      f"whose RECORD proves the baseline", hint="run export against a pristine wheel install of the same version")
+    for patch_spec in manifest.patches_for(target.version):
+        if patch_spec.kind != "file":
+            raise Refused(f"{manifest.id}: patch {patch_spec.label} is a {patch_spec.kind} patch; export supports "
+                          f"catalog patch files", hint="apply it in the image with `hotfix apply` instead")
+    if TargetDir.of(target.root).pending():
+        raise Refused(f"{manifest.id}: an apply or rollback on {target.root} was interrupted: its files may be "
+                      f"half-written", hint=f"run `hotfix recover {target_option(target)}` first")
+    return target, spec
+
+
+def _with_sums(locked, chains: dict, top_of: dict, code: dict) -> list:
+    """The locked hotfixes with each file's sha256 after and before its step of the series, where it is
+    exported (the top of the series) and the code it changes."""
     final = []
     for hotfix in locked:
         files = []
@@ -143,13 +164,7 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
                                              code.get((hotfix.id, f.path))))
         final.append(hotfix_lock.LockedHotfix(hotfix.id, hotfix.version, hotfix.distribution, hotfix.package,
                                            hotfix.baseline_version, hotfix.fixed_in, tuple(files), hotfix.versions))
-    site_packages = str(next(iter(targets.values())).root)
-    lock_path = Path(out_dir) / LOCK_NAME if out_dir is not None else None
-    previous = hotfix_lock.load_lock(lock_path) if lock_path is not None and lock_path.exists() else None
-    version = _next_version(lock_path, previous, lock_version)
-    lock = hotfix_lock.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final, previous),
-                         generator=f"vllm-hotfix {__version__}", version=version, expires=expires)
-    return Export(lock, outputs, lock_path)
+    return final
 
 
 def _code_names(locked, chains: dict, outputs: dict, top_of: dict, *, python: str | None) -> dict:

@@ -35,7 +35,7 @@ def _resolve(package: str):
 def _bytecode(sources: list[str]) -> dict:
     from vllm_hotfix.install import bytecode
 
-    return bytecode.judge(sources)  # this interpreter's cache tag and hash-check mode
+    return bytecode.stale_by_source(sources)  # this interpreter's cache tag and hash-check mode
 
 
 def _option() -> str:

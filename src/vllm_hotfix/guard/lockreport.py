@@ -18,7 +18,7 @@ class Checker:
     """How one caller sees the install the lock is checked against."""
 
     resolve: Callable  # package -> lock_check.Installed-like, or None (not importable)
-    bytecode: Callable  # sources -> install/bytecode.judge's answer, in the interpreter checked
+    bytecode: Callable  # sources -> install/bytecode.stale_by_source's answer, in the interpreter checked
     option: Callable[[], str]  # `--python P [--catalog D]` for the advice, once the packages are resolved
     mount: Callable[[], Callable]  # -> (package, path) -> the file's bind mount as JSON, or None
     interpreter_note: Callable  # (hotfix, code) -> "" or the note on another interpreter's fingerprints
