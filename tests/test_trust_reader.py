@@ -1,7 +1,6 @@
 """Issue 31, one bounded reader for data files: patch files, target files, export files and Kubernetes
 manifests are opened O_NOFOLLOW|O_NONBLOCK, must be regular files and are capped (inputs.read_input);
-export files must hold the lock's sha256 before they go into a ConfigMap or a bind mount; `bake --catalog`
-copies a link inside the catalog as a link, refuses any other, and leaves nothing behind. Each command
+export files must hold the lock's sha256 before they go into a ConfigMap, a bind mount or a bake context. Each command
 runs with a timeout (a FIFO must never hang it) and is checked for exit code and an unchanged tree."""
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from fixtures.composefiles import HOTFIX as COMPOSE_HOTFIX, LIST_ENV, write_expo
 from fixtures.kube import DEPLOYMENT, make_export
 from fixtures.trees import one_file_target, snapshot
 
-from fixtures.trees import ONE_LINE_PATCH as PATCH
 SECRET = b"root:$6$not-for-anyone's-eyes:19000:0:99999:7:::\n"
 TIMEOUT = 60  # a hang fails the test instead of the suite
 
@@ -166,59 +164,3 @@ def test_a_kubernetes_base_that_is_a_fifo_is_refused(tmp_path):
                   env={"HOTFIX_KUBECTL": ""})
     assert done.returncode == 8 and "not a regular file" in error(done)
     assert not (tmp_path / "overlay").exists()
-
-
-# ---- bake --catalog: a link is copied as a link or refused; nothing is left behind -----------------------
-
-def _catalog_with(tmp_path: Path, link: str | None) -> Path:
-    from fixtures.manifests import write_patch_catalog
-
-    catalog = write_patch_catalog(tmp_path / "catalog", "linked", PATCH, distribution="vllm", versions=">=0.30.0",
-                                  fixed_in="0.32.0", title="A catalog with a link")
-    if link is not None:
-        (catalog / "patches" / "linked" / "alias.patch").symlink_to(link)
-    return catalog
-
-
-@pytest.mark.parametrize("link, refused", [("fix.patch", False), (None, False), ("/etc/passwd", True),
-                                           ("../../../outside", True), ("missing.patch", True)],
-                         ids=["inside", "no-link", "absolute", "outside", "dangling"])
-def test_bake_catalog_copies_a_link_as_a_link_or_refuses_it_leaving_nothing(tmp_path, link, refused):
-    (tmp_path / "outside").write_bytes(SECRET)
-    catalog = _catalog_with(tmp_path, link)
-    wheel = tmp_path / "vllm_hotfix-0.1.0-py3-none-any.whl"
-    wheel.write_bytes(b"PK\x05\x06" + b"\0" * 18)
-    out = tmp_path / "ctx"
-    before = snapshot(tmp_path)
-    done = hotfix("bake", "linked", "--catalog", catalog, "--base", "vllm/vllm-openai:v0.30.0", "--to", out,
-                  "--wheel", wheel)
-    if refused:
-        assert done.returncode == 3, done.stderr
-        assert "a symbolic link to" in error(done) and "nothing was written" in error(done)
-        assert snapshot(tmp_path) == before and not out.exists()
-        return
-    assert done.returncode == 0, done.stderr
-    copied = out / "vllm-hotfix" / "catalog-0" / "patches" / "linked"
-    assert (copied / "fix.patch").read_bytes() == PATCH and not (copied / "fix.patch").is_symlink()
-    if link is not None:
-        assert os.readlink(copied / "alias.patch") == link
-    for dirpath, dirnames, filenames in os.walk(out):
-        for name in dirnames + filenames:
-            mode = os.lstat(os.path.join(dirpath, name)).st_mode
-            assert not mode & 0o022 or os.path.islink(os.path.join(dirpath, name)), (dirpath, name, oct(mode))
-    again = hotfix("bake", "linked", "--catalog", _catalog_with(tmp_path / "second", "/etc/passwd"), "--base",
-                   "vllm/vllm-openai:v0.30.0", "--to", out, "--wheel", wheel)
-    assert again.returncode == 3
-    assert (copied / "fix.patch").read_bytes() == PATCH  # the earlier context is left as it was
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
-
-
-def test_bake_refuses_a_patch_file_that_is_a_fifo(tmp_path):
-    fifo = tmp_path / "fix.patch"
-    os.mkfifo(fifo)
-    wheel = tmp_path / "vllm_hotfix-0.1.0-py3-none-any.whl"
-    wheel.write_bytes(b"PK\x05\x06" + b"\0" * 18)
-    done = hotfix("bake", "mamba-align-block-size", "--base", "vllm/vllm-openai:v0.30.0", "--to", tmp_path / "ctx",
-                  "--wheel", wheel, "--patch-file", fifo)
-    assert done.returncode == 3 and "not a regular file" in error(done)
-    assert not (tmp_path / "ctx").exists()

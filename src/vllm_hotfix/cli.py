@@ -290,21 +290,18 @@ def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, contain
 
 
 @cli.command("bake", **texts("bake"))
-@click.argument("hotfix_ids", nargs=-1, required=True, metavar="ID...", shell_complete=complete_ids)
+@click.option("--export-dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path), help="What `hotfix export` wrote: hotfix.lock, the patched files and the guard.")
 @click.option("--base", required=True, help="Image to derive from, e.g. vllm/vllm-openai:v0.30.0 or a vllm-ascend image.")
 @click.option("--to", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the build context (Containerfile + vllm-hotfix/).")
-@click.option("--wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="vllm-hotfix wheel to install in the image (default: a wheel of this running vllm-hotfix, carried in the context).")
-@click.option("--from-index", is_flag=True, help="Install vllm-hotfix==THIS_VERSION from the image's package index instead of carrying a wheel.")
-@click.option("--patch-file", "patch_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A separately distributed patch file a manifest asks for (repeatable).")
+@click.option("--container-site-packages", default=None, metavar="PATH", help="The image's site-packages (default: the purelib of --image-python, found at build time).")
 @click.option("--image-python", "python", default="python3", show_default=True, help="The image's interpreter that runs vLLM.")
 @click.option("--strict/--no-strict", default=True, show_default=True, help="HOTFIX_STRICT for the guard in the image.")
-@catalog_option
 @dry_run_option
 @json_option
-def bake_cmd(hotfix_ids, base, out_dir, wheel, from_index, patch_files, python, strict, catalogs, dry_run, as_json) -> None:
+def bake_cmd(export_dir, base, out_dir, container_site_packages, python, strict, dry_run, as_json) -> None:
     from vllm_hotfix.commands import bake as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), base=base, out_dir=out_dir, wheel=wheel, catalogs=tuple(catalogs), patch_files=tuple(patch_files), python=python, strict=strict, from_index=from_index, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(base=base, export_dir=export_dir, out_dir=out_dir, container_site_packages=container_site_packages, python=python, strict=strict, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("gc", **texts("gc"))

@@ -247,13 +247,13 @@ With --trust POLICY every lock approved must pass that policy, as `verify --lock
         "hotfix k8s --admission --approve bundle --namespace inference --trust trust.toml --to admission",
         "hotfix k8s --admission --namespace inference --to k8s/admission \\",
         "    --approve \"registry.example/vllm-openai@sha256:$DIGEST=hotfix-export/hotfix.lock\"")),
-    "bake": ("Write a build context whose Containerfile applies the hotfixes at build time against the image's "
-             "own interpreter, and fails the build unless `hotfix verify` passes.",
-             "Write a Containerfile deriving an image with the hotfixes applied and verified.", examples(
-        "hotfix bake mamba-align-block-size --base vllm/vllm-openai:v0.30.0 --to bake-context",
-        "docker build -f bake-context/Containerfile -t vllm-openai:v0.30.0-hotfix bake-context",
-        "hotfix bake glm-conv-null-slot --base quay.io/ascend/vllm-ascend:v0.30.0rc2 --from-index \\",
-        "    --to bake-context")),
+    "bake": ("Write a build context whose Containerfile bakes an export into a derived image: the patched files "
+             "over site-packages, hotfix.lock, and only the guard's wheel (pip --no-index --no-deps: no index, no "
+             "network, no vllm-hotfix in the image); the build fails unless `python -m vllm_hotfix_guard verify` passes.",
+             "Write a Containerfile deriving an image with an export's hotfixes baked in and verified.", examples(
+        "hotfix export mamba-align-block-size --to hotfix-export --python /opt/vllm/bin/python",
+        "hotfix bake --export-dir hotfix-export --base vllm/vllm-openai:v0.30.0 --to bake-context",
+        "docker build -f bake-context/Containerfile -t vllm-openai:v0.30.0-hotfix bake-context")),
     "gc": ("""Remove recorded state, journals and backups kept for targets (venvs, checkouts) that are gone.
 
 A missing target may only be away for a while (a checkout moved, a volume not mounted): its
