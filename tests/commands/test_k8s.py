@@ -57,7 +57,17 @@ def mounted(objects: list[dict], container: dict, pod_spec: dict) -> dict[str, s
 
 
 def env(container: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value") for e in container.get("env", [])}
+    """The plain variables (HOTFIX_EXPECT_FINGERPRINT comes from the downward API: ``from_annotation``)."""
+    return {e["name"]: e["value"] for e in container.get("env", []) if "valueFrom" not in e}
+
+
+def from_annotation(container: dict) -> dict:
+    """HOTFIX_EXPECT_FINGERPRINT's entry: the pod's own fingerprint annotation, which `ready` checks the lock against."""
+    return next(e for e in container.get("env", []) if e["name"] == "HOTFIX_EXPECT_FINGERPRINT")
+
+
+EXPECT = {"name": "HOTFIX_EXPECT_FINGERPRINT",
+          "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['vllm-hotfix.io/fingerprint']"}}}
 
 
 def by_kind(objects, kind):
@@ -78,6 +88,7 @@ def test_deployment(tmp_path, run_hotfix, base_dir):
     assert mounted(objects, container, pod) == expected_mounts(export)
     assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]  # the user's own stay
     assert env(container) == {"NCCL_DEBUG": "WARN", "HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1", **READY}
+    assert from_annotation(container) == EXPECT  # `ready` proves the mounted lock is the annotated one
     # readiness (docs/readiness.md): the guard's records in a memory-backed emptyDir, `ready` the probe
     assert container["readinessProbe"] == PROBE
     assert {"name": "vllm-hotfix-ready", "mountPath": READY["HOTFIX_READY_DIR"]} in container["volumeMounts"]
@@ -123,6 +134,7 @@ def test_statefulset_no_strict(tmp_path, run_hotfix):
     (container,) = pod["containers"]
     assert mounted(objects, container, pod) == expected_mounts(export)
     assert env(container) == {"HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "0"}
+    assert from_annotation(container) == EXPECT
     assert "readinessProbe" not in container and all("emptyDir" not in v for v in pod.get("volumes", []))
 
 
@@ -140,6 +152,7 @@ def test_leaderworkerset_leader_and_worker_templates(tmp_path, run_hotfix):
     assert mounted(objects, worker["containers"][0], worker) == expected_mounts(export)
     assert env(leader["containers"][0]) == {"A": "1", "HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1", **READY}
     assert env(worker["containers"][0]) == {"HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1", **READY}
+    assert from_annotation(leader["containers"][0]) == from_annotation(worker["containers"][0]) == EXPECT
     # the leader's `vllm serve` is what `ready` reads; a worker pod's processes are told by hand (docs/readiness.md)
     assert leader["containers"][0]["readinessProbe"] == PROBE and "readinessProbe" not in worker["containers"][0]
     assert "volumeMounts" not in leader["containers"][1] and "env" not in leader["containers"][1]

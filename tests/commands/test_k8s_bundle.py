@@ -82,7 +82,11 @@ def test_the_overlay_mounts_every_file_from_the_image_volume_by_digest(tmp_path,
     assert {p: m["subPath"] for p, m in mounts.items()} == wanted
     assert all(m["readOnly"] is True for m in mounts.values())
     assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]  # the workload's own kept
-    assert {e["name"]: e["value"] for e in container["env"]}["HOTFIX_LOCK"] == LOCK
+    variables = {e["name"]: e for e in container["env"]}
+    assert variables["HOTFIX_LOCK"]["value"] == LOCK
+    # `ready` checks the mounted lock against the pod's own annotation, read by the downward API
+    assert variables["HOTFIX_EXPECT_FINGERPRINT"] == {"name": "HOTFIX_EXPECT_FINGERPRINT", "valueFrom": {
+        "fieldRef": {"fieldPath": f"metadata.annotations['{FINGERPRINT_ANNOTATION}']"}}}
     assert pod["metadata"]["annotations"][FINGERPRINT_ANNOTATION] == expected_fingerprint(lock)
     # each subPath is a member of the layer pack wrote
     members = {path: data for path, data, _ in _members(packed["bundle"]) if data is not None}

@@ -119,7 +119,7 @@ def check_render(objects: list, workload, overlay, image: ImageVolume, site: str
     """What the rendered overlay lacks: each patched container must mount every member read-only, by its
     subPath, from a volume whose image is this reference (pulled IfNotPresent), and carry the guard's
     variables; each patched pod template the annotations. Empty: the render is what was meant."""
-    from vllm_hotfix.containers.k8s_overlay import find, pod_templates
+    from vllm_hotfix.containers.k8s_overlay import env_problems, find, pod_templates
 
     found = find(objects, workload)
     if found is None:
@@ -145,9 +145,7 @@ def check_render(objects: list, workload, overlay, image: ImageVolume, site: str
             mount = by_path.get(path) or {}
             if images.get(mount.get("name")) != wanted or mount.get("subPath") != sub or mount.get("readOnly") is not True:
                 problems.append(f"{label}: {path} is not a read-only mount of {sub} from image volume {image.reference}")
-        variables = {e.get("name"): e.get("value") for e in container.get("env") or ()}
-        problems += [f"{label}: {key} is {variables.get(key)!r}, not {value!r}"
-                     for key, value in overlay.env.items() if variables.get(key) != value]
+        problems += env_problems(container, overlay, label)
     return problems
 
 
