@@ -336,3 +336,17 @@ def test_rerun_rewrites_its_overlay_but_never_a_foreign_directory(tmp_path, run_
                            "--container", "vllm")
     assert into_base.returncode == 3 and "not an overlay written by `hotfix k8s`" in into_base.stderr
     assert {p: p.read_bytes() for p in base.iterdir()} == before
+
+
+def test_the_render_check_wants_the_fingerprint_from_the_pod_s_annotation():
+    """k8s_overlay.env_problems: a rendered container whose HOTFIX_EXPECT_FINGERPRINT is a plain value, another
+    field, or missing is a problem (the overlay is refused); the downward-API entry as written is none."""
+    from vllm_hotfix.containers.k8s_overlay import Overlay, env_problems
+
+    overlay = Overlay(env={"HOTFIX_LOCK": LOCK}, env_from={"HOTFIX_EXPECT_FINGERPRINT": EXPECT["valueFrom"]["fieldRef"]["fieldPath"]})
+    lock = {"name": "HOTFIX_LOCK", "value": LOCK}
+    assert env_problems({"env": [lock, EXPECT]}, overlay, "c") == []
+    for wrong in ({"name": "HOTFIX_EXPECT_FINGERPRINT", "value": "hf1-0"},
+                  {"name": "HOTFIX_EXPECT_FINGERPRINT", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, None):
+        (problem,) = env_problems({"env": [lock] + ([wrong] if wrong else [])}, overlay, "c")
+        assert problem == "c: HOTFIX_EXPECT_FINGERPRINT is not set from the pod's " + EXPECT["valueFrom"]["fieldRef"]["fieldPath"]
