@@ -216,3 +216,38 @@ def test_the_probe_imports_nothing_but_itself(ready_dir):
     assert [m for m in added if not m.startswith("vllm_hotfix")] == ["__future__"], added
     assert sorted(m for m in added if m.startswith("vllm_hotfix.guard.")) == [
         "vllm_hotfix.guard.expected", "vllm_hotfix.guard.ready", "vllm_hotfix.guard.verdicts"]
+
+
+@pytest.mark.parametrize("how", ["matching", "another", "no lock", "bad lock"])
+def test_the_mounted_lock_must_be_the_one_the_pod_was_admitted_with(processes, ready_dir, tmp_path, how):
+    """HOTFIX_EXPECT_FINGERPRINT (k8s: the pod's fingerprint annotation, by the downward API): `ready` is ready
+    only when HOTFIX_LOCK's fingerprint is that one; otherwise exit 1 and one quoted line. Run as the guard's own
+    distribution (`python -m vllm_hotfix_guard ready` from the exported tree): stdlib only, its closure enough."""
+    from fixtures.kube import make_export
+    from vllm_hotfix.txn.hotfix_lock import load_lock
+    from vllm_hotfix.txn.lock_check import expected_fingerprint
+
+    export = make_export(tmp_path / "export")
+    lock = export / "hotfix.lock"
+    fingerprint = expected_fingerprint(load_lock(lock))
+    processes("main (vllm serve)")
+    env = {**os.environ, "HOTFIX_LOCK": str(lock), "HOTFIX_EXPECT_FINGERPRINT": fingerprint,
+           "PYTHONPATH": str(export / "guard" / "site-packages")}
+    if how == "another":
+        env["HOTFIX_EXPECT_FINGERPRINT"] = "f" * 16
+    elif how == "no lock":
+        env["HOTFIX_LOCK"] = str(tmp_path / "gone.lock")
+    elif how == "bad lock":
+        (tmp_path / "bad.lock").write_text('{"schema": 1, "hotfixes": "\x1b[31m"}')
+        env["HOTFIX_LOCK"] = str(tmp_path / "bad.lock")
+    done = subprocess.run([sys.executable, "-m", "vllm_hotfix_guard", "ready", "--expect", "api=1"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=60)
+    if how == "matching":
+        assert done.returncode == 0 and done.stdout.endswith("all in effect\n"), done.stdout + done.stderr
+        return
+    assert done.returncode == 1 and len(done.stdout.splitlines()) == 1, done.stdout + done.stderr
+    (line,) = done.stdout.splitlines()
+    assert line.startswith(f'fingerprint: the pod expects "{env["HOTFIX_EXPECT_FINGERPRINT"]}"')
+    assert line.isascii() and line.isprintable() and "\x1b" not in line
+    words = {"another": f'has fingerprint "{fingerprint}"', "no lock": "is missing", "bad lock": "cannot be read"}
+    assert words[how] in line

@@ -11,6 +11,7 @@ READY_DIR_ENV = "HOTFIX_READY_DIR"  # the memory-backed directory of the process
 LOCK_NAME = "hotfix.lock"           # what `hotfix export` writes beside the exported files
 CONTAINER_LOCK = "/etc/vllm-hotfix/hotfix.lock"  # where compose, k8s and bake put it in the container
 FINGERPRINT_ANNOTATION = "vllm-hotfix.io/fingerprint"  # a pod's: the fingerprint of the hotfix set it runs
+EXPECT_FINGERPRINT_ENV = "HOTFIX_EXPECT_FINGERPRINT"  # `ready`: the fingerprint the mounted lock must have (the pod's annotation)
 OCI_PREFIX = "io.vllm-hotfix."      # our keys among a hotfix bundle's OCI annotations and image labels
 TRUST_ENV = "HOTFIX_TRUST"          # the trust policy (TOML) locks and catalogs must satisfy
 TRUST_CHAIN_ENV = "HOTFIX_TRUST_CHAIN"  # a directory of newer policies, each signed by the one before

@@ -57,7 +57,17 @@ def mounted(objects: list[dict], container: dict, pod_spec: dict) -> dict[str, s
 
 
 def env(container: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value") for e in container.get("env", [])}
+    """The plain variables (HOTFIX_EXPECT_FINGERPRINT comes from the downward API: ``from_annotation``)."""
+    return {e["name"]: e["value"] for e in container.get("env", []) if "valueFrom" not in e}
+
+
+def from_annotation(container: dict) -> dict:
+    """HOTFIX_EXPECT_FINGERPRINT's entry: the pod's own fingerprint annotation, which `ready` checks the lock against."""
+    return next(e for e in container.get("env", []) if e["name"] == "HOTFIX_EXPECT_FINGERPRINT")
+
+
+EXPECT = {"name": "HOTFIX_EXPECT_FINGERPRINT",
+          "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['vllm-hotfix.io/fingerprint']"}}}
 
 
 def by_kind(objects, kind):
@@ -78,6 +88,7 @@ def test_deployment(tmp_path, run_hotfix, base_dir):
     assert mounted(objects, container, pod) == expected_mounts(export)
     assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]  # the user's own stay
     assert env(container) == {"NCCL_DEBUG": "WARN", "HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1", **READY}
+    assert from_annotation(container) == EXPECT  # `ready` proves the mounted lock is the annotated one
     # readiness (docs/readiness.md): the guard's records in a memory-backed emptyDir, `ready` the probe
     assert container["readinessProbe"] == PROBE
     assert {"name": "vllm-hotfix-ready", "mountPath": READY["HOTFIX_READY_DIR"]} in container["volumeMounts"]
@@ -123,6 +134,7 @@ def test_statefulset_no_strict(tmp_path, run_hotfix):
     (container,) = pod["containers"]
     assert mounted(objects, container, pod) == expected_mounts(export)
     assert env(container) == {"HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "0"}
+    assert from_annotation(container) == EXPECT
     assert "readinessProbe" not in container and all("emptyDir" not in v for v in pod.get("volumes", []))
 
 
@@ -140,6 +152,7 @@ def test_leaderworkerset_leader_and_worker_templates(tmp_path, run_hotfix):
     assert mounted(objects, worker["containers"][0], worker) == expected_mounts(export)
     assert env(leader["containers"][0]) == {"A": "1", "HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1", **READY}
     assert env(worker["containers"][0]) == {"HOTFIX_LOCK": LOCK, "HOTFIX_STRICT": "1", **READY}
+    assert from_annotation(leader["containers"][0]) == from_annotation(worker["containers"][0]) == EXPECT
     # the leader's `vllm serve` is what `ready` reads; a worker pod's processes are told by hand (docs/readiness.md)
     assert leader["containers"][0]["readinessProbe"] == PROBE and "readinessProbe" not in worker["containers"][0]
     assert "volumeMounts" not in leader["containers"][1] and "env" not in leader["containers"][1]
@@ -323,3 +336,17 @@ def test_rerun_rewrites_its_overlay_but_never_a_foreign_directory(tmp_path, run_
                            "--container", "vllm")
     assert into_base.returncode == 3 and "not an overlay written by `hotfix k8s`" in into_base.stderr
     assert {p: p.read_bytes() for p in base.iterdir()} == before
+
+
+def test_the_render_check_wants_the_fingerprint_from_the_pod_s_annotation():
+    """k8s_overlay.env_problems: a rendered container whose HOTFIX_EXPECT_FINGERPRINT is a plain value, another
+    field, or missing is a problem (the overlay is refused); the downward-API entry as written is none."""
+    from vllm_hotfix.containers.k8s_overlay import Overlay, env_problems
+
+    overlay = Overlay(env={"HOTFIX_LOCK": LOCK}, env_from={"HOTFIX_EXPECT_FINGERPRINT": EXPECT["valueFrom"]["fieldRef"]["fieldPath"]})
+    lock = {"name": "HOTFIX_LOCK", "value": LOCK}
+    assert env_problems({"env": [lock, EXPECT]}, overlay, "c") == []
+    for wrong in ({"name": "HOTFIX_EXPECT_FINGERPRINT", "value": "hf1-0"},
+                  {"name": "HOTFIX_EXPECT_FINGERPRINT", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, None):
+        (problem,) = env_problems({"env": [lock] + ([wrong] if wrong else [])}, overlay, "c")
+        assert problem == "c: HOTFIX_EXPECT_FINGERPRINT is not set from the pod's " + EXPECT["valueFrom"]["fieldRef"]["fieldPath"]

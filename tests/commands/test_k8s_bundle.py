@@ -76,20 +76,49 @@ def test_the_overlay_mounts_every_file_from_the_image_volume_by_digest(tmp_path,
     lock = load_lock(packed["export"] / "hotfix.lock")
     wanted = {f"{SITE}/{f.path}": f"site-packages/{f.path}" for f in lock.mounted_files()}
     wanted |= {LOCK: "hotfix.lock", LOCK + ".minisig": "hotfix.lock.minisig"}
+    guard = guard_tree(packed["export"])  # the guard's distribution, mounted file by file into site-packages
+    assert guard and packed["made"]["guard"] == sorted(guard)
+    wanted |= {f"{SITE}/{rel}": f"{bundle.GUARD_DIR}/{rel}" for rel in guard}
     assert {p: m["subPath"] for p, m in mounts.items()} == wanted
     assert all(m["readOnly"] is True for m in mounts.values())
     assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]  # the workload's own kept
-    assert {e["name"]: e["value"] for e in container["env"]}["HOTFIX_LOCK"] == LOCK
+    variables = {e["name"]: e for e in container["env"]}
+    assert variables["HOTFIX_LOCK"]["value"] == LOCK
+    # `ready` checks the mounted lock against the pod's own annotation, read by the downward API
+    assert variables["HOTFIX_EXPECT_FINGERPRINT"] == {"name": "HOTFIX_EXPECT_FINGERPRINT", "valueFrom": {
+        "fieldRef": {"fieldPath": f"metadata.annotations['{FINGERPRINT_ANNOTATION}']"}}}
     assert pod["metadata"]["annotations"][FINGERPRINT_ANNOTATION] == expected_fingerprint(lock)
     # each subPath is a member of the layer pack wrote
-    members = {path for path, data, _ in _members(packed["bundle"]) if data is not None}
-    assert set(wanted.values()) <= members
+    members = {path: data for path, data, _ in _members(packed["bundle"]) if data is not None}
+    assert set(wanted.values()) <= set(members)
+    assert all(members[f"{bundle.GUARD_DIR}/{rel}"] == data for rel, data in guard.items())
     # from the export, without the layout: the same overlay
     (tmp_path / "again").mkdir()
     again, out2 = overlay(run_hotfix, tmp_path / "again", packed["ref"], "--export-dir", packed["export"], "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["bundle"]["signatures"] == ["hotfix.lock.minisig"]
     assert (out2 / "hotfix-patch.yaml").read_bytes() == (out / "hotfix-patch.yaml").read_bytes()
+
+
+def guard_tree(export: Path) -> dict[str, bytes]:
+    site = export / "guard" / "site-packages"
+    return {p.relative_to(site).as_posix(): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
+
+
+def test_strict_mode_refuses_a_bundle_without_the_guard(tmp_path, run_hotfix):
+    """As the ConfigMap route: strict mode with a bundle that carries no guard is exit 3, nothing written;
+    --no-strict writes the overlay (HOTFIX_STRICT=0)."""
+    export = make_export(tmp_path / "export", guard=False)
+    made = pack(run_hotfix, export, tmp_path / "bundle")
+    assert made["guard"] == []
+    ref = f"{REPOSITORY}@{made['digest']}"
+    done, out = overlay(run_hotfix, tmp_path, ref, "--bundle-dir", tmp_path / "bundle")
+    assert done.returncode == 3 and "carries no guard" in done.stderr and not out.exists()
+    assert len(done.stderr.strip().splitlines()) <= 2
+    done, out = overlay(run_hotfix, tmp_path, ref, "--bundle-dir", tmp_path / "bundle", "--no-strict")
+    assert done.returncode == 0, done.stderr
+    pod = by_kind(render(out), "Deployment")["spec"]["template"]
+    assert {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}["HOTFIX_STRICT"] == "0"
 
 
 def _members(layout: Path):
@@ -231,7 +260,7 @@ def test_pack_carries_the_signatures_and_admission_approves_the_signed_bundle(tm
     done = subprocess.run([umoci, "unpack", "--rootless", "--image", f"{tmp_path / 'amd64'}:{single['tag']}",
                            str(unpacked)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (unpacked / "rootfs").iterdir()) == ["hotfix.lock", *signatures, "site-packages"]
+    assert sorted(p.name for p in (unpacked / "rootfs").iterdir()) == ["guard", "hotfix.lock", *signatures, "site-packages"]
     assert all((unpacked / "rootfs" / n).read_bytes() == (export / n).read_bytes() for n in ["hotfix.lock", *signatures])
     policy = write_policy(tmp_path / "trust.toml", keys)
     done = admit(run_hotfix, tmp_path, policy, tmp_path / "bundle", f"{VLLM}={export / 'hotfix.lock'}", extra=("--json",))

@@ -50,6 +50,9 @@ def test_two_packs_of_one_export_are_one_image_byte_for_byte(tmp_path, run_hotfi
     assert first["annotations"][bundle.BASELINE] == "vllm==0.30.0 vllm-ascend==0.30.0"
     assert first["annotations"][bundle.LOCK_SHA256] == hashlib.sha256((export / "hotfix.lock").read_bytes()).hexdigest()
     assert first["layer"]["files"] == 3 and first["reference"] is None
+    site = export / "guard" / "site-packages"  # the guard's tree goes in too, listed
+    assert first["guard"] == sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file())
+    assert any(g.endswith(".dist-info/RECORD") for g in first["guard"])
     # another platform set is another image of the same layer
     single = pack(run_hotfix, export, tmp_path / "amd64", "--platform", "linux/amd64")
     assert single["layer"]["digest"] == first["layer"]["digest"] and single["digest"] != first["digest"]
@@ -104,7 +107,11 @@ def test_umoci_unpacks_the_lock_s_files(tmp_path, run_hotfix):
                  for p in (rootfs / "site-packages").rglob("*") if p.is_file()}
         assert found == lock_sha256s(export)
         assert (rootfs / "hotfix.lock").read_bytes() == (export / "hotfix.lock").read_bytes()
-        assert sorted(p.name for p in rootfs.iterdir()) == ["hotfix.lock", "site-packages"]
+        assert sorted(p.name for p in rootfs.iterdir()) == ["guard", "hotfix.lock", "site-packages"]
+        site = export / "guard" / "site-packages"  # the guard's distribution, byte for byte as exported
+        guard = {p.relative_to(site).as_posix(): p.read_bytes() for p in site.rglob("*") if p.is_file()}
+        assert guard and {p.relative_to(rootfs / "guard").as_posix(): p.read_bytes()
+                          for p in (rootfs / "guard").rglob("*") if p.is_file()} == guard
         assert all(p.stat().st_mtime == 0 for p in rootfs.rglob("*"))
 
 
@@ -138,12 +145,17 @@ def test_the_layer_is_reproducible_tar_and_gzip(tmp_path):
         oci.tar_layer(entries + [oci.Entry(path="hotfix.lock", data=b"")])
 
 
-def test_a_file_that_is_not_the_lock_s_never_goes_into_a_bundle(tmp_path, run_hotfix):
+@pytest.mark.parametrize("edited, words", [
+    ("files/vllm/config/cache.py", "does not hold the bytes"),
+    # the guard's tree is checked against its RECORD (txn/exported.read_guard) before it goes into the layer
+    ("guard/site-packages/vllm_hotfix_guard/__init__.py", "does not hold the bytes its RECORD names"),
+])
+def test_a_file_that_is_not_the_lock_s_never_goes_into_a_bundle(tmp_path, run_hotfix, edited, words):
     export = make_export(tmp_path / "export")
-    victim = export / "files" / "vllm" / "config" / "cache.py"
+    victim = export / edited
     victim.write_bytes(victim.read_bytes() + b"# edited after the export\n")
     done = run_hotfix("pack", "--export-dir", export, "--to", tmp_path / "bundle")
-    assert done.returncode == 8 and "does not hold the bytes" in done.stderr, done.stderr
+    assert done.returncode == 8 and words in done.stderr, done.stderr
     assert not (tmp_path / "bundle").exists() and sorted(os.listdir(tmp_path)) == ["export"]
 
 

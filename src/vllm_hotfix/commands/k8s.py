@@ -50,6 +50,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         from vllm_hotfix.commands.k8s_bundle import from_options
 
         image = from_options(bundle, bundle_dir, export_dir)
+        refuse_strict_without_guard(image.guard, bundle_dir if bundle_dir is not None else export_dir, strict=strict)
         if not as_json:
             say(f"note: {k8s_image_volume.REQUIREMENTS}")
         lock_bytes, lock, exported = image.lock_bytes, image.lock, {}
@@ -121,6 +122,7 @@ def _say_written(verb: str, out_dir: Path, target: k8s_overlay.Workload, overlay
     into = f"mounted read-only into {target.kind}/{target.name} ({', '.join(overlay.patched)})"
     if image is not None:
         signatures = f" + {len(image.beside_lock)} signature file(s)" if image.beside_lock else ""
+        signatures += f" + the guard ({len(image.guard)} file(s))" if image.guard else ""
         say(f"{verb} {out_dir}/kustomization.yaml: image volume {image.reference} ({len(image.files)} file(s) + "
             f"hotfix.lock{signatures}, as listed by {image.source}), {into}")
         return

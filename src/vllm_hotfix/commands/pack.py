@@ -60,10 +60,12 @@ def run(*, hotfix_ids=(), export_dir: Optional[Path] = None, python: Optional[st
             "layer": {"digest": layout.layer.digest, "size": layout.layer.size, "diff_id": layout.diff_id,
                       "tar_size": layout.tar_size, "members": layout.members, "files": len(content.files)},
             "annotations": notes, "push": push, "reference": pinned, "signatures": signatures,
+            "guard": sorted(content.guard or ()),
         })
         return 0
     verb = "would write" if dry_run else "wrote"
     signed = f" + {len(signatures)} signature file(s)" if signatures else ""
+    signed += f" + the guard ({len(content.guard)} file(s))" if content.guard else ""
     say(f"{verb} {quote_path(str(out))}: OCI image {tag} ({', '.join(str(p) for p in dict.fromkeys(chosen))}), "
         f"{len(content.files)} file(s) + {bundle.LOCK_PATH}{signed} in one layer of {layout.layer.size:,} bytes")
     say(f"digest: {layout.top.digest}   fingerprint: {content.fingerprint}   hotfixes: {notes[bundle.HOTFIXES]}")
@@ -88,23 +90,28 @@ def _content(hotfix_ids, export_dir: Optional[Path], python: Optional[str], cata
         from vllm_hotfix.flow.export_plan import plan_export
 
         catalog = Catalog.load(catalogs)
+        from vllm_hotfix.containers.guard_dist import current
+
         export = plan_export([catalog.get(*parse_ref(ref)) for ref in hotfix_ids], python=python, out_dir=None)
-        return bundle.content(export.lock, dump_lock(export.lock), export.outputs, source="the export")
+        guard = bundle.guard_entries(dict(current().files))  # what `hotfix export` would write into EXPORT/guard
+        return bundle.content(export.lock, dump_lock(export.lock), export.outputs, source="the export", extra=guard)
     return exported_content(export_dir if export_dir is not None else DEFAULT_EXPORT)
 
 
 def exported_content(directory: Path) -> bundle.Content:
     """What a bundle of the export in ``directory`` holds: the lock, its files (each checked against the
     lock's sha256, no link followed) and the lock's signature files beside it (core.minisign's names, no
-    link followed, each capped), which go into the layer beside the lock."""
+    link followed, each capped), which go into the layer beside the lock, and the guard's tree (checked
+    against its RECORD: txn/exported.read_guard) under bundle.GUARD_DIR."""
     from vllm_hotfix.flow.export_plan import read_exported
     from vllm_hotfix.settings import LOCK_NAME
+    from vllm_hotfix.txn.exported import read_guard
     from vllm_hotfix.txn.signed import signature_files
 
     lock, lock_bytes, exported = read_exported(directory)
     signatures = signature_files(Path(directory) / LOCK_NAME, follow_symlinks=False)
-    return bundle.content(lock, lock_bytes, exported, source=quote_path(str(directory)),
-                          extra=tuple(oci.Entry(path=name, data=data) for name, data in signatures))
+    extra = tuple(oci.Entry(path=name, data=data) for name, data in signatures) + bundle.guard_entries(read_guard(directory))
+    return bundle.content(lock, lock_bytes, exported, source=quote_path(str(directory)), extra=extra)
 
 
 def push_command(out: Path, tag: str, repository: Optional[str]) -> str:

@@ -10,6 +10,9 @@ The one layer holds, at these paths inside the image:
     hotfix.lock                  the lock, byte for byte as exported
     site-packages/<path>         each locked file at its site-packages-relative path (the top of its
                                  series: one file per path, Lock.mounted_files), 0644
+    guard/<path>                 the guard's own distribution (vllm_hotfix_guard and its .dist-info), at
+                                 its site-packages-relative path, as `hotfix export` wrote it (checked
+                                 against its RECORD: txn/exported.read_guard), when the export has one
 
 ``Content.extra`` is where more members go (the lock's signature files beside it, named as
 core.minisign names them, and the guard distribution under ``guard/``): ``entries`` adds them,
@@ -31,7 +34,7 @@ from vllm_hotfix.txn.lock_check import expected_fingerprint
 
 LOCK_PATH = LOCK_NAME  # the lock, at the image's top
 FILES_DIR = "site-packages"  # the patched files below it, at their site-packages-relative paths
-GUARD_DIR = "guard"  # kept for the guard distribution a bundle will carry
+GUARD_DIR = "guard"  # the guard distribution below it, at its site-packages-relative paths
 FORMAT_VERSION = "1"
 CREATED_BY = "hotfix pack"
 
@@ -57,6 +60,18 @@ class Content:
     @property
     def fingerprint(self) -> str:
         return expected_fingerprint(self.lock)
+
+    @property
+    def guard(self) -> Optional[dict]:
+        """The guard's files it carries (site-packages-relative path -> bytes), None when it carries none."""
+        prefix = GUARD_DIR + "/"
+        found = {e.path[len(prefix):]: e.data for e in self.extra if e.path.startswith(prefix)}
+        return found or None
+
+
+def guard_entries(guard: Optional[dict]) -> tuple[Entry, ...]:
+    """The layer's members of a guard tree (txn/exported.read_guard: path in site-packages -> bytes), sorted."""
+    return tuple(Entry(path=f"{GUARD_DIR}/{path}", data=data) for path, data in sorted((guard or {}).items()))
 
 
 def content(lock: Lock, lock_bytes: bytes, exported: dict, *, source: str, extra: tuple[Entry, ...] = ()) -> Content:

@@ -10,6 +10,7 @@ in each patched container, one read-only ``subPath`` mount per file:
     <site-packages>/<path>               <- site-packages/<path>     (each locked file)
     /etc/vllm-hotfix/hotfix.lock         <- hotfix.lock
     /etc/vllm-hotfix/hotfix.lock.*.minisig <- the same name          (the lock's signature files)
+    <site-packages>/<path>               <- guard/<path>           (the guard's distribution, when packed)
 
 A tag (which can move) or a digest that is not sha256 and 64 hex digits is refused (UsageError, exit 2).
 ``check_render`` checks what `kubectl kustomize` renders against that. Where it works: Kubernetes
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from vllm_hotfix.containers.bundle import GUARD_DIR
 from vllm_hotfix.core.docfields import is_hex64
 from vllm_hotfix.errors import UsageError
 from vllm_hotfix.settings import CONTAINER_LOCK, LOCK_NAME
@@ -77,6 +79,7 @@ class ImageVolume:
     lock_bytes: bytes
     beside_lock: dict  # signature file name -> bytes (members at the image's top, beside hotfix.lock)
     source: str  # where the file list came from, for people: "the bundle DIR" or "the export DIR"
+    guard: Optional[dict] = None  # the guard's files (site-packages-relative path -> bytes); None: none packed
 
     def volumes(self) -> list[dict]:
         return [{"name": VOLUME, "image": {"reference": str(self.reference), "pullPolicy": PULL_POLICY}}]
@@ -86,6 +89,7 @@ class ImageVolume:
         found = {f"{site}/{path}": (f"site-packages/{path}", data) for path, data in self.files.items()}
         found[CONTAINER_LOCK] = (LOCK_NAME, self.lock_bytes)
         found.update({f"{LOCK_DIR}/{name}": (name, data) for name, data in sorted(self.beside_lock.items())})
+        found.update({f"{site}/{path}": (f"{GUARD_DIR}/{path}", data) for path, data in sorted((self.guard or {}).items())})
         return found
 
     def mounts(self, site: str) -> list[dict]:
@@ -94,7 +98,7 @@ class ImageVolume:
 
     def to_json(self) -> dict:
         return {"reference": str(self.reference), "files": len(self.files), "signatures": sorted(self.beside_lock),
-                "from": self.source, "requires": REQUIREMENTS}
+                "guard": len(self.guard or ()), "from": self.source, "requires": REQUIREMENTS}
 
     def expected(self, site: str) -> dict:
         """mountPath -> the bytes a container sees there (containers.k8s_overlay.Overlay.mounts)."""
@@ -108,14 +112,14 @@ def image_volume(reference: Reference, content, *, source: str) -> ImageVolume:
 
     beside = {e.path: e.data for e in content.extra if "/" not in e.path and is_signature_name(e.path, LOCK_NAME)}
     return ImageVolume(reference=reference, lock=content.lock, files=dict(content.files), lock_bytes=content.lock_bytes,
-                       beside_lock=beside, source=source)
+                       beside_lock=beside, source=source, guard=content.guard)
 
 
 def check_render(objects: list, workload, overlay, image: ImageVolume, site: str) -> list[str]:
     """What the rendered overlay lacks: each patched container must mount every member read-only, by its
     subPath, from a volume whose image is this reference (pulled IfNotPresent), and carry the guard's
     variables; each patched pod template the annotations. Empty: the render is what was meant."""
-    from vllm_hotfix.containers.k8s_overlay import find, pod_templates
+    from vllm_hotfix.containers.k8s_overlay import env_problems, find, pod_templates
 
     found = find(objects, workload)
     if found is None:
@@ -141,9 +145,7 @@ def check_render(objects: list, workload, overlay, image: ImageVolume, site: str
             mount = by_path.get(path) or {}
             if images.get(mount.get("name")) != wanted or mount.get("subPath") != sub or mount.get("readOnly") is not True:
                 problems.append(f"{label}: {path} is not a read-only mount of {sub} from image volume {image.reference}")
-        variables = {e.get("name"): e.get("value") for e in container.get("env") or ()}
-        problems += [f"{label}: {key} is {variables.get(key)!r}, not {value!r}"
-                     for key, value in overlay.env.items() if variables.get(key) != value]
+        problems += env_problems(container, overlay, label)
     return problems
 
 

@@ -93,6 +93,7 @@ class Overlay:
     env: dict[str, str] = field(default_factory=dict)  # the guard's variables every patched container gets
     annotations: dict[str, str] = field(default_factory=dict)  # on every patched pod template
     probe: Optional[dict] = None  # the readinessProbe of every patched container (of the leader in a LeaderWorkerSet)
+    env_from: dict[str, str] = field(default_factory=dict)  # variables set by the downward API: name -> fieldPath
 
 
 def parse_workload(spec: Optional[str], kind: Optional[str], name: Optional[str]) -> Workload:
@@ -162,6 +163,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     trust_mount(trust_configmap, [cm.name for cm in configmaps], prefix, mounts, volumes, env)
     annotations = {FINGERPRINT_ANNOTATION: expected_fingerprint(lock)}
     probe = ready.k8s_parts(mounts, volumes, env, python) if readiness else None
+    env.append(ready.expect_fingerprint_env())  # `ready` checks the mounted lock is the one the pod is annotated with
 
     manifests = list(manifests)
     found = find(manifests, workload)
@@ -194,7 +196,20 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     files["kustomization.yaml"] = dump([kustomization])
     expected = image.expected(site) if image is not None else \
         {item.mount_path or LOCK_IN_CONTAINER: files[item.source] for cm in configmaps for item in cm.items}
-    return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env}, annotations, probe)
+    return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env if "value" in e},
+                   annotations, probe, {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in env if "valueFrom" in e})
+
+
+def env_problems(container: dict, overlay: Overlay, label: str) -> list[str]:
+    """What the rendered ``container`` lacks of the overlay's variables (values, and downward-API fields)."""
+    found = {e.get("name"): e for e in container.get("env") or ()}
+    problems = [f"{label}: {key} is {(found.get(key) or {}).get('value')!r}, not {value!r}"
+                for key, value in overlay.env.items() if (found.get(key) or {}).get("value") != value]
+    for key, path in overlay.env_from.items():
+        ref = ((found.get(key) or {}).get("valueFrom") or {}).get("fieldRef") or {}
+        if ref.get("fieldPath") != path or "value" in (found.get(key) or {}):
+            problems.append(f"{label}: {key} is not set from the pod's {path}")
+    return problems
 
 
 def configmap_files(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, site: str, prefix: str, limit: int,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from vllm_hotfix.containers.k8s_overlay import Overlay, Workload, find, pod_templates
+from vllm_hotfix.containers.k8s_overlay import Overlay, Workload, env_problems, find, pod_templates
 
 
 def check_render(objects: list, workload: Workload, overlay: Overlay) -> list[str]:
@@ -51,8 +51,5 @@ def check_render(objects: list, workload: Workload, overlay: Overlay) -> list[st
                                 f"{cm['metadata']['name']} key {key})")
         if overlay.probe is not None and where != "workerTemplate" and container.get("readinessProbe") != overlay.probe:
             problems.append(f"{label}: readinessProbe is not `{' '.join(overlay.probe['exec']['command'])}`")
-        env = {e.get("name"): e.get("value") for e in container.get("env") or ()}
-        for variable, value in overlay.env.items():
-            if env.get(variable) != value:
-                problems.append(f"{label}: {variable} is {env.get(variable)!r}, not {value!r}")
+        problems += env_problems(container, overlay, label)
     return problems

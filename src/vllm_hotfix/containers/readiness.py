@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vllm_hotfix.settings import READY_DIR_ENV
+from vllm_hotfix.settings import EXPECT_FINGERPRINT_ENV, FINGERPRINT_ANNOTATION, READY_DIR_ENV
 
 READY_IN_CONTAINER = "/run/vllm-hotfix/ready"  # where the records go in the container
 VOLUME = "vllm-hotfix-ready"                    # the emptyDir's name in the pod
@@ -27,6 +27,13 @@ def k8s_parts(mounts: list, volumes: list, env: list, python: str) -> dict:
     env.append({"name": READY_DIR_ENV, "value": READY_IN_CONTAINER})
     return {"exec": {"command": probe_command(python)}, "periodSeconds": PERIOD,
             "timeoutSeconds": TIMEOUT, "failureThreshold": FAILURES}
+
+
+def expect_fingerprint_env() -> dict:
+    """HOTFIX_EXPECT_FINGERPRINT from the pod's own fingerprint annotation (the downward API): `ready` is not
+    ready while the mounted lock's fingerprint is another (the pod's own proof, docs/readiness.md)."""
+    return {"name": EXPECT_FINGERPRINT_ENV,
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{FINGERPRINT_ANNOTATION}']"}}}
 
 
 def probed(probe: Optional[dict]) -> dict:

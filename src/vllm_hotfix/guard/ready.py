@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from vllm_hotfix.settings import LOCK_ENV, READY_DIR_ENV
+from vllm_hotfix.settings import EXPECT_FINGERPRINT_ENV, LOCK_ENV, READY_DIR_ENV
 
 FORMAT = "vllm-hotfix-ready 1"  # a record's first line
 SUFFIX = ".ready"               # a record's name: <pid>.ready
@@ -369,6 +369,10 @@ def main(argv: list[str]) -> int:
         lines, counted = expect.judge(records, wanted, problems)
     except Unusable as exc:
         lines, counted = [f"directory: {exc}"], {}
+    if os.environ.get(EXPECT_FINGERPRINT_ENV, "").strip():  # the pod's own proof (guard/admitted.py)
+        from vllm_hotfix.guard.admitted import fingerprint_problems
+
+        lines += fingerprint_problems()
     if options.as_json:
         import json
 
