@@ -1,4 +1,5 @@
-"""Real-data layer for tests and benchmarks: real vLLM wheels from PyPI, cached outside the repo.
+"""Real-data layer for tests and benchmarks: real vLLM wheels and vllm-ascend releases from the index, cached
+outside the repo.
 
 Wheels are downloaded once into ``$HOTFIX_TEST_CACHE`` (default ``~/.cache/vllm-hotfix``) and
 installed with a real ``pip install --no-deps --no-compile`` into cached template venvs. Tests get
@@ -59,10 +60,11 @@ class Venv:
     root: Path
     python: Path
     site_packages: Path
+    package: str = "vllm"
 
     @property
     def package_dir(self) -> Path:
-        return self.site_packages / "vllm"
+        return self.site_packages / self.package
 
 
 def _site_packages(root: Path, python_version: str) -> Path:
@@ -183,7 +185,7 @@ def copy_venv(template: Venv, dest: Path) -> Venv:
     shutil.copytree(template.root, dest, symlinks=True, copy_function=copy,
                     ignore=shutil.ignore_patterns(".complete", _SHARED_LIST))
     rel = template.site_packages.relative_to(template.root)
-    return Venv(dest, dest / "bin" / "python", dest / rel)
+    return Venv(dest, dest / "bin" / "python", dest / rel, template.package)
 
 
 def python_sources(site_packages: Path, dest: Path) -> Path:
@@ -285,3 +287,181 @@ def find_python(version: str) -> str | None:
         if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
             return candidate
     return None
+
+
+# --- vllm-ascend: sdists, checkouts made from them, installs -------------------------------------
+# The index publishes vllm-ascend 0.27.1rc1 ... 0.30.0rc2 as sdists only, and `pip download` cannot fetch
+# them (it builds, which needs CANN): the file comes from the index's JSON API. 0.23.0 / 0.26.0rc1 also
+# publish x86_64 wheels, installed with --no-deps (no torch_npu: nothing may import vllm_ascend).
+
+ASCEND = "vllm-ascend"
+SDISTS = CACHE / "sdists"
+CHECKOUTS = CACHE / "checkouts"
+# vllm-ascend's setup.py without CANN: no custom kernels, a chip name instead of asking npu-smi.
+ASCEND_BUILD_ENV = {"COMPILE_CUSTOM_KERNELS": "0", "SOC_VERSION": "ascend910_9391"}
+
+
+def _json_api(project: str) -> tuple[str, dict]:
+    """The index's JSON API page of ``project`` on the host pip uses, and its parsed body."""
+    import json
+    from urllib.parse import urlsplit, urlunsplit
+
+    import requests
+
+    from vllm_hotfix.catalog.wheelindex import index_config
+
+    config = index_config()
+    base = urlsplit(config.urls[0])
+    url = urlunsplit((base.scheme, base.netloc, f"/pypi/{project}/json", "", ""))
+    response = requests.get(url, timeout=120, verify=config.cert or True)
+    response.raise_for_status()
+    return url, json.loads(response.content)
+
+
+def ascend_sdist(version: str) -> Path:
+    """The real ``vllm_ascend-VERSION.tar.gz`` from the index (its JSON API), sha256-checked, cached."""
+    import hashlib
+    from urllib.parse import urljoin
+
+    import requests
+
+    final = SDISTS / f"vllm_ascend-{version}.tar.gz"
+    with _file_lock(SDISTS / f".{version}.lock"):
+        if final.exists():
+            return final
+        page, body = _json_api(ASCEND)
+        (entry,) = [f for f in body["releases"][version] if f["packagetype"] == "sdist"]
+        tmp = SDISTS / f".download-{version}-{os.getpid()}"
+        digest = hashlib.sha256()
+        with requests.get(urljoin(page, entry["url"]), stream=True, timeout=300) as response, open(tmp, "wb") as out:
+            response.raise_for_status()
+            for chunk in response.iter_content(1 << 20):
+                out.write(chunk)
+                digest.update(chunk)
+        if digest.hexdigest() != entry["digests"]["sha256"]:
+            tmp.unlink()
+            raise RuntimeError(f"{entry['filename']}: sha256 does not match the index's")
+        os.replace(tmp, final)
+        return final
+
+
+def ascend_source(version: str) -> Path:
+    """The sdist unpacked (``tar --no-same-owner``): the directory holding ``vllm_ascend/``. Read only!"""
+    root = SOURCES / f"vllm-ascend-{version}"
+    with _file_lock(SOURCES / f".ascend-{version}.lock"):
+        if (root / ".complete").exists():
+            return root / f"vllm_ascend-{version}"
+        tmp = SOURCES / f".extract-ascend-{version}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        subprocess.run(["tar", "--no-same-owner", "-xzf", str(ascend_sdist(version)), "-C", str(tmp)], check=True)
+        (tmp / ".complete").write_text("ok\n")
+        os.replace(tmp, root)
+        return root / f"vllm_ascend-{version}"
+
+
+def release_branch(version: str) -> str:
+    """vllm-ascend's release branch of a version: 0.30.0rc2 -> releases/v0.30.0."""
+    from packaging.version import Version
+
+    return "releases/v" + Version(version).base_version
+
+
+def _git_env() -> dict[str, str]:
+    return {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_AUTHOR_NAME": "vllm-ascend", "GIT_AUTHOR_EMAIL": "release@vllm-ascend.invalid",
+            "GIT_COMMITTER_NAME": "vllm-ascend", "GIT_COMMITTER_EMAIL": "release@vllm-ascend.invalid",
+            "GIT_AUTHOR_DATE": "2026-11-20T00:00:00+08:00", "GIT_COMMITTER_DATE": "2026-11-20T00:00:00+08:00"}
+
+
+def _ascend_checkout_template(version: str) -> Path:
+    root = CHECKOUTS / f"vllm-ascend-{version}"
+    with _file_lock(CHECKOUTS / f".ascend-{version}.lock"):
+        if (root / ".git" / "hotfix-complete").exists():
+            return root
+        tmp = CHECKOUTS / f".make-ascend-{version}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(ascend_source(version), tmp, symlinks=True)
+        env = _git_env()
+        for args in (["init", "-q", "-b", release_branch(version)], ["add", "-A"],
+                     ["commit", "-q", "-m", f"vllm-ascend {version} (the published sdist)"],
+                     ["tag", "-a", f"v{version}", "-m", f"vllm-ascend v{version}"]):
+            subprocess.run(["git", *args], cwd=tmp, env=env, check=True)
+        (tmp / ".git" / "hotfix-complete").write_text("ok\n")
+        os.replace(tmp, root)
+        return root
+
+
+def ascend_checkout(version: str, dest: Path) -> Path:
+    """A private git checkout of the real sdist: ``git init`` on branch releases/vX.Y.Z, one commit,
+    tag ``vVERSION`` (annotated), clean (the sdist's generated files are .gitignored upstream)."""
+    template = _ascend_checkout_template(version)
+    shutil.copytree(template, dest, symlinks=True, ignore=shutil.ignore_patterns("hotfix-complete"))
+    return dest
+
+
+def ascend_editable(version: str, dest: Path) -> tuple[Path, Venv]:
+    """The image's layout (/vllm-workspace/vllm-ascend): a checkout of the sdist at its tag, installed with
+    the real ``pip install -e`` (vllm-ascend's own setup.py, no custom kernels) into a fresh venv.
+    Returns (checkout, venv). ~6 s."""
+    checkout = ascend_checkout(version, dest / "vllm-ascend")
+    venv = make_venv(dest / "venv")
+    tools = _build_tools()
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv.python), "install", "--no-deps", "--no-compile",
+                    "--no-build-isolation", "--disable-pip-version-check", "-q", "-e", str(checkout)],
+                   env={**os.environ, **ASCEND_BUILD_ENV, "PYTHONPATH": str(tools)}, check=True)
+    return checkout, Venv(venv.root, venv.python, venv.site_packages, "vllm_ascend")
+
+
+def _build_tools() -> Path:
+    """setuptools + setuptools-scm for vllm-ascend's setup.py, outside any test venv (cached)."""
+    root = VENVS / "ascend-build-tools"
+    with _file_lock(VENVS / ".ascend-build-tools.lock"):
+        if not (root / ".complete").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                            "--target", str(root), "setuptools>=64", "setuptools-scm>=8", "wheel"], check=True)
+            (root / ".complete").write_text("ok\n")
+    return root
+
+
+def ascend_wheel(version: str) -> Path:
+    """The wheel of vllm-ascend VERSION: the index's x86_64 one where published (0.23.0, 0.26.0rc1, ...),
+    else built from the real sdist by its own setup.py without CANN (no compiled ops, every .py file)."""
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    with _file_lock(WHEELS / f".ascend-{version}.lock"):
+        found = sorted(WHEELS.glob(f"vllm_ascend-{version}-*.whl"))
+        if found:
+            return found[0]
+        tmp = WHEELS / f".download-ascend-{version}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        got = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--no-cache-dir",
+             "--disable-pip-version-check", "-q", f"vllm-ascend=={version}", "-d", str(tmp)], capture_output=True)
+        if got.returncode != 0:  # an sdist-only release: build the pure-Python wheel from the real sources
+            build = tmp / "src"
+            shutil.copytree(ascend_source(version), build, symlinks=True)
+            subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                            "--disable-pip-version-check", "-q", str(build), "-w", str(tmp)],
+                           env={**os.environ, **ASCEND_BUILD_ENV, "PYTHONPATH": str(_build_tools())}, check=True)
+        (wheel,) = tmp.glob("vllm_ascend-*.whl")
+        final = WHEELS / wheel.name
+        os.replace(wheel, final)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+
+def ascend_template(version: str) -> Venv:
+    """A cached venv with vllm-ascend VERSION installed by pip --no-deps (see ``ascend_wheel``). Copy it."""
+    pyver = "%d.%d" % sys.version_info[:2]
+    root = VENVS / f"vllm-ascend-{version}-py{pyver}"
+    with _file_lock(VENVS / f".ascend-{version}-py{pyver}.lock"):
+        if not ((root / ".complete").exists() and (root / _SHARED_LIST).exists()):
+            shutil.rmtree(root, ignore_errors=True)
+            venv = make_venv(root)
+            pip_install(venv, str(ascend_wheel(version)))
+            _write_shared_list(root)
+            (root / ".complete").write_text("ok\n")
+        return Venv(root, root / "bin" / "python", _site_packages(root, pyver), "vllm_ascend")

@@ -14,7 +14,7 @@ from vllm_hotfix.catalog.index import builtin_dir
 from vllm_hotfix.core.diff import parse_patch
 from vllm_hotfix.errors import Refused
 from vllm_hotfix.catalog.model import PatchSpec
-from vllm_hotfix.catalog.upstream import find_commit_source, load_commit_patch, load_pinned_commit
+from vllm_hotfix.catalog.upstream import find_commit_source, format_commit_patch, load_commit_patch, load_pinned_commit
 from vllm_hotfix.core.diff import normalised_diff_bytes
 
 
@@ -40,8 +40,10 @@ def test_pin_does_not_depend_on_abbreviated_index_lines_or_mail_headers(clone):
     assert short != long  # the index lines really differ
     loaded = load_commit_patch(clone, "HEAD")
     assert pinned_sha256(short) == pinned_sha256(long) == pinned_sha256(loaded)
-    # The built-in catalog file is this commit as format-patch with another From sha: same pin.
-    assert pinned_sha256(BUILTIN_0001.read_bytes()) == pinned_sha256(loaded)
+    # The built-in catalog file is this commit's vllm_ascend/ part (the stand-in commit's sources are made
+    # from it): the same pin as the commit read with only those paths.
+    sources = ["vllm_ascend/models/glm5next/ops/causal_conv1d.py", "vllm_ascend/ops/triton/kda/conv_state.py"]
+    assert pinned_sha256(BUILTIN_0001.read_bytes()) == pinned_sha256(format_commit_patch(clone, "HEAD", sources))
     assert pinned_sha256(loaded) == hashlib.sha256(loaded).hexdigest()  # already normalised
 
 
@@ -51,7 +53,7 @@ def test_excluded_release_note_is_not_in_the_diff_and_not_created(clone, tmp_pat
     data = load_commit_patch(clone, "HEAD", exclude=["release_notes/**"])
     patch = parse_patch(data)
     assert RELEASE_NOTE not in [f.path for f in patch.files]
-    assert (patch.stats.files, patch.stats.insertions, patch.stats.deletions) == (4, 71, 8)
+    assert (patch.stats.files, patch.stats.insertions, patch.stats.deletions) == (4, 69, 6)
 
     checkout = make_vllm_ascend_checkout(tmp_path / "checkout")
     (tmp_path / "commit.patch").write_bytes(data)

@@ -19,3 +19,12 @@ def test_the_stdlib_rule_is_packagings(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_probes_copy_agrees(name):
     assert dist_info_name(name) == canonicalize_name(name).replace("-", "_")
+
+
+@pytest.mark.parametrize("given,wanted", [("vllm-ascend", "vllm_ascend"), ("vllm_ascend", "vllm_ascend"),
+                                          ("Vllm-Ascend", "vllm_ascend"), ("vllm.ascend-x", "vllm_ascend_x"),
+                                          ("vllm", "vllm"), ("yaml", "yaml")])
+def test_a_distribution_name_is_taken_for_its_import_name(given, wanted):
+    from vllm_hotfix.core.distname import import_name
+
+    assert import_name(given) == wanted

@@ -17,3 +17,11 @@ def canonical_name(name: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def import_name(name: str) -> str:
+    """The import name a command looks for when given ``name``: an import name stays as it is; a distribution
+    name (it has a ``-``: no import name has) becomes its canonical name with ``_``, the wheel rule (PEP 427),
+    which is the top-level package of every distribution in this catalog (``vllm-ascend`` -> ``vllm_ascend``,
+    ``Vllm-Ascend`` too). A distribution whose import name is unrelated (PyYAML -> yaml) is given by that."""
+    return canonical_name(name).replace("-", "_") if "-" in name else name

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from vllm_hotfix.core.distname import import_name
 from vllm_hotfix.errors import HotfixError, Refused
 from vllm_hotfix.install.interpreters import SERVER_COMMAND, candidate_interpreters, server_interpreter
 from vllm_hotfix.install.locate import (Target, interpreter_path, is_this_interpreter, locate_package, locate_root,
@@ -84,7 +85,9 @@ class Resolver:
         self._cache: dict[tuple, Target | HotfixError] = {}
 
     def package(self, package: str | None, *, do_import: bool = False) -> Target:
-        """The target `import PACKAGE` loads (--python), or the checkout (--root). Refused if not importable."""
+        """The target `import PACKAGE` loads (--python), or the checkout (--root). Refused if not importable.
+        A distribution name works as well (``vllm-ascend``: ``core.distname.import_name``)."""
+        package = import_name(package) if package is not None else None
         key = (package, do_import)
         if key not in self._cache:
             try:
