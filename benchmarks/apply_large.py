@@ -105,7 +105,7 @@ PHASES = [  # (label, module, attribute): the function whose calls make the phas
     ("  switch (renames)", "vllm_hotfix.txn.journal", "_switch"),
     ("  fsync directories", "vllm_hotfix.txn.journal", "_fsync_dirs"),
     ("post-check (catalog applies)", "vllm_hotfix.flow.plan", "check_after"),
-    ("prune (the state dir, after the commit)", "vllm_hotfix.txn.state", "TargetState.prune"),
+    ("prune (the state dir, after the commit)", "vllm_hotfix_guard.txn.state", "TargetState.prune"),
 ]
 
 

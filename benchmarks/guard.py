@@ -86,7 +86,7 @@ import os, statistics, sys
 spent["modules"] = sum(1 for name in sys.modules if name == "vllm_hotfix" or name.startswith("vllm_hotfix."))
 if os.environ.get("CHECKPOINT"):  # the check at a checkpoint, once the fixed modules are imported (through the watch)
     import vllm.v1.worker.gpu.model_states.mamba_hybrid  # noqa: F401 - imports mamba_utils too
-    from vllm_hotfix.guard import code as guard_code
+    from vllm_hotfix_guard import code as guard_code
     found = guard_code.judge_all()
     times = []
     for _ in range(25):
@@ -103,7 +103,7 @@ CLASS_COST = r'''
 import dataclasses, json, os, statistics, time
 from typing import Optional
 import vllm.plugins  # noqa: F401 - the state of a vLLM process when the guard loads
-from vllm_hotfix.values import Value
+from vllm_hotfix_guard.values import Value
 
 BODY = """
     path: str
@@ -148,7 +148,7 @@ print(json.dumps(found))
 
 def everything_named(lock_path: Path, patched: Path) -> Path:
     """A copy of the fixture's lock whose files name every function and method they define."""
-    from vllm_hotfix.core.codeprint import code_objects, fingerprints
+    from vllm_hotfix_guard.core.codeprint import code_objects, fingerprints
 
     lock = json.loads(lock_path.read_text())
     for hotfix in lock["hotfixes"]:

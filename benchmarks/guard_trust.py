@@ -54,7 +54,7 @@ def timed_group(group):
 vllm.plugins.load_plugins_by_group = timed_group
 load_general_plugins()
 import sys
-spent["verifier"] = "vllm_hotfix.core.ed25519" in sys.modules
+spent["verifier"] = "vllm_hotfix_guard.core.ed25519" in sys.modules
 print(json.dumps(spent))
 '''
 

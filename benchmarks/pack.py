@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import realdata  # noqa: E402
 
-from vllm_hotfix.core.diff import parse_patch  # noqa: E402
-from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix, dump_lock  # noqa: E402
+from vllm_hotfix_guard.core.diff import parse_patch  # noqa: E402
+from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedFile, LockedHotfix, dump_lock  # noqa: E402
 
 HOTFIX = "patch-release-backport"
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "tests"))
 JUDGE = """
 import time, sys
 from pathlib import Path
-from vllm_hotfix.txn import hotfix_lock, signed
+from vllm_hotfix_guard.txn import hotfix_lock, signed
 lock_path = Path(sys.argv[1])
 data, lock = hotfix_lock.read_lock(lock_path)
 policy = signed.load_policy(sys.argv[2], now=time.time(), env={}, pinned="/nonexistent")
@@ -42,7 +42,7 @@ assert verdict.trusted, verdict.refusals
 PARSE_ONLY = """
 import sys
 from pathlib import Path
-from vllm_hotfix.txn import hotfix_lock
+from vllm_hotfix_guard.txn import hotfix_lock
 hotfix_lock.read_lock(Path(sys.argv[1]))
 """
 
@@ -61,7 +61,7 @@ def timed(argv: list[str]) -> tuple[float, float]:
 def make_signed_lock(scratch: Path) -> tuple[Path, Path, list[tuple[Path, Path]]]:
     from test_hotfix_lock import make_lock
 
-    from vllm_hotfix.txn import hotfix_lock
+    from vllm_hotfix_guard.txn import hotfix_lock
 
     lock = make_lock()
     lock = hotfix_lock.Lock(site_packages=lock.site_packages, hotfixes=lock.hotfixes, version=7,
@@ -84,8 +84,8 @@ def make_signed_lock(scratch: Path) -> tuple[Path, Path, list[tuple[Path, Path]]
 def in_process(lock_path: Path, policy_path: Path, rounds: int) -> dict[str, float]:
     """CPU ms (time.process_time: the machine may be shared): importing the verifier's modules, the first verdict, a warm verdict, one verification each."""
     start = time.process_time()
-    from vllm_hotfix.core import ed25519, minisign, trust_policy  # noqa: F401
-    from vllm_hotfix.txn import hotfix_lock, signed
+    from vllm_hotfix_guard.core import ed25519, minisign, trust_policy  # noqa: F401
+    from vllm_hotfix_guard.txn import hotfix_lock, signed
 
     imported = time.process_time() - start
     data, lock = hotfix_lock.read_lock(lock_path)

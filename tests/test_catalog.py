@@ -8,7 +8,7 @@ import pytest
 
 from fixtures.manifests import manifest_data, write_manifest
 from vllm_hotfix.catalog.index import builtin_dir, Catalog, parse_ref
-from vllm_hotfix.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.catalog.model import check_stats, verify_patch_bytes
 
 BUILTIN_IDS = {m.id for m in Catalog.load(env={}).all()}
@@ -105,7 +105,7 @@ def test_every_builtin_patch_file_exists_with_its_pinned_md5_and_sha256():
 
 @pytest.mark.skipif(not BUILTIN_IDS, reason="the built-in catalog is empty")
 def test_every_builtin_patch_file_has_its_declared_stats_before_excludes():
-    diff = pytest.importorskip("vllm_hotfix.core.diff", reason="stats need the diff parser")
+    diff = pytest.importorskip("vllm_hotfix_guard.core.diff", reason="stats need the diff parser")
     for manifest, spec in builtin_file_patches():
         data = manifest.patch_path(spec).read_bytes()
         check_stats(spec, diff.parse_patch(data, strip=spec.strip, source=spec.file).stats)

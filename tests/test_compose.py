@@ -7,8 +7,8 @@ import pytest
 
 from fixtures.composefiles import LIST_ENV, validate
 from vllm_hotfix.containers import compose_edit, compose_mounts
-from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
+from vllm_hotfix_guard.errors import Refused, UsageError
+from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
 
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 SITE = "/usr/local/lib/python3.12/site-packages"

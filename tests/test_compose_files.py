@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.composefiles import HOTFIX, PATH, SITE, validate, write_export
-from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
+from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
 
 READINESS = (b"healthcheck:", b"test: [CMD, python3, -m, vllm_hotfix_guard, ready]", b"interval: ", b"timeout: ",
              b"retries: ", b"tmpfs:")  # docs/readiness.md: our lines that do not say hotfix

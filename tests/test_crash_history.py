@@ -14,7 +14,7 @@ import pytest
 
 from fixtures import crash
 from fixtures.series import MAMBA, MAMBA_ID, series_catalog
-from vllm_hotfix.paths import TargetDir
+from vllm_hotfix_guard.paths import TargetDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(crash.STRACE is None, reason="strace not installed")]
 

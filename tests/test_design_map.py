@@ -1,6 +1,6 @@
 """docs/design.md is the map: every module it names exists where it says, and so does the function or
-class it names in that module (`flow/transaction.run`, `vllm_hotfix.guard.HotfixNotInEffect`,
-`src/vllm_hotfix/txn/fsops.py`), and every test or benchmark file it points at."""
+class it names in that module (`flow/transaction.run`, `vllm_hotfix_guard.HotfixNotInEffect`,
+`src/vllm_hotfix_guard/txn/fsops.py`), and every test or benchmark file it points at."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "src" / "vllm_hotfix"
 DESIGN = (REPO / "docs" / "design.md").read_text()
 LAYERS = "cli|commands|containers|guard|flow|doctor|catalog|txn|install|core"
-# `flow/transaction.run`, `txn/fsops.py`, `src/vllm_hotfix/core/verdict.py`: a layer's module, maybe an attribute
+# `flow/transaction.run`, `txn/fsops.py`, `src/vllm_hotfix_guard/core/verdict.py`: a layer's module, maybe an attribute
 SLASHED = re.compile(rf"(?<![\w./-])(?:src/vllm_hotfix/)?((?:{LAYERS})/\w+)(\.py\b|\.\w+)?")
 DOTTED = re.compile(r"(?<![\w.])vllm_hotfix((?:\.\w+)+)")
 # `paths.TargetDir`, `output.note`: a top-level module's attribute

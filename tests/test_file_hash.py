@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from vllm_hotfix.inputs import Unfit, file_sha256
-from vllm_hotfix.txn import fsops, lock_check
+from vllm_hotfix_guard.inputs import Unfit, file_sha256
+from vllm_hotfix_guard.txn import fsops, lock_check
 
 DATA = b"x = 1\n" * 1000
 

@@ -10,10 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix, dump_lock, load_lock
-from vllm_hotfix.txn.lock_check import Installed, check_lock, fingerprint
-from vllm_hotfix.core.fingerprint import NONE
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedFile, LockedHotfix, dump_lock, load_lock
+from vllm_hotfix_guard.txn.lock_check import Installed, check_lock, fingerprint
+from vllm_hotfix_guard.core.fingerprint import NONE
+from vllm_hotfix_guard.errors import InvalidInput
 
 PKG = "fphotfixpkg"
 FILES = {f"{PKG}/__init__.py": b"", f"{PKG}/layer.py": b"x = 1  # patched\n", f"{PKG}/util.py": b"y = 2  # patched\n"}
@@ -72,7 +72,7 @@ SPAWN = textwrap.dedent('''
 
     def child():
         logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
-        from vllm_hotfix.guard import plugin as guard
+        from vllm_hotfix_guard import plugin as guard
         guard.register()
 
     if __name__ == "__main__":

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from vllm_hotfix.guard import plugin as guard, env as guard_env
-from vllm_hotfix.paths import TargetDir
+from vllm_hotfix_guard import plugin as guard, env as guard_env
+from vllm_hotfix_guard.paths import TargetDir
 
 
 @pytest.mark.parametrize("argv, serving", [
@@ -50,21 +50,21 @@ def test_vllm_plugins_that_leave_the_guard_out_are_named(value, problem):
 def test_a_guard_that_fails_to_import_is_named(tmp_path):
     """The facts the probe gathers in the interpreter that runs vLLM (install/probe.guard_facts), and the
     problems guard_env words from them."""
-    from vllm_hotfix.install import probe
+    from vllm_hotfix_guard.install import probe
 
     info = tmp_path / "broken_guard-1.0.dist-info"
     info.mkdir()
     (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{guard_env.PLUGIN_NAME} = "
-                                           "vllm_hotfix.guard.plugin:no_such_name\n")
+                                           "vllm_hotfix_guard.plugin:no_such_name\n")
     facts = probe.guard_facts([str(tmp_path)])
-    assert facts["entry_points"] == ["vllm_hotfix.guard.plugin:no_such_name"] and facts["loaded"]
+    assert facts["entry_points"] == ["vllm_hotfix_guard.plugin:no_such_name"] and facts["loaded"]
     assert facts["load_error"].startswith("AttributeError:")
     assert probe.guard_facts([str(tmp_path)], load=False) == {"entry_points": facts["entry_points"], "load_error": None,
                                                               "loaded": False}
     (problem,) = guard_env.environment_problems({}, python="/venv/bin/python", entry_points=facts["entry_points"],
                                                 load_error=facts["load_error"])
     assert problem.startswith("the guard fails to import in /venv/bin/python "
-                              "(vllm_hotfix.guard.plugin:no_such_name): AttributeError:")
+                              "(vllm_hotfix_guard.plugin:no_such_name): AttributeError:")
     assert probe.guard_facts([str(tmp_path / "nothing")]) == {"entry_points": [], "load_error": None, "loaded": False}
     (problem,) = guard_env.environment_problems({}, python="/venv/bin/python", entry_points=[])
     assert problem.startswith("no vllm.general_plugins entry point vllm_hotfix_guard in /venv/bin/python")
@@ -86,7 +86,7 @@ def test_guard_entry_points_are_what_importlib_metadata_gives_vllms_loader(tmp_p
     stdlib = [ep.value for ep in distributions(path=path) for ep in ep.entry_points
               if ep.group == guard_env.PLUGIN_GROUP and ep.name == guard_env.PLUGIN_NAME]
     assert guard_env.guard_entry_points(path) == stdlib
-    assert stdlib[-1] == "other.mod:fn" and stdlib[0] == "vllm_hotfix.guard.plugin:register"
+    assert stdlib[-1] == "other.mod:fn" and stdlib[0] == "vllm_hotfix_guard.plugin:register"
 
 
 @pytest.mark.parametrize("value, code", [(None, 0), ("vllm_hotfix_guard", 0), ("", 1), (" vllm_hotfix_guard", 1)])
@@ -108,7 +108,7 @@ def test_check_env_command(run_hotfix, tmp_path, value, code):
     assert as_json.returncode == code
     doc = json.loads(as_json.stdout)
     assert doc["ok"] is (code == 0) and doc["python"] == sys.executable and doc["checks"] == ["HOTFIX_LOCK"]
-    assert doc["entry_points"][0] == "vllm_hotfix.guard.plugin:register" and len(doc["problems"]) == 1 - (code == 0)
+    assert doc["entry_points"][0] == "vllm_hotfix_guard.plugin:register" and len(doc["problems"]) == 1 - (code == 0)
 
 
 def test_check_env_asks_the_interpreter_that_runs_vllm_not_its_own(run_hotfix, tmp_path):
@@ -197,7 +197,7 @@ def watched_package(tmp_path, monkeypatch):
     import compileall
     import hashlib
 
-    from vllm_hotfix.guard import imports as guard_imports
+    from vllm_hotfix_guard import imports as guard_imports
 
     package = tmp_path / "hotfixpkg"
     package.mkdir()
@@ -221,7 +221,7 @@ def watched_package(tmp_path, monkeypatch):
 def test_import_watch_runs_the_checked_source_not_a_stale_pyc(watched_package, caplog):
     import importlib
 
-    from vllm_hotfix.guard import imports as guard_imports
+    from vllm_hotfix_guard import imports as guard_imports
 
     caplog.set_level("INFO", logger=guard.LOGGER_NAME)
     module, sha = watched_package
@@ -236,7 +236,7 @@ def test_import_watch_runs_the_checked_source_not_a_stale_pyc(watched_package, c
 def test_import_watch_names_a_mismatch_and_strict_stops(watched_package, caplog, monkeypatch):
     import importlib
 
-    from vllm_hotfix.guard import imports as guard_imports
+    from vllm_hotfix_guard import imports as guard_imports
 
     module, _ = watched_package
     guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), "f" * 64)])
@@ -250,7 +250,7 @@ def test_import_watch_names_a_mismatch_and_strict_stops(watched_package, caplog,
 def test_a_module_imported_before_the_guard_ran_is_not_taken_on_trust(watched_package):
     import importlib
 
-    from vllm_hotfix.guard import imports as guard_imports
+    from vllm_hotfix_guard import imports as guard_imports
 
     module, sha = watched_package
     assert importlib.import_module("hotfixpkg.m").VALUE == "original"  # the stale pyc: what the watch prevents

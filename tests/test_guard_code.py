@@ -41,13 +41,13 @@ PRISTINE = FIXED.replace("x + 1", "x + 0").replace("return 2", "return 0")
 PRELUDE = r'''
 import functools, hashlib, io, json, logging, os, sys, types
 sys.path.insert(0, os.environ["WHERE"])
-from vllm_hotfix.guard import code as guard_code, imports as guard_imports, points as guard_points, watch as guard_watch
-from vllm_hotfix.guard.verdicts import HotfixNotInEffect, Watched
-from vllm_hotfix.core import codeprint
-from vllm_hotfix.core.verdict import FileCheck
-from vllm_hotfix.txn.lockcode import LockedCode, LockedName
-from vllm_hotfix.txn.hotfix_lock import LockedFile, LockedHotfix
-from vllm_hotfix.txn.lock_check import HotfixCheck
+from vllm_hotfix_guard import code as guard_code, imports as guard_imports, points as guard_points, watch as guard_watch
+from vllm_hotfix_guard.verdicts import HotfixNotInEffect, Watched
+from vllm_hotfix_guard.core import codeprint
+from vllm_hotfix_guard.core.verdict import FileCheck
+from vllm_hotfix_guard.txn.lockcode import LockedCode, LockedName
+from vllm_hotfix_guard.txn.hotfix_lock import LockedFile, LockedHotfix
+from vllm_hotfix_guard.txn.lock_check import HotfixCheck
 
 lines = []
 class Collect(logging.Handler):
@@ -196,7 +196,7 @@ report(order=order)
 # vLLM's VllmBackend.__call__, reduced to what the guard reads: its locals self (prefix, vllm_config) and
 # code_hash when it clears compilation_config.traced_files (tests/test_guard_runtime_vllm.py runs vLLM's own)
 import pickle
-from vllm_hotfix.guard import compiled as guard_compile
+from vllm_hotfix_guard import compiled as guard_compile
 start()
 class NS:
     def __init__(self, **kw):

@@ -80,7 +80,7 @@ def test_vllms_loader_runs_the_delivered_guard_and_strict_stops_a_reverted_proce
     reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["exitcode"] for r in reports if "child" in r] == [1], proc.stdout + proc.stderr
     assert "refusing to serve (HOTFIX_STRICT=1" in proc.stdout + proc.stderr
-    assert "vllm_hotfix_guard.guard.HotfixNotInEffect" in proc.stderr  # raised by the delivered copy
+    assert "vllm_hotfix_guard.HotfixNotInEffect" in proc.stderr  # raised by the delivered copy
 
 
 def test_in_container_verify_exits_0_then_1_like_the_hosts_verify_lock(image):

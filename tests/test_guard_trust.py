@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.guard import plugin
-from vllm_hotfix.guard import trust as guard_trust
+from vllm_hotfix_guard import plugin
+from vllm_hotfix_guard import trust as guard_trust
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "commands"))
 from test_signed_locks import Key, lock_and_policy, minisign_run, write_policy  # noqa: E402  (skips without minisign)
@@ -117,9 +117,9 @@ def test_a_signed_lock_passes_and_the_next_check_reuses_the_verdict(setup):
 
 def test_a_second_process_imports_no_verifier(setup):
     sign(setup, "release", "sre")
-    script = ("import sys; from vllm_hotfix.guard import plugin; "
+    script = ("import sys; from vllm_hotfix_guard import plugin; "
               f"v = plugin.check(lock={str(setup['lock'])!r}, require=()); "
-              "print(v[0].detail); print('vllm_hotfix.core.ed25519' in sys.modules)")
+              "print(v[0].detail); print('vllm_hotfix_guard.core.ed25519' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     first, second = (subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
                      for _ in range(2))

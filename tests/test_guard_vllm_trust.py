@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
 if shutil.which("minisign") is None:
     pytest.skip("minisign is not installed (apt-get install -y minisign)", allow_module_level=True)
 
-VERIFIER = "vllm_hotfix.core.ed25519"
+VERIFIER = "vllm_hotfix_guard.core.ed25519"
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.txn import hotfix_lock, lock_check
-from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
-from vllm_hotfix.txn.lock_check import Installed
+from vllm_hotfix_guard.txn import hotfix_lock, lock_check
+from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
+from vllm_hotfix_guard.txn.lock_check import Installed
 
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 PRISTINE = b"x = a // self.cache_config.block_size\n"
@@ -125,7 +125,7 @@ def test_select_unknown_id_lists_known():
 
 def test_module_imports_only_the_stdlib():
     """The in-process guard imports it inside vLLM processes: nothing outside the stdlib and errors.py."""
-    import vllm_hotfix.errors as errors_module
+    import vllm_hotfix_guard.errors as errors_module
 
     for module in (hotfix_lock, errors_module):
         tree = ast.parse(Path(module.__file__).read_text())

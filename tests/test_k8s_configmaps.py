@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_hotfix.containers.k8s_overlay import CONFIGMAP_LIMIT, Item, config_key, plan_configmaps
-from vllm_hotfix.errors import Refused
+from vllm_hotfix_guard.errors import Refused
 
 
 def item(key: str, size: int) -> Item:

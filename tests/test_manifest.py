@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix_guard.errors import InvalidInput, Refused
 from fixtures.manifests import MD5, PATCH_BYTES, SHA, manifest_data, write_manifest  # noqa: F401
 from vllm_hotfix.catalog.model import PatchSpec, PatchStats, check_stats, verify_patch_bytes
 from vllm_hotfix.catalog.manifest import load_manifest

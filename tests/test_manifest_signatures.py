@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from test_manifest import _drop, _set, manifest_data, write_manifest
-from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix_guard.errors import InvalidInput, Refused
 from vllm_hotfix.catalog.manifest import load_manifest
 from vllm_hotfix.catalog.signatures import literal_anchor
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import realdata
-from vllm_hotfix.core.hunk_apply import plan_patch
-from vllm_hotfix.core.diff import file_boundary_near_middle, parse_patch
-from vllm_hotfix.errors import DoesNotApply, InvalidInput
+from vllm_hotfix_guard.core.hunk_apply import plan_patch
+from vllm_hotfix_guard.core.diff import file_boundary_near_middle, parse_patch
+from vllm_hotfix_guard.errors import DoesNotApply, InvalidInput
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
 from vllm_hotfix.install.tree import Tree
 

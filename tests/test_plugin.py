@@ -18,7 +18,7 @@ import pytest
 from ruamel.yaml import YAML
 
 import realdata
-from vllm_hotfix.paths import TargetDir
+from vllm_hotfix_guard.paths import TargetDir
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -223,7 +223,7 @@ def test_entry_point_is_listed_in_a_real_install(guarded):
     out = subprocess.run([str(guarded["venv"].python), "-c", code], capture_output=True, text=True, check=True,
                          cwd=guarded["work"]).stdout
     *plugins, location = json.loads(out)
-    assert ["vllm_hotfix_guard", "vllm_hotfix.guard.plugin:register"] in plugins
+    assert ["vllm_hotfix_guard", "vllm_hotfix_guard.plugin:register"] in plugins
     assert Path(location).is_relative_to(guarded["venv"].site_packages)
 
 
@@ -232,9 +232,9 @@ def test_does_nothing_and_imports_nothing_heavy_unless_asked(guarded):
     assert proc.returncode == 0, proc.stderr
     assert guard_lines(proc) == []
     hotfix_modules = {m for m in report["new_modules"] if m.startswith("vllm_hotfix")}
-    assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix.guard", "vllm_hotfix.guard.plugin",
-                              "vllm_hotfix.guard.process", "vllm_hotfix.guard.verdicts",
-                              "vllm_hotfix.settings", "vllm_hotfix.values"}  # values: the guard model's base, no imports
+    assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix_guard", "vllm_hotfix_guard.plugin",
+                              "vllm_hotfix_guard.process", "vllm_hotfix_guard.verdicts",
+                              "vllm_hotfix_guard.settings", "vllm_hotfix_guard.values"}  # values: the guard model's base, no imports
     assert not {m for m in report["new_modules"] if m.split(".")[0] in ("vllm", "torch", "click")}
 
 
@@ -266,7 +266,7 @@ def test_lost_hotfix_logged_as_error_and_strict_stops_the_process(recorded):
 
     proc, report = vllm_process(recorded, HOTFIX_REQUIRE=LOST, HOTFIX_STRICT="1")
     assert proc.returncode == 1 and report is None
-    assert "vllm_hotfix.guard.HotfixNotInEffect: vllm-hotfix: 1 required hotfix(es) not in effect" in proc.stderr
+    assert "vllm_hotfix_guard.HotfixNotInEffect: vllm-hotfix: 1 required hotfix(es) not in effect" in proc.stderr
     assert f"re-apply with `hotfix apply {LOST} --python {python}`" in proc.stderr
 
     proc, _ = vllm_process(recorded, HOTFIX_REQUIRE=LOST, HOTFIX_STRICT="1", VLLM_PLUGINS="some_other_plugin")
@@ -367,7 +367,7 @@ def test_print_env_usage_errors(run_hotfix, args, message):
 
 
 def test_a_guard_bug_is_logged_not_raised_unless_strict(monkeypatch, caplog):
-    from vllm_hotfix.guard import plugin
+    from vllm_hotfix_guard import plugin
 
     def broken(ids):
         raise KeyError("files")

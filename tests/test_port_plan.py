@@ -8,7 +8,7 @@ import pytest
 from vllm_hotfix.catalog.manifest import load_manifest
 from vllm_hotfix.catalog.manifest_text import edit_patches, patch_row
 from vllm_hotfix.catalog.model import PatchSpec, PatchStats
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix.flow.port_plan import variant_range
 
 PUBLISHED = ["0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.31.0", "0.32.0"]

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from vllm_hotfix.guard import expected, ready
+from vllm_hotfix_guard import expected, ready
 
 RECORDER = r"""
 import sys
-from vllm_hotfix.guard import ready
+from vllm_hotfix_guard import ready
 class V:  # a failing verdict (guard/verdicts.Verdict's two fields read)
     def __init__(self, i): self.hotfix_id, self.in_effect = i, False
 ready.record([V(i) for i in sys.argv[2:]], role=sys.argv[1])
@@ -51,7 +51,7 @@ def processes(ready_dir):
 
 
 def probe(*argv: str, env=None) -> tuple[int, str, str]:
-    done = subprocess.run([sys.executable, "-c", "import sys; from vllm_hotfix.guard import ready; "
+    done = subprocess.run([sys.executable, "-c", "import sys; from vllm_hotfix_guard import ready; "
                            "sys.exit(ready.main(sys.argv[1:]))", *argv],
                           capture_output=True, text=True, env=env or dict(os.environ), timeout=60)
     return done.returncode, done.stdout, done.stderr
@@ -209,13 +209,13 @@ def test_usage_errors_exit_2(ready_dir, monkeypatch):
 
 
 def test_the_probe_imports_nothing_but_itself(ready_dir):
-    script = ("import sys; before = set(sys.modules); from vllm_hotfix.guard import ready; ready.main(['--expect', "
+    script = ("import sys; before = set(sys.modules); from vllm_hotfix_guard import ready; ready.main(['--expect', "
               "'api=1']); print(sorted(set(sys.modules) - before))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     added = eval(done.stdout.splitlines()[-1])
     assert [m for m in added if not m.startswith("vllm_hotfix")] == ["__future__"], added
-    assert sorted(m for m in added if m.startswith("vllm_hotfix.guard.")) == [
-        "vllm_hotfix.guard.expected", "vllm_hotfix.guard.ready", "vllm_hotfix.guard.verdicts"]
+    assert sorted(m for m in added if m.startswith("vllm_hotfix_guard.")) == [
+        "vllm_hotfix_guard.expected", "vllm_hotfix_guard.ready", "vllm_hotfix_guard.verdicts"]
 
 
 @pytest.mark.parametrize("how", ["matching", "another", "no lock", "bad lock"])
@@ -224,8 +224,8 @@ def test_the_mounted_lock_must_be_the_one_the_pod_was_admitted_with(processes, r
     only when HOTFIX_LOCK's fingerprint is that one; otherwise exit 1 and one quoted line. Run as the guard's own
     distribution (`python -m vllm_hotfix_guard ready` from the exported tree): stdlib only, its closure enough."""
     from fixtures.kube import make_export
-    from vllm_hotfix.txn.hotfix_lock import load_lock
-    from vllm_hotfix.txn.lock_check import expected_fingerprint
+    from vllm_hotfix_guard.txn.hotfix_lock import load_lock
+    from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
     export = make_export(tmp_path / "export")
     lock = export / "hotfix.lock"

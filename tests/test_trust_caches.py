@@ -114,7 +114,7 @@ def _bomb(path, declared_ok: bool):
 @pytest.mark.parametrize("declared", [True, False], ids=["declared", "inflated"])
 def test_a_wheel_member_over_the_cap_is_refused_before_it_is_held(tmp_path, declared):
     from vllm_hotfix.catalog.upstream import WheelReader
-    from vllm_hotfix.errors import InvalidInput
+    from vllm_hotfix_guard.errors import InvalidInput
 
     wheel = _bomb(tmp_path / "w" / "tinypkg-1.0.0-py3-none-any.whl", declared)
     assert wheel.stat().st_size < 1 << 20
@@ -127,7 +127,7 @@ def test_a_wheel_member_over_the_cap_is_refused_before_it_is_held(tmp_path, decl
 def test_new_from_release_refuses_a_bomb_member(tmp_path):
     """`new --from-release`'s comparison (catalog.wheeldiff) reads members through the same cap."""
     from vllm_hotfix.catalog.wheeldiff import compare_wheels
-    from vllm_hotfix.errors import InvalidInput
+    from vllm_hotfix_guard.errors import InvalidInput
 
     old = build_wheel(tmp_path / "old", "tinypkg", "1.0.0", {PATCHED: ORIGINAL})
     new = build_wheel(tmp_path / "new", "tinypkg", "1.0.1", {PATCHED: b"\0" * (80 << 20)})  # RECORD agrees

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.manifests import write_patch_catalog
-from vllm_hotfix.guard import plugin as guard
-from vllm_hotfix.core.verdict import FileCheck
+from vllm_hotfix_guard import plugin as guard
+from vllm_hotfix_guard.core.verdict import FileCheck
 
 SECRET = b"root:$6$not-for-anyone's-eyes:19000:0:99999:7:::\n"
 

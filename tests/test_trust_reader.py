@@ -87,7 +87,7 @@ def test_a_fifo_or_link_in_place_of_a_target_file_never_hangs_status_verify_roll
 
 def test_tree_read_refuses_a_link_swapped_in_after_the_check(tmp_path):
     """The lstat-then-open race: Tree.read's open itself refuses a link (O_NOFOLLOW), whatever the check saw."""
-    from vllm_hotfix.errors import Refused
+    from vllm_hotfix_guard.errors import Refused
     from vllm_hotfix.install.tree import Tree
 
     root = tmp_path / "root"
@@ -125,7 +125,7 @@ def _export_attack(export: Path, rel: str, kind: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["link", "fifo", "changed"])
 def test_k8s_refuses_an_export_file_that_is_not_the_locked_bytes(tmp_path, kind):
     export = make_export(tmp_path / "export")
-    from vllm_hotfix.txn.hotfix_lock import load_lock
+    from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 
     locked = load_lock(export / "hotfix.lock").mounted_files()[0]
     _export_attack(export, locked.export, kind, tmp_path)

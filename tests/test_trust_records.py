@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.paths import TargetDir
+from vllm_hotfix_guard.paths import TargetDir
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +99,7 @@ def test_a_forged_record_claiming_the_pristine_file_patched_is_not_in_effect(vll
     edit_record(tdir, forge)
     done = run_hotfix("verify", "--python", venv.python)
     assert done.returncode == 1 and "unknown" in done.stdout, done.stdout
-    code = (f"import sys, json; sys.path.append({str(SRC)!r}); from vllm_hotfix.guard.plugin import check; "
+    code = (f"import sys, json; sys.path.append({str(SRC)!r}); from vllm_hotfix_guard.plugin import check; "
             f"print(json.dumps([v.as_dict() for v in check(lock=None, require=({HOTFIX!r},))]))")
     guard = subprocess.run([str(venv.python), "-c", code], capture_output=True, text=True, check=True)
     (verdict,) = json.loads(guard.stdout)

@@ -62,7 +62,7 @@ def test_contains_names_each_file_quoted(tmp_path):
     (root / "pkg").mkdir(parents=True)
     (root / name).write_text("neither side\n")
     patch = tmp_path / "evil.diff"
-    from vllm_hotfix.output import quote_path
+    from vllm_hotfix_guard.output import quote_path
 
     patch.write_text(f"--- {quote_path('a/' + name)}\n+++ {quote_path('b/' + name)}\n@@ -1 +1 @@\n-a\n+b\n")
     done = hotfix("contains", "--patch", patch, "--root", root)
@@ -124,7 +124,7 @@ def test_new_from_release_member_names_in_output_and_patch_headers(tmp_path):
     (patch,) = (tmp_path / "catalog" / "patches" / "tiny-release").iterdir()
     data = patch.read_bytes()
     assert b"\x1b" not in data and b'diff --git "a/tinypkg/\\033]0;pwned\\a' in data
-    from vllm_hotfix.core.diff import parse_patch
+    from vllm_hotfix_guard.core.diff import parse_patch
 
     (parsed,) = parse_patch(data).files  # the header is one file's, whatever the name holds
     assert parsed.path == evil
@@ -134,7 +134,7 @@ def test_new_from_release_member_names_in_output_and_patch_headers(tmp_path):
                                  f"fix{EVIL}"])
 def test_the_guard_refuses_an_id_that_breaks_the_id_rule_and_prints_it_inert(ids):
     code = ("import logging, sys\nlogging.basicConfig(stream=sys.stderr, format='%(message)s')\n"
-            "from vllm_hotfix.guard import plugin as guard\nguard.register()\n")
+            "from vllm_hotfix_guard import plugin as guard\nguard.register()\n")
     env = {**os.environ, "HOTFIX_REQUIRE": ids}
     env.pop("HOTFIX_LOCK", None)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60)
@@ -146,7 +146,7 @@ def test_the_guard_refuses_an_id_that_breaks_the_id_rule_and_prints_it_inert(ids
 
 
 def test_visible_is_the_one_sanitiser():
-    from vllm_hotfix.output import quote_path, quoted, visible
+    from vllm_hotfix_guard.output import quote_path, quoted, visible
 
     shown = visible(EVIL)
     assert shown.isprintable() and "\\e]0;pwned\\x07" in shown and "\\x9b31m" in shown and "\\u202e" in shown

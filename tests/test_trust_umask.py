@@ -59,7 +59,7 @@ def test_every_folder_and_file_in_the_state_dir_has_its_own_mode_whatever_the_um
     applied = hotfix("apply", "--patch", patch, "--root", root, umask=umask)
     assert applied.returncode == 0, applied.stderr
     assert (root / "pkg" / "m.py").read_bytes() == b"b\n"
-    from vllm_hotfix.paths import TargetDir
+    from vllm_hotfix_guard.paths import TargetDir
 
     tdir = TargetDir.of(root).directory
     assert (tdir / "backups" / "m").is_dir() and (tdir / "patches" / "m").is_dir()
@@ -70,7 +70,7 @@ def test_every_folder_and_file_in_the_state_dir_has_its_own_mode_whatever_the_um
 
 
 def _recorded(root: Path, patch: Path) -> Path:
-    from vllm_hotfix.paths import TargetDir
+    from vllm_hotfix_guard.paths import TargetDir
 
     assert hotfix("apply", "--patch", patch, "--root", root).returncode == 0
     return TargetDir.of(root).directory
@@ -145,7 +145,7 @@ def test_a_backup_another_user_owns_goes_back_only_as_a_copy_of_the_recorded_byt
     """root applying to another user's venv keeps hard links of that user's files: recovery trusts such a
     backup only by its bytes, and copies it (the target never gets a link to a file another user can write);
     one that does not hold the bytes the journal names is not restored at all."""
-    from vllm_hotfix.errors import WriteFailed
+    from vllm_hotfix_guard.errors import WriteFailed
     from vllm_hotfix.txn import recovery
 
     root = tmp_path / "root"

@@ -57,7 +57,7 @@ def test_an_alias_bomb_as_the_kubernetes_base_is_refused(tmp_path):
 
 def test_a_recursive_alias_is_refused():
     from vllm_hotfix.containers.yamledit import compose
-    from vllm_hotfix.errors import InvalidInput
+    from vllm_hotfix_guard.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="recursive alias"):
         compose("a: &a [1, *a]\n", "x.yaml")

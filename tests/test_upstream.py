@@ -11,11 +11,11 @@ from fixtures.ascend import RELEASE_NOTE, make_upstream_clone, make_vllm_ascend_
 from fixtures.gitrepo import git
 
 from vllm_hotfix.catalog.index import builtin_dir
-from vllm_hotfix.core.diff import parse_patch
-from vllm_hotfix.errors import Refused
+from vllm_hotfix_guard.core.diff import parse_patch
+from vllm_hotfix_guard.errors import Refused
 from vllm_hotfix.catalog.model import PatchSpec
 from vllm_hotfix.catalog.upstream import find_commit_source, format_commit_patch, load_commit_patch, load_pinned_commit
-from vllm_hotfix.core.diff import normalised_diff_bytes
+from vllm_hotfix_guard.core.diff import normalised_diff_bytes
 
 
 def pinned_sha256(data: bytes) -> str:

@@ -7,7 +7,7 @@ from typing import ClassVar, Optional
 
 import pytest
 
-from vllm_hotfix.values import Value
+from vllm_hotfix_guard.values import Value
 
 
 class Point(Value):

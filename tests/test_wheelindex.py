@@ -10,7 +10,7 @@ import pytest
 
 from fixtures.localindex import build_wheel, isolated_pip_env, serve, tiny_catalog, write_simple_index
 from vllm_hotfix.catalog.wheelindex import Index, LineProgress, index_config
-from vllm_hotfix.errors import Unavailable
+from vllm_hotfix_guard.errors import Unavailable
 
 PATCHED = "tinypkg/mod.py"
 ORIGINAL = b"def f():\n    return 1\n"

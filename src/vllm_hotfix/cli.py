@@ -18,9 +18,9 @@ from vllm_hotfix.cli_options import (
     given_options, guard_options, json_option, k8s_overlay_options, compose_edit_options, lock_fields_options, python_option, root_option,
     runtime_options,
 )
-from vllm_hotfix.errors import ExitCode, HotfixError
-from vllm_hotfix.output import emit_json, error_lines, finish_output, note, terminal_width
-from vllm_hotfix.settings import LOCK_ENV
+from vllm_hotfix_guard.errors import ExitCode, HotfixError
+from vllm_hotfix_guard.output import emit_json, error_lines, finish_output, note, terminal_width
+from vllm_hotfix_guard.settings import LOCK_ENV
 
 
 HELP_WIDTH = 100  # --help fits the terminal up to this; into a pipe, this wide

@@ -8,7 +8,7 @@ decorator.
 
 from __future__ import annotations
 
-from vllm_hotfix.core.verdict import IN_EFFECT, STATES
+from vllm_hotfix_guard.core.verdict import IN_EFFECT, STATES
 
 
 def examples(*lines: str) -> str:

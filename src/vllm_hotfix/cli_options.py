@@ -126,7 +126,7 @@ def catalog_option(command):
 
 def guard_options(command):
     """The options of `hotfix guard` (--print-env and its settings, --check-env)."""
-    from vllm_hotfix.settings import CONTAINER_LOCK
+    from vllm_hotfix_guard.settings import CONTAINER_LOCK
 
     for option in reversed((
         click.option("--print-env", is_flag=True, help="Print the environment lines that turn on the in-process guard."),

@@ -15,9 +15,9 @@ import pytest
 from fixtures.cel import ENGINES, judge
 from fixtures.kube import make_export, render
 from vllm_hotfix.containers import admission_policy, bundle, oci
-from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.hotfix_lock import load_lock
-from vllm_hotfix.txn.lock_check import expected_fingerprint
+from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
+from vllm_hotfix_guard.txn.hotfix_lock import load_lock
+from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
 VLLM = "vllm/vllm-openai@sha256:" + "1" * 64
 SIDECAR = "busybox:1.36@sha256:" + "2" * 64  # tag and digest: pinned (the kubelet pulls the digest)
@@ -239,7 +239,7 @@ def test_a_bundle_that_is_not_what_it_says_is_approved_for_nothing(tmp_path, run
     import io
     import tarfile
 
-    from vllm_hotfix.txn.hotfix_lock import read_lock
+    from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 
     export = make_export(tmp_path / "export")
     lock_bytes, lock = read_lock(export / "hotfix.lock")
@@ -274,7 +274,7 @@ def test_a_bundle_that_is_not_what_it_says_is_approved_for_nothing(tmp_path, run
 
 
 def test_a_gzip_bomb_stops_at_the_cap():
-    from vllm_hotfix.errors import InvalidInput
+    from vllm_hotfix_guard.errors import InvalidInput
 
     tar, _ = oci.tar_layer([oci.Entry(path="hotfix.lock", data=b"\0" * (1 << 20))])
     compressed = oci.gzip_bytes(tar)

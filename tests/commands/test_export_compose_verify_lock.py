@@ -56,7 +56,7 @@ def test_export_compose_verify_rebuild_remove(exported, run_hotfix, tmp_path):
     assert code["interpreter"] == "cpython-311"
     assert [(n["name"], n["kind"]) for n in code["names"]] == [("MambaHybridModelState.add_request", "method"),
                                                                ("MambaHybridModelState._mamba_block_size", "method")]
-    from vllm_hotfix.core.codeprint import fingerprints
+    from vllm_hotfix_guard.core.codeprint import fingerprints
 
     assert {n["name"]: n["fingerprint"] for n in code["names"]} == fingerprints(patched, [n["name"] for n in code["names"]])
 

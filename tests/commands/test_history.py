@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.series import MAMBA, MAMBA_ID, mamba_diff, series_catalog, write_catalog
-from vllm_hotfix.paths import TargetDir
+from vllm_hotfix_guard.paths import TargetDir
 
 pytestmark = pytest.mark.real
 

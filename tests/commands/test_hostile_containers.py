@@ -62,7 +62,7 @@ def test_empty_lock_fails_closed(vllm_install, run_hotfix, tmp_path):
     empty.write_text(json.dumps(lock))
     verified = run_hotfix("verify", "--lock", empty, "--python", venv.python)
     assert verified.returncode == 8 and "the lock names no hotfix" in one_error(verified), verified.stderr
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from vllm_hotfix.guard import plugin as guard; guard.register()")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from vllm_hotfix_guard import plugin as guard; guard.register()")
     env = {**os.environ, "HOTFIX_LOCK": str(empty), "HOTFIX_STRICT": "1"}
     guarded = subprocess.run([sys.executable, "-c", code, str(SRC)], env=env, capture_output=True, text=True)
     assert guarded.returncode != 0 and "HotfixNotInEffect" in guarded.stderr, guarded.stderr

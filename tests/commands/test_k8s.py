@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.kube import DEPLOYMENT, HELM_RENDERED, LWS, SITE, STATEFULSET, make_export, render, validate
-from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.hotfix_lock import load_lock
-from vllm_hotfix.txn.lock_check import expected_fingerprint
+from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
+from vllm_hotfix_guard.txn.hotfix_lock import load_lock
+from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 READY = {"HOTFIX_READY_DIR": "/run/vllm-hotfix/ready"}

@@ -22,9 +22,9 @@ from fixtures.cel import ENGINES, judge
 from fixtures.kube import DEPLOYMENT, LWS, SITE, make_export, render, validate
 from fixtures.tools import tool
 from vllm_hotfix.containers import bundle, k8s_image_volume, oci
-from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
-from vllm_hotfix.txn.hotfix_lock import load_lock
-from vllm_hotfix.txn.lock_check import expected_fingerprint
+from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
+from vllm_hotfix_guard.txn.hotfix_lock import load_lock
+from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
 REPOSITORY = "registry.example/team/vllm-hotfix"
 LOCK = "/etc/vllm-hotfix/hotfix.lock"

@@ -10,8 +10,8 @@ import pytest
 from fixtures.ascend import CAUSAL_CONV1D, RELEASE_NOTE, make_upstream_clone, make_vllm_ascend_checkout
 
 from vllm_hotfix.catalog.index import builtin_dir
-from vllm_hotfix.core.hunk_apply import FileState, plan_patch
-from vllm_hotfix.core.diff import parse_patch
+from vllm_hotfix_guard.core.hunk_apply import FileState, plan_patch
+from vllm_hotfix_guard.core.diff import parse_patch
 from vllm_hotfix.catalog.model import verify_patch_bytes
 from vllm_hotfix.catalog.manifest import load_manifest
 from vllm_hotfix.catalog.upstream import WheelReader
@@ -165,7 +165,7 @@ def test_new_from_install_on_top_of_the_recorded_series_holds_only_the_new_edit(
     (b"x\n\n\n" * 150 + b"a\n", b"x\n\n\n" * 150 + b"b\n"),   # popular lines: no junk heuristic
 ])
 def test_file_diff_round_trips_through_the_engine(before, after):
-    from vllm_hotfix.core.hunk_apply import FileState
+    from vllm_hotfix_guard.core.hunk_apply import FileState
     from vllm_hotfix.core.render import file_diff
 
     data = file_diff("pkg/mod.py", before, after)

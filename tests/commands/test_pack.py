@@ -16,8 +16,8 @@ import pytest
 from fixtures.kube import SITE, make_export
 from fixtures.tools import tool
 from vllm_hotfix.containers import bundle, oci
-from vllm_hotfix.txn.hotfix_lock import load_lock
-from vllm_hotfix.txn.lock_check import expected_fingerprint
+from vllm_hotfix_guard.txn.hotfix_lock import load_lock
+from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
 
 def pack(run_hotfix, export: Path, out: Path, *args):
@@ -215,7 +215,7 @@ def test_usage_errors_are_one_line_exit_2(tmp_path, run_hotfix):
 
 def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
     from vllm_hotfix.commands import pack as command
-    from vllm_hotfix.errors import WriteFailed
+    from vllm_hotfix_guard.errors import WriteFailed
     from vllm_hotfix.txn import staged
 
     export = make_export(tmp_path / "export")
@@ -296,7 +296,7 @@ def test_a_signal_while_writing_leaves_nothing_behind(tmp_path, monkeypatch):
     import signal
 
     from vllm_hotfix.commands import pack as command
-    from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix_guard.errors import HotfixError
     from vllm_hotfix.txn import staged
 
     export = make_export(tmp_path / "export")
@@ -323,8 +323,8 @@ def test_a_signal_while_writing_leaves_nothing_behind(tmp_path, monkeypatch):
 def test_a_bundle_read_back_is_its_content_with_room_for_signatures_and_the_guard(tmp_path):
     """bundle.check on a layout's own layer gives back the content packed, extra members included where a
     bundle may carry them (the lock's signature files, guard/); any other member is refused."""
-    from vllm_hotfix.errors import InvalidInput
-    from vllm_hotfix.txn.hotfix_lock import read_lock
+    from vllm_hotfix_guard.errors import InvalidInput
+    from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 
     export = make_export(tmp_path / "export")
     lock_bytes, lock = read_lock(export / "hotfix.lock")

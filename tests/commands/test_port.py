@@ -45,7 +45,7 @@ def ported(tmp_path_factory):
 
 def _post_image(manifest, release: str) -> bytes:
     from vllm_hotfix.catalog.upstream import WheelReader
-    from vllm_hotfix.core.hunk_apply import plan_patch
+    from vllm_hotfix_guard.core.hunk_apply import plan_patch
     from vllm_hotfix.flow.hotfix import catalog_hotfix
     from vllm_hotfix.flow.applicability import release_target
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.manifests import manifest_data, write_manifest
-from vllm_hotfix.core import minisign
-from vllm_hotfix.txn import hotfix_lock
+from vllm_hotfix_guard.core import minisign
+from vllm_hotfix_guard.txn import hotfix_lock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from test_hotfix_lock import make_lock  # noqa: E402
@@ -220,8 +220,8 @@ def test_rotation_replaces_the_policy_and_the_old_keys_stop_counting(run_hotfix,
 
 
 def test_a_pinned_policy_walks_its_chain_and_cannot_be_named_away(run_hotfix, keys, tmp_path):
-    from vllm_hotfix.errors import Untrusted, UsageError
-    from vllm_hotfix.txn import signed
+    from vllm_hotfix_guard.errors import Untrusted, UsageError
+    from vllm_hotfix_guard.txn import signed
 
     pinned = write_policy(tmp_path / "pinned.toml", keys)
     chain = tmp_path / "chain"

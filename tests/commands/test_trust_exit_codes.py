@@ -86,7 +86,7 @@ def test_a_lock_no_parser_can_take_is_exit_8(tmp_path, run_hotfix, lock, why):
 def test_a_record_no_parser_can_take_is_exit_8_and_nothing_is_written(tmp_path, run_hotfix, target, _isolated_state):
     root, patch = target
     assert run_hotfix("apply", "--patch", patch, "--root", root).returncode == 0
-    from vllm_hotfix import paths
+    from vllm_hotfix_guard import paths
 
     state = paths.TargetDir.of(root).state_file
     state.write_bytes(b"[" * DEEP + b"]" * DEEP)

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from vllm_hotfix.core.hunk_apply import FileState, Plan
+from vllm_hotfix_guard.core.hunk_apply import FileState, Plan
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com",

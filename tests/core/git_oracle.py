@@ -14,9 +14,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_hotfix.core.hunk_apply import plan_patch
-from vllm_hotfix.core.diff import parse_patch
-from vllm_hotfix.errors import HotfixError
+from vllm_hotfix_guard.core.hunk_apply import plan_patch
+from vllm_hotfix_guard.core.diff import parse_patch
+from vllm_hotfix_guard.errors import HotfixError
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn.journal import commit
 

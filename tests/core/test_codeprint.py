@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import realdata
-from vllm_hotfix.core import codeprint
-from vllm_hotfix.core.diff import parse_patch
+from vllm_hotfix_guard.core import codeprint
+from vllm_hotfix_guard.core.diff import parse_patch
 from vllm_hotfix.core.regions import changed_ranges, spans_of
 from vllm_hotfix.core.render import file_diff
 from vllm_hotfix.flow.series import apply_part

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from core_helpers import Repo, apply_plan, dir_reader, snapshot
 
-from vllm_hotfix.core.hunk_apply import FileState, Placement, detect, plan_patch
-from vllm_hotfix.core.diff import parse_patch
-from vllm_hotfix.errors import DoesNotApply, ExitCode, Refused
+from vllm_hotfix_guard.core.hunk_apply import FileState, Placement, detect, plan_patch
+from vllm_hotfix_guard.core.diff import parse_patch
+from vllm_hotfix_guard.errors import DoesNotApply, ExitCode, Refused
 
 BASE = b"".join(b"line %d\n" % i for i in range(1, 31))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import realdata
 
-from vllm_hotfix.core import hunk_apply as core_apply
-from vllm_hotfix.core.diff import parse_patch, reverse_patch
+from vllm_hotfix_guard.core import hunk_apply as core_apply
+from vllm_hotfix_guard.core.diff import parse_patch, reverse_patch
 
 
 def _line_based(path, data, hunks, monkeypatch):

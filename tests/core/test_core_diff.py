@@ -9,11 +9,11 @@ import re
 import pytest
 from core_helpers import Repo, dir_reader
 
-from vllm_hotfix.core.hunk_apply import plan_patch
-from vllm_hotfix.core.diff import (
+from vllm_hotfix_guard.core.hunk_apply import plan_patch
+from vllm_hotfix_guard.core.diff import (
     HunkLine, exclude_paths, normalised_diff_bytes, parse_patch, reverse_patch,
 )
-from vllm_hotfix.errors import ExitCode, InvalidInput, Refused
+from vllm_hotfix_guard.errors import ExitCode, InvalidInput, Refused
 
 BASE = b"".join(b"line %d\n" % i for i in range(1, 21))
 

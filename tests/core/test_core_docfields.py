@@ -5,7 +5,7 @@ import random
 import re
 import string
 
-from vllm_hotfix.core.docfields import is_commit, is_hex64, is_identifier, is_record_id
+from vllm_hotfix_guard.core.docfields import is_commit, is_hex64, is_identifier, is_record_id
 
 SHAPES = [(re.compile(r"[0-9a-f]{64}"), is_hex64),
           (re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}"), is_commit),
@@ -31,8 +31,8 @@ def test_a_recorded_commit_that_is_not_a_full_lowercase_object_name_is_refused_n
 
     import pytest
 
-    from vllm_hotfix.errors import InvalidInput
-    from vllm_hotfix.txn.state import parse_state
+    from vllm_hotfix_guard.errors import InvalidInput
+    from vllm_hotfix_guard.txn.state import parse_state
 
     def doc(commit):
         return json.dumps({"schema": 2, "target": {"root": "/srv/vllm", "commit": commit}, "series": []}).encode()

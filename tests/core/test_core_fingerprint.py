@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from vllm_hotfix.core.fingerprint import NONE, Entry, canonical, fingerprint, is_fingerprint
+from vllm_hotfix_guard.core.fingerprint import NONE, Entry, canonical, fingerprint, is_fingerprint
 
 A = Entry("mamba-align-block-size", 2, "vllm", "0.30.0", (("vllm/b.py", "b" * 64), ("vllm/a.py", "a" * 64)))
 B = Entry("scheduler-note", "1", "vllm", "0.30.0", (("vllm/c.py", None),))

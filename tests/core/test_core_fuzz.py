@@ -8,9 +8,9 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllm_hotfix.core.hunk_apply import FileState, detect, plan_patch
-from vllm_hotfix.core.diff import exclude_paths, normalised_diff_bytes, parse_patch, reverse_patch
-from vllm_hotfix.errors import HotfixError
+from vllm_hotfix_guard.core.hunk_apply import FileState, detect, plan_patch
+from vllm_hotfix_guard.core.diff import exclude_paths, normalised_diff_bytes, parse_patch, reverse_patch
+from vllm_hotfix_guard.errors import HotfixError
 
 NAMES = st.sampled_from([b"x", b"d/x", b"d", b"y", b"/abs/x", b"../x", b"a b", b'"q\\tx"', b"/dev/null", b""])
 PREFIXED = st.builds(lambda p, n: p + n, st.sampled_from([b"a/", b"b/", b"", b"a//"]), NAMES)

@@ -299,7 +299,7 @@ def test_dry_run_predicts_the_real_run(tmp_path, run_hotfix, name):
     assert dry.returncode == real.returncode == 3, (dry.stderr, real.stderr)
     assert dry.stderr.splitlines()[0] == real.stderr.splitlines()[0]
     assert snapshot(root) == before  # no temp file, nothing half-written
-    from vllm_hotfix import paths
+    from vllm_hotfix_guard import paths
 
     assert not (paths.TargetDir.of(root).journal / "journal.json").exists()
 

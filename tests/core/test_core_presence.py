@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from vllm_hotfix.core.hunk_apply import FileState
-from vllm_hotfix.core.diff import parse_patch
+from vllm_hotfix_guard.core.hunk_apply import FileState
+from vllm_hotfix_guard.core.diff import parse_patch
 from vllm_hotfix.core.presence import APPLICABLE, CONFLICTS, CONTAINED, PARTLY, presence
 
 OLD = b"".join(b"line %d\n" % i for i in range(1, 31))

@@ -8,8 +8,8 @@ import pytest
 import realdata
 from core_helpers import dir_reader
 
-from vllm_hotfix.core.hunk_apply import FileState, detect, plan_patch
-from vllm_hotfix.core.diff import parse_patch
+from vllm_hotfix_guard.core.hunk_apply import FileState, detect, plan_patch
+from vllm_hotfix_guard.core.diff import parse_patch
 
 pytestmark = pytest.mark.real
 

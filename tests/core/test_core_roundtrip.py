@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from vllm_hotfix.core.hunk_apply import FileState, detect, plan_patch
-from vllm_hotfix.core.diff import parse_patch
+from vllm_hotfix_guard.core.hunk_apply import FileState, detect, plan_patch
+from vllm_hotfix_guard.core.diff import parse_patch
 
 BODIES = st.one_of(
     st.sampled_from(["", "x", "def f():", "    return 1", "é", "中文 ", "\t tab", "a\rb", "-- ", "--- x", "+++ y", "@@"]),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hotfix.core.safety import check_patch_path, invalid_path_reason
-from vllm_hotfix.errors import ExitCode, Refused
-from vllm_hotfix.output import quote_path
+from vllm_hotfix_guard.core.safety import check_patch_path, invalid_path_reason
+from vllm_hotfix_guard.errors import ExitCode, Refused
+from vllm_hotfix_guard.output import quote_path
 
 
 @pytest.mark.parametrize("path", ["vllm/x.py", "été.py", "..hidden/x", "a/..b", "a/.../b", ".gitignore",

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from vllm_hotfix.core import pep440, verdict
+from vllm_hotfix_guard.core import pep440, verdict
 
 releases = st.lists(st.integers(0, 12), min_size=1, max_size=4).map(lambda xs: ".".join(map(str, xs)))
 versions = st.builds(

@@ -4,8 +4,8 @@ is packaging.utils.canonicalize_name, and install/probe.py's copy (sent whole to
 import pytest
 from packaging.utils import canonicalize_name
 
-from vllm_hotfix.core.distname import canonical_name
-from vllm_hotfix.install.probe import dist_info_name
+from vllm_hotfix_guard.core.distname import canonical_name
+from vllm_hotfix_guard.install.probe import dist_info_name
 
 NAMES = ["vllm", "vLLM", "vllm-ascend", "vllm_ascend", "Vllm.Ascend", "vllm--ascend", "vllm-_.ascend",
          "_leading", "trailing_", "-", "a.b-c_d", "Flash_Attn", "zope.interface", "ÄÖ_x", ""]
@@ -25,6 +25,6 @@ def test_the_probes_copy_agrees(name):
                                           ("Vllm-Ascend", "vllm_ascend"), ("vllm.ascend-x", "vllm_ascend_x"),
                                           ("vllm", "vllm"), ("yaml", "yaml")])
 def test_a_distribution_name_is_taken_for_its_import_name(given, wanted):
-    from vllm_hotfix.core.distname import import_name
+    from vllm_hotfix_guard.core.distname import import_name
 
     assert import_name(given) == wanted

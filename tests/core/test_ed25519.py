@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_hotfix.core import ed25519
+from vllm_hotfix_guard.core import ed25519
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ed25519"
 

@@ -9,7 +9,7 @@ import random
 import pytest
 from packaging.version import InvalidVersion, Version
 
-from vllm_hotfix.core.pep440 import normal_form
+from vllm_hotfix_guard.core.pep440 import normal_form
 
 SPELLINGS = ["1.0", "v0.30.0", "0.30.1.dev3+g02c7db4c5", "1.0rc2", "1.0-1", "1.0.post", "1.0-r2", "1!2.0", "0!1.0",
              "1.0a", "1.0.alpha-1.Beta", "1.0.dev", "1.0-dev1", "1.0+ABC-01.x", "  1.0  ", "01.002", "1.0c1",

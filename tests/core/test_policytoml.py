@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_hotfix.core.policytoml import loads
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.core.policytoml import loads
+from vllm_hotfix_guard.errors import InvalidInput
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_hotfix.core import minisign, signing, trust_policy
-from vllm_hotfix.errors import ExitCode, InvalidInput
+from vllm_hotfix.core import signing
+from vllm_hotfix_guard.core import minisign, trust_policy
+from vllm_hotfix_guard.errors import ExitCode, InvalidInput
 
 NOW = 1_800_000_000
 
@@ -181,6 +182,6 @@ def test_durations():
 
 
 def test_the_policy_cap_is_one_number():
-    from vllm_hotfix.txn import signed
+    from vllm_hotfix_guard.txn import signed
 
     assert signed.POLICY_LIMIT == trust_policy.POLICY_LIMIT

@@ -7,9 +7,9 @@ import os
 import shutil
 from pathlib import Path
 
-from vllm_hotfix.paths import TargetDir
-from vllm_hotfix.paths import flat_name
-from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix_guard.paths import TargetDir
+from vllm_hotfix_guard.paths import flat_name
+from vllm_hotfix_guard.txn.state import TargetState
 
 FILES = {"pkg/__init__.py": b"", "pkg/deep/er/mod.py": b"x = 1\n", "pkg/a%2Fb.py": b"odd = 1\n", "top.py": b"t = 1\n"}
 DIFF = b"".join(

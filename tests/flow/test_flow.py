@@ -15,8 +15,8 @@ from vllm_hotfix.flow.plan import invert, propose
 from vllm_hotfix.flow.resolve import Resolver
 from vllm_hotfix.flow.hotfix_status import SeriesView, status_from_record
 from vllm_hotfix.catalog.index import Catalog
-from vllm_hotfix.errors import DoesNotApply, FixedUpstream, Refused
-from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix_guard.errors import DoesNotApply, FixedUpstream, Refused
+from vllm_hotfix_guard.txn.state import TargetState
 from vllm_hotfix.install.locate import Target, locate_root
 from vllm_hotfix.txn.journal import commit
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from vllm_hotfix.flow import gone_targets
-from vllm_hotfix.paths import TargetDir
+from vllm_hotfix_guard.paths import TargetDir
 
 PATCH = "--- a/vllm/a.py\n+++ b/vllm/a.py\n@@ -1,2 +1,2 @@\n line 1\n-line 2\n+line 2 fixed\n"
 DAY = 86400.0

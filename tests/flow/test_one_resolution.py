@@ -81,7 +81,7 @@ def setups(kind: str, built, tmp_path: Path) -> tuple[list[str], dict, Path, boo
 
 
 def guard_verdicts(python: str, env: dict) -> list:
-    code = (f"import sys, json; sys.path.append({str(SRC)!r}); from vllm_hotfix.guard.plugin import check; "
+    code = (f"import sys, json; sys.path.append({str(SRC)!r}); from vllm_hotfix_guard.plugin import check; "
             f"print(json.dumps([v.as_dict() for v in check(lock=None, require=({HOTFIX!r},))]))")
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr

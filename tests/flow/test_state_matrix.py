@@ -124,7 +124,7 @@ def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 GUARD = r'''
 import json, sys
 sys.path.append(sys.argv[1])
-from vllm_hotfix.guard import plugin as guard
+from vllm_hotfix_guard import plugin as guard
 out = {}
 for mode, lock, require in (("lock", sys.argv[2] or None, ()), ("require", None, tuple(sys.argv[3:]))):
     if (mode == "lock" and lock) or (mode == "require" and require):

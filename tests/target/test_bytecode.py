@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.install import bytecode
+from vllm_hotfix_guard.install import bytecode
 from vllm_hotfix.install.in_target import in_interpreter
 
 import realdata

@@ -18,7 +18,7 @@ import realdata
 from fixtures.manifests import write_patch_catalog
 from target.conftest import git
 from vllm_hotfix.install.locate import locate_root
-from vllm_hotfix.install.version import checkout_version, next_dev_version
+from vllm_hotfix_guard.install.version import checkout_version, next_dev_version
 
 LOGS = Path(__file__).resolve().parents[1] / "doctor" / "logs"
 MAMBA_LOGS = (LOGS / "001-mamba-align.log", LOGS / "001-dmesg.txt", LOGS / "001-cuda-gdb.txt")  # as tests/commands/test_doctor.py

@@ -1,7 +1,7 @@
 import pytest
 
 from conftest import git
-from vllm_hotfix.errors import Refused
+from vllm_hotfix_guard.errors import Refused
 from vllm_hotfix.install import git as gitmod
 
 

@@ -103,7 +103,7 @@ def test_a_checkout_another_user_owns_is_refused_in_one_line_whatever_safe_direc
 
 
 def test_git_env_drops_the_callers_configuration_and_turns_the_hooks_off(monkeypatch):
-    from vllm_hotfix.install.version import git_env
+    from vllm_hotfix_guard.install.version import git_env
 
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", "'safe.directory'='*'")
     monkeypatch.setenv("GIT_CONFIG_COUNT", "1")

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from conftest import create_repo, git
-from vllm_hotfix.errors import Refused, UsageError
+from vllm_hotfix_guard.errors import Refused, UsageError
 from vllm_hotfix.install.locate import locate_package, locate_root
 
 
@@ -93,7 +93,8 @@ def test_the_probe_in_this_process_answers_what_the_probe_process_answers(tmp_pa
     import subprocess
     import sys
 
-    from vllm_hotfix.install import locate, probe
+    from vllm_hotfix.install import locate
+    from vllm_hotfix_guard.install import probe
 
     overlay = tmp_path / "overlay"
     (overlay / "click").mkdir(parents=True)
@@ -102,7 +103,7 @@ def test_the_probe_in_this_process_answers_what_the_probe_process_answers(tmp_pa
     elsewhere.parent.mkdir()
     os.symlink(sys.executable, elsewhere)  # outside the venv: another interpreter (the base one)
     assert locate.is_this_interpreter(sys.executable) and not locate.is_this_interpreter(str(elsewhere))
-    here_code = "import json; from vllm_hotfix.install import probe; print(json.dumps(probe.probe_here('click')))"
+    here_code = "import json; from vllm_hotfix_guard.install import probe; print(json.dumps(probe.probe_here('click')))"
     for extra in ({}, {"PYTHONPATH": str(overlay)}):
         env = {**os.environ, **extra}
         here = json.loads(subprocess.run([sys.executable, "-c", here_code], env=env, capture_output=True,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.install import probe
+from vllm_hotfix_guard.install import probe
 
 
 @pytest.mark.parametrize("version", ["3.10", "3.12", "3.13"])

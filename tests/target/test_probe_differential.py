@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.install import probe
+from vllm_hotfix_guard.install import probe
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

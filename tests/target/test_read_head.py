@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from fixtures.gitrepo import git, init_repo
-from vllm_hotfix.install.facts import read_head
+from vllm_hotfix_guard.install.facts import read_head
 
 
 def rev_parse(repo) -> str:

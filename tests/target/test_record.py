@@ -3,7 +3,7 @@ import hashlib
 
 import pytest
 
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix.install import record
 
 

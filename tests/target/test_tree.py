@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from vllm_hotfix.errors import Refused
+from vllm_hotfix_guard.errors import Refused
 from vllm_hotfix.install.tree import Tree
 
 

@@ -2,8 +2,8 @@ import os
 
 import pytest
 
-from vllm_hotfix.txn import atomic
-from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix_guard.txn import atomic
+from vllm_hotfix_guard.txn.atomic import atomic_write
 
 
 def test_atomic_write_creates_and_replaces_keeping_mode(tmp_path):

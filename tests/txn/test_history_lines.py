@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from vllm_hotfix.core.hunk_apply import FileEdit, Plan
-from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.paths import TargetDir
+from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan
+from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.paths import TargetDir
 from vllm_hotfix.txn import history, journal
 from vllm_hotfix.txn.recovery import read_journal, recover
 

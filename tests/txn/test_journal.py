@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.core.hunk_apply import FileEdit, Plan
-from vllm_hotfix.errors import Refused, WriteFailed
+from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan
+from vllm_hotfix_guard.errors import Refused, WriteFailed
 from vllm_hotfix.txn import journal, recovery
 from vllm_hotfix.txn.journal import commit
 from vllm_hotfix.txn.recovery import recover
@@ -231,7 +231,7 @@ def test_a_change_after_planning_is_caught_through_the_planning_tree(tree, tmp_p
 
 def test_recover_target_restores_a_killed_apply_and_says_so(tree, tmp_path, capsys):
     """The one recovery step that apply (raw and catalog) and rollback run under the target lock."""
-    from vllm_hotfix import paths
+    from vllm_hotfix_guard import paths
     from vllm_hotfix.flow.transaction import recover_target
 
     before = snapshot(tree)

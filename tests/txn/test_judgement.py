@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from vllm_hotfix.paths import TargetDir
-from vllm_hotfix.txn.judgement import bounded_reader, judge_record
-from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix_guard.paths import TargetDir
+from vllm_hotfix_guard.txn.judgement import bounded_reader, judge_record
+from vllm_hotfix_guard.txn.state import TargetState
 
 ORIGINAL = "def f():\n    return 1\n\n\ndef g():\n    return 2\n"
 PATCHED = ORIGINAL.replace("return 1", "return 10")
@@ -100,7 +100,7 @@ def test_a_record_that_lies_is_unknown_both_ways(forgery, applied, run_hotfix, t
 
 GUARD_MODULES = r'''
 import json, sys
-from vllm_hotfix.guard import plugin as guard
+from vllm_hotfix_guard import plugin as guard
 (verdict,) = guard.check(lock=None, require=("fix",))
 print(json.dumps({"in_effect": verdict.in_effect, "modules": sorted(m for m in sys.modules if m.startswith("vllm_hotfix"))}))
 '''
@@ -122,6 +122,6 @@ def test_the_guard_calls_the_commands_verdict_and_no_engine_for_a_sealed_record(
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["in_effect"], found
-    assert "vllm_hotfix.txn.judgement" in found["modules"]
+    assert "vllm_hotfix_guard.txn.judgement" in found["modules"]
     assert not [m for m in found["modules"] if m.startswith(("vllm_hotfix.flow", "vllm_hotfix.catalog"))]
-    assert ("vllm_hotfix.core.hunk_apply" in found["modules"]) == (not sealed), found["modules"]
+    assert ("vllm_hotfix_guard.core.hunk_apply" in found["modules"]) == (not sealed), found["modules"]

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from vllm_hotfix.errors import Busy
+from vllm_hotfix_guard.errors import Busy
 from vllm_hotfix.txn.mutex import target_mutex
 
 HOLDER = textwrap.dedent("""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState
+from vllm_hotfix_guard.txn.state import RecordedFile, RecordedHotfix, TargetState
 
 HOTFIX = RecordedHotfix(
     id="mamba-align-block-size", version=2, applied_at="2026-12-01T00:00:00Z", source="catalog",

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from vllm_hotfix.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.catalog.model import Manifest
 from vllm_hotfix.catalog.manifest import load_manifest
 
@@ -183,14 +183,14 @@ def _require_signed(user_dirs: list[CatalogDir], env: Mapping[str, str]) -> None
         return
     import time
 
-    from vllm_hotfix.txn.signed import load_policy, refuse
+    from vllm_hotfix_guard.txn.signed import load_policy, refuse
 
     now = time.time()
     policy = load_policy(now=now, env=env)
     if policy is None or policy.catalogs != "signed":
         return
     from vllm_hotfix.catalog.sums import catalog_verdict
-    from vllm_hotfix.output import quote_path
+    from vllm_hotfix_guard.output import quote_path
 
     for catalog_dir in user_dirs:
         if catalog_dir.path.is_dir():

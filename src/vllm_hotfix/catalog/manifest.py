@@ -18,9 +18,9 @@ from vllm_hotfix.catalog.model import (
 )
 from vllm_hotfix.catalog.signatures import confirm_from_table, platforms_from, signature_from_table
 from vllm_hotfix.catalog.table import Table, type_name
-from vllm_hotfix.core.data import load_toml
-from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.inputs import read_bounded as read_input
+from vllm_hotfix_guard.core.data import load_toml
+from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.inputs import read_bounded as read_input
 
 MANIFEST_CAP = 1024 * 1024  # the built-in manifests are 4-6 KB; a 200 MB one took 47 s and 600 MB to refuse
 

@@ -15,9 +15,9 @@ from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from vllm_hotfix.catalog.manifest import manifest_from_dict
-from vllm_hotfix.core.data import load_toml
+from vllm_hotfix_guard.core.data import load_toml
 from vllm_hotfix.catalog.model import Manifest, PatchSpec
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.errors import InvalidInput
 
 _MULTILINE_SAFE = re.compile(r"[^\x00-\x09\x0b-\x1f\x7f]*")  # no control characters but newline
 _TABLE_HEADER = re.compile(r"^\s*\[")

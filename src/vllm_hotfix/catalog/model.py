@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.catalog.signatures import ConfirmStep, Signature
-from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix_guard.errors import InvalidInput, Refused
 
 SCHEMA = 1
 

@@ -17,10 +17,10 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.core import trust_policy
-from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.inputs import read_bounded
-from vllm_hotfix.settings import CATALOG_SUMS
+from vllm_hotfix_guard.core import trust_policy
+from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.inputs import read_bounded
+from vllm_hotfix_guard.settings import CATALOG_SUMS
 
 LISTED_DIRS = ("manifests", "patches")
 FILE_LIMIT = 64 << 20  # a catalog patch's cap (catalog/manifest.py)
@@ -91,7 +91,7 @@ def parse_sums(data: bytes, source: str) -> dict[str, str]:
 def catalog_verdict(directory: Path, policy: trust_policy.Policy, *, now: float, subject: str) -> trust_policy.TrustDecision:
     """The policy's verdict on a catalog directory: its list signed as the policy asks, and every file
     under manifests/ and patches/ listed with its sha256 (one TAMPERED line per file that differs)."""
-    from vllm_hotfix.txn.signed import signature_files
+    from vllm_hotfix_guard.txn.signed import signature_files
 
     sums_path = directory / CATALOG_SUMS
     data = _read_sums(sums_path)

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.errors import InvalidInput
 
 COMMIT_PATTERN = re.compile(r"[0-9a-f]{7,40}")
 

@@ -16,12 +16,12 @@ from typing import Sequence
 
 from packaging.utils import canonicalize_name
 
-from vllm_hotfix.core.hunk_apply import FileState
-from vllm_hotfix.core.diff import exclude_paths, normalised_diff_bytes, parse_patch
-from vllm_hotfix.errors import InvalidInput, Refused
-from vllm_hotfix.output import quote_path
+from vllm_hotfix_guard.core.hunk_apply import FileState
+from vllm_hotfix_guard.core.diff import exclude_paths, normalised_diff_bytes, parse_patch
+from vllm_hotfix_guard.errors import InvalidInput, Refused
+from vllm_hotfix_guard.output import quote_path
 from vllm_hotfix.catalog.model import PatchSpec
-from vllm_hotfix.paths import cache_dir
+from vllm_hotfix_guard.paths import cache_dir
 from vllm_hotfix.install.git import find_work_tree, git_available, has_commit
 
 # Fixed diff options: a user's diff.noprefix / diff.renames / diff.algorithm config must not change the pin.
@@ -182,7 +182,7 @@ class WheelReader:
         """A member's bytes, capped by its declared size and by what it really inflates to (both at most
         ``inputs.ARCHIVE_MEMBER_LIMIT``: a 1.7 MB wheel declaring, or inflating to, a 400 MB member is
         refused, exit 8, before it is held)."""
-        from vllm_hotfix.inputs import ARCHIVE_MEMBER_LIMIT, size_text
+        from vllm_hotfix_guard.inputs import ARCHIVE_MEMBER_LIMIT, size_text
 
         name = quote_path(info.filename)
         if info.file_size > ARCHIVE_MEMBER_LIMIT:

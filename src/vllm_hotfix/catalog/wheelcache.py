@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 
 from vllm_hotfix.catalog.wheelindex import Index, sidecar
-from vllm_hotfix.errors import HotfixError, Refused, Unavailable
-from vllm_hotfix.inputs import Unfit, file_sha256, read_bounded
-from vllm_hotfix.output import note
-from vllm_hotfix.paths import trust_problem
-from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix_guard.errors import HotfixError, Refused, Unavailable
+from vllm_hotfix_guard.inputs import Unfit, file_sha256, read_bounded
+from vllm_hotfix_guard.output import note
+from vllm_hotfix_guard.paths import trust_problem
+from vllm_hotfix_guard.txn.atomic import atomic_write
 
 WHEEL_LIMIT = 16 << 30  # a cached wheel hashed before each use (a CUDA torch wheel is ~2.5 GB)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from vllm_hotfix.catalog.upstream import WheelReader
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix.install.record import RecordEntry, data_digest, parse_record
 
 COMPILED_SUFFIXES = (".so", ".pyd", ".dylib", ".dll", ".o", ".a")

@@ -25,10 +25,10 @@ from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from vllm_hotfix.errors import Unavailable
-from vllm_hotfix.output import note, visible
-from vllm_hotfix.paths import make_state_dir
-from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix_guard.errors import Unavailable
+from vllm_hotfix_guard.output import note, visible
+from vllm_hotfix_guard.paths import make_state_dir
+from vllm_hotfix_guard.txn.atomic import atomic_write
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 TIMEOUT = 60.0

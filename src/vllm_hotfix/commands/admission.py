@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers import admission_policy, bundle, oci
-from vllm_hotfix.errors import InvalidInput, Refused, UsageError
-from vllm_hotfix.output import emit_json, note, quote_path, say
+from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix_guard.output import emit_json, note, quote_path, say
 
 STAGE_SUFFIX = ".hotfix-admission"
 LAYER_LIMIT = 512 << 20  # a bundle's compressed layer; the 1,160-file backport is ~10 MB
@@ -37,7 +37,7 @@ def run(*, approve=(), namespaces=(), params_namespace: str = admission_policy.P
     refuse_foreign(out)
     import time
 
-    from vllm_hotfix.txn import signed
+    from vllm_hotfix_guard.txn import signed
 
     now = time.time()
     policy = signed.load_policy(trust, now=now)  # as `verify --lock` finds it: --trust, HOTFIX_TRUST, the pinned one
@@ -96,9 +96,9 @@ def approvals_from(source: str, *, policy=None, now: float = 0.0) -> list[admiss
     if not sep or not at or not name or not lock_file:
         raise UsageError(f"--approve {source!r}: neither a bundle directory nor IMAGE@sha256:DIGEST=LOCK",
                          hint="e.g. --approve bundle/ or --approve registry.example/vllm@sha256:<64 hex>=hotfix-export/hotfix.lock")
-    from vllm_hotfix.core.docfields import is_hex64
-    from vllm_hotfix.txn.hotfix_lock import read_lock
-    from vllm_hotfix.txn.lock_check import expected_fingerprint
+    from vllm_hotfix_guard.core.docfields import is_hex64
+    from vllm_hotfix_guard.txn.hotfix_lock import read_lock
+    from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
     if not is_hex64(digest):
         raise UsageError(f"--approve {source!r}: the digest must be sha256: and 64 lowercase hex digits")
@@ -113,7 +113,7 @@ def _trusted(lock_path: Path, data: bytes, lock, policy, *, now: float, subject:
     and the guard follow): Untrusted with its exit code (11-15) when refused, else ", signed by ..."."""
     if policy is None:
         return ""
-    from vllm_hotfix.txn import signed
+    from vllm_hotfix_guard.txn import signed
 
     verdict = signed.lock_verdict(lock_path, data, lock, policy, now=now, subject=subject, signatures=signatures)
     for warning in verdict.warnings:
@@ -127,7 +127,7 @@ def bundle_approvals(directory: Path, *, policy=None, now: float = 0.0) -> list[
     """The digest of the bundle (what index.json names) and of each platform's manifest, approved for
     the fingerprint of the lock the bundle carries, after checking all of it (and, with a policy, the
     lock against the signature files the layer holds beside it)."""
-    from vllm_hotfix.core.minisign import is_signature_name
+    from vllm_hotfix_guard.core.minisign import is_signature_name
 
     source = quote_path(str(directory))
     layout, found = read_bundle(directory)
@@ -151,7 +151,7 @@ def read_bundle(directory: Path) -> tuple[oci.ReadLayout, bundle.Content]:
     own lock, the annotations of each image and of the index against that lock (InvalidInput otherwise)."""
     import stat
 
-    from vllm_hotfix.inputs import read_bounded
+    from vllm_hotfix_guard.inputs import read_bounded
 
     source = quote_path(str(directory))
     for inner in ("blobs", oci.BLOBS):
@@ -207,7 +207,7 @@ def _render(renderer: list[str], files: dict) -> list:
 
 def refuse_foreign(out: Path) -> None:
     """--to may be new, empty, or a directory this command wrote (replaced whole): never anything else."""
-    from vllm_hotfix.inputs import read_bounded
+    from vllm_hotfix_guard.inputs import read_bounded
     from vllm_hotfix.txn.staged import check_replaceable
 
     def ours(directory: Path) -> bool:

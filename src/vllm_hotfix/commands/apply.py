@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.core.hunk_apply import FileEdit, Plan
-from vllm_hotfix.core.diff import DiffStat
-from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, note, quote_path, say, say_lines
+from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan
+from vllm_hotfix_guard.core.diff import DiffStat
+from vllm_hotfix_guard.errors import UsageError
+from vllm_hotfix_guard.output import emit_json, note, quote_path, say, say_lines
 
 LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
 

@@ -6,8 +6,8 @@ import sys
 
 from pathlib import Path
 
-from vllm_hotfix.errors import ExitCode, Refused
-from vllm_hotfix.output import emit_json, progress, quote_path, say
+from vllm_hotfix_guard.errors import ExitCode, Refused
+from vllm_hotfix_guard.output import emit_json, progress, quote_path, say
 from vllm_hotfix.flow.resolve import Resolver, warn
 
 
@@ -75,9 +75,9 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
 
 def _recorded(target) -> list:
     """The one verdict (txn/judgement, as `hotfix status` gives it) on each hotfix recorded for this install."""
-    from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix_guard.errors import HotfixError
     from vllm_hotfix.flow.series import judge_recorded
-    from vllm_hotfix.txn.state import TargetState
+    from vllm_hotfix_guard.txn.state import TargetState
 
     try:
         state = TargetState.for_root(target.root)
@@ -87,8 +87,8 @@ def _recorded(target) -> list:
 
 
 def _fingerprint(judged: list) -> str | None:
-    from vllm_hotfix.core.fingerprint import fingerprint
-    from vllm_hotfix.txn.judgement import fingerprint_entries
+    from vllm_hotfix_guard.core.fingerprint import fingerprint
+    from vllm_hotfix_guard.txn.judgement import fingerprint_entries
 
     return fingerprint(fingerprint_entries(judged)) if judged else None
 
@@ -99,10 +99,10 @@ def _with_stale_bytecode(report, target, site_packages):
     judged in the target interpreter): such an entry runs other code than the file audited."""
     from dataclasses import replace
 
-    from vllm_hotfix.errors import HotfixError
+    from vllm_hotfix_guard.errors import HotfixError
     from vllm_hotfix.install.in_target import in_interpreter
     from vllm_hotfix.install.record import Difference
-    from vllm_hotfix.txn.state import TargetState
+    from vllm_hotfix_guard.txn.state import TargetState
 
     paths = {d.path for d in report.differences if d.kind in ("digest", "size")}
     try:

@@ -13,16 +13,16 @@ from typing import Optional
 
 from vllm_hotfix import __version__
 from vllm_hotfix.containers import bake_context
-from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
-from vllm_hotfix.output import emit_json, quote_path, say
-from vllm_hotfix.settings import LOCK_NAME
+from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError, WriteFailed
+from vllm_hotfix_guard.output import emit_json, quote_path, say
+from vllm_hotfix_guard.settings import LOCK_NAME
 
 
 def run(*, base: str, export_dir: Path, out_dir: Path, container_site_packages: Optional[str] = None,
         python: str = "python3", strict: bool = True, dry_run: bool = False, as_json: bool = False) -> int:
     """Bake every hotfix of ``export_dir``'s lock into ``base``."""
     from vllm_hotfix.txn.exported import read_exported, read_guard
-    from vllm_hotfix.txn.hotfix_lock import read_lock
+    from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 
     if not base.strip() or any(c.isspace() for c in base) or bake_context.reference_problem(base):
         raise UsageError(f"--base must be an image reference, got {base!r}", hint=bake_context.reference_problem(base))
@@ -69,7 +69,7 @@ def _guard_wheel(export_dir: Path, guard: dict[str, bytes] | None) -> tuple[str,
     import io
     import zipfile
 
-    from vllm_hotfix.inputs import EXPORT_FILE_LIMIT, read_bounded
+    from vllm_hotfix_guard.inputs import EXPORT_FILE_LIMIT, read_bounded
 
     hint = f"re-run `hotfix export` into {quote_path(str(export_dir))} (without --no-guard)"
     if guard is None:
@@ -97,8 +97,8 @@ def _write(out_dir: Path, context: Path, spec: bake_context.Bake, copies: dict[s
     (folders 0o755, files 0o644, bake.sh 0o755) whatever the umask."""
     import tempfile
 
-    from vllm_hotfix.paths import make_state_dir
-    from vllm_hotfix.txn.atomic import atomic_write
+    from vllm_hotfix_guard.paths import make_state_dir
+    from vllm_hotfix_guard.txn.atomic import atomic_write
 
     staged = None
     created = not os.path.lexists(out_dir)

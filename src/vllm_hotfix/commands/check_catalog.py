@@ -22,11 +22,11 @@ from packaging.version import Version
 from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.catalog.signatures import naming_problem
-from vllm_hotfix.core import verdict
+from vllm_hotfix_guard.core import verdict
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED
-from vllm_hotfix.errors import ExitCode, HotfixError, Unavailable
+from vllm_hotfix_guard.errors import ExitCode, HotfixError, Unavailable
 from vllm_hotfix.flow.releases import on_release, parse_versions, releases_in_scope, skip_reason
-from vllm_hotfix.output import emit_json, note, quote_path, say
+from vllm_hotfix_guard.output import emit_json, note, quote_path, say
 
 # Per release: the hotfix's own states (core.verdict) where it does not belong, else what the dry run found.
 FIXED, NOT_APPLICABLE = verdict.FIXED_UPSTREAM, verdict.NOT_APPLICABLE

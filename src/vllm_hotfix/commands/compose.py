@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 from vllm_hotfix.containers import compose_edit, compose_mounts, compose_ready, composefiles
-from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
-from vllm_hotfix.inputs import read_bounded as read_input
+from vllm_hotfix_guard.errors import InvalidInput, UsageError, WriteFailed
+from vllm_hotfix_guard.inputs import read_bounded as read_input
 from vllm_hotfix.txn.exported import guard_tops, read_exported, read_guard, refuse_strict_without_guard
-from vllm_hotfix.txn.hotfix_lock import load_lock
-from vllm_hotfix.output import emit_json, note, say, say_lines
-from vllm_hotfix.txn.atomic import atomic_write
+from vllm_hotfix_guard.txn.hotfix_lock import load_lock
+from vllm_hotfix_guard.output import emit_json, note, say, say_lines
+from vllm_hotfix_guard.txn.atomic import atomic_write
 
 
 def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, override_file: Path | None = None,

@@ -14,8 +14,8 @@ from typing import Sequence
 
 from packaging.version import Version
 
-from vllm_hotfix.errors import ExitCode, Refused, UsageError
-from vllm_hotfix.output import emit_json, note, quote_path, say
+from vllm_hotfix_guard.errors import ExitCode, Refused, UsageError
+from vllm_hotfix_guard.output import emit_json, note, quote_path, say
 
 EXIT = {"contained": 0, "applied": 0, "applicable": 1, "stale-bytecode": 1, "not-applicable": int(ExitCode.REFUSED),
         "partly": int(ExitCode.DOES_NOT_APPLY), "conflicts": int(ExitCode.DOES_NOT_APPLY)}

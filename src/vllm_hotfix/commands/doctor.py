@@ -32,11 +32,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.errors import ExitCode, HotfixError, UsageError
+from vllm_hotfix_guard.errors import ExitCode, HotfixError, UsageError
 from vllm_hotfix.commands.doctor_diagnosis import IN_EFFECT, OUT_OF_RANGE, Diagnosis
 from vllm_hotfix.commands.doctor_logs import prefilter_kind, sources
 from vllm_hotfix.commands.doctor_report import print_fingerprints, print_report
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix_guard.output import emit_json, say
 
 
 def _target_state(manifest, *, python: str | None, root: Path | None, catalog,

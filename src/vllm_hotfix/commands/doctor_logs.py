@@ -16,7 +16,7 @@ import os
 import sys
 from typing import BinaryIO, Iterator, Sequence
 
-from vllm_hotfix.errors import UsageError
+from vllm_hotfix_guard.errors import UsageError
 
 BLOCK = 8 << 20  # bytes read at a time: the file is never held
 PREFILTERS = ("aho-corasick", "grep", "python")  # HOTFIX_DOCTOR_PREFILTER
@@ -58,8 +58,8 @@ class _Capped:
     def _took(self, n: int) -> None:
         self.left -= n
         if self.left < 0:
-            from vllm_hotfix.errors import InvalidInput
-            from vllm_hotfix.inputs import size_text
+            from vllm_hotfix_guard.errors import InvalidInput
+            from vllm_hotfix_guard.inputs import size_text
 
             raise InvalidInput(f"{self.label}: more than {size_text(STREAM_LIMIT)} read from a stream (a pipe, stdin, "
                                f"a FIFO or a .gz's content); doctor stops there",

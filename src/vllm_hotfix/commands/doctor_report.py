@@ -6,7 +6,7 @@ Only printing: the verdicts come decided from commands/doctor.py (``Diagnosis``,
 from __future__ import annotations
 
 from vllm_hotfix.commands.doctor_diagnosis import HEADLINE, OUT_OF_RANGE, Diagnosis
-from vllm_hotfix.output import note, say
+from vllm_hotfix_guard.output import note, say
 
 
 def print_fingerprints(findings, problem: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix_guard.output import emit_json, say
 
 
 def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dry_run: bool = False,
@@ -66,8 +66,8 @@ def expires_at(text: str, now: float | None = None) -> str:
     """--expires: a duration from now ('30d', '12h', '2w') or a UTC time (YYYY-MM-DDTHH:MM:SSZ)."""
     import time
 
-    from vllm_hotfix.core.trust_policy import format_utc, parse_duration, parse_utc
-    from vllm_hotfix.errors import UsageError
+    from vllm_hotfix_guard.core.trust_policy import format_utc, parse_duration, parse_utc
+    from vllm_hotfix_guard.errors import UsageError
 
     if parse_utc(text) is not None:
         return text
@@ -82,14 +82,14 @@ def _guard(with_guard: bool):
     """The guard's distribution to write beside the files (None: --no-guard, refused in strict mode)."""
     import os
 
-    from vllm_hotfix.settings import STRICT_ENV
+    from vllm_hotfix_guard.settings import STRICT_ENV
 
     if with_guard:
         from vllm_hotfix.containers.guard_dist import current
 
         return current()
     if os.environ.get(STRICT_ENV, "").strip() == "1":
-        from vllm_hotfix.errors import Refused
+        from vllm_hotfix_guard.errors import Refused
 
         raise Refused(f"--no-guard with {STRICT_ENV}=1: a stock image would run without the guard, and strict mode "
                       "would stop nothing", hint=f"drop --no-guard (the guard goes into EXPORT/guard) or unset {STRICT_ENV}")

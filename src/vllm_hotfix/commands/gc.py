@@ -10,9 +10,9 @@ import re
 import time
 from typing import Sequence
 
-from vllm_hotfix.errors import Busy, Refused, UsageError
-from vllm_hotfix.output import emit_json, note, say
-from vllm_hotfix.paths import state_dir
+from vllm_hotfix_guard.errors import Busy, Refused, UsageError
+from vllm_hotfix_guard.output import emit_json, note, say
+from vllm_hotfix_guard.paths import state_dir
 
 UNITS = {"": 86400, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

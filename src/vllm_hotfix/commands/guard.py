@@ -8,10 +8,10 @@ import os
 import shlex
 
 from vllm_hotfix.catalog.model import ID_PATTERN
-from vllm_hotfix.guard.env import PLUGIN_NAME
-from vllm_hotfix.errors import NotInEffect, UsageError
-from vllm_hotfix.output import emit_json, note, say
-from vllm_hotfix.settings import LOCK_ENV, REQUIRE_ENV, STRICT_ENV
+from vllm_hotfix_guard.env import PLUGIN_NAME
+from vllm_hotfix_guard.errors import NotInEffect, UsageError
+from vllm_hotfix_guard.output import emit_json, note, say
+from vllm_hotfix_guard.settings import LOCK_ENV, REQUIRE_ENV, STRICT_ENV
 
 
 def run(*, print_env: bool, check_env: bool, lock_file: str, require: str | None, strict: bool, fmt: str,
@@ -67,11 +67,11 @@ def check_environment(python: str | None, *, as_json: bool = False) -> int:
     interpreter that runs vLLM -- resolved as every command resolves it (``--python`` / HOTFIX_PYTHON,
     else hotfix's own if it imports vllm, else the `vllm` command's on PATH), the entry points read and
     the first one loaded *there* by the probe."""
-    from vllm_hotfix.guard.plugin import strict
-    from vllm_hotfix.guard.env import environment_problems
+    from vllm_hotfix_guard.plugin import strict
+    from vllm_hotfix_guard.env import environment_problems
     from vllm_hotfix.flow.resolve import Resolver
 
-    from vllm_hotfix.install.probe import GUARD_LOAD
+    from vllm_hotfix_guard.install.probe import GUARD_LOAD
 
     target = Resolver(python, guard=GUARD_LOAD).guard_target()  # entry points read, and the first loaded, there
     facts = target.guard

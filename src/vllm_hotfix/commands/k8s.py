@@ -22,11 +22,11 @@ from typing import Optional
 
 from vllm_hotfix.containers import k8s_image_volume, k8s_overlay, k8s_render
 from vllm_hotfix.txn.exported import read_exported, read_guard, refuse_strict_without_guard
-from vllm_hotfix.txn.hotfix_lock import read_lock
-from vllm_hotfix.errors import InvalidInput, Refused, UsageError, WriteFailed
-from vllm_hotfix.inputs import YAML_LIMIT, read_bounded
-from vllm_hotfix.output import emit_json, note, say
-from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
+from vllm_hotfix_guard.txn.hotfix_lock import read_lock
+from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError, WriteFailed
+from vllm_hotfix_guard.inputs import YAML_LIMIT, read_bounded
+from vllm_hotfix_guard.output import emit_json, note, say
+from vllm_hotfix_guard.paths import make_state_dir  # 0o755 whatever the umask
 
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 RENDER_TIMEOUT = 120.0
@@ -112,7 +112,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
 
 def _signatures(lock_path: Path) -> list:
     """The lock's signature files beside it in the export (txn.signed's reader), carried beside the lock."""
-    from vllm_hotfix.txn import signed
+    from vllm_hotfix_guard.txn import signed
 
     return signed.signature_files(lock_path)
 
@@ -173,7 +173,7 @@ def _stage(out_dir: Path, files: dict[str, bytes]) -> Path:
     """The overlay written into a new directory beside --to (same parent: relative paths hold)."""
     import tempfile
 
-    from vllm_hotfix.txn.atomic import atomic_write
+    from vllm_hotfix_guard.txn.atomic import atomic_write
 
     try:
         make_state_dir(out_dir.parent)

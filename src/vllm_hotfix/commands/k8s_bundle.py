@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers.k8s_image_volume import ImageVolume, image_volume, parse_reference
-from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.output import quote_path
+from vllm_hotfix_guard.errors import Refused, UsageError
+from vllm_hotfix_guard.output import quote_path
 
 
 def from_options(reference: Optional[str], bundle_dir: Optional[Path], export_dir: Path) -> ImageVolume:

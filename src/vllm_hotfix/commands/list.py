@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.catalog.model import Manifest
-from vllm_hotfix.output import emit_json, note, say, terminal_width, wrap
+from vllm_hotfix_guard.output import emit_json, note, say, terminal_width, wrap
 
 
 def run(*, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, quote_path, say
+from vllm_hotfix_guard.errors import UsageError
+from vllm_hotfix_guard.output import emit_json, quote_path, say
 
 
 def run(*, hotfix_id: str | None, python: str | None, root: Path | None, all_targets: bool,

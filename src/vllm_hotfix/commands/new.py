@@ -13,15 +13,15 @@ from typing import Any, Sequence
 
 from vllm_hotfix.commands import new_drafts
 from vllm_hotfix.commands.new_drafts import Draft, NewPatch
-from vllm_hotfix.core.diff import parse_patch
-from vllm_hotfix.errors import Refused, UsageError
+from vllm_hotfix_guard.core.diff import parse_patch
+from vllm_hotfix_guard.errors import Refused, UsageError
 from vllm_hotfix.catalog.model import ID_PATTERN
 from vllm_hotfix.catalog.manifest import manifest_from_dict
 from vllm_hotfix.catalog.manifest_text import toml_value
-from vllm_hotfix.core.data import load_toml
-from vllm_hotfix.output import emit_json, note, say
-from vllm_hotfix.txn.atomic import atomic_write
-from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
+from vllm_hotfix_guard.core.data import load_toml
+from vllm_hotfix_guard.output import emit_json, note, say
+from vllm_hotfix_guard.txn.atomic import atomic_write
+from vllm_hotfix_guard.paths import make_state_dir  # 0o755 whatever the umask
 
 
 def run(*, hotfix_id: str, commit: str | None = None, repo: Path | None = None, exclude: Sequence[str] = (),

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from vllm_hotfix.core.diff import exclude_paths, parse_patch
+from vllm_hotfix_guard.core.diff import exclude_paths, parse_patch
 from vllm_hotfix.core.render import file_diff
-from vllm_hotfix.errors import InvalidInput, Refused, UsageError
-from vllm_hotfix.output import note, quote_path
+from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix_guard.output import note, quote_path
 from vllm_hotfix.install.record import data_digest
 
 
@@ -153,8 +153,8 @@ def _recorded_tops(target: Any, paths: list[str], include_applied: bool) -> tupl
     from there, on top of the series (txn/derive.py gives every state, each checked against the record).
     With ``include_applied`` the recorded changes are folded in (said on stderr) and nothing is subtracted."""
     from vllm_hotfix.install.tree import Tree
-    from vllm_hotfix.txn.derive import Derivation
-    from vllm_hotfix.txn.state import TargetState
+    from vllm_hotfix_guard.txn.derive import Derivation
+    from vllm_hotfix_guard.txn.state import TargetState
 
     state = TargetState.for_root(target.root)
     derivation = Derivation(state, Tree(target.root).read, target.root)

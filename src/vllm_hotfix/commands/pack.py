@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers import bundle, oci
-from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, quote_path, say
+from vllm_hotfix_guard.errors import UsageError
+from vllm_hotfix_guard.output import emit_json, quote_path, say
 
 STAGE_SUFFIX = ".hotfix-pack"
 DEFAULT_EXPORT = Path("hotfix-export")
@@ -83,7 +83,7 @@ def run(*, hotfix_ids=(), export_dir: Optional[Path] = None, python: Optional[st
 
 
 def _content(hotfix_ids, export_dir: Optional[Path], python: Optional[str], catalogs) -> bundle.Content:
-    from vllm_hotfix.txn.hotfix_lock import dump_lock
+    from vllm_hotfix_guard.txn.hotfix_lock import dump_lock
 
     if hotfix_ids:
         from vllm_hotfix.catalog.index import Catalog, parse_ref
@@ -104,9 +104,9 @@ def exported_content(directory: Path) -> bundle.Content:
     link followed, each capped), which go into the layer beside the lock, and the guard's tree (checked
     against its RECORD: txn/exported.read_guard) under bundle.GUARD_DIR."""
     from vllm_hotfix.flow.export_plan import read_exported
-    from vllm_hotfix.settings import LOCK_NAME
+    from vllm_hotfix_guard.settings import LOCK_NAME
     from vllm_hotfix.txn.exported import read_guard
-    from vllm_hotfix.txn.signed import signature_files
+    from vllm_hotfix_guard.txn.signed import signature_files
 
     lock, lock_bytes, exported = read_exported(directory)
     signatures = signature_files(Path(directory) / LOCK_NAME, follow_symlinks=False)
@@ -143,8 +143,8 @@ def refuse_foreign(out: Path) -> None:
 
 def is_bundle(out: Path) -> bool:
     """index.json names one image, annotated as a bundle of ours."""
-    from vllm_hotfix.core.data import load_json
-    from vllm_hotfix.inputs import read_bounded
+    from vllm_hotfix_guard.core.data import load_json
+    from vllm_hotfix_guard.inputs import read_bounded
 
     index = load_json(read_bounded(out / oci.INDEX_FILE, cap=oci.INDEX_LIMIT, what="OCI index", follow_symlinks=False),
                       oci.INDEX_FILE)

@@ -16,12 +16,12 @@ from typing import Sequence
 from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.catalog.manifest_text import edit_patches, patch_row
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
-from vllm_hotfix.errors import ExitCode, InvalidInput, Refused, Unavailable
+from vllm_hotfix_guard.errors import ExitCode, InvalidInput, Refused, Unavailable
 from vllm_hotfix.flow.port_plan import CONFLICTS, FAILED, PortResult, port
 from vllm_hotfix.flow.releases import parse_versions, releases_in_scope, skip_reason
-from vllm_hotfix.output import emit_json, note, say
-from vllm_hotfix.txn.atomic import atomic_write
-from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
+from vllm_hotfix_guard.output import emit_json, note, say
+from vllm_hotfix_guard.txn.atomic import atomic_write
+from vllm_hotfix_guard.paths import make_state_dir  # 0o755 whatever the umask
 
 
 def run(*, hotfix_id: str, versions: str | None = None, catalogs: Sequence[Path] = (), out_dir: Path,

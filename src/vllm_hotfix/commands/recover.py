@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.errors import UsageError
-from vllm_hotfix.output import emit_json, quote_path, say
+from vllm_hotfix_guard.errors import UsageError
+from vllm_hotfix_guard.output import emit_json, quote_path, say
 from vllm_hotfix.txn.recovery import RecoveryReport
 
 
@@ -16,7 +16,7 @@ def run(*, python: str | None, root: Path | None, catalogs: Sequence[Path], dry_
     from vllm_hotfix.catalog.index import Catalog
     from vllm_hotfix.flow.resolve import Resolver
     from vllm_hotfix.flow.transaction import recover_target
-    from vllm_hotfix.paths import TargetDir
+    from vllm_hotfix_guard.paths import TargetDir
 
     if root is not None and not Path(root).is_dir():
         raise UsageError(f"--root {root}: no such directory")

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
-from vllm_hotfix.errors import Refused
-from vllm_hotfix.output import emit_json, quote_path, say
+from vllm_hotfix_guard.errors import Refused
+from vllm_hotfix_guard.output import emit_json, quote_path, say
 
 
 def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool, catalogs: Sequence[Path],

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix.catalog.model import Manifest, PatchSpec
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix_guard.output import emit_json, say
 
 
 def run(*, hotfix_id: str, catalogs: Sequence[Path] = (), as_json: bool = False) -> int:

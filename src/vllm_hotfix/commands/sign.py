@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Mapping, Optional
 
-from vllm_hotfix.errors import InvalidInput, UsageError, WriteFailed
-from vllm_hotfix.inputs import read_bounded
-from vllm_hotfix.output import emit_json, note, quote_path, say
-from vllm_hotfix.settings import CATALOG_SUMS, PASSWORD_ENV, PASSWORD_FILE_ENV
+from vllm_hotfix_guard.errors import InvalidInput, UsageError, WriteFailed
+from vllm_hotfix_guard.inputs import read_bounded
+from vllm_hotfix_guard.output import emit_json, note, quote_path, say
+from vllm_hotfix_guard.settings import CATALOG_SUMS, PASSWORD_ENV, PASSWORD_FILE_ENV
 
 PASSWORD_LIMIT = 4096
 SIGNED_FILE_LIMIT = 16 << 20  # a lock is at most 4 MiB, a policy 64 KiB
@@ -24,7 +24,8 @@ SIGNED_FILE_LIMIT = 16 << 20  # a lock is at most 4 MiB, a policy 64 KiB
 
 def run(*, file: Optional[Path], catalog: Optional[Path], key: Path, password_file: Optional[Path],
         trusted_comment: Optional[str], dry_run: bool, as_json: bool, env: Optional[Mapping[str, str]] = None) -> int:
-    from vllm_hotfix.core import minisign, signing
+    from vllm_hotfix.core import signing
+    from vllm_hotfix_guard.core import minisign
 
     env = os.environ if env is None else env
     if (file is None) == (catalog is None):
@@ -44,7 +45,7 @@ def run(*, file: Optional[Path], catalog: Optional[Path], key: Path, password_fi
     sig_path = target.parent / minisign.signature_name(target.name, signing_key.key_id)
     stale = [n for n in _stale_signatures(target, data) if n != sig_path.name] if kind == "catalog" else []
     if not dry_run:
-        from vllm_hotfix.txn.atomic import atomic_write
+        from vllm_hotfix_guard.txn.atomic import atomic_write
 
         try:
             if kind == "catalog":
@@ -80,11 +81,11 @@ def _check_signable(path: Path, data: bytes) -> str:
     """'lock' or 'policy': what the bytes are, checked as their reader checks them (a broken file is never
     signed)."""
     if path.suffix == ".toml":
-        from vllm_hotfix.core.trust_policy import parse_policy
+        from vllm_hotfix_guard.core.trust_policy import parse_policy
 
         parse_policy(data, str(path))
         return "policy"
-    from vllm_hotfix.txn.hotfix_lock import parse_lock
+    from vllm_hotfix_guard.txn.hotfix_lock import parse_lock
 
     lock = parse_lock(data, source=str(path))
     if lock.version is None:
@@ -103,7 +104,7 @@ def _catalog_sums(directory: Path) -> bytes:
 
 def _stale_signatures(target: Path, data: bytes) -> list[str]:
     """Signature files beside the catalog's list that were made over other bytes than ``data``."""
-    from vllm_hotfix.txn.signed import signature_files
+    from vllm_hotfix_guard.txn.signed import signature_files
 
     try:
         old = read_bounded(target, cap=16 << 20, what="catalog list of sums")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.output import emit_json, quote_path, say
+from vllm_hotfix_guard.output import emit_json, quote_path, say
 
 MARKS = {"applied": "ok", "fixed-upstream": "ok", "not-applied": "--", "not-applicable": "--"}
 
@@ -29,11 +29,11 @@ def version_fields(status, targets: list) -> dict:
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
         all_targets: bool, as_json: bool, runtime: bool = False, lock_file: Path | None = None) -> int:
     """Exit 1 when a named or recorded hotfix is not in effect (catalog extras only inform)."""
-    from vllm_hotfix.core.verdict import exit_code
+    from vllm_hotfix_guard.core.verdict import exit_code
 
     if runtime or lock_file:
         if all_targets or root or not runtime:
-            from vllm_hotfix.errors import UsageError
+            from vllm_hotfix_guard.errors import UsageError
 
             raise UsageError("--runtime looks at one interpreter (--python) and --lock goes with it",
                              hint="`hotfix status --runtime --python PY [--lock hotfix.lock]`")
@@ -41,7 +41,7 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
 
     if all_targets:
         if hotfix_ids or python or root:
-            from vllm_hotfix.errors import UsageError
+            from vllm_hotfix_guard.errors import UsageError
 
             raise UsageError("--all lists every recorded target: give no ID, --python or --root with it",
                              hint="`hotfix status --python PY` / `--root DIR` shows one target")
@@ -86,9 +86,9 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
 
 def hint_other_targets(targets: list) -> None:
     """A note when the state directory records targets besides the ones shown: `status --all` lists them."""
-    from vllm_hotfix.errors import HotfixError
-    from vllm_hotfix.output import note
-    from vllm_hotfix.paths import TargetDir, all_target_dirs, state_dir
+    from vllm_hotfix_guard.errors import HotfixError
+    from vllm_hotfix_guard.output import note
+    from vllm_hotfix_guard.paths import TargetDir, all_target_dirs, state_dir
 
     try:
         shown = {TargetDir.of(t.root) for t in targets}
@@ -119,19 +119,19 @@ def code_names(statuses) -> dict:
 def run_runtime(*, hotfix_ids: Sequence[str], python: str | None, lock_file: Path | None, as_json: bool) -> int:
     """`status --runtime`: flow/runtime.py in the interpreter --python names (as every command resolves it);
     exit 1 when a rebinding touches a hotfix."""
-    from vllm_hotfix.errors import NotInEffect
+    from vllm_hotfix_guard.errors import NotInEffect
     from vllm_hotfix.flow.resolve import Resolver
     from vllm_hotfix.flow.runtime import fixed_names_of_lock, fixed_names_of_record, survey
-    from vllm_hotfix.output import note
+    from vllm_hotfix_guard.output import note
 
     target = Resolver(python).package("vllm")
     if lock_file is not None:
-        from vllm_hotfix.txn.hotfix_lock import load_lock
+        from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 
         lock = load_lock(Path(lock_file))
         names = fixed_names_of_lock(lock)
     else:
-        from vllm_hotfix.txn.state import TargetState
+        from vllm_hotfix_guard.txn.state import TargetState
 
         names = fixed_names_of_record(Path(target.root), list(TargetState.for_root(Path(target.root)).hotfixes))
     if hotfix_ids:
@@ -179,11 +179,11 @@ def run_all(*, catalogs: Sequence[Path], as_json: bool) -> int:
     """`status --all`: every target the state directory records, with its series and words; gone ones
     marked STALE. Exit 1 when a recorded hotfix of a live target is not in effect (or cannot be judged)."""
     from vllm_hotfix.catalog.index import Catalog
-    from vllm_hotfix.core.verdict import IN_EFFECT
-    from vllm_hotfix.errors import NotInEffect
+    from vllm_hotfix_guard.core.verdict import IN_EFFECT
+    from vllm_hotfix_guard.errors import NotInEffect
     from vllm_hotfix.flow.overview import overview
     from vllm_hotfix.flow.survey import fingerprint
-    from vllm_hotfix.paths import state_dir
+    from vllm_hotfix_guard.paths import state_dir
 
     reports = overview(Catalog.load(catalogs))
     failing = any((not r.stale and r.not_judged) or any(s.state not in IN_EFFECT for s in r.statuses)

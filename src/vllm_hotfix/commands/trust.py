@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.errors import UsageError, WriteFailed
-from vllm_hotfix.output import emit_json, note, quote_path, say
+from vllm_hotfix_guard.errors import UsageError, WriteFailed
+from vllm_hotfix_guard.output import emit_json, note, quote_path, say
 
 
 def run(*, new_policy: Path, trust: Optional[Path], chain: Optional[Path], dry_run: bool, as_json: bool) -> int:
-    from vllm_hotfix.core import minisign
-    from vllm_hotfix.core import trust_policy as model
-    from vllm_hotfix.txn import signed
+    from vllm_hotfix_guard.core import minisign
+    from vllm_hotfix_guard.core import trust_policy as model
+    from vllm_hotfix_guard.txn import signed
 
     current_path = signed.policy_path(trust)
     if current_path is None:
@@ -73,7 +73,7 @@ def run(*, new_policy: Path, trust: Optional[Path], chain: Optional[Path], dry_r
 
 def _valid_for(policy, data: bytes, name: str, signature: bytes) -> bool:
     """A signature by one of the new policy's own keys (not in the current one): kept beside it too."""
-    from vllm_hotfix.core import minisign, trust_policy
+    from vllm_hotfix_guard.core import minisign, trust_policy
 
     (check,) = trust_policy.check_signatures(data, [(name, signature)], policy)
     return check.outcome == minisign.VALID
@@ -87,7 +87,7 @@ def _renamed(signature_name: str, old: str, new: str) -> str:
 def _write(writes: list, remove: list, chain: Optional[Path]) -> None:
     """Signature files first, each policy file last (atomically each): a reader sees the old policy or
     the new one, never a policy without its signatures."""
-    from vllm_hotfix.txn.atomic import atomic_write, unlink_if_present
+    from vllm_hotfix_guard.txn.atomic import atomic_write, unlink_if_present
 
     try:
         if chain is not None:

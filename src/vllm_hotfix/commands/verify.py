@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.errors import NotInEffect
-from vllm_hotfix.guard.lockreport import without_state
+from vllm_hotfix_guard.errors import NotInEffect
+from vllm_hotfix_guard.lockreport import without_state
 
 
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, lock_file: Path | None,
@@ -18,10 +18,10 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, loc
 
 def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> int:
     """Every named (else every recorded) hotfix must be applied or fixed upstream."""
-    from vllm_hotfix.core.verdict import IN_EFFECT
+    from vllm_hotfix_guard.core.verdict import IN_EFFECT
     from vllm_hotfix.flow.resolve import warn
     from vllm_hotfix.flow.survey import survey
-    from vllm_hotfix.output import emit_json, say
+    from vllm_hotfix_guard.output import emit_json, say
 
     targets: list = []
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=False,
@@ -57,7 +57,7 @@ def _verify_recorded(*, hotfix_ids, python, root, catalogs, as_json: bool) -> in
 def target_words(targets: list, python: str | None, root: Path | None) -> str:
     """The target(s) a command looked at, quoted, for a message: each resolved root (and its release), else
     the --root / --python it was given, else the interpreter hotfix chose for it."""
-    from vllm_hotfix.output import quoted
+    from vllm_hotfix_guard.output import quoted
 
     if targets:
         return " and ".join(quoted(str(t.root)) + (f" ({t.distribution or t.package} {t.version})" if t.version else "")
@@ -73,8 +73,8 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
     """guard/lockreport.verify_lock (the one answer, also the in-container `verify`'s) on the install the
     Resolver finds: the interpreter that runs vLLM, probed."""
     from vllm_hotfix.flow.resolve import Resolver
-    from vllm_hotfix.guard import lockreport
-    from vllm_hotfix.install.probe import GUARD_ENTRY_POINTS
+    from vllm_hotfix_guard import lockreport
+    from vllm_hotfix_guard.install.probe import GUARD_ENTRY_POINTS
 
     # its probe also reads the guard's entry points there (loading it would cost a probe process ~35 ms at
     # every container start: `hotfix guard --check-env` does; in this process it is loaded, at no cost)
@@ -82,8 +82,8 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
     resolver.prefetch()  # the probe's interpreter starts while the rest loads and the lock is read
 
     def resolve(package: str):
-        from vllm_hotfix.paths import TargetDir
-        from vllm_hotfix.txn import lock_check
+        from vllm_hotfix_guard.paths import TargetDir
+        from vllm_hotfix_guard.txn import lock_check
 
         target = resolver.package(package)  # the one resolution every command uses
         return lock_check.Installed(Path(target.package_dir), target.version, TargetDir.of(target.root).pending(),
@@ -105,8 +105,8 @@ def _verify_lock(lock_file: Path, *, ids: tuple[str, ...], python: str | None, c
 def _interpreter_note(resolver, hotfix, code) -> str:
     """Where the lock's fingerprints were computed by another interpreter than the one checked: the guard
     then proves a function by the code it compiled itself (docs: "The fixed function is the one running")."""
-    from vllm_hotfix.errors import HotfixError
-    from vllm_hotfix.guard.lockreport import interpreter_note
+    from vllm_hotfix_guard.errors import HotfixError
+    from vllm_hotfix_guard.lockreport import interpreter_note
 
     try:
         version = resolver.package(hotfix.package).python_version
@@ -129,8 +129,8 @@ def _lock_option(resolver, catalogs) -> str:
 
 def _lock_mounts(resolver):
     """(package, site-packages-relative path) -> where the file's bind mount comes from (None: not a mount)."""
-    from vllm_hotfix.errors import HotfixError
-    from vllm_hotfix.install.mounts import mount_table, mounted_files
+    from vllm_hotfix_guard.errors import HotfixError
+    from vllm_hotfix_guard.install.mounts import mount_table, mounted_files
 
     table = mount_table()
 
@@ -148,9 +148,9 @@ def _lock_mounts(resolver):
 def _guard_environment(resolver, as_json: bool) -> bool:
     """The in-process guard cannot report that vLLM never loads it: say so here, about the interpreter the
     lock was checked in (its probe read the entry points there)."""
-    from vllm_hotfix.errors import HotfixError
-    from vllm_hotfix.guard.env import environment_problems
-    from vllm_hotfix.guard.lockreport import guard_lines, guard_wanted
+    from vllm_hotfix_guard.errors import HotfixError
+    from vllm_hotfix_guard.env import environment_problems
+    from vllm_hotfix_guard.lockreport import guard_lines, guard_wanted
 
     try:
         target = resolver.guard_target()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllm_hotfix.output import emit_json, say
+from vllm_hotfix_guard.output import emit_json, say
 from vllm_hotfix.flow.resolve import Resolver
 from vllm_hotfix.install.locate import Target
 
@@ -37,7 +37,7 @@ def print_block(rows: list[tuple[str, str]], warnings: tuple[str, ...] = ()) -> 
 
 
 def run(*, package: str, python: str | None = None, do_import: bool = False, as_json: bool = False) -> int:
-    from vllm_hotfix.install.mounts import mounts_below
+    from vllm_hotfix_guard.install.mounts import mounts_below
 
     target = Resolver(python).package(package, do_import=do_import)
     mounts = list(mounts_below(target.package_dir).values())  # files that do not come from the install itself

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from vllm_hotfix.containers.k8s_overlay import dump
-from vllm_hotfix.core.docfields import is_hex64
-from vllm_hotfix.core.fingerprint import is_fingerprint
-from vllm_hotfix.errors import UsageError
-from vllm_hotfix.settings import FINGERPRINT_ANNOTATION
+from vllm_hotfix_guard.core.docfields import is_hex64
+from vllm_hotfix_guard.core.fingerprint import is_fingerprint
+from vllm_hotfix_guard.errors import UsageError
+from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
 
 NAME = "vllm-hotfix-approved"  # the policy, its binding and the parameter ConfigMap
 PARAMS_NAMESPACE = "vllm-hotfix-admission"

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Optional
 
-from vllm_hotfix.settings import LOCK_ENV, LOCK_NAME, STRICT_ENV
+from vllm_hotfix_guard.settings import LOCK_ENV, LOCK_NAME, STRICT_ENV
 
 CONTEXT_DIR = "vllm-hotfix"  # inside the build context
 IN_IMAGE = "/opt/vllm-hotfix"  # the context's vllm-hotfix/ in the image (the lock stays there)

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from vllm_hotfix.containers.oci import Entry
-from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.output import quote_path
-from vllm_hotfix.settings import LOCK_NAME, OCI_PREFIX
-from vllm_hotfix.txn.hotfix_lock import Lock, parse_lock
-from vllm_hotfix.txn.lock_check import expected_fingerprint
+from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.output import quote_path
+from vllm_hotfix_guard.settings import LOCK_NAME, OCI_PREFIX
+from vllm_hotfix_guard.txn.hotfix_lock import Lock, parse_lock
+from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
 LOCK_PATH = LOCK_NAME  # the lock, at the image's top
 FILES_DIR = "site-packages"  # the patched files below it, at their site-packages-relative paths
@@ -123,7 +123,7 @@ def annotations(bundle: Content) -> dict:
 
 def is_extra(path: str) -> bool:
     """A member a bundle may hold besides the lock and its files: a signature file of the lock, the guard."""
-    from vllm_hotfix.core.minisign import is_signature_name
+    from vllm_hotfix_guard.core.minisign import is_signature_name
 
     return path.split("/")[0] == GUARD_DIR or ("/" not in path and is_signature_name(path, LOCK_PATH))
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from vllm_hotfix.containers import yamledit as ye
-from vllm_hotfix.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError
 
 from vllm_hotfix.containers.compose_mounts import Edit, Mounts, escaped
-from vllm_hotfix.settings import LOCK_ENV
+from vllm_hotfix_guard.settings import LOCK_ENV
 
 
 # -- where to write ----------------------------------------------------------------------------

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_NAME
-from vllm_hotfix.txn.hotfix_lock import Lock, LockedHotfix
+from vllm_hotfix_guard.errors import Refused, UsageError
+from vllm_hotfix_guard.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_NAME
+from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedHotfix
 
 
 @dataclass(frozen=True)

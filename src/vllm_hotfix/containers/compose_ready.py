@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 from vllm_hotfix.containers import readiness as ready
 from vllm_hotfix.containers import yamledit as ye
-from vllm_hotfix.errors import Refused
-from vllm_hotfix.settings import READY_DIR_ENV
+from vllm_hotfix_guard.errors import Refused
+from vllm_hotfix_guard.settings import READY_DIR_ENV
 
 HINT = "add them by hand (docs/readiness.md), or pass --no-readiness"
 

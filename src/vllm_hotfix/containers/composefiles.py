@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers import yamledit as ye
-from vllm_hotfix.errors import InvalidInput, UsageError
+from vllm_hotfix_guard.errors import InvalidInput, UsageError
 
 
 # -- which file, and where inside the container ----------------------------------------------------

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from vllm_hotfix.containers.bundle import GUARD_DIR
-from vllm_hotfix.core.docfields import is_hex64
-from vllm_hotfix.errors import UsageError
-from vllm_hotfix.settings import CONTAINER_LOCK, LOCK_NAME
-from vllm_hotfix.txn.hotfix_lock import Lock
+from vllm_hotfix_guard.core.docfields import is_hex64
+from vllm_hotfix_guard.errors import UsageError
+from vllm_hotfix_guard.settings import CONTAINER_LOCK, LOCK_NAME
+from vllm_hotfix_guard.txn.hotfix_lock import Lock
 
 VOLUME = "vllm-hotfix-bundle"
 PULL_POLICY = "IfNotPresent"
@@ -108,7 +108,7 @@ class ImageVolume:
 def image_volume(reference: Reference, content, *, source: str) -> ImageVolume:
     """The image volume of a bundle's ``content`` (containers.bundle.Content: read back from the layout,
     or made from the export it was packed from)."""
-    from vllm_hotfix.core.minisign import is_signature_name
+    from vllm_hotfix_guard.core.minisign import is_signature_name
 
     beside = {e.path: e.data for e in content.extra if "/" not in e.path and is_signature_name(e.path, LOCK_NAME)}
     return ImageVolume(reference=reference, lock=content.lock, files=dict(content.files), lock_bytes=content.lock_bytes,

@@ -27,11 +27,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, FINGERPRINT_ANNOTATION, LOCK_ENV, LOCK_NAME, STRICT_ENV
-from vllm_hotfix.txn.hotfix_lock import Lock
-from vllm_hotfix.txn.lock_check import expected_fingerprint
+from vllm_hotfix_guard.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, FINGERPRINT_ANNOTATION, LOCK_ENV, LOCK_NAME, STRICT_ENV
+from vllm_hotfix_guard.txn.hotfix_lock import Lock
+from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 from vllm_hotfix.containers.k8s_trust import signature_items, trust_mount
-from vllm_hotfix.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.containers import readiness as ready
 
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from vllm_hotfix.errors import UsageError
-from vllm_hotfix.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, TRUST_ENV
+from vllm_hotfix_guard.errors import UsageError
+from vllm_hotfix_guard.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, TRUST_ENV
 
 TRUST_DIR = "/etc/vllm-hotfix-trust"  # --trust-configmap's mount: neither the lock's directory nor the image's pin
 TRUST_KEY = "trust.toml"  # the key the policy's ConfigMap must hold

@@ -28,8 +28,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
-from vllm_hotfix.core.docfields import Fields, is_hex64, relpath_problem
-from vllm_hotfix.errors import InvalidInput, UsageError
+from vllm_hotfix_guard.core.docfields import Fields, is_hex64, relpath_problem
+from vllm_hotfix_guard.errors import InvalidInput, UsageError
 
 MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -344,7 +344,7 @@ def _json(read_file: Reader, name: str, cap: int, source: str):
 
 
 def _load(data: bytes, source: str):
-    from vllm_hotfix.core.data import load_json
+    from vllm_hotfix_guard.core.data import load_json
 
     return load_json(data, source)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vllm_hotfix.settings import EXPECT_FINGERPRINT_ENV, FINGERPRINT_ANNOTATION, READY_DIR_ENV
+from vllm_hotfix_guard.settings import EXPECT_FINGERPRINT_ENV, FINGERPRINT_ANNOTATION, READY_DIR_ENV
 
 READY_IN_CONTAINER = "/run/vllm-hotfix/ready"  # where the records go in the container
 VOLUME = "vllm-hotfix-ready"                    # the emptyDir's name in the pod

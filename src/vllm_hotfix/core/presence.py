@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_hotfix.core.hunk_apply import Plan, Reader, apply_hunks, detect
-from vllm_hotfix.core.diff import FilePatch, Patch, reverse_patch
-from vllm_hotfix.errors import DoesNotApply
+from vllm_hotfix_guard.core.hunk_apply import Plan, Reader, apply_hunks, detect
+from vllm_hotfix_guard.core.diff import FilePatch, Patch, reverse_patch
+from vllm_hotfix_guard.errors import DoesNotApply
 
 APPLICABLE = "applicable"  # the change is not there and the patch applies as it is
 CONTAINED = "contained"    # the files already hold the patch's post-image (upstream merged it, or applied by hand)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 
-from vllm_hotfix.output import quote_path
+from vllm_hotfix_guard.output import quote_path
 
 
 def file_diff(path: str, before: bytes | None, after: bytes | None, mode: int = 0o644) -> bytes:

@@ -17,9 +17,9 @@ import binascii
 import hashlib
 import time
 
-from vllm_hotfix.core import minisign
-from vllm_hotfix.errors import InvalidInput, Refused
-from vllm_hotfix.values import Value
+from vllm_hotfix_guard.core import minisign
+from vllm_hotfix_guard.errors import InvalidInput, Refused
+from vllm_hotfix_guard.values import Value
 
 SECRET_KEY_SIZE = 158
 SECRET_KEY_FILE_LIMIT = 4096

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
-from vllm_hotfix.core.verdict import FIXED_UPSTREAM, NOT_APPLICABLE
-from vllm_hotfix.errors import FixedUpstream, Refused, UsageError
+from vllm_hotfix_guard.core.verdict import FIXED_UPSTREAM, NOT_APPLICABLE
+from vllm_hotfix_guard.errors import FixedUpstream, Refused, UsageError
 from vllm_hotfix.install.locate import Target
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from vllm_hotfix.core.hunk_apply import Plan, plan_patch
-from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch
-from vllm_hotfix.errors import DoesNotApply, HotfixError, InvalidInput, Refused
+from vllm_hotfix_guard.core.hunk_apply import Plan, plan_patch
+from vllm_hotfix_guard.core.diff import DiffStat, Patch, parse_patch
+from vllm_hotfix_guard.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.history_line import Event
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
@@ -24,9 +24,9 @@ from vllm_hotfix.flow.series import steps_by_path
 from vllm_hotfix.flow.resolve import Resolver, target_summary
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.txn.fsops import parallel
-from vllm_hotfix.paths import TargetDir, read_own_file
-from vllm_hotfix.txn.state import BACKUP_LIMIT, RecordedFile, RecordedHotfix, TargetState, now
+from vllm_hotfix_guard.txn.fsops import parallel
+from vllm_hotfix_guard.paths import TargetDir, read_own_file
+from vllm_hotfix_guard.txn.state import BACKUP_LIMIT, RecordedFile, RecordedHotfix, TargetState, now
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
     from vllm_hotfix.catalog.model import TargetSpec
@@ -184,8 +184,8 @@ def drop_stale_bytecode(entries) -> None:
     transaction's business, removing it is idempotent and Python writes a fresh one."""
     import os
 
-    from vllm_hotfix.errors import WriteFailed
-    from vllm_hotfix.txn.atomic import unlink_if_present
+    from vllm_hotfix_guard.errors import WriteFailed
+    from vllm_hotfix_guard.txn.atomic import unlink_if_present
 
     for source, pyc, _ in entries:
         folder, name = os.path.split(pyc)

@@ -8,15 +8,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from vllm_hotfix.errors import HotfixError, Refused
+from vllm_hotfix_guard.errors import HotfixError, Refused
 from vllm_hotfix.flow.hotfix import sha256
 from vllm_hotfix.flow.series import Series, steps_by_path
 from vllm_hotfix.flow.resolve import Resolver
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.output import note, quote_path
+from vllm_hotfix_guard.output import note, quote_path
 from vllm_hotfix.flow.plan import Proposal
-from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix_guard.txn.state import TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
     from vllm_hotfix.catalog.model import TargetSpec
@@ -76,8 +76,8 @@ def _unproven(target: Target) -> None:
     """No RECORD and no git state to prove a baseline with: a note, unless git's state could not be read
     because another user owns the checkout (git's dubious ownership): then refused (exit 3), never
     written on unproven."""
-    from vllm_hotfix.install.facts import find_work_tree
-    from vllm_hotfix.install.version import checkout_owner_problem
+    from vllm_hotfix_guard.install.facts import find_work_tree
+    from vllm_hotfix_guard.install.version import checkout_owner_problem
 
     top = find_work_tree(target.root) if target.kind == "git" else None
     problem = checkout_owner_problem(top) if top is not None else None

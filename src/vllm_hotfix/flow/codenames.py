@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_hotfix.core import codeprint
+from vllm_hotfix_guard.core import codeprint
 from vllm_hotfix.core.regions import changed_ranges, spans_of
-from vllm_hotfix.errors import HotfixError
+from vllm_hotfix_guard.errors import HotfixError
 from vllm_hotfix.flow.series import Series, apply_part
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix_guard.txn.state import TargetState
 
 
 def recorded_names(root: Path, hotfix_ids) -> dict[str, dict[str, list[tuple[str, str]]]]:

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Callable
 
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
-from vllm_hotfix.core.hunk_apply import Reader
-from vllm_hotfix.core.diff import Patch
+from vllm_hotfix_guard.core.hunk_apply import Reader
+from vllm_hotfix_guard.core.diff import Patch
 from vllm_hotfix.core.presence import APPLICABLE, CONFLICTS, CONTAINED, PARTLY, Presence, presence
-from vllm_hotfix.core.verdict import APPLIED, FIXED_UPSTREAM, INTERRUPTED, NOT_APPLICABLE, STALE_BYTECODE
-from vllm_hotfix.errors import Refused, Unavailable
+from vllm_hotfix_guard.core.verdict import APPLIED, FIXED_UPSTREAM, INTERRUPTED, NOT_APPLICABLE, STALE_BYTECODE
+from vllm_hotfix_guard.errors import Refused, Unavailable
 from vllm_hotfix.flow.applicability import Inapplicable, applicability
 from vllm_hotfix.flow.hotfix import catalog_hotfix
 from vllm_hotfix.flow.releases import on_release

@@ -16,21 +16,21 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hotfix import __version__
-from vllm_hotfix.txn import lockcode, hotfix_lock
-from vllm_hotfix.core.hunk_apply import FileState, plan_patch
-from vllm_hotfix.core.diff import Patch
+from vllm_hotfix_guard.txn import lockcode, hotfix_lock
+from vllm_hotfix_guard.core.hunk_apply import FileState, plan_patch
+from vllm_hotfix_guard.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
-from vllm_hotfix.errors import FixedUpstream, Refused, WriteFailed
+from vllm_hotfix_guard.errors import FixedUpstream, Refused, WriteFailed
 from vllm_hotfix.flow.applicability import check_applicable
 from vllm_hotfix.flow.hotfix import catalog_hotfix, sha256
 from vllm_hotfix.flow.baseline_proof import prove_bytes_pristine, prove_files_pristine
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.flow.series import Series, apply_part, steps_by_path
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import LOCK_NAME, TargetDir
-from vllm_hotfix.txn.state import TargetState
-from vllm_hotfix.paths import make_state_dir  # 0o755 whatever the umask
+from vllm_hotfix_guard.output import quote_path
+from vllm_hotfix_guard.paths import LOCK_NAME, TargetDir
+from vllm_hotfix_guard.txn.state import TargetState
+from vllm_hotfix_guard.paths import make_state_dir  # 0o755 whatever the umask
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,7 @@ def _merge(lock_path: Path | None, site_packages: str, exported: list[hotfix_loc
 
 def write_export(out_dir: Path, export: Export) -> None:
     """The files, then the lock (atomically each; the lock last, so it never names a missing file)."""
-    from vllm_hotfix.txn.atomic import atomic_write
+    from vllm_hotfix_guard.txn.atomic import atomic_write
 
     tree = Tree(out_dir)
     try:

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from vllm_hotfix.core.docfields import Fields
-from vllm_hotfix.errors import HotfixError, InvalidInput, WriteFailed
-from vllm_hotfix.paths import TargetDir, all_target_dirs, read_small_file
+from vllm_hotfix_guard.core.docfields import Fields
+from vllm_hotfix_guard.errors import HotfixError, InvalidInput, WriteFailed
+from vllm_hotfix_guard.paths import TargetDir, all_target_dirs, read_small_file
 from vllm_hotfix.txn.mutex import target_mutex
 from vllm_hotfix.txn.recovery import journal_root
-from vllm_hotfix.txn.state import TargetState
-from vllm_hotfix.txn.writable import describe
+from vllm_hotfix_guard.txn.state import TargetState
+from vllm_hotfix_guard.txn.writable import describe
 
 DEFAULT_OLDER_THAN = 7 * 24 * 3600.0
 MARKER_MAX = 4096
@@ -99,7 +99,7 @@ def read_marker(tdir: TargetDir, root: str, now: float) -> float | None:
 
 
 def write_marker(tdir: TargetDir, root: str, now: float) -> None:
-    from vllm_hotfix.txn.atomic import atomic_write
+    from vllm_hotfix_guard.txn.atomic import atomic_write
 
     doc = {"root": root, "since": now, "since_utc": iso(now), "by": "hotfix gc"}
     atomic_write(tdir.gone_file, (json.dumps(doc, indent=1) + "\n").encode(), 0o644)
@@ -176,7 +176,7 @@ def unconfirmed(confirmed: Iterable[str], entries: list[Entry]) -> list[str]:
 
 def forget_marker(entry: Entry) -> None:
     """A target that exists again starts over: its gone.json goes."""
-    from vllm_hotfix.txn.atomic import unlink_if_present
+    from vllm_hotfix_guard.txn.atomic import unlink_if_present
 
     try:
         unlink_if_present(TargetDir(entry.directory).gone_file)

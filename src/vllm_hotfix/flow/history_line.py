@@ -10,14 +10,14 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vllm_hotfix.core.fingerprint import Entry as FingerprintEntry, fingerprint
-from vllm_hotfix.errors import HotfixError
+from vllm_hotfix_guard.core.fingerprint import Entry as FingerprintEntry, fingerprint
+from vllm_hotfix_guard.errors import HotfixError
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix.txn import history
-from vllm_hotfix.txn.state import TargetState, now
+from vllm_hotfix_guard.txn.state import TargetState, now
 
 if TYPE_CHECKING:
-    from vllm_hotfix.core.hunk_apply import Plan
+    from vllm_hotfix_guard.core.hunk_apply import Plan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,7 +133,7 @@ def entry(event: Event, state: TargetState, plan: Plan, tree: Tree, root: str) -
 def histories(*, python: str | None, root, everything: bool, catalogs=()) -> list[tuple[str, list[history.Entry]]]:
     """(target root, its entries oldest first) for every target of this `--python` / `--root`, or of the
     whole state directory (``everything``); InvalidInput (exit 8) names a broken file or line."""
-    from vllm_hotfix.paths import TargetDir, all_target_dirs
+    from vllm_hotfix_guard.paths import TargetDir, all_target_dirs
 
     if everything:
         found = []

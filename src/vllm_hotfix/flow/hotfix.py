@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from vllm_hotfix.core.diff import Patch, exclude_paths, parse_patch
-from vllm_hotfix.errors import InvalidInput, Refused
-from vllm_hotfix.inputs import PATCH_LIMIT, read_bounded
-from vllm_hotfix.inputs import read_patch_file as inputs_read_patch_file
+from vllm_hotfix_guard.core.diff import Patch, exclude_paths, parse_patch
+from vllm_hotfix_guard.errors import InvalidInput, Refused
+from vllm_hotfix_guard.inputs import PATCH_LIMIT, read_bounded
+from vllm_hotfix_guard.inputs import read_patch_file as inputs_read_patch_file
 from vllm_hotfix.install.locate import Target
-from vllm_hotfix.txn.fsops import sha256_hex
-from vllm_hotfix.txn.state import RecordedHotfix, TargetState
+from vllm_hotfix_guard.txn.fsops import sha256_hex
+from vllm_hotfix_guard.txn.state import RecordedHotfix, TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
     from vllm_hotfix.catalog.model import Manifest, PatchSpec

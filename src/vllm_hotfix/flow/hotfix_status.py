@@ -16,9 +16,9 @@ from typing import Sequence
 from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
-from vllm_hotfix.core.verdict import (APPLIED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLICABLE,
+from vllm_hotfix_guard.core.verdict import (APPLIED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLICABLE,
                                      NOT_APPLIED, STALE, STALE_BYTECODE, UNKNOWN, State, bytecode_advice, stale_advice)
-from vllm_hotfix.errors import HotfixError, Refused
+from vllm_hotfix_guard.errors import HotfixError, Refused
 from vllm_hotfix.flow.applicability import applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
 from vllm_hotfix.flow.plan import flatten
@@ -26,11 +26,11 @@ from vllm_hotfix.flow.series import judge_recorded, steps_by_path
 from vllm_hotfix.flow.resolve import target_option
 from vllm_hotfix.install.in_target import in_interpreter
 from vllm_hotfix.install.locate import Target
-from vllm_hotfix.install.mounts import MountedFile
+from vllm_hotfix_guard.install.mounts import MountedFile
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import LOCK_ENV, TargetDir
-from vllm_hotfix.txn.state import RecordedHotfix, TargetState
+from vllm_hotfix_guard.output import quote_path
+from vllm_hotfix_guard.paths import LOCK_ENV, TargetDir
+from vllm_hotfix_guard.txn.state import RecordedHotfix, TargetState
 
 
 @dataclass(frozen=True)
@@ -247,7 +247,7 @@ def lock_status(hotfix_id: str, target: Target) -> Status | None:
     fix comes from the mounts the lock declares, never from `hotfix apply` on the image. None otherwise."""
     import os
 
-    from vllm_hotfix.txn import hotfix_lock, lock_check
+    from vllm_hotfix_guard.txn import hotfix_lock, lock_check
 
     named = os.environ.get(LOCK_ENV, "").strip()
     if not named:

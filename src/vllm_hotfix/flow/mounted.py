@@ -7,11 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from vllm_hotfix.errors import HotfixError
+from vllm_hotfix_guard.errors import HotfixError
 from vllm_hotfix.install.locate import Target
-from vllm_hotfix.install.mounts import MountedFile, mounted_files
-from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import LOCK_ENV
+from vllm_hotfix_guard.install.mounts import MountedFile, mounted_files
+from vllm_hotfix_guard.output import quote_path
+from vllm_hotfix_guard.paths import LOCK_ENV
 
 if TYPE_CHECKING:
     from vllm_hotfix.flow.hotfix_status import Status
@@ -23,7 +23,7 @@ def declared_by_lock(hotfix_id: str, paths: Sequence[str]) -> str | None:
     every start). None when it is unset, unreadable, or says nothing of them."""
     import os
 
-    from vllm_hotfix.txn.hotfix_lock import load_lock
+    from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 
     named = os.environ.get(LOCK_ENV, "").strip()
     if not named:

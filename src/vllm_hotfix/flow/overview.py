@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_hotfix.catalog.index import Catalog
-from vllm_hotfix.errors import HotfixError
+from vllm_hotfix_guard.errors import HotfixError
 from vllm_hotfix.flow import gone_targets
 from vllm_hotfix.flow.survey import Survey
 from vllm_hotfix.flow.hotfix_status import Status
-from vllm_hotfix.txn.state import TargetState
+from vllm_hotfix_guard.txn.state import TargetState
 
 NOT_JUDGED = "not-judged"  # a live target no interpreter or checkout resolution reaches from here
 

@@ -15,8 +15,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_hotfix.core.hunk_apply import FileEdit, Plan, Reader, plan_patch
-from vllm_hotfix.core.diff import DiffStat, Patch, parse_patch, file_boundary_near_middle
+from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan, Reader, plan_patch
+from vllm_hotfix_guard.core.diff import DiffStat, Patch, parse_patch, file_boundary_near_middle
 from vllm_hotfix.install.tree import Tree
 
 _FORWARD, _REVERSE, _PARSED = b"f", b"r", b"p"

@@ -6,16 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from vllm_hotfix.core.hunk_apply import FileEdit, Plan, detect, plan_patch
-from vllm_hotfix.core.diff import Patch, reverse_patch
-from vllm_hotfix.core.verdict import APPLIED, DRIFTED, LOST, STALE_BYTECODE, UNKNOWN
-from vllm_hotfix.errors import DoesNotApply, InvalidInput, Refused
+from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan, detect, plan_patch
+from vllm_hotfix_guard.core.diff import Patch, reverse_patch
+from vllm_hotfix_guard.core.verdict import APPLIED, DRIFTED, LOST, STALE_BYTECODE, UNKNOWN
+from vllm_hotfix_guard.errors import DoesNotApply, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import Hotfix, sha256
 from vllm_hotfix.flow.series import Series, judge_recorded, level, release_changed, steps_by_path
 from vllm_hotfix.flow.resolve import target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState
+from vllm_hotfix_guard.txn.state import RecordedFile, RecordedHotfix, TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
     from vllm_hotfix.catalog.model import Manifest
@@ -164,7 +164,7 @@ def _propose_upgrade(hotfix: Hotfix, target: Target, state: TargetState, recorde
         raise Refused(f"{hotfix.id}: version {recorded.version} is applied to {target.root}; "
                       f"{hotfix.ref} does not declare that it supersedes it",
                       hint=f"roll it back first: hotfix rollback {hotfix.id} {target_option(target)}")
-    from vllm_hotfix.txn.derive import recorded_patch
+    from vllm_hotfix_guard.txn.derive import recorded_patch
 
     old = recorded_patch(state, recorded)
     try:

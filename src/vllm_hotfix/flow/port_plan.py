@@ -24,16 +24,16 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from vllm_hotfix.catalog.model import Manifest, PatchSpec, PatchStats, TargetSpec, failed_check
-from vllm_hotfix.core.hunk_apply import FileEdit, FileState, Plan, Reader
-from vllm_hotfix.core.diff import Patch, parse_patch
+from vllm_hotfix_guard.core.hunk_apply import FileEdit, FileState, Plan, Reader
+from vllm_hotfix_guard.core.diff import Patch, parse_patch
 from vllm_hotfix.core.merge import MergeFile, three_way
 from vllm_hotfix.install.git import diff_texts, merge_file
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
 from vllm_hotfix.core.render import file_diff
-from vllm_hotfix.core.verdict import FIXED_UPSTREAM
-from vllm_hotfix.errors import Refused, Unavailable
+from vllm_hotfix_guard.core.verdict import FIXED_UPSTREAM
+from vllm_hotfix_guard.errors import Refused, Unavailable
 from vllm_hotfix.flow.releases import on_release
-from vllm_hotfix.output import note
+from vllm_hotfix_guard.output import note
 
 APPLIES, PORTED, CONFLICTS, CHECK_FAILED, UNAVAILABLE = "applies", "ported", "conflicts", "check-failed", "unavailable"
 FAILED = frozenset({CONFLICTS, CHECK_FAILED})

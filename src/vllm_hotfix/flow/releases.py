@@ -16,9 +16,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
-from vllm_hotfix.core.hunk_apply import Reader
+from vllm_hotfix_guard.core.hunk_apply import Reader
 from vllm_hotfix.core.presence import Presence, presence
-from vllm_hotfix.errors import UsageError
+from vllm_hotfix_guard.errors import UsageError
 from vllm_hotfix.flow.applicability import Inapplicable, applicability, release_target
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix
 

@@ -16,19 +16,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from vllm_hotfix.core.distname import import_name
-from vllm_hotfix.errors import HotfixError, Refused
+from vllm_hotfix_guard.core.distname import import_name
+from vllm_hotfix_guard.errors import HotfixError, Refused
 from vllm_hotfix.install.interpreters import SERVER_COMMAND, candidate_interpreters, server_interpreter
 from vllm_hotfix.install.locate import (Target, interpreter_path, is_this_interpreter, locate_package, locate_root,
                                         start_probe)
-from vllm_hotfix.output import note
+from vllm_hotfix_guard.output import note
 
 SERVER_PACKAGE = "vllm"  # what the interpreter that runs vLLM imports: the guard's plugin loader lives there
 
 if TYPE_CHECKING:  # types only: `verify --lock` at container start must not pay for `packaging` / TOML
     from vllm_hotfix.catalog.index import Catalog
     from vllm_hotfix.catalog.model import Manifest, TargetSpec
-    from vllm_hotfix.txn.state import TargetState
+    from vllm_hotfix_guard.txn.state import TargetState
 
 
 def target_option(target: Target, catalog: Catalog | None = None, also: Iterable[str | None] = ()) -> str:
@@ -187,8 +187,8 @@ class Resolver:
     def records(self, catalog: Catalog | None) -> list[tuple[Target, TargetState]]:
         """(target, its record) for every target of this `--python` / `--root` that has a record or an
         interrupted transaction."""
-        from vllm_hotfix.paths import TargetDir
-        from vllm_hotfix.txn.state import TargetState
+        from vllm_hotfix_guard.paths import TargetDir
+        from vllm_hotfix_guard.txn.state import TargetState
 
         out = []
         for target in self.targets(catalog):
@@ -208,9 +208,9 @@ def _catalog_packages(catalog: Catalog | None) -> Iterable[str]:
 def recorded_packages() -> list[str]:
     """Import names that records in this state directory are about (state.json's target.package), read
     by the one reader of the format; a record that cannot be read names none."""
-    from vllm_hotfix.errors import InvalidInput
-    from vllm_hotfix.paths import all_target_dirs  # here: `verify --lock` pays for hashlib after its probe started
-    from vllm_hotfix.txn.state import TargetState
+    from vllm_hotfix_guard.errors import InvalidInput
+    from vllm_hotfix_guard.paths import all_target_dirs  # here: `verify --lock` pays for hashlib after its probe started
+    from vllm_hotfix_guard.txn.state import TargetState
 
     names = set()
     for tdir in all_target_dirs():
@@ -224,8 +224,8 @@ def recorded_packages() -> list[str]:
 
 
 def _recorded_package(root: Path) -> str | None:
-    from vllm_hotfix.paths import TargetDir
-    from vllm_hotfix.txn.state import TargetState
+    from vllm_hotfix_guard.paths import TargetDir
+    from vllm_hotfix_guard.txn.state import TargetState
 
     state = TargetState.load(TargetDir.of(root).directory)
     package = state.target.get("package")

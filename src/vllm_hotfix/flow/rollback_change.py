@@ -18,14 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_hotfix.core.hunk_apply import FileEdit, Plan
-from vllm_hotfix.errors import InvalidInput, Refused
+from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan
+from vllm_hotfix_guard.errors import InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.history_line import Event
 from vllm_hotfix.flow.series import Series, distrust, rebased_records
-from vllm_hotfix.txn.judgement import release_of
+from vllm_hotfix_guard.txn.judgement import release_of
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.txn.state import RecordedHotfix, TargetState
+from vllm_hotfix_guard.txn.state import RecordedHotfix, TargetState
 
 
 @dataclass(frozen=True)

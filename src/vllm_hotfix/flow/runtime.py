@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_hotfix.errors import Refused
+from vllm_hotfix_guard.errors import Refused
 
 TIMEOUT = 900.0  # importing vLLM with torch and its plugins: minutes on a busy machine
 
@@ -54,14 +54,14 @@ class Runtime:
 
 def fixed_names_of_lock(lock) -> dict:
     """hotfix id -> ((module, qualname), ...) of a txn/hotfix_lock.Lock's code names."""
-    from vllm_hotfix.core.codeprint import module_name
+    from vllm_hotfix_guard.core.codeprint import module_name
 
     return {h.id: tuple((module_name(f.path), n.name) for f in h.files if f.code is not None for n in f.code.names)
             for h in lock.hotfixes}
 
 
 def fixed_names_of_record(root: Path, ids) -> dict:
-    from vllm_hotfix.core.codeprint import module_name
+    from vllm_hotfix_guard.core.codeprint import module_name
     from vllm_hotfix.flow.codenames import recorded_names
 
     return {hotfix_id: tuple((module_name(path), name) for path, names in paths.items() for name, _ in names)

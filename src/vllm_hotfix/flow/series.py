@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_hotfix.core.hunk_apply import FileState
-from vllm_hotfix.core.diff import Patch
+from vllm_hotfix_guard.core.hunk_apply import FileState
+from vllm_hotfix_guard.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
-from vllm_hotfix.errors import DoesNotApply, Refused
+from vllm_hotfix_guard.errors import DoesNotApply, Refused
 from vllm_hotfix.flow.hotfix import sha256
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.paths import TargetDir
-from vllm_hotfix.txn.derive import Derivation, apply_part, level, steps_by_path  # noqa: F401 - the series' API
-from vllm_hotfix.txn.judgement import Judged, judge_record, release_of
-from vllm_hotfix.txn.state import RecordedFile, RecordedHotfix, TargetState
+from vllm_hotfix_guard.paths import TargetDir
+from vllm_hotfix_guard.txn.derive import Derivation, apply_part, level, steps_by_path  # noqa: F401 - the series' API
+from vllm_hotfix_guard.txn.judgement import Judged, judge_record, release_of
+from vllm_hotfix_guard.txn.state import RecordedFile, RecordedHotfix, TargetState
 
 Step = tuple  # (hotfix id, sha256 before, sha256 after)
 
@@ -46,8 +46,8 @@ def judge_recorded(state: TargetState, target, *, pinned=None, inapplicable=None
 def distrust(state: TargetState, tree: Tree, target) -> str | None:
     """Why a record is not what `hotfix apply` wrote for this install, or None (txn/judgement.record_problem,
     everything derived): what every write checks before a record steers it."""
-    from vllm_hotfix.core.verdict import BrokenSeries, series_checks
-    from vllm_hotfix.txn.judgement import record_problem
+    from vllm_hotfix_guard.core.verdict import BrokenSeries, series_checks
+    from vllm_hotfix_guard.txn.judgement import record_problem
 
     try:
         series_checks(state.series(), lambda path: (None, None))

@@ -9,13 +9,13 @@ from typing import Iterable, Sequence
 
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.catalog.model import Manifest
-from vllm_hotfix.errors import HotfixError, Refused, UsageError
+from vllm_hotfix_guard.errors import HotfixError, Refused, UsageError
 from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.flow.mounted import through_mounts
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.paths import TargetDir
-from vllm_hotfix.txn.state import RecordedHotfix, TargetState
+from vllm_hotfix_guard.paths import TargetDir
+from vllm_hotfix_guard.txn.state import RecordedHotfix, TargetState
 from vllm_hotfix.flow.hotfix_status import SeriesView, Status, catalog_status, interrupted, status_from_record
 
 
@@ -135,7 +135,7 @@ def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, 
 def fingerprint(statuses: Iterable[Status]) -> str:
     """core.fingerprint of these statuses: each hotfix's id and version, its target's distribution and
     installed version, and every file's sha256 as it is on disk now."""
-    from vllm_hotfix.core.fingerprint import Entry, fingerprint as digest
+    from vllm_hotfix_guard.core.fingerprint import Entry, fingerprint as digest
     from vllm_hotfix.flow.hotfix import sha256
 
     entries = []

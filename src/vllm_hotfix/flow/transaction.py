@@ -17,21 +17,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from vllm_hotfix.core.hunk_apply import Plan
-from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
+from vllm_hotfix_guard.core.hunk_apply import Plan
+from vllm_hotfix_guard.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.output import note
-from vllm_hotfix.paths import TargetDir, make_state_dir
-from vllm_hotfix.txn.atomic import atomic_write, copy_new_file, fsync_dir, unlink_if_present
+from vllm_hotfix_guard.output import note
+from vllm_hotfix_guard.paths import TargetDir, make_state_dir
+from vllm_hotfix_guard.txn.atomic import atomic_write, copy_new_file, fsync_dir, unlink_if_present
 from vllm_hotfix.flow.plan import invert
-from vllm_hotfix.txn.fsops import (Interrupted, parallel, digests_remembered, hold_late_signals, late_signal,
+from vllm_hotfix_guard.txn.fsops import (Interrupted, parallel, digests_remembered, hold_late_signals, late_signal,
                                    signals_as_exceptions)
 from vllm_hotfix.txn import history
 from vllm_hotfix.txn.journal import commit, nothing_changed
 from vllm_hotfix.txn.recovery import RecoveryReport, recover, remove_stray_temps
 from vllm_hotfix.txn.mutex import DEFAULT_TIMEOUT, target_mutex
-from vllm_hotfix.txn.state import TargetState
-from vllm_hotfix.txn.writable import state_dir_writable, target_writable
+from vllm_hotfix_guard.txn.state import TargetState
+from vllm_hotfix_guard.txn.writable import state_dir_writable, target_writable
 
 if TYPE_CHECKING:
     from vllm_hotfix.flow.history_line import Event

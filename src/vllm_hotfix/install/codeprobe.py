@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_hotfix.core import codeprint
-from vllm_hotfix.errors import Refused
+from vllm_hotfix_guard.core import codeprint
+from vllm_hotfix_guard.errors import Refused
 from vllm_hotfix.install.locate import interpreter_path, is_this_interpreter
 
 TIMEOUT = 120.0  # compiling a few vLLM files: seconds at most, even on a loaded machine

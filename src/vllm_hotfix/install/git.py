@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from vllm_hotfix.errors import Refused
-from vllm_hotfix.install.facts import find_work_tree  # noqa: F401 - the one rule, re-exported
-from vllm_hotfix.install.version import checkout_owner_problem, git_available, git_env  # noqa: F401 - re-exported
+from vllm_hotfix_guard.errors import Refused
+from vllm_hotfix_guard.install.facts import find_work_tree  # noqa: F401 - the one rule, re-exported
+from vllm_hotfix_guard.install.version import checkout_owner_problem, git_available, git_env  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)

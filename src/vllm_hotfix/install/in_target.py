@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_hotfix.errors import Refused, UsageError
-from vllm_hotfix.install import bytecode
+from vllm_hotfix_guard.errors import Refused, UsageError
+from vllm_hotfix_guard.install import bytecode
 from vllm_hotfix.install.locate import PROBE_TIMEOUT, cannot_start, interpreter_path, is_this_interpreter
 
 

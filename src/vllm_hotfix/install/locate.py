@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_hotfix.errors import Refused, UsageError, WriteFailed
-from vllm_hotfix.install import facts as install_facts
-from vllm_hotfix.install import probe as probe_module
+from vllm_hotfix_guard.errors import Refused, UsageError, WriteFailed
+from vllm_hotfix_guard.install import facts as install_facts
+from vllm_hotfix_guard.install import probe as probe_module
 
 if TYPE_CHECKING:
     from vllm_hotfix.install.git import GitInfo

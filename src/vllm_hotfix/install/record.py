@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.errors import InvalidInput
 
 CHUNK = 1 << 20
 

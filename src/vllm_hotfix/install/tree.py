@@ -7,11 +7,11 @@ import stat
 import time
 from pathlib import Path
 
-from vllm_hotfix.core.hunk_apply import FileState
-from vllm_hotfix.core.safety import check_patch_path
-from vllm_hotfix.errors import Refused
-from vllm_hotfix.inputs import TARGET_FILE_LIMIT, Unfit, read_input, size_text
-from vllm_hotfix.output import quote_path
+from vllm_hotfix_guard.core.hunk_apply import FileState
+from vllm_hotfix_guard.core.safety import check_patch_path
+from vllm_hotfix_guard.errors import Refused
+from vllm_hotfix_guard.inputs import TARGET_FILE_LIMIT, Unfit, read_input, size_text
+from vllm_hotfix_guard.output import quote_path
 
 
 # Kernel file timestamps are coarse (a jiffy, at most 10 ms): a change made within that window of a

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.settings import LOCK_NAME
-from vllm_hotfix.txn.hotfix_lock import LockedFile
+from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.settings import LOCK_NAME
+from vllm_hotfix_guard.txn.hotfix_lock import LockedFile
 
 
 def read_exported(export_dir: Path, files: tuple[LockedFile, ...], lock_path: Path) -> dict[str, bytes]:
@@ -21,8 +21,8 @@ def read_exported(export_dir: Path, files: tuple[LockedFile, ...], lock_path: Pa
     import os
     import stat
 
-    from vllm_hotfix.inputs import EXPORT_FILE_LIMIT, read_bounded
-    from vllm_hotfix.output import quote_path
+    from vllm_hotfix_guard.inputs import EXPORT_FILE_LIMIT, read_bounded
+    from vllm_hotfix_guard.output import quote_path
 
     hint = f"re-run `hotfix export` into {quote_path(str(export_dir))}"
     found: dict[str, bytes] = {}
@@ -64,8 +64,8 @@ def read_guard(export_dir: Path) -> dict[str, bytes] | None:
     import os
     import stat
 
-    from vllm_hotfix.inputs import EXPORT_FILE_LIMIT, read_bounded
-    from vllm_hotfix.output import quote_path
+    from vllm_hotfix_guard.inputs import EXPORT_FILE_LIMIT, read_bounded
+    from vllm_hotfix_guard.output import quote_path
 
     site = Path(export_dir) / "guard" / "site-packages"
     hint = f"re-run `hotfix export` into {quote_path(str(export_dir))}"
@@ -116,9 +116,9 @@ def refuse_strict_without_guard(guard: dict[str, bytes] | None, export_dir: Path
     (exit 3): a stock image would run no guard, and nothing would stop a process whose fix is lost."""
     import os
 
-    from vllm_hotfix.errors import Refused
-    from vllm_hotfix.output import quote_path
-    from vllm_hotfix.settings import STRICT_ENV
+    from vllm_hotfix_guard.errors import Refused
+    from vllm_hotfix_guard.output import quote_path
+    from vllm_hotfix_guard.settings import STRICT_ENV
 
     if strict is None:
         strict = os.environ.get(STRICT_ENV, "").strip() == "1"

@@ -17,10 +17,10 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from vllm_hotfix.core.data import load_json
-from vllm_hotfix.core.docfields import Fields
-from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.paths import TargetDir, read_own_file
+from vllm_hotfix_guard.core.data import load_json
+from vllm_hotfix_guard.core.docfields import Fields
+from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.paths import TargetDir, read_own_file
 
 HISTORY_CAP = 1 << 20       # a file is rotated before a line would take it over this (~3,000 entries)
 HISTORY_LIMIT = 2 << 20     # what a history file we wrote can be when read back; larger is not ours

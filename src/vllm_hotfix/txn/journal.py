@@ -32,19 +32,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from vllm_hotfix.core.hunk_apply import Plan
-from vllm_hotfix.errors import HotfixError, Refused, WriteFailed
+from vllm_hotfix_guard.core.hunk_apply import Plan
+from vllm_hotfix_guard.errors import HotfixError, Refused, WriteFailed
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import (
+from vllm_hotfix_guard.output import quote_path
+from vllm_hotfix_guard.paths import (
     JOURNAL_BACKUPS, RECORD_BACKUP, check_trusted, journal_backups_in, journal_file_in, make_state_dir)
-from vllm_hotfix.txn.atomic import UMASK, atomic_write, fsync_dir, temp_path_for, write_new_file
-from vllm_hotfix.txn.fsops import (
+from vllm_hotfix_guard.txn.atomic import UMASK, atomic_write, fsync_dir, temp_path_for, write_new_file
+from vllm_hotfix_guard.txn.fsops import (
     Interrupted, link_backup, describe, discard_backups, drop_bytecode,
     file_sha256, parallel, remove_emptied_dirs, signals_blocked, committed, sha256_hex, signals_as_exceptions,
 )
 from vllm_hotfix.txn.recovery import SCHEMA, RecoveryReport, restore_journal
-from vllm_hotfix.txn.writable import WRITE_HINTS
+from vllm_hotfix_guard.txn.writable import WRITE_HINTS
 
 
 @dataclass(frozen=True)

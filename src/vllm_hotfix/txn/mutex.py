@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from vllm_hotfix.errors import Busy
-from vllm_hotfix.output import note
+from vllm_hotfix_guard.errors import Busy
+from vllm_hotfix_guard.output import note
 
 DEFAULT_TIMEOUT = 30.0
 POLL_INTERVAL = 0.05
@@ -53,9 +53,9 @@ def _note_holder(fd: int, pid: bytes) -> None:
 def target_mutex(state_dir: Path, timeout: float = DEFAULT_TIMEOUT, *,
                 on_wait: Callable[[str], None] = note) -> Iterator[None]:
     """Hold the target's exclusive lock for the ``with`` block; wait up to ``timeout`` s, then ``Busy``."""
-    from vllm_hotfix.errors import WriteFailed
-    from vllm_hotfix.paths import TargetDir, make_target_dir
-    from vllm_hotfix.txn.writable import WRITE_HINTS, describe
+    from vllm_hotfix_guard.errors import WriteFailed
+    from vllm_hotfix_guard.paths import TargetDir, make_target_dir
+    from vllm_hotfix_guard.txn.writable import WRITE_HINTS, describe
 
     state_dir = Path(state_dir)
     try:

@@ -11,16 +11,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
-from vllm_hotfix.core.data import load_json
-from vllm_hotfix.core.docfields import Fields, relpath_problem
-from vllm_hotfix.errors import HotfixError, InvalidInput, WriteFailed
+from vllm_hotfix_guard.core.data import load_json
+from vllm_hotfix_guard.core.docfields import Fields, relpath_problem
+from vllm_hotfix_guard.errors import HotfixError, InvalidInput, WriteFailed
 from vllm_hotfix.install.tree import Tree
-from vllm_hotfix.output import quote_path
-from vllm_hotfix.paths import (
+from vllm_hotfix_guard.output import quote_path
+from vllm_hotfix_guard.paths import (
     JOURNAL_BACKUPS, RECORD_BACKUP, TargetDir, journal_backups_in,
     journal_file_in, owner_problem, trust_problem)
-from vllm_hotfix.txn.atomic import TEMP_SUFFIX, copy_new_file, fsync_dir, temp_path_for, unlink_if_present
-from vllm_hotfix.txn.fsops import (
+from vllm_hotfix_guard.txn.atomic import TEMP_SUFFIX, copy_new_file, fsync_dir, temp_path_for, unlink_if_present
+from vllm_hotfix_guard.txn.fsops import (
     describe, discard_backups, drop_bytecode, file_sha256, signals_blocked,
 )
 
@@ -158,7 +158,7 @@ def read_journal(journal_dir: Path, root: Path | str | None = None) -> dict:
     holds it, when the caller knows it), every path it names is confined (files relative to that root,
     backups inside this journal or the target's kept originals beside it, the record the state.json beside
     it). InvalidInput (exit 8) names the key path of the first problem; such a journal steers no write."""
-    from vllm_hotfix.paths import JOURNAL_LIMIT, read_own_file
+    from vllm_hotfix_guard.paths import JOURNAL_LIMIT, read_own_file
 
     journal_dir = Path(journal_dir)
     path = journal_file_in(journal_dir)
@@ -245,7 +245,7 @@ def check_untrusted_journal(journal_dir: Path) -> None:
     written by another user (``paths.trust_problem`` / ``paths.owner_problem``, the state tree's one trust
     rule): interrupted work found there is reported, never replayed (it would put that user's bytes into
     the target and delete what the journal names)."""
-    from vllm_hotfix.errors import WriteFailed
+    from vllm_hotfix_guard.errors import WriteFailed
 
     journal = journal_file_in(journal_dir)
     found = [(d, trust_problem(d)) for d in (journal_dir, journal_backups_in(journal_dir))]

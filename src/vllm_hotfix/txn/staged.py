@@ -13,10 +13,10 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from vllm_hotfix.errors import HotfixError, InvalidInput, Refused, WriteFailed
-from vllm_hotfix.txn.atomic import fsync_dir, write_new_file
-from vllm_hotfix.txn.fsops import Interrupted, signals_as_exceptions, signals_blocked
-from vllm_hotfix.txn.writable import describe
+from vllm_hotfix_guard.errors import HotfixError, InvalidInput, Refused, WriteFailed
+from vllm_hotfix_guard.txn.atomic import fsync_dir, write_new_file
+from vllm_hotfix_guard.txn.fsops import Interrupted, signals_as_exceptions, signals_blocked
+from vllm_hotfix_guard.txn.writable import describe
 
 FILE_MODE, DIR_MODE = 0o644, 0o755
 
@@ -25,7 +25,7 @@ def check_replaceable(out_dir: Path, ours: Callable[[Path], bool], *, what: str,
     """Refused (exit 3) unless ``out_dir`` is new, empty, or ``ours(out_dir)`` says it is what this
     command wrote before (``what``: "a bundle written by `hotfix pack`"): never the user's own files. A
     check that cannot read what it looks at (InvalidInput, OSError) counts as not ours."""
-    from vllm_hotfix.output import quote_path
+    from vllm_hotfix_guard.output import quote_path
 
     if out_dir.exists() and not out_dir.is_dir():
         raise Refused(f"{quote_path(str(out_dir))}: not a directory; nothing was written", hint=hint)

@@ -1,0 +1,395 @@
+"""The in-process guard: a ``vllm.general_plugins`` entry point.
+
+vLLM calls ``register()`` in every process it starts (API server, engine core, each worker), each of which
+imports vLLM on its own, possibly from another copy (PYTHONPATH, another node). When ``HOTFIX_LOCK`` and/or
+``HOTFIX_REQUIRE`` is set, the guard checks that the files the required hotfixes touch, as *this* process
+resolves them, have the expected sha256, and logs one line. With ``HOTFIX_STRICT=1`` a hotfix not in effect
+raises ``HotfixNotInEffect``, which stops a serving process before it serves (``vllm --version`` only warns).
+
+vLLM calls the plugins once per process and a *forked* child inherits that, so the guard also checks
+in every forked child (``os.register_at_fork``). And it watches the imports of exactly the modules
+the hotfixes patch (imports.py): the code a process runs must be compiled from the patched bytes
+at the checked path. Stdlib only; never imports vLLM submodules or torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from vllm_hotfix_guard.verdicts import HotfixNotInEffect, Verdict, Watched  # noqa: F401 - the API
+from vllm_hotfix_guard.process import (  # noqa: F401
+    command_line, emit, flush, forked_process_name, LOGGER_NAME, process_role, serving_process, set_fork_role, strict)
+from vllm_hotfix_guard.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STATE_DIR_ENV
+
+_last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
+_code_checks: list = []  # the lock's checks of this process: their files' code names (points.py)
+_fork_hook_installed = False
+CLAIM_KEY = "vllm_hotfix guard of this process"  # a sys.modules key no import can name (a space)
+
+
+def register() -> None:
+    """Entry point called by vLLM's plugin loader; cheap and idempotent within one process."""
+    lock, require = _settings()
+    if not lock and not require or not _claimed():
+        return
+    _install_fork_hook()
+    failing = _check_here(lock, require)
+    if failing and strict():
+        if serving_process():
+            raise HotfixNotInEffect(strict_message(failing))
+        emit("WARNING", f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
+                        f"not stopping `{command_line()}` (HOTFIX_STRICT=1): it serves nothing")
+
+
+def _claimed() -> bool:
+    """Whether this copy of the guard is the one of this process: with both the CLI (vllm_hotfix) and the
+    delivered guard (vllm_hotfix_guard) installed, vLLM loads both entry points; the first to register runs,
+    the other stays silent (a forked child inherits the claim with the memory)."""
+    return sys.modules.setdefault(CLAIM_KEY, sys.modules[__name__]) is sys.modules[__name__]
+
+
+def _settings() -> tuple[str, str]:
+    return os.environ.get(LOCK_ENV, "").strip(), os.environ.get(REQUIRE_ENV, "").strip()
+
+
+def _check_here(lock: str, require: str) -> list[Verdict]:
+    """Check once per process (and settings); log one line; watch the patched modules' imports."""
+    global _last_check
+    key = (os.getpid(), lock, require, os.environ.get(STATE_DIR_ENV))
+    if _last_check is not None and _last_check[0] == key:
+        verdicts = _last_check[1]
+    else:
+        from vllm_hotfix_guard.core.fingerprint import NONE
+
+        fingerprint = NONE
+        try:
+            verdicts, watched, fingerprint = _check_all(lock=lock or None, require=_split_ids(require))
+            from vllm_hotfix_guard import imports as guard_imports
+            code, proven = (), frozenset()
+            if any(f.code is not None for check in _code_checks for f in check.hotfix.files):  # else not imported
+                from vllm_hotfix_guard import points as guard_points
+                code, proven = guard_points.start(_code_checks)  # the fixed function is the one running
+            verdicts += code + guard_imports.watch(watched, proven)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not take vLLM down unless strict
+            verdicts = (Verdict("(guard)", False, f"internal error: {type(exc).__name__}: {exc}",
+                                "report it to vllm-hotfix; unset HOTFIX_LOCK / HOTFIX_REQUIRE to turn the guard off"),)
+        _last_check = (key, verdicts, fingerprint)
+        _log(verdicts, fingerprint)
+        if os.environ.get(READY_DIR_ENV): __import__("vllm_hotfix_guard.ready", fromlist=["record"]).record(verdicts)  # noqa: E701
+    return [v for v in verdicts if not v.in_effect]
+
+
+def _install_fork_hook() -> None:
+    """vLLM loads plugins once per process (its ``plugins_loaded`` flag), and a forked child inherits
+    the flag: forked EngineCores and workers never call ``register()``, so check them here."""
+    global _fork_hook_installed
+    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_hook_installed = True
+
+
+def _after_fork_in_child() -> None:
+    lock, require = _settings()
+    if not lock and not require:
+        return
+    # The child's multiprocessing name is still the parent's here: the Process being started names it
+    # (or, for a bare os.fork, the parent's role does).
+    set_fork_role(forked_process_name() or f"fork of {process_role()}")
+    failing = _check_here(lock, require)
+    if failing and strict() and serving_process():
+        # An exception raised in a fork hook is printed and ignored: stop the child ourselves.
+        emit("ERROR", strict_message(failing))
+        flush()
+        os._exit(1)
+
+
+def check(*, lock: str | None, require: tuple[str, ...]) -> tuple[Verdict, ...]:
+    """Verdicts for every hotfix the lock file and/or the required ids name, in this process."""
+    return check_with_modules(lock=lock, require=require)[0]
+
+
+def check_with_modules(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Verdict, ...], tuple[Watched, ...]]:
+    """Verdicts (one per hotfix id, naming where each requirement came from) and the patched modules."""
+    return _check_all(lock=lock, require=require)[:2]
+
+
+def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Verdict, ...], tuple[Watched, ...], str]:
+    """check_with_modules, plus the fingerprint (core/fingerprint.py) of every hotfix checked, computed from
+    the same checks (each file is found and hashed once per process): a hotfix both locked and required
+    counts once, as the lock has it -- the fingerprint `verify --lock` and `status` print for those bytes."""
+    from vllm_hotfix_guard.core.fingerprint import NONE, fingerprint as digest
+
+    results: list[tuple[Verdict, tuple]] = []  # (verdict, (hotfix id, its FileChecks) or None)
+    entries: dict = {}  # hotfix id -> core.fingerprint.Entry
+    if lock:
+        locked, checks = _check_lock(Path(lock))
+        results.extend(locked)
+        _code_checks[:] = checks or ()
+        if checks is not None:  # a lock that loaded
+            from vllm_hotfix_guard.txn.lock_check import fingerprint_entries
+
+            entries.update((e.id, e) for e in fingerprint_entries(checks))
+    if require:
+        required, judged = _check_required_ids(require)
+        results.extend(required)
+        from vllm_hotfix_guard.txn.judgement import fingerprint_entries as record_entries
+
+        for entry in record_entries(judged):
+            entries.setdefault(entry.id, entry)
+    fingerprint = digest(entries.values()) if entries else NONE
+    verdicts: dict[str, Verdict] = {}
+    for v, _ in results:
+        seen = verdicts.get(v.hotfix_id)
+        if seen is None:
+            verdicts[v.hotfix_id] = v
+        else:  # in both HOTFIX_LOCK and HOTFIX_REQUIRE: one line, the failing verdict if any, both sources
+            kept = seen if (not seen.in_effect or v.in_effect) else v
+            verdicts[v.hotfix_id] = Verdict(kept.hotfix_id, kept.in_effect, kept.detail, kept.remedy,
+                                            f"{seen.source}+{v.source}")
+    return tuple(verdicts.values()), _watched([f for _, f in results if f is not None]), fingerprint
+
+
+def _watched(checked) -> tuple[Watched, ...]:
+    """The Python modules among the files the hotfixes patched, at the path this process resolves."""
+    found: dict[str, Watched] = {}
+    for hotfix_id, files in checked:
+        for file in files:
+            if file.where and file.expected and file.path.endswith(".py"):
+                module = file.path[:-3].replace("/", ".")
+                module = module[:-len(".__init__")] if module.endswith(".__init__") else module
+                found.setdefault(module, Watched(module, hotfix_id, file.where, file.expected))
+    return tuple(found.values())
+
+
+def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
+    import shlex
+
+    from vllm_hotfix_guard.installed import installed
+    from vllm_hotfix_guard.trust import read_lock_here
+    from vllm_hotfix_guard.txn.lock_check import check_lock
+
+    lock, lines = read_lock_here(path)  # None: unusable; lines: its (lock) / (trust) verdicts
+    usable = lock is not None and all(v.in_effect for v, _ in lines)  # a refused lock is not checked further
+    checks = check_lock(lock, installed, bytecode=_stale_here) if usable else None
+    option = f"--lock {shlex.quote(str(path))} {_option()}"
+    return lines + [(_verdict(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock",
+                              option), (c.hotfix.id, c.files)) for c in checks or ()], checks
+
+
+def _stale_here(sources: list[str]) -> dict:
+    """install/bytecode.py's rule in this very process (its cache tag, its hash-check mode): the entries
+    Python would load instead of the patched sources. A stat per level; a compile only when an entry would
+    be loaded, and that compile is what the import watch then uses (no second one)."""
+    from vllm_hotfix_guard.install import bytecode
+
+    return bytecode.stale_by_source(sources)
+
+
+def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple]], list]:
+    """Each id must be recorded as applied (txn/state.py's reader) for the copy of its package this
+    process loads (install/facts.py's rule: the same root `hotfix status` keys the record by); which
+    record holds it is the guard's own question, the verdict on that record is txn/judgement's, the one
+    `hotfix status` gives (without the derivation a sealed record vouches for: docs/design.md).
+    Returns the verdicts and the judged hotfixes (for the fingerprint)."""
+    from vllm_hotfix_guard.core.docfields import is_record_id
+    from vllm_hotfix_guard.errors import HotfixError
+    from vllm_hotfix_guard.paths import TargetDir, all_target_dirs, state_dir, targets_dir
+    from vllm_hotfix_guard.txn.state import TargetState
+
+    states, unreadable = [], []
+    try:
+        tdirs = all_target_dirs()
+    except OSError as exc:
+        tdirs = []
+        unreadable.append(f"state folder {targets_dir()}: {exc.strerror}")
+    except HotfixError as exc:  # a state directory another user could have written: nothing in it counts
+        tdirs = []
+        unreadable.append(exc.message)
+    for tdir in tdirs:
+        try:
+            states.append(TargetState.load(tdir.directory))
+        except HotfixError as exc:  # unreadable, invalid, or in a folder another user could have written
+            unreadable.append(exc.message)
+    results: list[tuple[Verdict, tuple]] = []
+    judged_by_dir: dict = {}
+    from vllm_hotfix_guard.installed import installed as _installed
+
+    judged = []
+    for hotfix_id in ids:
+        if not is_record_id(hotfix_id):  # an id no record can hold: never looked up, never printed raw
+            results.append((_invalid_id(hotfix_id), None))
+            continue
+        holding = [s for s in states if hotfix_id in s.hotfixes]
+        if holding:
+            recorded = holding[0].hotfixes[hotfix_id]
+            package = recorded.package or holding[0].target.get("package") or "vllm"
+        else:
+            package = "vllm"
+        installed = _installed(package)
+        if installed is not None and installed.pending and not holding:  # a first apply, interrupted
+            results.append((Verdict(hotfix_id, False, f"interrupted: an apply on {installed.root} was interrupted "
+                                                      f"and is not recovered", f"run `hotfix recover {_option()}`",
+                                    "require"), None))
+            continue
+        if not holding:
+            if unreadable:  # the record may be in the state we cannot read: say that, not "apply it"
+                results.append((_unreadable(hotfix_id, unreadable), None))
+            else:
+                results.append((Verdict(hotfix_id, False, f"not-applied: no record of applying it in {state_dir()}",
+                                        f"apply it ({_apply_unrecorded(hotfix_id)}) or point HOTFIX_STATE_DIR at the "
+                                        "state of the install", "require"), None))
+            continue
+        if installed is None:
+            results.append((_not_importable(hotfix_id, package, "require"), None))
+            continue
+        here = next((s for s in holding if s.directory == TargetDir.of(installed.root).directory), None)
+        if here is None:
+            elsewhere = ", ".join(sorted({str(s.target.get("root")) for s in holding}))
+            results.append((Verdict(
+                hotfix_id, False,
+                f"lost: this process imports {package} from {installed.package_dir}, which has no record of it "
+                f"(recorded for {elsewhere})",
+                f"remove the PYTHONPATH entry that shadows the patched install, or apply it to this copy "
+                f"(`hotfix apply {hotfix_id} --root {installed.root}`)", "require"), None))
+            continue
+        if here.directory not in judged_by_dir:
+            from vllm_hotfix_guard.txn.judgement import bounded_reader, judge_record
+            from vllm_hotfix_guard.txn.lock_check import TARGET_FILE_LIMIT
+
+            judged_by_dir[here.directory] = judge_record(  # a pending journal: interrupted, whatever the record says
+                here, installed, read=bounded_reader(installed.root, TARGET_FILE_LIMIT), pending=installed.pending,
+                derive=False, bytecode=_stale_here)
+        j = judged_by_dir[here.directory][hotfix_id]
+        judged.append(j)
+        results.append((_verdict(hotfix_id, package, j.state, j.detail, j.files, j.installed, "require",
+                                 _option(here.hotfixes[hotfix_id].catalog)), (hotfix_id, j.files)))
+    return results, judged
+
+
+def _apply_unrecorded(hotfix_id: str) -> str:
+    return _catalog_command(hotfix_id, f"hotfix apply {hotfix_id} {_option()}")
+
+
+def _catalog_command(hotfix_id: str, command: str) -> str:
+    """A command about an id no record names the catalog of: backticked (to paste) when this environment's
+    hotfix finds the id (the built-in catalog, or HOTFIX_CATALOG set here), else the form to complete."""
+    here = Path(__file__).resolve().parents[1]
+    plain = hotfix_id.replace("-", "").isalnum() and hotfix_id.isascii() and hotfix_id == hotfix_id.lower()
+    builtin = plain and any((folder / "manifests" / f"{hotfix_id}.toml").is_file()
+                            for folder in (here / "_catalog", here.parents[1]))
+    if builtin or os.environ.get("HOTFIX_CATALOG", "").strip():
+        return f"`{command}`"
+    return f"{command} --catalog DIR (the catalog that has it)"
+
+
+def _option(catalog: str | None = None) -> str:
+    """How a command names this process's interpreter (and the catalog a record came from) in the advice."""
+    import shlex
+
+    words = ["--python", sys.executable] + (["--catalog", catalog] if catalog else [])
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _invalid_id(hotfix_id: str) -> Verdict:
+    """HOTFIX_REQUIRE names something that breaks the id rule (core.docfields.is_record_id): refused,
+    shown quoted (a newline or an escape in it cannot forge a line)."""
+    from vllm_hotfix_guard.output import quoted
+
+    return Verdict(quoted(hotfix_id), False, "invalid: HOTFIX_REQUIRE names no hotfix id ([A-Za-z0-9][A-Za-z0-9._+-]*, "
+                   "at most 128 characters)", "fix HOTFIX_REQUIRE (comma-separated hotfix ids)", "require")
+
+
+def _unreadable(hotfix_id: str, problems: list[str]) -> Verdict:
+    return Verdict(hotfix_id, False, f"unknown: cannot read the recorded state: {'; '.join(problems)}",
+                   "fix the permissions of these files (the user running vLLM must read them) or restore them "
+                   "from a backup; `hotfix status` then says more", "require")
+
+
+def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, installed_version, origin: str,
+             option: str | None = None) -> Verdict:
+    """core.verdict's state of one hotfix as one guard line: the state, the first file not in effect,
+    and what to do. Names from a lock or a record are printed quoted (output.quote_path), so no input can
+    forge a line that `hotfix doctor` later reads."""
+    from vllm_hotfix_guard.core import verdict
+
+    option = option if option is not None else _option()
+    if state == verdict.FIXED_UPSTREAM:
+        return Verdict(hotfix_id, True, f"fixed-upstream: {detail}", source=origin)
+    if verdict.in_effect(state):
+        return Verdict(hotfix_id, True, source=origin)
+    if installed_version is None and files and all(f.where is None for f in files):
+        return _not_importable(hotfix_id, package, origin)
+    python = option[option.index("--python"):] if "--python" in option else option  # a lock's: --lock L --python P
+    export = (f"re-export against this image ({_catalog_command(hotfix_id, f'hotfix export {hotfix_id} --to hotfix-export {python}')}), "
+              f"or run `hotfix verify {option}` for details")
+    if state == verdict.STALE:
+        remedy = verdict.stale_advice(hotfix_id, option, release=installed_version, covered=None) \
+            if origin == "require" else export
+        return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
+    if state == verdict.STALE_BYTECODE:
+        remedy = verdict.bytecode_advice(hotfix_id, option) if origin == "require" else \
+            "remove those __pycache__ entries from the image (this process compiles the source; others load them)"
+        return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
+    if state == verdict.INTERRUPTED:  # the journal is this install's: recover it, whatever the check was given by
+        return Verdict(hotfix_id, False, f"{state}: {detail}", f"run `hotfix recover {python}`", origin)
+    file = next((f for f in files if f.state != verdict.PATCHED), None)
+    if file is None or state in (verdict.UNKNOWN, verdict.NOT_APPLICABLE):
+        remedy = f"run `hotfix status {hotfix_id} {option}`" if origin == "require" else export
+        return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
+    from vllm_hotfix_guard.output import quote_path  # here: a process whose hotfixes are in effect never needs it
+
+    if file.sha256 is None:
+        problem = f"{state}: {quote_path(file.where)} is missing"
+    else:
+        what = " (the unpatched original)" if file.state == verdict.BASELINE else ""
+        problem = f"{state}: {quote_path(file.where)} has sha256 {file.sha256[:12]}{what}, expected {(file.expected or '')[:12]}"
+    if origin == "lock":
+        remedy = (f"bind-mount the files that {_catalog_command(hotfix_id, f'hotfix export {hotfix_id} --to hotfix-export {python}')} "
+                  f"writes over the copy this process imports (hotfix compose {hotfix_id} --service SERVICE), then "
+                  f"check with `hotfix verify {option}`")
+    elif state == verdict.LOST:
+        remedy = f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {hotfix_id} {option}`"
+    else:
+        remedy = f"the file changed after the hotfix was applied: run `hotfix status {hotfix_id} {option}`"
+    return Verdict(hotfix_id, False, problem, remedy, origin)
+
+
+def _not_importable(hotfix_id: str, package: str, origin: str) -> Verdict:
+    return Verdict(hotfix_id, False, f"unknown: package {package} is not importable in this process ({sys.executable})",
+                   "run vLLM with the interpreter the hotfix was applied to", origin)
+
+
+def summary_line(verdicts: tuple[Verdict, ...], fingerprint: str) -> str:
+    """The guard's one line per process (the only place it is built), with the fingerprint of what is
+    in effect (core/fingerprint.py, of HOTFIX_LOCK; hf1-none without one)."""
+
+    def part(v: Verdict) -> str:
+        name = f"{v.hotfix_id} [{v.source}]" if v.source else v.hotfix_id
+        if not v.in_effect:
+            return f"{name} NOT IN EFFECT: {v.detail}" + (f" -> {v.remedy}" if v.remedy else "")
+        return f"{name} in effect ({v.detail})" if v.detail else f"{name} in effect"
+    return (f"vllm-hotfix guard pid={os.getpid()} role={process_role()} fingerprint={fingerprint}: "
+            + "; ".join(part(v) for v in verdicts))
+
+
+def strict_message(failing: list[Verdict]) -> str:
+    from vllm_hotfix_guard.output import visible  # the one sanitiser: this text ends up in vLLM's traceback
+
+    details = "; ".join(f"{v.hotfix_id}: {v.detail} -> {v.remedy}" for v in failing)
+    return visible(f"vllm-hotfix: {len(failing)} required hotfix(es) not in effect in this process "
+                   f"(pid {os.getpid()}, {process_role()}), refusing to serve (HOTFIX_STRICT=1; unset it to only log): "
+                   f"{details}")
+
+
+def _log(verdicts: tuple[Verdict, ...], fingerprint: str) -> None:
+    ok = all(v.in_effect for v in verdicts)
+    if serving_process():
+        emit("INFO" if ok else "ERROR", summary_line(verdicts, fingerprint))
+    elif not ok:  # `vllm --version` & co.: no INFO noise before their output, problems as a warning
+        emit("WARNING", summary_line(verdicts, fingerprint))
+
+
+def _split_ids(value: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))

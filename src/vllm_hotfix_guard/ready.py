@@ -1,0 +1,391 @@
+"""Readiness: each guarded process's verdict as one small file in ``HOTFIX_READY_DIR``, and ``ready``,
+the probe that reads them (docs/readiness.md).
+
+``record`` runs in every vLLM process the guard checks (plugin.register, and the fork hook for forked
+children): role, ranks, pid, the process's start time (a recycled pid is not the process that wrote the
+file), the sha256 of the lock, in effect or not and the failing ids; written atomically (a temporary
+file renamed into place) through a descriptor of the checked directory. ``main`` is
+``python -m vllm_hotfix_guard ready``: exit 0 only when every expected process (expected.py) has
+recorded "in effect" since the container started.
+
+Everything in the directory is input: the directory must be ours (or our private subdirectory of a
+shared mount: an ``emptyDir`` or a tmpfs is world-writable), no symlink is followed, a record is a
+regular file of ours under RECORD_LIMIT bytes with every field checked, and nothing read can hang the
+probe (O_NONBLOCK) or import anything. Whatever goes wrong, the probe says "not ready", never "ready";
+a directory problem never changes the guard's verdict. Stdlib only, and ``os`` alone at import: the
+probe runs every few seconds (its budget: 2x ``python -c pass``). Plain ``__slots__`` classes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from vllm_hotfix_guard.settings import EXPECT_FINGERPRINT_ENV, LOCK_ENV, READY_DIR_ENV
+
+FORMAT = "vllm-hotfix-ready 1"  # a record's first line
+SUFFIX = ".ready"               # a record's name: <pid>.ready
+RECORD_LIMIT = 4096             # bytes; a record is ~300
+MAX_RECORDS = 4096              # files in the directory; beyond: not ready (restarts without end, or junk)
+LOCK_LIMIT = 4 << 20            # what the guard reads of a lock (paths.LOCK_LIMIT)
+KINDS = ("main", "api", "engine", "worker", "other")
+EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-()")
+_warned = False
+
+
+class Unusable(Exception):
+    """The readiness directory cannot be trusted or used (the message says why)."""
+
+
+class Record:
+    """One process's verdict as its file says it (every field checked by ``parse``)."""
+
+    __slots__ = ("pid", "start", "ppid", "kind", "role", "rank", "dp", "tp", "pp", "lock", "in_effect", "failing")
+
+    def __init__(self, pid: int, start: int, ppid: int, kind: str, role: str, ranks: tuple, lock: str,
+                 in_effect: bool, failing: tuple[str, ...]) -> None:
+        self.pid, self.start, self.ppid, self.kind, self.role = pid, start, ppid, kind, role
+        self.rank, self.dp, self.tp, self.pp = ranks  # each None where not known
+        self.lock, self.in_effect, self.failing = lock, in_effect, failing
+
+    def text(self) -> str:
+        def number(value):
+            return "-" if value is None else str(value)
+        return (f"{FORMAT}\npid {self.pid}\nstart {self.start}\nppid {self.ppid}\nkind {self.kind}\n"
+                f"role {self.role}\nrank {number(self.rank)}\ndp {number(self.dp)}\ntp {number(self.tp)}\n"
+                f"pp {number(self.pp)}\nlock {self.lock or '-'}\n"
+                f"effect {'yes' if self.in_effect else 'no'}\nfailing {','.join(self.failing) or '-'}\n")
+
+
+# -- the directory -------------------------------------------------------------------------------
+
+
+def open_directory(base: str, *, create: bool) -> int:
+    """A descriptor of the directory records go in: ``base`` itself when it is ours and no one else can
+    write it, else our own subdirectory ``vllm-hotfix-UID`` of it (made 0700 when ``create``); Unusable
+    otherwise (a link, not a directory, another user's, writable by others)."""
+    if not base.startswith("/") or "\x00" in base:
+        raise Unusable(f"{READY_DIR_ENV} must be an absolute path")
+    uid = os.geteuid()
+    try:
+        fd = os.open(base, _DIR_FLAGS)
+    except OSError as exc:
+        raise Unusable(f"{READY_DIR_ENV} {quote(base)}: {_why(exc)}") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == uid and not st.st_mode & 0o022:
+            fd, kept = -1, fd
+            return kept
+        name = f"vllm-hotfix-{uid}"
+        if create:
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            except FileExistsError:
+                pass
+        try:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            raise Unusable(f"{quote(base + '/' + name)}: {_why(exc)}") from None
+        st = os.fstat(sub)
+        if st.st_uid != uid or st.st_mode & 0o022:
+            os.close(sub)
+            raise Unusable(f"{quote(base + '/' + name)}: not ours alone (owner {st.st_uid}, mode {st.st_mode & 0o7777:o})")
+        return sub
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _why(exc: OSError) -> str:
+    import errno
+
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        try:
+            link = os.path.islink(exc.filename) if exc.filename is not None else False
+        except (OSError, ValueError):
+            link = False
+        return "a symlink (not followed)" if link or exc.errno == errno.ELOOP else "not a directory"
+    return exc.strerror or type(exc).__name__
+
+
+# -- writing: in every guarded process -----------------------------------------------------------
+
+
+def record(verdicts, *, role: str | None = None) -> None:
+    """This serving process's verdict (the guard's verdicts, each ``.in_effect`` or not) into the directory,
+    when HOTFIX_READY_DIR is set (plugin._check_here, once per process: register and the fork hook). Never
+    raises, never changes the verdict: a problem is one WARNING line. ``role``: for tests."""
+    base = os.environ.get(READY_DIR_ENV, "").strip()
+    if not base:
+        return
+    try:
+        if role is None:
+            from vllm_hotfix_guard.process import process_role, serving_process
+
+            if not serving_process():  # `vllm --version` & co.: nothing to wait for
+                return
+            role = process_role()
+        pid = os.getpid()
+        start = start_time(pid)
+        if start is None:
+            raise Unusable(f"cannot read /proc/{pid}/stat (the start time that tells this process from a recycled pid)")
+        kind, ranks = classify(role)
+        ids = tuple(_clean_id(v.hotfix_id) for v in verdicts if not v.in_effect)
+        mine = Record(pid, start, os.getppid(), kind, _clean_role(role), ranks, lock_digest(), not ids, ids)
+        write(base, mine)
+    except (Unusable, OSError) as exc:
+        _warn(f"vllm-hotfix guard pid={os.getpid()}: readiness not recorded: {exc}")
+
+
+def write(base: str, mine: Record) -> None:
+    data = mine.text().encode("ascii", "backslashreplace")
+    fd = open_directory(base, create=True)
+    try:
+        final, tmp = f"{mine.pid}{SUFFIX}", f".{mine.pid}.tmp"
+        try:
+            os.unlink(tmp, dir_fd=fd)  # a crashed writer of a recycled pid
+        except FileNotFoundError:
+            pass
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+        try:
+            os.write(out, data)
+        finally:
+            os.close(out)
+        os.rename(tmp, final, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def lock_digest() -> str:
+    """sha256 of HOTFIX_LOCK's bytes ("" without a lock, or when it cannot be read: the verdict says why)."""
+    path = os.environ.get(LOCK_ENV, "").strip()
+    if not path or "\x00" in path:
+        return ""
+    try:
+        data = read_small(path, LOCK_LIMIT)
+    except OSError:
+        return ""
+    if data is None:
+        return ""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _warn(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        from vllm_hotfix_guard.process import emit
+
+        emit("WARNING", message)
+
+
+def classify(role: str) -> tuple[str, tuple]:
+    """(kind, (rank, dp, tp, pp)) from the guard's role name (process.process_role: vLLM's own process
+    names): ``main (...)``; ``ApiServer_N``; ``EngineCore`` / ``EngineCore_DPN``; ``VllmWorker-N`` (N: its
+    rank in its engine core's TPxPP world), ``Worker_DPa_PPb_TPc`` (vLLM's title, parts left out when 1),
+    ``rank N``; anything else ``other``. A number not known is None."""
+    none = (None, None, None, None)
+    if role.startswith("main ("):
+        return "main", none
+    if role.startswith("ApiServer_"):
+        return "api", (_int(role[len("ApiServer_"):]), None, None, None)
+    if role == "EngineCore":
+        return "engine", (0, 0, None, None)
+    if role.startswith("EngineCore_DP"):
+        dp = _int(role[len("EngineCore_DP"):])
+        return ("engine", (dp, dp, None, None)) if dp is not None else ("other", none)
+    if role.startswith("VllmWorker-"):
+        return "worker", (_int(role[len("VllmWorker-"):]), None, None, None)
+    if role.startswith("rank "):
+        return "worker", (_int(role[len("rank "):]), None, None, None)
+    if role == "Worker" or role.startswith("Worker_"):
+        parts = dict(_rank_part(p) for p in role.split("_")[1:])
+        tp, pp = parts.get("TP", 0), parts.get("PP", 0)
+        return "worker", (tp if pp == 0 and "PP" not in parts else None, parts.get("DP"), tp, pp)
+    return "other", none
+
+
+def _rank_part(part: str) -> tuple[str, int | None]:
+    head = part.rstrip("0123456789")
+    return head, _int(part[len(head):])
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() and text.isascii() and len(text) < 10 else None
+
+
+def _clean_role(role: str) -> str:
+    text = "".join(c if c.isprintable() and c.isascii() else "?" for c in role)
+    return text[:200] or "?"
+
+
+def _clean_id(value: str) -> str:
+    text = "".join(c if c in _ID_CHARS else "?" for c in str(value))
+    return text[:128] or "?"
+
+
+# -- reading: the probe --------------------------------------------------------------------------
+
+
+def read_small(name: str, limit: int, *, dir_fd: int | None = None, uid: int | None = None) -> bytes | None:
+    """A regular file's bytes (at most ``limit``; None: missing), never following a link or blocking;
+    OSError for anything else (a link, a fifo, too large, another user's when ``uid`` is given)."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        import stat
+
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, "not a regular file")
+        if uid is not None and st.st_uid != uid:
+            raise OSError(0, f"owned by uid {st.st_uid}, not {uid}")
+        if st.st_size > limit:
+            raise OSError(0, f"{st.st_size} bytes, more than {limit}")
+        data = os.read(fd, limit + 1)
+        if len(data) > limit:
+            raise OSError(0, f"more than {limit} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22); None: no such process."""
+    try:
+        data = read_small(f"/proc/{pid}/stat", 4096)
+    except OSError:
+        return None
+    if not data:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()  # the name in parentheses may hold anything
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def parse(name: str, data: bytes) -> Record:
+    """One record, every field checked; ValueError naming what is wrong."""
+    try:
+        lines = data.decode("ascii").split("\n")
+    except UnicodeDecodeError:
+        raise ValueError("not ASCII") from None
+    if not lines or lines[0] != FORMAT or lines[-1] != "":
+        raise ValueError(f"not a record ({FORMAT!r} first, one field a line)")
+    fields = {}
+    for line in lines[1:-1]:
+        key, _, value = line.partition(" ")
+        if key in fields or not value:
+            raise ValueError(f"field {key!r} repeated or empty")
+        fields[key] = value
+    wanted = ("pid", "start", "ppid", "kind", "role", "rank", "dp", "tp", "pp", "lock", "effect", "failing")
+    if tuple(fields) != wanted:
+        raise ValueError(f"fields {', '.join(fields)}, not {', '.join(wanted)}")
+    pid, start, ppid = (_field_int(fields, k) for k in ("pid", "start", "ppid"))
+    if pid is None or start is None or ppid is None or name != f"{pid}{SUFFIX}":
+        raise ValueError("pid, start or ppid is not a number, or the pid is not the file's name")
+    ranks = tuple(None if fields[k] == "-" else _field_int(fields, k, -1) for k in ("rank", "dp", "tp", "pp"))
+    if fields["kind"] not in KINDS or -1 in ranks:
+        raise ValueError("kind, rank, dp, tp or pp is not valid")
+    lock = "" if fields["lock"] == "-" else fields["lock"]
+    if lock and (len(lock) != 64 or not set(lock) <= set("0123456789abcdef")):
+        raise ValueError("lock is not a sha256")
+    if fields["effect"] not in ("yes", "no"):
+        raise ValueError("effect is neither yes nor no")
+    failing = () if fields["failing"] == "-" else tuple(fields["failing"].split(","))
+    if any(not f or len(f) > 128 or not _ID_CHARS.issuperset(f) for f in failing) or \
+            (fields["effect"] == "yes") == bool(failing):
+        raise ValueError("failing ids are not valid, or do not agree with effect")
+    return Record(pid, start, ppid, fields["kind"], fields["role"][:200], ranks, lock, fields["effect"] == "yes",
+                  failing)
+
+
+def _field_int(fields: dict, key: str, bad=None):
+    value = fields[key]
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 20 else bad
+
+
+def read_records(base: str) -> tuple[list[Record], list[str]]:
+    """Every record in the directory, and a line for each file that is not one (Unusable: the directory)."""
+    fd = open_directory(base, create=False)
+    try:
+        names = os.listdir(fd)
+        if len(names) > MAX_RECORDS:
+            raise Unusable(f"{len(names)} files in {quote(base)}, more than {MAX_RECORDS}")
+        records, problems, uid = [], [], os.geteuid()
+        for name in sorted(names):
+            if name.startswith(".") and name.endswith(".tmp"):
+                continue  # a record being written
+            try:
+                if not name.endswith(SUFFIX):
+                    raise ValueError("not a record's name (PID.ready)")
+                data = read_small(name, RECORD_LIMIT, dir_fd=fd, uid=uid)
+                if data is None:
+                    continue  # gone since the listing
+                records.append(parse(name, data))
+            except (OSError, ValueError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                problems.append(f"record {quote(name)}: {why}")
+        return records, problems
+    finally:
+        os.close(fd)
+
+
+def quote(text: str) -> str:
+    """A string from outside, double-quoted, backslash-escaping what is not printable ASCII."""
+    out = []
+    for c in str(text):
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c.isascii() and c.isprintable():
+            out.append(c)
+        else:
+            code = ord(c)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
+
+def main(argv: list[str]) -> int:
+    """``ready [--expect SPEC] [--pid N] [--json]``: exit 0 ready, 1 not ready (each missing or failing
+    process one line on stdout), 2 usage (unknown option, bad SPEC, HOTFIX_READY_DIR unset, no vLLM
+    command line to read the expected set from)."""
+    from vllm_hotfix_guard import expected as expect
+
+    try:
+        options = expect.parse_options(argv[1:] if argv[:1] == ["ready"] else argv)
+        base = os.environ.get(READY_DIR_ENV, "").strip()
+        if not base:
+            raise expect.Usage(f"{READY_DIR_ENV} is not set: no process records its verdict")
+        wanted = expect.from_spec(options.spec) if options.spec is not None else expect.from_process(options.pid)
+    except expect.Usage as exc:
+        _print_err(f"ready: {exc}")
+        return EXIT_USAGE
+    try:
+        records, problems = read_records(base)
+        lines, counted = expect.judge(records, wanted, problems)
+    except Unusable as exc:
+        lines, counted = [f"directory: {exc}"], {}
+    if os.environ.get(EXPECT_FINGERPRINT_ENV, "").strip():  # the pod's own proof (guard/admitted.py)
+        from vllm_hotfix_guard.admitted import fingerprint_problems
+
+        lines += fingerprint_problems()
+    if options.as_json:
+        import json
+
+        print(json.dumps({"ready": not lines, "expected": wanted.as_dict(), "in_effect": counted, "problems": lines}))
+    else:
+        for line in lines:
+            print(line)
+        if not lines:
+            print(f"ready: {wanted.describe()}, all in effect")
+    return EXIT_NOT_READY if lines else EXIT_READY
+
+
+def _print_err(text: str) -> None:
+    import sys
+
+    sys.stderr.write(text + "\n")
