@@ -72,12 +72,12 @@ def guard_part(rounds: int) -> None:
 
 
 def with_bytecode(scratch: Path, env: dict) -> dict:
-    """This tree's vllm_hotfix copied and compiled (as an image has the guard: installed with bytecode), first on
+    """This tree's vllm_hotfix_guard copied and compiled (as an image has the guard: installed with bytecode), first on
     PYTHONPATH; bytecode writing allowed (a probe compiling its modules every time is not what runs)."""
     import compileall
     import shutil
 
-    shutil.copytree(HERE.parent / "src" / "vllm_hotfix", scratch / "lib" / "vllm_hotfix",
+    shutil.copytree(HERE.parent / "src" / "vllm_hotfix_guard", scratch / "lib" / "vllm_hotfix_guard",
                     ignore=shutil.ignore_patterns("__pycache__"))
     compileall.compile_dir(scratch / "lib", quiet=1)
     env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}

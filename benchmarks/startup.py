@@ -98,7 +98,7 @@ def main() -> int:
                                                             str(trust)]
         full = realdata.VENVS / f"vllm-full-0.30.0-py{sys.version_info[0]}.{sys.version_info[1]}" / "bin" / "python"
         if full.exists():  # the real image's site-packages (~200 distributions): what the probe costs there
-            probe = (Path(__file__).resolve().parent.parent / "src" / "vllm_hotfix" / "install" / "probe.py").read_text()
+            probe = (Path(__file__).resolve().parent.parent / "src" / "vllm_hotfix_guard" / "install" / "probe.py").read_text()
             commands["full vLLM venv: python"] = [str(full), "-c", "pass"]
             commands["full vLLM venv: probe"] = [str(full), "-c", probe, "vllm"]
         for argv in commands.values():  # warm caches and bytecode

@@ -10,23 +10,25 @@ from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SRC = REPO / "src" / "vllm_hotfix"
+SRC = REPO / "src"
+PACKAGES = ("vllm_hotfix", "vllm_hotfix_guard")  # a short path (`core/verdict.py`) names a module of either
 DESIGN = (REPO / "docs" / "design.md").read_text()
-LAYERS = "cli|commands|containers|guard|flow|doctor|catalog|txn|install|core"
+LAYERS = "cli|commands|containers|vllm_hotfix_guard|flow|doctor|catalog|txn|install|core"
 # `flow/transaction.run`, `txn/fsops.py`, `src/vllm_hotfix_guard/core/verdict.py`: a layer's module, maybe an attribute
-SLASHED = re.compile(rf"(?<![\w./-])(?:src/vllm_hotfix/)?((?:{LAYERS})/\w+)(\.py\b|\.\w+)?")
-DOTTED = re.compile(r"(?<![\w.])vllm_hotfix((?:\.\w+)+)")
+SLASHED = re.compile(rf"(?<![\w./-])(?:src/(?:vllm_hotfix/)?)?((?:{LAYERS})/\w+(?:/\w+)?)(\.py\b|\.\w+)?")
+DOTTED = re.compile(r"(?<![\w.])(vllm_hotfix(?:_guard)?)((?:\.\w+)+)")
 # `paths.TargetDir`, `output.note`: a top-level module's attribute
 TOP = re.compile(r"(?<![\w./-])(output|paths|inputs|errors|settings|values|cli_options|cli_signing|cli_bundles)\.(?!py\b)(\w+)")
 FILES = re.compile(r"(?<![\w./-])((?:tests|benchmarks)/[\w/]+\.py)\b")
 
 
 def _module_file(parts: list[str]) -> Path | None:
-    path = SRC.joinpath(*parts)
-    if (path / "__init__.py").is_file():
-        return path / "__init__.py"
-    if path.with_suffix(".py").is_file():
-        return path.with_suffix(".py")
+    for base in ([SRC] if parts[0] in PACKAGES else [SRC / package for package in PACKAGES]):
+        path = base.joinpath(*parts)
+        if (path / "__init__.py").is_file():
+            return path / "__init__.py"
+        if path.with_suffix(".py").is_file():
+            return path.with_suffix(".py")
     return None
 
 
@@ -65,7 +67,7 @@ def named_modules() -> list[tuple[str, list[str], str | None]]:
     for match in TOP.finditer(DESIGN):
         found.append((match.group(0), [match.group(1)], match.group(2)))
     for match in DOTTED.finditer(DESIGN):
-        parts = match.group(1).strip(".").split(".")
+        parts = [match.group(1)] + match.group(2).strip(".").split(".")
         for cut in range(len(parts), 0, -1):  # the longest prefix that is a module; the next part an attribute
             if _module_file(parts[:cut]) is not None:
                 found.append((match.group(0), parts[:cut], parts[cut] if cut < len(parts) else None))

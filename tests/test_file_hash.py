@@ -58,7 +58,7 @@ def test_no_module_hashes_a_file_its_own_way():
     (a download is hashed as it arrives; data already read is hashed by hashlib.sha256(data))."""
     from pathlib import Path
 
-    src = Path(__file__).resolve().parents[1] / "src" / "vllm_hotfix"
+    src = Path(__file__).resolve().parents[1] / "src"  # both packages
     own = [p.relative_to(src).as_posix() for p in src.rglob("*.py")
            if "hashlib.sha256()" in p.read_text(encoding="utf-8")]
-    assert sorted(own) == ["catalog/wheelindex.py", "inputs.py"]
+    assert sorted(own) == ["vllm_hotfix/catalog/wheelindex.py", "vllm_hotfix_guard/inputs.py"]

@@ -86,7 +86,7 @@ def test_guard_entry_points_are_what_importlib_metadata_gives_vllms_loader(tmp_p
     stdlib = [ep.value for ep in distributions(path=path) for ep in ep.entry_points
               if ep.group == guard_env.PLUGIN_GROUP and ep.name == guard_env.PLUGIN_NAME]
     assert guard_env.guard_entry_points(path) == stdlib
-    assert stdlib[-1] == "other.mod:fn" and stdlib[0] == "vllm_hotfix_guard.plugin:register"
+    assert stdlib[-1] == "other.mod:fn" and stdlib[0] == "vllm_hotfix_guard:register"
 
 
 @pytest.mark.parametrize("value, code", [(None, 0), ("vllm_hotfix_guard", 0), ("", 1), (" vllm_hotfix_guard", 1)])
@@ -108,7 +108,7 @@ def test_check_env_command(run_hotfix, tmp_path, value, code):
     assert as_json.returncode == code
     doc = json.loads(as_json.stdout)
     assert doc["ok"] is (code == 0) and doc["python"] == sys.executable and doc["checks"] == ["HOTFIX_LOCK"]
-    assert doc["entry_points"][0] == "vllm_hotfix_guard.plugin:register" and len(doc["problems"]) == 1 - (code == 0)
+    assert doc["entry_points"][0] == "vllm_hotfix_guard:register" and len(doc["problems"]) == 1 - (code == 0)
 
 
 def test_check_env_asks_the_interpreter_that_runs_vllm_not_its_own(run_hotfix, tmp_path):

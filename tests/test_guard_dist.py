@@ -1,11 +1,11 @@
-"""The guard as its own distribution (issue 33): built from the guard's source, stdlib only, reproducible;
-installed with pip from nothing but its wheel; imported by nothing but its entry point's module when the
-guard is off; one guard per process with the CLI beside it; its in-container `verify` gives what
-`hotfix verify --lock` gives on the host, on the same installs."""
+"""The guard as its own distribution (issues 33, 43): the vllm_hotfix_guard source package, zipped verbatim
+(nothing rewritten), stdlib only, reproducible; installed with pip from nothing but its wheel; imported by
+nothing but its entry point's module when the guard is off; with readiness on (the default compose / k8s
+setting) the built wheel runs in a venv with no vllm_hotfix; its in-container `verify` gives what `hotfix
+verify --lock` gives on the host, on the same installs."""
 
 from __future__ import annotations
 
-import ast
 import base64
 import hashlib
 import json
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from vllm_hotfix.containers import guard_dist
-from vllm_hotfix.errors import Refused
+from vllm_hotfix_guard.errors import Refused
 
-SRC = Path(guard_dist.__file__).resolve().parents[2]
+GUARD = Path(guard_dist.__file__).resolve().parents[2] / "vllm_hotfix_guard"
 
 
 @pytest.fixture(scope="module")
@@ -30,40 +30,18 @@ def dist():
     return guard_dist.current()
 
 
-def _names_back(tree: ast.AST) -> str:
-    """The syntax tree with vllm_hotfix_guard imports named vllm_hotfix again."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "vllm_hotfix_guard":
-            node.module = "vllm_hotfix" + node.module[len("vllm_hotfix_guard"):]
-        if isinstance(node, ast.alias) and node.name.split(".")[0] == "vllm_hotfix_guard":
-            node.name = "vllm_hotfix" + node.name[len("vllm_hotfix_guard"):]
-    return ast.dump(tree)
-
-
-def test_the_closure_is_the_whole_guard_and_stdlib_only(dist):
+def test_the_distribution_is_the_package_folder_verbatim(dist):
     files = dict(dist.files)
-    guard_modules = {p.stem for p in (SRC / "vllm_hotfix" / "guard").glob("*.py")}
-    assert {f"vllm_hotfix_guard/guard/{m}.py" for m in guard_modules} <= set(files)
-    for rel, data in files.items():
-        if not rel.endswith(".py"):
-            continue
-        for node in ast.walk(ast.parse(data)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            for name in names:
-                top = name.split(".")[0]
-                assert top == "vllm_hotfix_guard" or top in sys.stdlib_module_names or top == "tomli", (rel, name)
-                if top == "tomli":  # only as tomllib's fallback on Python 3.10 (the guard never reads TOML)
-                    assert rel.endswith(("core/data.py", "install/version.py")), rel
+    sources = {f"vllm_hotfix_guard/{p.relative_to(GUARD).as_posix()}": p.read_bytes() for p in GUARD.rglob("*.py")}
+    assert {rel: data for rel, data in files.items() if rel.startswith("vllm_hotfix_guard/")} == sources
+    assert set(files) - set(sources) == {f"{dist.dist_info}/{name}" for name in
+                                         ("METADATA", "WHEEL", "entry_points.txt", "top_level.txt", "RECORD")}
+    assert "vllm_hotfix_guard/ready.py" in files and "vllm_hotfix_guard/core/verdict.py" in files
 
 
-def test_the_rewrite_changes_only_the_imported_names(dist):
-    for rel, data in dist.files:
-        if not rel.endswith(".py") or rel in ("vllm_hotfix_guard/__init__.py", "vllm_hotfix_guard/__main__.py"):
-            continue
-        source = (SRC / "vllm_hotfix" / rel.split("/", 1)[1]).read_bytes()
-        assert _names_back(ast.parse(data)) == ast.dump(ast.parse(source)), rel
-        assert data.count(b"\n") == source.count(b"\n"), rel
+def test_no_import_rewriting_is_left_in_the_build():
+    source = Path(guard_dist.__file__).read_text()
+    assert "tokenize" not in source and "rewrite" not in source and "closure" not in source
 
 
 def test_reproducible_and_its_record_holds(dist, tmp_path):
@@ -84,26 +62,25 @@ def test_reproducible_and_its_record_holds(dist, tmp_path):
     assert files[f"{dist.dist_info}/entry_points.txt"] == \
         b"[vllm.general_plugins]\nvllm_hotfix_guard = vllm_hotfix_guard:register\n"
     import vllm_hotfix
+    import vllm_hotfix_guard
 
-    assert dist.version == vllm_hotfix.__version__
+    assert dist.version == vllm_hotfix_guard.__version__ == vllm_hotfix.__version__  # released together
     assert b"Name: vllm-hotfix-guard\n" in files[f"{dist.dist_info}/METADATA"]
 
 
-def test_refuses_a_third_party_import_and_a_bare_package_import(tmp_path):
-    guard = tmp_path / "vllm_hotfix" / "guard"
-    guard.mkdir(parents=True)
-    (tmp_path / "vllm_hotfix" / "__init__.py").write_text("")
-    (guard / "__init__.py").write_text("from vllm_hotfix.guard import plugin\n")
-    (guard / "plugin.py").write_text("def f():\n    import click\n")
-    with pytest.raises(Refused, match="imports click, outside the standard library"):
-        guard_dist.closure(tmp_path)
-    (guard / "plugin.py").write_text("import vllm_hotfix.guard\n")
-    with pytest.raises(Refused, match="binds the package's name"):
-        guard_dist.build(tmp_path, "1")
-    (guard / "plugin.py").write_text("try:\n    import tomllib\nexcept ImportError:\n    import tomli as tomllib\n"
-                                     "from vllm_hotfix.guard import (\n    x)\n")
-    built = dict(guard_dist.build(tmp_path, "1").files)
-    assert built["vllm_hotfix_guard/guard/plugin.py"].endswith(b"from vllm_hotfix_guard.guard import (\n    x)\n")
+def test_refuses_a_package_folder_holding_anything_but_sources(tmp_path):
+    folder = tmp_path / "vllm_hotfix_guard"
+    (folder / "core" / "__pycache__").mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "core" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"skipped")
+    assert [rel for rel, _ in guard_dist.build(folder, "1").files][:1] == ["vllm_hotfix_guard/__init__.py"]
+    (folder / "sitecustomize.pth").write_text("import os\n")
+    with pytest.raises(Refused, match="holds only Python sources"):
+        guard_dist.build(folder, "1")
+    (folder / "sitecustomize.pth").unlink()
+    (folder / "core" / "linked.py").symlink_to(folder / "__init__.py")
+    with pytest.raises(Refused, match="not a regular file"):
+        guard_dist.build(folder, "1")
 
 
 def test_build_dist_writes_the_wheel_and_the_tree(tmp_path, run_hotfix, dist):
@@ -160,17 +137,29 @@ def test_pip_installs_nothing_else_and_a_process_without_the_guard_settings_impo
     assert report == {"entry_points": ["vllm_hotfix_guard:register"], "new": ["vllm_hotfix_guard"]}
 
 
-def test_one_guard_per_process_with_the_cli_beside_it(guard_venv, tmp_path):
+def test_the_built_wheel_with_readiness_on_never_raises_and_records_the_process(guard_venv, tmp_path):
+    """Issue 43: with HOTFIX_READY_DIR set (compose / k8s set it by default), the delivered guard in a venv with
+    no vllm_hotfix ran `__import__("vllm_hotfix.guard.ready")` and raised ModuleNotFoundError out of vLLM's
+    plugin loader. The built wheel now records the process; a vllm_hotfix planted in the working directory is
+    never imported."""
     python, _ = guard_venv
     lock = tmp_path / "hotfix.lock"
-    lock.write_text("{}")  # not a lock: the guard says so, once
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HOTFIX_")},
-           "PYTHONPATH": str(SRC), "HOTFIX_LOCK": str(lock)}
-    script = (LOADER + "\nfrom vllm_hotfix.guard.plugin import register\nregister()\n"
-              "from vllm_hotfix_guard import register as other\nother()\n")
-    done = subprocess.run([str(python), "-c", script], capture_output=True, text=True, env=env, check=True)
-    assert done.stderr.count("vllm-hotfix guard pid=") == 1, done.stderr
-    assert "cannot use HOTFIX_LOCK" in done.stderr
+    lock.write_text("{}")  # not a lock: the guard says so, once, and records the process as not ready
+    planted = tmp_path / "cwd" / "vllm_hotfix"
+    planted.mkdir(parents=True)
+    (tmp_path / "ready").mkdir()  # the volume compose / k8s mount there
+    (planted / "__init__.py").write_text("raise SystemExit('planted vllm_hotfix imported')\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HOTFIX_") and k != "PYTHONPATH"},
+           "HOTFIX_LOCK": str(lock), "HOTFIX_READY_DIR": str(tmp_path / "ready")}
+    done = subprocess.run([str(python), "-c", LOADER], capture_output=True, text=True, env=env, cwd=planted.parent)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert "vllm_hotfix_guard.ready" in report["new"] and not any(m.split(".")[0] == "vllm_hotfix" for m in report["new"])
+    assert done.stderr.count("vllm-hotfix guard pid=") == 1 and "cannot use HOTFIX_LOCK" in done.stderr
+    assert len(list((tmp_path / "ready").iterdir())) == 1
+    probe = subprocess.run([str(python), "-I", "-m", "vllm_hotfix_guard", "ready", "--expect", "api=1"],
+                           capture_output=True, text=True, env=env, cwd=planted.parent)
+    assert probe.returncode == 1, (probe.stdout, probe.stderr)  # recorded, not in effect: not ready
 
 
 def test_in_container_verify_refuses_as_the_cli_does(guard_venv, tmp_path, run_hotfix):

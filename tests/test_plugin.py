@@ -223,7 +223,7 @@ def test_entry_point_is_listed_in_a_real_install(guarded):
     out = subprocess.run([str(guarded["venv"].python), "-c", code], capture_output=True, text=True, check=True,
                          cwd=guarded["work"]).stdout
     *plugins, location = json.loads(out)
-    assert ["vllm_hotfix_guard", "vllm_hotfix_guard.plugin:register"] in plugins
+    assert [p for p in plugins if p[0] == "vllm_hotfix_guard"] == [["vllm_hotfix_guard", "vllm_hotfix_guard:register"]]
     assert Path(location).is_relative_to(guarded["venv"].site_packages)
 
 
@@ -232,9 +232,7 @@ def test_does_nothing_and_imports_nothing_heavy_unless_asked(guarded):
     assert proc.returncode == 0, proc.stderr
     assert guard_lines(proc) == []
     hotfix_modules = {m for m in report["new_modules"] if m.startswith("vllm_hotfix")}
-    assert hotfix_modules == {"vllm_hotfix", "vllm_hotfix_guard", "vllm_hotfix_guard.plugin",
-                              "vllm_hotfix_guard.process", "vllm_hotfix_guard.verdicts",
-                              "vllm_hotfix_guard.settings", "vllm_hotfix_guard.values"}  # values: the guard model's base, no imports
+    assert hotfix_modules == {"vllm_hotfix_guard"}  # its register() imports nothing more unless the guard is on
     assert not {m for m in report["new_modules"] if m.split(".")[0] in ("vllm", "torch", "click")}
 
 

@@ -76,7 +76,7 @@ def test_every_dataclass_has_a_docstring():
     import ast
 
     missing = []
-    for path in sorted((REPO / "src" / "vllm_hotfix").rglob("*.py")):
+    for path in sorted((REPO / "src").rglob("*.py")):  # both packages
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef) and not ast.get_docstring(node) and \
                     any("dataclass" in ast.unparse(d) for d in node.decorator_list):
@@ -96,6 +96,17 @@ def test_the_wheel_carries_the_top_level_catalog(tmp_path):
         assert f"vllm_hotfix/_catalog/manifests/{manifest.name}" in names
     for patch in (REPO / "patches").rglob("*.patch"):
         assert f"vllm_hotfix/_catalog/patches/{patch.relative_to(REPO / 'patches').as_posix()}" in names
+    # The guard package ships twice, the same files: in this wheel, and alone as vllm-hotfix-guard (the folder
+    # zipped verbatim by containers/guard_dist.py); one entry point, the guard package's cheap register().
+    from vllm_hotfix.containers import guard_dist
+
+    with zipfile.ZipFile(wheel) as archive:
+        ours = {n: archive.read(n) for n in names if n.startswith("vllm_hotfix_guard/")}
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        assert "[vllm.general_plugins]\nvllm_hotfix_guard = vllm_hotfix_guard:register\n" in \
+            archive.read(entry_points).decode()
+    standalone = {rel: data for rel, data in guard_dist.current().files if rel.startswith("vllm_hotfix_guard/")}
+    assert ours == standalone
 
 
 def test_no_module_imports_another_modules_private_name():
@@ -103,7 +114,7 @@ def test_no_module_imports_another_modules_private_name():
     import ast
 
     found = []
-    for module in (REPO / "src" / "vllm_hotfix").rglob("*.py"):
+    for module in (REPO / "src").rglob("*.py"):  # both packages
         for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm_hotfix"):
                 found += [f"{module.relative_to(REPO)}:{node.lineno} {node.module}.{a.name}" for a in node.names
@@ -117,8 +128,8 @@ def test_the_state_folder_names_are_spelled_once_in_paths():
 
     names = {"state.json", "journal.json", "history.jsonl", "history.1.jsonl", "gone.json"}
     spelled = []
-    for path in sorted((REPO / "src" / "vllm_hotfix").rglob("*.py")):
+    for path in sorted((REPO / "src").rglob("*.py")):  # both packages
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and node.value in names:
-                spelled.append(f"{path.relative_to(REPO / 'src' / 'vllm_hotfix').as_posix()}:{node.value}")
-    assert sorted(spelled) == sorted(f"paths.py:{name}" for name in names)
+                spelled.append(f"{path.relative_to(REPO / 'src').as_posix()}:{node.value}")
+    assert sorted(spelled) == sorted(f"vllm_hotfix_guard/paths.py:{name}" for name in names)

@@ -131,4 +131,4 @@ def test_check_env_and_verify_lock_ask_the_vllm_venv_not_the_tools_own(tool, vll
     assert checked.returncode == 1 and doc["load_error"].startswith("ModuleNotFoundError: No module named "
                                                                     "'vllm_hotfix_guard.plugin'")
     assert doc["problems"][0].startswith(f"the guard fails to import in {venv.python} "
-                                         f"(vllm_hotfix_guard.plugin:register)")
+                                         f"(vllm_hotfix_guard:register)")

@@ -26,13 +26,12 @@ from vllm_hotfix_guard.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STA
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
 _code_checks: list = []  # the lock's checks of this process: their files' code names (points.py)
 _fork_hook_installed = False
-CLAIM_KEY = "vllm_hotfix guard of this process"  # a sys.modules key no import can name (a space)
 
 
 def register() -> None:
     """Entry point called by vLLM's plugin loader; cheap and idempotent within one process."""
     lock, require = _settings()
-    if not lock and not require or not _claimed():
+    if not lock and not require:
         return
     _install_fork_hook()
     failing = _check_here(lock, require)
@@ -41,13 +40,6 @@ def register() -> None:
             raise HotfixNotInEffect(strict_message(failing))
         emit("WARNING", f"vllm-hotfix guard pid={os.getpid()} role={process_role()}: "
                         f"not stopping `{command_line()}` (HOTFIX_STRICT=1): it serves nothing")
-
-
-def _claimed() -> bool:
-    """Whether this copy of the guard is the one of this process: with both the CLI (vllm_hotfix) and the
-    delivered guard (vllm_hotfix_guard) installed, vLLM loads both entry points; the first to register runs,
-    the other stays silent (a forked child inherits the claim with the memory)."""
-    return sys.modules.setdefault(CLAIM_KEY, sys.modules[__name__]) is sys.modules[__name__]
 
 
 def _settings() -> tuple[str, str]:
@@ -275,10 +267,10 @@ def _apply_unrecorded(hotfix_id: str) -> str:
 def _catalog_command(hotfix_id: str, command: str) -> str:
     """A command about an id no record names the catalog of: backticked (to paste) when this environment's
     hotfix finds the id (the built-in catalog, or HOTFIX_CATALOG set here), else the form to complete."""
-    here = Path(__file__).resolve().parents[1]
+    site = Path(__file__).resolve().parents[1]  # site-packages (or src/ of a checkout, whose parent is a catalog)
     plain = hotfix_id.replace("-", "").isalnum() and hotfix_id.isascii() and hotfix_id == hotfix_id.lower()
     builtin = plain and any((folder / "manifests" / f"{hotfix_id}.toml").is_file()
-                            for folder in (here / "_catalog", here.parents[1]))
+                            for folder in (site / "vllm_hotfix" / "_catalog", site.parent))
     if builtin or os.environ.get("HOTFIX_CATALOG", "").strip():
         return f"`{command}`"
     return f"{command} --catalog DIR (the catalog that has it)"
