@@ -124,7 +124,7 @@ def test_check_env_and_verify_lock_ask_the_vllm_venv_not_the_tools_own(tool, vll
                                      f"environment by {venv.python}")
     assert _run([tool, "verify"], env=lock_env).returncode == 0
 
-    guard_module = venv.site_packages / "vllm_hotfix" / "guard" / "plugin.py"
+    guard_module = venv.site_packages / "vllm_hotfix_guard" / "plugin.py"
     guard_module.unlink()
     checked = _run([tool, "guard", "--check-env", "--json"], env=lock_env)
     doc = json.loads(checked.stdout)
