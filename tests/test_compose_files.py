@@ -14,7 +14,7 @@ import pytest
 from fixtures.composefiles import HOTFIX, PATH, SITE, validate, write_export
 from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
 
-READINESS = (b"healthcheck:", b"test: [CMD, python3, -m, vllm_hotfix_guard, ready]", b"interval: ", b"timeout: ",
+READINESS = (b"healthcheck:", b"test: [CMD, python3, -I, -m, vllm_hotfix_guard, ready]", b"interval: ", b"timeout: ",
              b"retries: ", b"tmpfs:")  # docs/readiness.md: our lines that do not say hotfix
 
 

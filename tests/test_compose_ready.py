@@ -1,5 +1,5 @@
 """`hotfix compose`'s readiness (docs/readiness.md): a tmpfs for the guard's records, HOTFIX_READY_DIR, and
-`python3 -m vllm_hotfix_guard ready` as the healthcheck; docker-compose config accepts them; --remove takes
+`python3 -I -m vllm_hotfix_guard ready` as the healthcheck; docker-compose config accepts them; --remove takes
 exactly them out; what is there and not ours is never edited (a warning, the mounts still go in)."""
 
 from __future__ import annotations
@@ -48,17 +48,17 @@ def test_the_healthcheck_tmpfs_and_variable_go_in_and_remove_restores_the_bytes(
     path.write_text(BASE)
     done = compose(run_hotfix, project)
     assert done.returncode == 0, done.stderr
-    assert "healthcheck python3 -m vllm_hotfix_guard ready" in done.stdout
+    assert "healthcheck python3 -I -m vllm_hotfix_guard ready" in done.stdout
     text = path.read_text()
     print(text)
     assert text.endswith("    tmpfs:\n      - /run/vllm-hotfix/ready\n    healthcheck:\n"
-                         "      test: [CMD, python3, -m, vllm_hotfix_guard, ready]\n      interval: 10s\n"
+                         "      test: [CMD, python3, -I, -m, vllm_hotfix_guard, ready]\n      interval: 10s\n"
                          "      timeout: 5s\n      retries: 3\n  proxy:\n    image: nginx\n")
     validate(path)  # check-jsonschema, docker-compose (v1) and compose v2's config
     service = model(path)
     assert service["environment"]["HOTFIX_READY_DIR"] == "/run/vllm-hotfix/ready"
     assert service["tmpfs"] == ["/run/vllm-hotfix/ready"]
-    assert service["healthcheck"]["test"] == ["CMD", "python3", "-m", "vllm_hotfix_guard", "ready"]
+    assert service["healthcheck"]["test"] == ["CMD", "python3", "-I", "-m", "vllm_hotfix_guard", "ready"]
     again = compose(run_hotfix, project)
     assert again.returncode == 0 and path.read_text() == text  # nothing twice
     assert compose(run_hotfix, project, "--remove").returncode == 0

@@ -266,3 +266,27 @@ def test_an_entry_points_file_that_is_not_utf8_is_read_not_fatal(tmp_path):
     (info / "entry_points.txt").write_bytes(b"[vllm.general_plugins]\n# caf\xe9\n"
                                             + guard_env.PLUGIN_NAME.encode() + b" = odd.mod:fn\n")
     assert guard_env.guard_entry_points([str(tmp_path)]) == ["odd.mod:fn"]
+
+
+@pytest.mark.parametrize("value", [" , ", ","])
+def test_a_blank_requirement_is_refused_not_an_empty_pass(value, run_hotfix, tmp_path, monkeypatch):
+    """HOTFIX_REQUIRE=" , " named no id: the guard checked nothing and said nothing was wrong in every process.
+    Now the guard judges it invalid (NOT IN EFFECT; strict mode stops the process) and --check-env refuses it."""
+    from vllm_hotfix_guard import plugin
+    from vllm_hotfix_guard.settings import required_ids
+
+    assert required_ids(value) == ("",) and required_ids("") == () and required_ids(" a , b,a") == ("a", "b")
+    (verdict,) = plugin.check(lock=None, require=required_ids(value))
+    assert not verdict.in_effect and verdict.detail.startswith("invalid: HOTFIX_REQUIRE names no hotfix id")
+    monkeypatch.setenv("HOTFIX_REQUIRE", value)
+    monkeypatch.setenv("HOTFIX_STRICT", "1")
+    monkeypatch.setattr(plugin, "serving_process", lambda: True)
+    with pytest.raises(plugin.HotfixNotInEffect, match="HOTFIX_REQUIRE names no hotfix id"):
+        plugin.register()
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_PLUGINS", "HOTFIX_STRICT")}
+    env.update(HOTFIX_REQUIRE=value, PYTHONPATH=str(tmp_path))
+    result = run_hotfix("guard", "--check-env", env=env)
+    assert result.returncode == 1 and result.stdout.startswith(f"NOT IN EFFECT: guard: HOTFIX_REQUIRE=\"{value}\" names "
+                                                               "no hotfix id"), result.stdout + result.stderr

@@ -251,3 +251,24 @@ def test_the_mounted_lock_must_be_the_one_the_pod_was_admitted_with(processes, r
     assert line.isascii() and line.isprintable() and "\x1b" not in line
     words = {"another": f'has fingerprint "{fingerprint}"', "no lock": "is missing", "bad lock": "cannot be read"}
     assert words[how] in line
+
+
+def test_the_generated_probe_never_runs_a_guard_planted_in_the_working_directory(processes, ready_dir, tmp_path):
+    """The probe as `k8s` / `compose` generate it (`python3 -I -m vllm_hotfix_guard ready`): a vllm_hotfix_guard/
+    in the container's working directory, or PYTHONPATH naming one, would otherwise answer "ready"."""
+    from vllm_hotfix.containers.readiness import probe_command
+
+    planted = tmp_path / "workdir" / "vllm_hotfix_guard"
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text("")
+    (planted / "__main__.py").write_text("print('ready: planted'); raise SystemExit(0)\n")
+    processes("main (vllm serve)", "mamba-align-block-size")  # recorded NOT in effect: not ready
+    command = probe_command(sys.executable)
+    assert command[1:] == ["-I", "-m", "vllm_hotfix_guard", "ready"]
+    for env in (dict(os.environ), {**os.environ, "PYTHONPATH": str(planted.parent)}):
+        done = subprocess.run([*command, "--expect", "api=1"], cwd=planted.parent, capture_output=True, text=True,
+                              env=env, timeout=60)
+        assert done.returncode == 1 and "planted" not in done.stdout, done.stdout + done.stderr
+    bare = subprocess.run([sys.executable, "-m", "vllm_hotfix_guard", "ready"], cwd=planted.parent, capture_output=True,
+                          text=True, timeout=60)
+    assert bare.stdout == "ready: planted\n"  # what -I prevents

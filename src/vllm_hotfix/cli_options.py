@@ -14,7 +14,7 @@ def all_targets_option(text: str):
 OVERLAY_PARAMS = ("export_dir", "base", "workload", "kind", "name", "containers", "container_site_packages", "strict",
                   "max_configmaps", "readiness", "bundle", "bundle_dir", "trust_configmap")
 ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only", "trust")
-readiness_option = click.option("--readiness/--no-readiness", default=True, show_default=True, help="Add `python3 -m vllm_hotfix_guard ready` as the readiness check (docs/readiness.md), a memory-backed directory for the guard's records and HOTFIX_READY_DIR.")
+readiness_option = click.option("--readiness/--no-readiness", default=True, show_default=True, help="Add `python3 -I -m vllm_hotfix_guard ready` as the readiness check (docs/readiness.md), a memory-backed directory for the guard's records and HOTFIX_READY_DIR.")
 
 
 def compose_edit_options(command):  # `hotfix compose`'s --remove and --readiness/--no-readiness

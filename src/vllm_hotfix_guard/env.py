@@ -11,6 +11,8 @@ import os
 
 from vllm_hotfix_guard.install.probe import GUARD_GROUP as PLUGIN_GROUP, GUARD_PLUGIN as PLUGIN_NAME
 from vllm_hotfix_guard.install.probe import guard_entry_points  # noqa: F401 - the one reader of entry_points.txt
+from vllm_hotfix_guard.output import quoted
+from vllm_hotfix_guard.settings import REQUIRE_ENV, required_ids
 
 
 def environment_problems(environ=None, *, entry_points=None, load_error: str | None = None,
@@ -27,6 +29,15 @@ def environment_problems(environ=None, *, entry_points=None, load_error: str | N
         why = f" (vLLM does not strip spaces: {near[0]!r} is not {PLUGIN_NAME!r})" if near else ""
         problems.append(f"VLLM_PLUGINS={plugins!r} leaves out {PLUGIN_NAME}{why}: vLLM will not load the guard; "
                         f"add {PLUGIN_NAME} to it (comma-separated, no spaces) or unset it")
+    require = environ.get(REQUIRE_ENV)
+    if require is not None:
+        from vllm_hotfix_guard.core.docfields import is_record_id
+
+        bad = [i for i in required_ids(require) or ("",) if not is_record_id(i)]
+        if bad:
+            problems.append(f"{REQUIRE_ENV}={quoted(require)} names {'no hotfix id' if bad == [''] else 'an invalid id ' + quoted(bad[0])}: "
+                            f"the guard would check nothing and say so in every process; list the hotfix ids "
+                            f"(comma-separated) or unset it")
     if entry_points is None:
         return problems
     found = list(entry_points)

@@ -21,7 +21,7 @@ from pathlib import Path
 from vllm_hotfix_guard.verdicts import HotfixNotInEffect, Verdict, Watched  # noqa: F401 - the API
 from vllm_hotfix_guard.process import (  # noqa: F401
     command_line, emit, flush, forked_process_name, LOGGER_NAME, process_role, serving_process, set_fork_role, strict)
-from vllm_hotfix_guard.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STATE_DIR_ENV
+from vllm_hotfix_guard.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STATE_DIR_ENV, required_ids
 
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
 _code_checks: list = []  # the lock's checks of this process: their files' code names (points.py)
@@ -57,7 +57,7 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
 
         fingerprint = NONE
         try:
-            verdicts, watched, fingerprint = _check_all(lock=lock or None, require=_split_ids(require))
+            verdicts, watched, fingerprint = _check_all(lock=lock or None, require=required_ids(require))
             from vllm_hotfix_guard import imports as guard_imports
             code, proven = (), frozenset()
             if any(f.code is not None for check in _code_checks for f in check.hotfix.files):  # else not imported
@@ -381,7 +381,3 @@ def _log(verdicts: tuple[Verdict, ...], fingerprint: str) -> None:
         emit("INFO" if ok else "ERROR", summary_line(verdicts, fingerprint))
     elif not ok:  # `vllm --version` & co.: no INFO noise before their output, problems as a warning
         emit("WARNING", summary_line(verdicts, fingerprint))
-
-
-def _split_ids(value: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))

@@ -20,3 +20,11 @@ PASSWORD_ENV = "HOTFIX_KEY_PASSWORD"            # `hotfix sign`: the secret key'
 PASSWORD_FILE_ENV = "HOTFIX_KEY_PASSWORD_FILE"  # `hotfix sign`: a file holding it (a mounted secret)
 READY_DIR_ENV = "HOTFIX_READY_DIR"  # the memory-backed directory of the processes' readiness records
 CATALOG_SUMS = "hotfix-catalog.sha256"  # a signed catalog's list of files and sha256, as sha256sum writes it
+
+
+def required_ids(value: str) -> tuple[str, ...]:
+    """The hotfix ids a HOTFIX_REQUIRE value names (comma-separated, blanks around each dropped, each once, in
+    order) -- the one reading, for the guard and `hotfix guard --check-env`. A value that is set but names
+    none (" , ") gives (""): an id no record can hold, judged invalid, never "nothing to check"."""
+    ids = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+    return ids or (("",) if value.strip() else ())

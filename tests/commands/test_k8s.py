@@ -16,7 +16,7 @@ from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 READY = {"HOTFIX_READY_DIR": "/run/vllm-hotfix/ready"}
-PROBE = {"exec": {"command": ["python3", "-m", "vllm_hotfix_guard", "ready"]}, "periodSeconds": 10, "timeoutSeconds": 5,
+PROBE = {"exec": {"command": ["python3", "-I", "-m", "vllm_hotfix_guard", "ready"]}, "periodSeconds": 10, "timeoutSeconds": 5,
          "failureThreshold": 3}
 
 

@@ -1,5 +1,5 @@
 """Readiness in a compose service (docs/readiness.md): a tmpfs for the guard's records, HOTFIX_READY_DIR, and
-``python3 -m vllm_hotfix_guard ready`` as the healthcheck. A second pass over the text compose.add_mounts
+``python3 -I -m vllm_hotfix_guard ready`` as the healthcheck. A second pass over the text compose.add_mounts
 wrote (the service exists then, with its own ``environment``), and one before compose.remove_mounts that
 takes exactly these lines out again; whole lines at the positions ruamel's composer reports (yamledit), so
 the rest of the file stays byte for byte. What is already there and not ours (a healthcheck, a tmpfs

@@ -17,7 +17,7 @@ PERIOD, TIMEOUT, FAILURES = 10, 5, 3            # seconds, seconds, probes: an i
 
 
 def probe_command(python: str = IMAGE_PYTHON) -> list[str]:
-    return [python, "-m", GUARD_MODULE, "ready"]
+    return [python, "-I", "-m", GUARD_MODULE, "ready"]  # -I: not the working directory's vllm_hotfix_guard, no PYTHON* variables
 
 
 def k8s_parts(mounts: list, volumes: list, env: list, python: str) -> dict:
