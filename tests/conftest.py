@@ -13,19 +13,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import realdata  # noqa: E402
+import tiers  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-REAL_FIXTURES = {"vllm_wheel", "vllm_template", "vllm_install"}
-
-
-def pytest_collection_modifyitems(items):
-    """A test that uses a real downloaded vLLM wheel is `real`, whether or not it says so: the fast loop
-    (`pytest -m "not real and not slow"`) never downloads anything."""
-    for item in items:
-        if REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.real)
+def pytest_configure(config):
+    """Tiers (tests/tiers.py): a test that downloads, starts an external tool or the full vLLM without
+    declaring its marker fails; plain `pytest` runs the unmarked tier only."""
+    config.pluginmanager.register(tiers, "tiers")
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ a private *copy* of a template, so nothing a test does can reach the template or
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import shutil
 import subprocess
@@ -22,6 +23,22 @@ CACHE = Path(os.environ.get("HOTFIX_TEST_CACHE", Path.home() / ".cache" / "vllm-
 WHEELS = CACHE / "wheels"
 VENVS = CACHE / "venvs"
 
+# Set by tests/tiers.py while pytest runs: called with (tier, what) on every use of an entry point below,
+# it fails a test that does not declare that tier. Outside pytest (benchmarks, .ci/run) it stays None.
+tier_check = None
+
+
+def needs(tier: str):
+    """Decorator: every call of the function, cached or not, is a use of ``tier`` by the running test."""
+    def wrap(func):
+        @functools.wraps(func)
+        def checked(*args, **kwargs):
+            if tier_check is not None:
+                tier_check(tier, f"realdata.{func.__name__}")
+            return func(*args, **kwargs)
+        return checked
+    return wrap
+
 
 @contextmanager
 def _file_lock(path: Path):
@@ -34,6 +51,7 @@ def _file_lock(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+@needs("real")
 def vllm_wheel(version: str) -> Path:
     """Path of the real ``vllm-VERSION`` wheel, downloading it from PyPI on first use."""
     WHEELS.mkdir(parents=True, exist_ok=True)
@@ -88,6 +106,7 @@ def pip_install(venv: Venv, *args: str) -> None:
     )
 
 
+@needs("real")
 def vllm_template(version: str) -> Venv:
     """A cached venv with the real vLLM VERSION wheel installed. Never modify it: copy it."""
     pyver = "%d.%d" % sys.version_info[:2]
@@ -108,6 +127,7 @@ def vllm_template(version: str) -> Venv:
 FULL_REQUIREMENTS = ("vllm=={version}", "torch===2.13.0")
 
 
+@needs("vllm_full")
 def vllm_full_venv(version: str = "0.30.0") -> Venv:
     """A cached venv with the real ``vllm==VERSION`` *and all its dependencies* (torch included) from
     PyPI, so vLLM's own code runs: ``load_general_plugins()``, ``vllm --version``, its multiprocessing.
@@ -210,6 +230,7 @@ def _is_source_member(name: str) -> bool:
 _ELF_MAGIC = b"\x7fELF"
 
 
+@needs("real")
 def vllm_source_tree(version: str) -> Path:
     """Cached ``<dir>/vllm`` sources unzipped from the real wheel. Read only!
 
@@ -242,6 +263,7 @@ def vllm_source_tree(version: str) -> Path:
         return root
 
 
+@needs("real")
 def vllm_source_diff(old: str = "0.29.0", new: str = "0.30.0") -> Path:
     """Cached ``diff -ruN`` of two real wheels' ``vllm/`` sources, paths ``a/vllm/...`` / ``b/vllm/...``."""
     old_tree, new_tree = vllm_source_tree(old), vllm_source_tree(new)

@@ -107,6 +107,7 @@ def _mamba_cases():
     return [pytest.param(v, f"mamba-align-block-size/{p}.patch", id=v) for v, p in cases.items()]
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("version,patch_file", _mamba_cases())
 def test_mamba_patch_applies_to_real_release(version, patch_file, vllm_wheel, tmp_path):
     (chosen,) = MAMBA.patches_for(version)
@@ -123,6 +124,7 @@ def test_mamba_patch_applies_to_real_release(version, patch_file, vllm_wheel, tm
     compile(patched, MAMBA_FILE, "exec")
 
 
+@pytest.mark.real
 def test_mamba_patches_do_not_apply_to_the_fixing_release(vllm_wheel, tmp_path):
     assert MAMBA.is_fixed_in("0.32.0") and not MAMBA.target_for("vllm").contains("0.32.0")
     tree = _mamba_release_tree(vllm_wheel, "0.32.0", tmp_path)

@@ -9,6 +9,8 @@ import zipfile
 
 import pytest
 
+pytestmark = pytest.mark.real
+
 HOTFIX = "mamba-align-block-size"
 TARGET_FILE = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 BUGGY_DIVISOR = "// self.cache_config.block_size"

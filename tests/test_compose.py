@@ -49,6 +49,7 @@ def test_host_source_relative_under_compose_dir_else_absolute(tmp_path):
     assert compose_mounts.host_source(tmp_path / "elsewhere", tmp_path / "project") == (tmp_path / "elsewhere").as_posix()
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("text, service", [(LIST_ENV, "vllm"), (LIST_ENV, "proxy"), (MAPPING_ENV, "vllm"), (MAPPING_ENV, "other")])
 def test_add_is_idempotent_and_remove_restores_bytes(tmp_path, text, service):
     mounts = make_mounts()
@@ -85,6 +86,7 @@ def test_lock_mount_stays_while_other_hotfix_mounts_remain():
     assert mounts.hotfix[0].spec not in partly
 
 
+@pytest.mark.tools
 def test_override_file_holds_only_the_service_mounts(tmp_path):
     mounts = make_mounts()
     override = compose_edit.add_mounts("", "vllm", mounts, create_service=True).text

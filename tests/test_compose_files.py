@@ -67,6 +67,7 @@ def _compose(run_hotfix, project, *args, env=None):
                       cwd=project, env=env)
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("crlf", [False, True])
 def test_document_marker_crlf_and_indentation_survive_and_remove_restores_bytes(project, run_hotfix, crlf):
     original = (PLAIN.replace("\n", "\r\n") if crlf else PLAIN).encode()
@@ -89,6 +90,7 @@ def test_document_marker_crlf_and_indentation_survive_and_remove_restores_bytes(
     assert path.read_bytes() == original
 
 
+@pytest.mark.tools
 def test_symlinked_compose_file_is_written_through(project, run_hotfix):
     real = project / "deploy" / "prod.yml"
     real.parent.mkdir()
@@ -114,6 +116,7 @@ def _refused_unchanged(run_hotfix, project, text: str, reason: str) -> Path:
     return path
 
 
+@pytest.mark.tools
 def test_shared_anchor_is_never_edited(project, run_hotfix):
     path = _refused_unchanged(run_hotfix, project, ANCHORS,
                               "services.vllm.volumes comes from the shared anchor &common (line 3)")
@@ -128,6 +131,7 @@ def test_shared_anchor_is_never_edited(project, run_hotfix):
     assert not override.exists()
 
 
+@pytest.mark.tools
 def test_alias_of_a_shared_environment_is_refused(project, run_hotfix):
     text = ANCHORS.replace("  vllm-b:\n    <<: *common\n    environment: *env\n", "")
     text = text.replace("    command: [\"--model\", \"/models/glm\"]\n",
@@ -137,6 +141,7 @@ def test_alias_of_a_shared_environment_is_refused(project, run_hotfix):
     _refused_unchanged(run_hotfix, project, text, "services.vllm.environment is the anchored node &env (line 7)")
 
 
+@pytest.mark.tools
 def test_local_keys_next_to_a_merge_are_edited_and_the_anchor_is_not(project, run_hotfix):
     text = ANCHORS.replace("    <<: *common\n    command:", "    <<: *common\n    volumes:\n      - ./models:/models:ro\n"
                            "    environment:\n      NCCL_DEBUG: INFO\n    command:", 1)
@@ -203,6 +208,7 @@ EDGE_CASES = [
 ]
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("text", EDGE_CASES)
 def test_edge_cases_round_trip_byte_for_byte(text, tmp_path):
     from vllm_hotfix.containers import compose_edit, compose_mounts

@@ -10,6 +10,8 @@ import pytest
 
 from fixtures.composefiles import HOTFIX, compose_v2, validate, write_export
 
+pytestmark = pytest.mark.tools
+
 BASE = """\
 services:
   vllm:

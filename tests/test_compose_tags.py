@@ -55,6 +55,7 @@ services:
 """
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("text", [OVERRIDE_BLOCK, OVERRIDE_FLOW], ids=["block", "flow"])
 def test_override_tagged_lists_get_our_entries_inside_at_the_right_indentation(project, run_hotfix, text):
     path = project / "compose.yaml"
@@ -93,6 +94,7 @@ def test_reset_or_unknown_tags_are_refused_with_the_reason_and_nothing_changes(p
     assert everything(project) == before
 
 
+@pytest.mark.tools
 def test_reset_in_the_base_file_and_our_mounts_in_an_override_file(project, run_hotfix):
     """What the refusal points at works: the override file is merged after the reset."""
     base = project / "compose.yaml"
@@ -112,6 +114,7 @@ def test_a_reset_service_is_refused(project, run_hotfix):
     assert everything(project) == before
 
 
+@pytest.mark.tools
 def test_a_dollar_in_the_export_path_is_written_as_two(project, run_hotfix):
     """compose interpolates `$NAME` / `${NAME}`: a `$` in a path must be `$$` to mean itself."""
     odd = "export-$HOME-${USER}"

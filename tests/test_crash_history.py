@@ -16,7 +16,7 @@ from fixtures import crash
 from fixtures.series import MAMBA, MAMBA_ID, series_catalog
 from vllm_hotfix_guard.paths import TargetDir
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(crash.STRACE is None, reason="strace not installed")]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.skipif(crash.STRACE is None, reason="strace not installed")]
 
 TOP = "pr77-postprocess"
 

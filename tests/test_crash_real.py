@@ -24,7 +24,7 @@ import pytest
 from fixtures import crash
 from fixtures.twofiles import make_two_file_patch, snapshot
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(crash.STRACE is None, reason="strace not installed")]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.skipif(crash.STRACE is None, reason="strace not installed")]
 
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 

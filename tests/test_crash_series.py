@@ -14,7 +14,7 @@ import pytest
 from fixtures import crash
 from fixtures.series import MAMBA, MAMBA_ID, series_catalog
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(crash.STRACE is None, reason="strace not installed")]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.skipif(crash.STRACE is None, reason="strace not installed")]
 
 TOP = "pr77-postprocess"
 

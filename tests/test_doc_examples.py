@@ -162,6 +162,7 @@ class Sandbox:
         return [part.rstrip("\n").split("\n") if part.strip() else [] for part in parts]
 
 
+@pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.parametrize("page", sorted({b.page for b in RUN}), ids=lambda p: str(p.relative_to(REPO)))
 def test_examples_print_what_the_docs_show(page, tmp_path, vllm_template):

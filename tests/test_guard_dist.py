@@ -212,6 +212,7 @@ def test_in_container_verify_matches_the_host_on_the_same_installs(vllm_install,
     assert both("--json")[0] == 1
 
 
+@pytest.mark.tools
 def test_compose_mounts_the_guard_read_only_and_remove_restores_the_file(tmp_path, run_hotfix, dist):
     from fixtures.composefiles import LIST_ENV, validate
     from fixtures.kube import SITE, make_export

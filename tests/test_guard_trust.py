@@ -20,6 +20,8 @@ from vllm_hotfix_guard import trust as guard_trust
 sys.path.insert(0, str(Path(__file__).resolve().parent / "commands"))
 from test_signed_locks import Key, lock_and_policy, minisign_run, write_policy  # noqa: E402  (skips without minisign)
 
+pytestmark = pytest.mark.tools
+
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):

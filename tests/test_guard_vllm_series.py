@@ -21,7 +21,7 @@ from fixtures.composefiles import LIST_ENV as COMPOSE, validate
 from fixtures.series import MAMBA, MAMBA_ID, STATES, make_series_catalog
 from fixtures.vllmfull import guard_setup, loader, run
 
-pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
+pytestmark = [pytest.mark.tools, pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
 
 REPO = Path(__file__).resolve().parents[1]
 SERIES = (MAMBA_ID, "pr77-postprocess", "states-note")

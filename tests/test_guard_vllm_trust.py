@@ -15,7 +15,7 @@ import pytest
 
 from fixtures.vllmfull import HOTFIX, guard_setup, loader
 
-pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
+pytestmark = [pytest.mark.tools, pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
 
 if shutil.which("minisign") is None:
     pytest.skip("minisign is not installed (apt-get install -y minisign)", allow_module_level=True)

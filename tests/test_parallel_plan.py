@@ -17,6 +17,8 @@ from vllm_hotfix_guard.errors import DoesNotApply, InvalidInput
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
 from vllm_hotfix.install.tree import Tree
 
+pytestmark = pytest.mark.real
+
 
 def git(*args: str, cwd: Path) -> bytes:
     return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,

@@ -338,6 +338,7 @@ def test_print_env_shell_lines_turn_the_guard_on(recorded, run_hotfix):
     assert guard_lines(proc)[0].endswith("mamba-align-block-size [require] in effect; scheduler-note [require] in effect")
 
 
+@pytest.mark.tools
 def test_print_env_compose_and_k8s_are_valid_yaml(run_hotfix, tmp_path):
     result = run_hotfix("guard", "--print-env", "--no-strict")
     service = "\n".join("    " + line for line in result.stdout.splitlines())

@@ -13,6 +13,8 @@ import pytest
 
 import realdata
 
+pytestmark = pytest.mark.real
+
 VERSIONS = ("3.10", "3.12", "3.13")
 MAMBA = "mamba-align-block-size"
 

@@ -17,8 +17,14 @@ def test_readme_is_short():
 
 def test_setup_commands_are_on_the_first_screen():
     first = "\n".join(README.splitlines()[:40])
-    for command in ("pip install -q . && scripts/try-it", "pip install -q -e '.[test]' && python -m pytest -q"):
+    for command in ("pip install -q . && scripts/try-it", "pip install -q -e '.[test]' && python -m pytest -q -m \"\""):
         assert command in first, command
+
+
+def test_both_test_commands_are_said():
+    """The whole suite (every tier, what CI runs) and the fast loop (plain `pytest`, the unmarked tier)."""
+    first = "\n".join(README.splitlines()[:40])
+    assert 'python -m pytest -q -m ""' in first and "`python -m pytest -q` runs the fast tier" in first
 
 
 def test_no_install_from_an_index_of_an_unpublished_name():

@@ -16,7 +16,7 @@ import realdata
 from fixtures.localindex import build_wheel, isolated_pip_env, serve, write_simple_index
 from fixtures.manifests import write_manifest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 MOD = "tinypkg/mod.py"
 

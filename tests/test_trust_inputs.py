@@ -16,6 +16,7 @@ from vllm_hotfix_guard.core.verdict import FileCheck
 SECRET = b"root:$6$not-for-anyone's-eyes:19000:0:99999:7:::\n"
 
 
+@pytest.mark.real
 @pytest.mark.slow
 def test_audit_names_a_symlink_in_the_install_and_never_hashes_what_it_points_to(vllm_install, run_hotfix, tmp_path):
     venv = vllm_install("0.30.0")

@@ -16,7 +16,7 @@ import pytest
 
 from vllm_hotfix_guard.paths import TargetDir
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 HOTFIX = "mamba-align-block-size"

@@ -19,6 +19,8 @@ from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
 from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
+pytestmark = pytest.mark.tools
+
 VLLM = "vllm/vllm-openai@sha256:" + "1" * 64
 SIDECAR = "busybox:1.36@sha256:" + "2" * 64  # tag and digest: pinned (the kubelet pulls the digest)
 BAKED = "registry.example/vllm-openai-hotfixed@sha256:" + "3" * 64

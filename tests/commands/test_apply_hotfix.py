@@ -20,6 +20,7 @@ MAMBA_FILE = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 BUILTIN = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.real
 def test_mamba_applies_verifies_and_rolls_back_on_0_30_0(run_hotfix, vllm_install):
     venv = vllm_install("0.30.0")
     path = venv.site_packages / MAMBA_FILE
@@ -72,6 +73,7 @@ def _writes_under(strace_log: Path, root: Path) -> list[str]:
     return found
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("case", ["wrong-md5", "bad-key", "out-of-range"])
 def test_refused_before_any_file_is_opened_for_writing(run_hotfix, vllm_install, tmp_path, case):
     if shutil.which("strace") is None:
@@ -98,6 +100,7 @@ def test_refused_before_any_file_is_opened_for_writing(run_hotfix, vllm_install,
     assert (venv.site_packages / MAMBA_FILE).read_bytes() == before
 
 
+@pytest.mark.real
 def test_two_concurrent_applies_one_applies_the_other_finds_it_applied(vllm_install):
     venv = vllm_install("0.30.0")
     path = venv.site_packages / MAMBA_FILE

@@ -4,7 +4,10 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.real
 def test_audit_names_one_changed_byte_and_passes_again_after_restore(run_hotfix, vllm_install):
     venv = vllm_install("0.30.0")
     done = run_hotfix("audit", "vllm", "--python", venv.python, "--json")
@@ -60,6 +63,7 @@ def _record_line(site_packages: Path, rel: str) -> str:
     return f"{rel},sha256={digest},{len(data)}\n"
 
 
+@pytest.mark.real
 def test_bytecode_that_apply_and_rollback_drop_is_not_a_difference(run_hotfix, vllm_install, tmp_path):
     """pip compiles bytecode and lists it in RECORD; apply/rollback drop the touched modules' .pyc."""
     venv = vllm_install("0.30.0")

@@ -17,6 +17,8 @@ import pytest
 
 from fixtures.tools import tool
 
+pytestmark = pytest.mark.real
+
 HOTFIX = "mamba-align-block-size"
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 BASE = "vllm/vllm-openai:v0.30.0"
@@ -53,6 +55,7 @@ def build(image, ctx: Path, **env) -> subprocess.CompletedProcess:
                           text=True, env=env, timeout=600)
 
 
+@pytest.mark.tools
 def test_the_context_carries_the_export_and_the_containerfile_passes_hadolint(tmp_path, run_hotfix, exported):
     image, export = exported
     done = run_hotfix("bake", "--export-dir", export, "--base", BASE, "--to", tmp_path / "ctx", "--json")

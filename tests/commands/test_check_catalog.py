@@ -9,6 +9,8 @@ import pytest
 
 from fixtures.manifests import write_patch_catalog
 
+pytestmark = pytest.mark.real
+
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 
 

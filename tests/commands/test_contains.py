@@ -18,6 +18,7 @@ def contains(run_hotfix, *args):
     return done.returncode, json.loads(done.stdout)
 
 
+@pytest.mark.real
 def test_the_hotfix_on_a_real_install_before_and_after_apply_and_edited_by_hand(vllm_install, run_hotfix):
     install = vllm_install("0.30.0")
     code, answer = contains(run_hotfix, HOTFIX, "--python", install.python)
@@ -34,11 +35,13 @@ def test_the_hotfix_on_a_real_install_before_and_after_apply_and_edited_by_hand(
     assert text.stdout.startswith(f"{answer['state']}: {HOTFIX}@1 on vllm 0.30.0 at ")
 
 
+@pytest.mark.real
 def test_the_hotfix_on_the_release_that_fixed_it_is_contained(vllm_template, run_hotfix):
     code, answer = contains(run_hotfix, HOTFIX, "--python", vllm_template("0.32.0").python)  # only read
     assert (code, answer["state"], answer["by"]) == (0, "contained", "release")
 
 
+@pytest.mark.real
 def test_a_raw_diff_applied_with_apply_patch_reads_applied(vllm_install, run_hotfix, tmp_path):
     fix = upstream_fix_diff(tmp_path / "fix.diff")
     install = vllm_install("0.31.0")
@@ -52,6 +55,7 @@ def test_a_raw_diff_applied_with_apply_patch_reads_applied(vllm_install, run_hot
     assert contains(run_hotfix, "--patch", fix, "--root", tree)[1]["state"] == "contained"
 
 
+@pytest.mark.real
 def test_matrix_of_the_upstream_fix_is_right_on_every_release(run_hotfix, tmp_path):
     fix = upstream_fix_diff(tmp_path / "fix.diff")
     for version in ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"):
@@ -79,6 +83,7 @@ def test_matrix_of_the_catalog_hotfix(run_hotfix):
         ("0.24.0", "not-applicable"), ("0.30.0", "applicable"), ("0.32.0", "contained")]
 
 
+@pytest.mark.real
 def test_a_release_the_index_lacks_is_unavailable(run_hotfix, tmp_path):
     fix = upstream_fix_diff(tmp_path / "fix.diff")
     code, report = contains(run_hotfix, "--patch", fix, "--versions", "0.31.0,0.31.9")

@@ -38,6 +38,7 @@ def exported(tmp_path, vllm_install, run_hotfix):
     return venv, project
 
 
+@pytest.mark.tools
 def test_export_compose_verify_rebuild_remove(exported, run_hotfix, tmp_path):
     venv, project = exported
     export_dir = project / "hotfix-export"
@@ -129,6 +130,7 @@ def test_export_refuses_a_baseline_that_is_not_pristine(tmp_path, vllm_install, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.tools
 def test_override_dry_run_and_unknown_service(exported, run_hotfix):
     venv, project = exported
     compose_file = project / "docker-compose.yml"

@@ -14,6 +14,8 @@ from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
 from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
+pytestmark = pytest.mark.tools
+
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 READY = {"HOTFIX_READY_DIR": "/run/vllm-hotfix/ready"}
 PROBE = {"exec": {"command": ["python3", "-I", "-m", "vllm_hotfix_guard", "ready"]}, "periodSeconds": 10, "timeoutSeconds": 5,

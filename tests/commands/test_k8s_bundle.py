@@ -26,6 +26,8 @@ from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
 from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
+pytestmark = pytest.mark.tools
+
 REPOSITORY = "registry.example/team/vllm-hotfix"
 LOCK = "/etc/vllm-hotfix/hotfix.lock"
 VLLM = "vllm/vllm-openai@sha256:" + "1" * 64

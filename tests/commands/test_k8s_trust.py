@@ -13,6 +13,8 @@ import pytest
 
 from fixtures.kube import DEPLOYMENT, make_export, render, validate
 
+pytestmark = pytest.mark.tools
+
 if shutil.which("minisign") is None:
     pytest.skip("minisign is not installed (apt-get install -y minisign)", allow_module_level=True)
 

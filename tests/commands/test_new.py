@@ -96,6 +96,7 @@ def test_new_needs_exactly_one_source(run_hotfix, tmp_path):
     assert not (tmp_path / "manifests").exists()
 
 
+@pytest.mark.real
 def test_new_from_install_diffs_hand_edits_against_the_pristine_wheel(run_hotfix, vllm_install, vllm_wheel, tmp_path):
     venv = vllm_install("0.30.0")
     edited = venv.site_packages / MAMBA
@@ -121,6 +122,7 @@ def test_new_from_install_diffs_hand_edits_against_the_pristine_wheel(run_hotfix
     assert edit.before == pristine and edit.after == edited.read_bytes()
 
 
+@pytest.mark.real
 def test_new_from_install_on_top_of_the_recorded_series_holds_only_the_new_edit(run_hotfix, vllm_install, vllm_wheel,
                                                                               tmp_path):
     """The built-in mamba fix applied, then another line of the same file edited by hand: the new patch is

@@ -27,6 +27,7 @@ VERSION = ("import importlib.util, sys, types; from pathlib import Path; p = Pat
            "s.loader.exec_module(m); print(m.__version__)")
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("base,release", list(CASES))
 def test_patch_release_as_a_hotfix_for_its_dot_zero(base, release, vllm_install, vllm_template, run_hotfix, tmp_path):
     python_files, compiled = CASES[(base, release)]

@@ -61,6 +61,7 @@ def test_two_packs_of_one_export_are_one_image_byte_for_byte(tmp_path, run_hotfi
     assert {p.stat().st_mode & 0o777 for p in (tmp_path / "one").rglob("*") if p.is_file()} == {0o644}
 
 
+@pytest.mark.tools
 def test_skopeo_inspect_reads_the_layout_for_each_platform(tmp_path, run_hotfix):
     skopeo = tool("skopeo", "skopeo (Debian)")
     export = make_export(tmp_path / "export")
@@ -81,6 +82,7 @@ def test_skopeo_inspect_reads_the_layout_for_each_platform(tmp_path, run_hotfix)
     assert raw["mediaType"] == oci.MEDIA_INDEX and raw["annotations"][bundle.FORMAT] == bundle.FORMAT_VERSION
 
 
+@pytest.mark.tools
 def test_umoci_unpacks_the_lock_s_files(tmp_path, run_hotfix):
     umoci, skopeo = tool("umoci", "umoci (Debian)"), tool("skopeo", "skopeo (Debian)")
     export = make_export(tmp_path / "export", {"vllm/v1/worker/gpu/model_states/mamba_hybrid.py": 400,

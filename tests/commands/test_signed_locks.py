@@ -20,6 +20,8 @@ from vllm_hotfix_guard.txn import hotfix_lock
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from test_hotfix_lock import make_lock  # noqa: E402
 
+pytestmark = pytest.mark.tools
+
 if shutil.which("minisign") is None:
     if os.environ.get("CI"):
         raise RuntimeError("minisign is not installed: .ci/run installs it (apt-get install minisign)")

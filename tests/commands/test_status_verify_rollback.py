@@ -6,7 +6,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from fixtures.twofiles import ENVS, VERSION, make_two_file_patch, snapshot  # noqa: F401
+
+pytestmark = pytest.mark.real
 
 
 def status(run_hotfix, python, *ids) -> list[dict]:

@@ -1,6 +1,9 @@
 import json
 
+import pytest
 
+
+@pytest.mark.real
 def test_where_finds_a_real_wheel_through_another_interpreter(run_hotfix, vllm_template):
     venv = vllm_template("0.30.0")  # read only; its python has no click, only the stdlib probe runs there
     done = run_hotfix("where", "vllm", "--python", venv.python, "--import")
@@ -17,6 +20,7 @@ def test_where_finds_a_real_wheel_through_another_interpreter(run_hotfix, vllm_t
     assert data["dist_info"].endswith("vllm-0.30.0.dist-info") and data["python"] == str(venv.python)
 
 
+@pytest.mark.real
 def test_where_warns_about_a_pythonpath_overlay(run_hotfix, vllm_template, tmp_path):
     venv = vllm_template("0.30.0")
     (tmp_path / "vllm").mkdir()

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from vllm_hotfix.install.interpreters import candidate_interpreters, script_interpreter, server_interpreter
 
 
@@ -34,6 +36,7 @@ def test_server_interpreter_follows_path(tmp_path):
     assert sys.executable not in candidate_interpreters()
 
 
+@pytest.mark.real
 def test_own_interpreter_without_the_package_uses_the_vllm_command(vllm_template, run_hotfix):
     venv = vllm_template("0.30.0")
     assert (venv.root / "bin" / "vllm").is_file()

@@ -17,7 +17,7 @@ import pytest
 import realdata
 from fixtures.series import MAMBA, MAMBA_ID, STATES, make_series_catalog
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 

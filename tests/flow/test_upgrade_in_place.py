@@ -14,7 +14,7 @@ import realdata
 from fixtures.series import write_catalog
 from fixtures.twofiles import make_two_file_patch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 MAMBA = "mamba-align-block-size"
 

@@ -8,6 +8,7 @@ from vllm_hotfix_guard.errors import Refused, UsageError
 from vllm_hotfix.install.locate import locate_package, locate_root
 
 
+@pytest.mark.real
 def test_wheel_install_through_another_interpreter(vllm_template):
     venv = vllm_template("0.30.0")  # read only
     target = locate_package("vllm", str(venv.python), do_import=True)
@@ -19,6 +20,7 @@ def test_wheel_install_through_another_interpreter(vllm_template):
     assert target.warnings == () and target.git is None
 
 
+@pytest.mark.real
 def test_pythonpath_overlay_of_a_dirty_checkout_shadows_the_wheel(vllm_template, tmp_path, monkeypatch):
     """Seed 002: sources edited in /vllm-workspace/vllm, put first on PYTHONPATH over an installed wheel."""
     venv = vllm_template("0.30.0")
@@ -35,6 +37,7 @@ def test_pythonpath_overlay_of_a_dirty_checkout_shadows_the_wheel(vllm_template,
     assert copies.startswith("2 copies of vllm on sys.path") and target.copies == (checkout / "vllm", venv.package_dir)
 
 
+@pytest.mark.real
 def test_pth_code_that_puts_an_overlay_first_is_named(vllm_install, tmp_path):
     venv = vllm_install("0.30.0")
     overlay = tmp_path / "overlay"
@@ -115,6 +118,7 @@ def test_the_probe_in_this_process_answers_what_the_probe_process_answers(tmp_pa
         assert (here["spec"]["origin"].startswith(str(overlay))) == bool(extra)
 
 
+@pytest.mark.real
 def test_a_probe_started_ahead_answers_what_a_probe_started_on_demand_answers(vllm_template, monkeypatch):
     """`verify --lock --python` starts the probe's interpreter before it knows the package (the start-up
     overlaps loading the command) and hands it the name later: same facts as a probe started on demand."""

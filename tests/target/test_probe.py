@@ -77,6 +77,7 @@ def test_the_fast_distribution_reader_answers_what_importlib_metadata_answers_he
     assert checked > 20 and differ == []
 
 
+@pytest.mark.real
 def test_the_fast_distribution_reader_on_a_real_vllm_install(vllm_template):
     """The real vLLM 0.30.0 wheel (installed alone): the facts a wheel target is built from."""
     checked, differ = _differential(str(vllm_template("0.30.0").python))

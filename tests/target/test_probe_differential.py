@@ -71,6 +71,7 @@ def test_the_facts_are_the_ones_before_here():
     assert checked > 20 and decided > 20 and differ == []
 
 
+@pytest.mark.real
 def test_the_facts_are_the_ones_before_on_a_real_vllm_install(vllm_template):
     checked, decided, differ = _differential(str(vllm_template("0.30.0").python))
     assert checked >= 1 and differ == []
