@@ -340,6 +340,7 @@ def _json_api(project: str) -> tuple[str, dict]:
     return url, json.loads(response.content)
 
 
+@needs("real")
 def ascend_sdist(version: str) -> Path:
     """The real ``vllm_ascend-VERSION.tar.gz`` from the index (its JSON API), sha256-checked, cached."""
     import hashlib
@@ -367,6 +368,7 @@ def ascend_sdist(version: str) -> Path:
         return final
 
 
+@needs("real")
 def ascend_source(version: str) -> Path:
     """The sdist unpacked (``tar --no-same-owner``): the directory holding ``vllm_ascend/``. Read only!"""
     root = SOURCES / f"vllm-ascend-{version}"
@@ -416,6 +418,7 @@ def _ascend_checkout_template(version: str) -> Path:
         return root
 
 
+@needs("real")
 def ascend_checkout(version: str, dest: Path) -> Path:
     """A private git checkout of the real sdist: ``git init`` on branch releases/vX.Y.Z, one commit,
     tag ``vVERSION`` (annotated), clean (the sdist's generated files are .gitignored upstream)."""
@@ -424,6 +427,7 @@ def ascend_checkout(version: str, dest: Path) -> Path:
     return dest
 
 
+@needs("real")
 def ascend_editable(version: str, dest: Path) -> tuple[Path, Venv]:
     """The image's layout (/vllm-workspace/vllm-ascend): a checkout of the sdist at its tag, installed with
     the real ``pip install -e`` (vllm-ascend's own setup.py, no custom kernels) into a fresh venv.
@@ -449,6 +453,7 @@ def _build_tools() -> Path:
     return root
 
 
+@needs("real")
 def ascend_wheel(version: str) -> Path:
     """The wheel of vllm-ascend VERSION: the index's x86_64 one where published (0.23.0, 0.26.0rc1, ...),
     else built from the real sdist by its own setup.py without CANN (no compiled ops, every .py file)."""
@@ -475,6 +480,7 @@ def ascend_wheel(version: str) -> Path:
         return final
 
 
+@needs("real")
 def ascend_template(version: str) -> Venv:
     """A cached venv with vllm-ascend VERSION installed by pip --no-deps (see ``ascend_wheel``). Copy it."""
     pyver = "%d.%d" % sys.version_info[:2]
