@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from vllm_hotfix import __version__, cli_bundles, cli_signing
+from vllm_hotfix import __version__, cli_bundles, cli_feed, cli_signing
 from vllm_hotfix.cli_help import EXIT_CODES_HELP, GROUP_HELP, texts
 from vllm_hotfix.cli_options import (
     ADMISSION_PARAMS, OVERLAY_PARAMS, admission_options, all_targets_option, catalog_option, complete_ids, dry_run_option,
@@ -331,6 +331,7 @@ def guard_cmd(print_env, check_env, build_dist, lock_file, require, strict, fmt,
 cli.add_command(cli_signing.sign_cmd)
 cli.add_command(cli_bundles.pack_cmd)
 cli.add_command(cli_signing.trust_group)
+cli.add_command(cli_feed.catalog_group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -54,6 +54,11 @@ def targets_dir() -> Path:
     return state_dir() / "targets"
 
 
+def feeds_dir() -> Path:
+    """Subscribed catalogs, feeds/<NAME>/ (what is inside: catalog/feeds.py)."""
+    return state_dir() / "feeds"
+
+
 class TargetDir(Value):
     """The state of one target (the directory patches are applied to), keyed by its real path: the ONE
     owner of its layout, every path into it is one of these properties or relative names.

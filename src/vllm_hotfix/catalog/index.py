@@ -37,6 +37,7 @@ def builtin_dir() -> Path:
 ENV_VAR = "HOTFIX_CATALOG"
 
 
+SUBSCRIBED = "subscribed"
 SHADOW_ENV = "HOTFIX_ALLOW_SHADOW"  # '1': a user catalog may redefine a built-in id (also --allow-shadow)
 
 
@@ -45,7 +46,7 @@ class CatalogDir:
     """One catalog directory (its manifests/ and patches/) and where it comes from."""
 
     path: Path
-    origin: str  # 'built-in' | '--catalog' | 'HOTFIX_CATALOG'
+    origin: str  # 'built-in' | '--catalog' | 'HOTFIX_CATALOG' | 'subscribed' (catalog/feeds.py)
 
     @property
     def builtin(self) -> bool:
@@ -53,7 +54,8 @@ class CatalogDir:
 
     def describe(self) -> str:
         """'built-in catalog /…', '--catalog /abs/dir', 'HOTFIX_CATALOG entry /abs/dir'."""
-        where = {"built-in": "built-in catalog", ENV_VAR: "HOTFIX_CATALOG entry"}.get(self.origin, self.origin)
+        where = {"built-in": "built-in catalog", ENV_VAR: "HOTFIX_CATALOG entry",
+                 SUBSCRIBED: "subscribed catalog"}.get(self.origin, self.origin)
         return f"{where} {os.path.abspath(self.path)}"
 
     def to_json(self) -> dict:
@@ -113,12 +115,14 @@ class Catalog:
         dirs = [CatalogDir(builtin_dir(), "built-in")]
         dirs += [CatalogDir(Path(d), "--catalog") for d in extra_dirs]
         dirs += [CatalogDir(Path(d), ENV_VAR) for d in env.get(ENV_VAR, "").split(os.pathsep) if d]
+        subscribed = _subscribed()
         manifests: list[Manifest] = []
         origins: dict[int, CatalogDir] = {}
         builtin_ids: dict[str, Manifest] = {}
         _require_signed([d for d in dirs if not d.builtin], env)
+        dirs += subscribed  # checked against their own policy by `hotfix catalog update`
         for catalog_dir in dirs:
-            for manifest in _load_dir(catalog_dir):
+            for manifest in load_dir(catalog_dir):
                 if catalog_dir.builtin:
                     builtin_ids.setdefault(manifest.id, manifest)
                 elif manifest.id in builtin_ids and env.get(SHADOW_ENV) != "1":
@@ -200,7 +204,23 @@ def _require_signed(user_dirs: list[CatalogDir], env: Mapping[str, str]) -> None
                         f"{quote_path(str(catalog_dir.path))} --key KEY")
 
 
-def _load_dir(catalog_dir: CatalogDir) -> list[Manifest]:
+def _subscribed() -> list[CatalogDir]:
+    """The subscribed catalogs whose cached release has not expired (catalog/feeds.py); a note for each
+    stale one."""
+    import time
+
+    from vllm_hotfix.catalog import feeds
+
+    fresh, stale = feeds.served(time.time())
+    if stale:
+        from vllm_hotfix.output import note
+
+        for cached in stale:
+            note(feeds.stale_line(cached))
+    return [CatalogDir(cached.catalog, SUBSCRIBED) for cached in fresh]
+
+
+def load_dir(catalog_dir: CatalogDir) -> list[Manifest]:
     path = catalog_dir.path
     manifests_dir = path / "manifests"
     if not manifests_dir.is_dir():

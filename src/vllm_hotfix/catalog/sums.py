@@ -31,7 +31,13 @@ MAX_FILES = 100_000
 def current_sums(directory: Path) -> dict[str, str]:
     """relative path -> sha256 of every file under the catalog's manifests/ and patches/, read as input
     (regular files only: a symbolic link or any other kind of file is refused, InvalidInput)."""
-    sums: dict[str, str] = {}
+    return {path: hashlib.sha256(data).hexdigest() for path, data in catalog_files(directory).items()}
+
+
+def catalog_files(directory: Path) -> dict[str, bytes]:
+    """relative path -> bytes of every file under the catalog's manifests/ and patches/ (``current_sums``'
+    rules; `hotfix catalog publish` archives them)."""
+    sums: dict[str, bytes] = {}
     for top in LISTED_DIRS:
         root = directory / top
         if not root.is_dir():
@@ -49,7 +55,7 @@ def current_sums(directory: Path) -> dict[str, str]:
                 if not stat.S_ISREG(info.st_mode):
                     raise InvalidInput(f"{path}: not a regular file; a signed catalog holds regular files only")
                 data = read_bounded(path, cap=FILE_LIMIT, what="catalog file", follow_symlinks=False)
-                sums[relative] = hashlib.sha256(data).hexdigest()
+                sums[relative] = data
                 if len(sums) > MAX_FILES:
                     raise InvalidInput(f"{directory}: more than {MAX_FILES} files in the catalog")
     return sums

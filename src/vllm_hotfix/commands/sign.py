@@ -30,16 +30,13 @@ def run(*, file: Optional[Path], catalog: Optional[Path], key: Path, password_fi
     env = os.environ if env is None else env
     if (file is None) == (catalog is None):
         raise UsageError("name the file to sign (a lock or a trust policy) or --catalog DIR, not both")
-    key_data = _read(key, signing.SECRET_KEY_FILE_LIMIT, "secret key")
-    secret = signing.parse_secret_key(key_data, str(key))
     if catalog is not None:
         kind, target, data = "catalog", Path(catalog) / CATALOG_SUMS, _catalog_sums(Path(catalog))
     else:
         target = Path(file)
         data = _read(target, SIGNED_FILE_LIMIT, "file to sign")
         kind = _check_signable(target, data)
-    password = _password(key, password_file, env) if secret.encrypted else None
-    signing_key = signing.unseal(secret, password, str(key))
+    signing_key = unsealed_key(key, password_file, env)
     comment = trusted_comment if trusted_comment is not None else signing.default_trusted_comment(target.name)
     signature = signing.sign(data, signing_key, trusted_comment=comment)
     sig_path = target.parent / minisign.signature_name(target.name, signing_key.key_id)
@@ -66,6 +63,15 @@ def run(*, file: Optional[Path], catalog: Optional[Path], key: Path, password_fi
     say(f"{verb} {quote_path(str(sig_path))} ({kind}, key {signing_key.public_key.id_text})")
     say(f"check: minisign -V -m {quote_path(str(target))} -x {quote_path(str(sig_path))} -P {signing_key.public_key.line}")
     return 0
+
+
+def unsealed_key(key: Path, password_file: Optional[Path], env: Mapping[str, str]):
+    """The signing key in the secret key file ``key`` (its password as ``_password`` finds it)."""
+    from vllm_hotfix.core import signing
+
+    secret = signing.parse_secret_key(_read(key, signing.SECRET_KEY_FILE_LIMIT, "secret key"), str(key))
+    password = _password(key, password_file, env) if secret.encrypted else None
+    return signing.unseal(secret, password, str(key))
 
 
 def _read(path: Path, cap: int, what: str) -> bytes:

@@ -33,7 +33,7 @@ class Event:
 # The options whose value is a file or directory (tests/test_help.py checks every click.Path option of
 # the CLI is here); ``--checkout`` takes DIST=DIR, ``--python`` a path only when it holds a slash.
 PATH_OPTIONS = frozenset({
-    "--add-patch", "--base", "--build-dist", "--bundle-dir", "--catalog", "--chain", "--checkout", "--confirm", "--export-dir", "--file", "--key", "--lock",
+    "--add-patch", "--base", "--build-dist", "--bundle-dir", "--ca", "--catalog", "--chain", "--checkout", "--confirm", "--export-dir", "--file", "--key", "--lock",
     "--out", "--override", "--password-file", "--patch", "--patch-file", "--python", "--repo", "--root", "--to",
     "--trust", "--upstream-repo", "--wheel",
 })
