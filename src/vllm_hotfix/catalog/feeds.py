@@ -111,9 +111,9 @@ def read_cached(name: str) -> tuple[Optional[bytes], Optional[Release]]:
 def names() -> list[str]:
     """The subscribed names, sorted (a folder without subscription.json is not one)."""
     root = paths.feeds_dir()
+    paths.check_trusted(root)  # first: a state directory this user cannot search is exit 6, not a traceback
     if not root.is_dir():
         return []
-    paths.check_trusted(root)
     return sorted(n for n in (p.name for p in root.iterdir()) if _NAME.match(n) and (root / n / SUBSCRIPTION).exists())
 
 
