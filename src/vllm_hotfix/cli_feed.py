@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from vllm_hotfix.cli_help import examples
-from vllm_hotfix.cli_options import dry_run_option, json_option
+from vllm_hotfix.cli_options import catalog_option, complete_ids, dry_run_option, json_option
 
 POLICY = click.Path(dir_okay=False, path_type=Path)
 
@@ -64,6 +64,18 @@ replayed release (14), an expired release: a frozen feed (15), malformed (8), un
                        "Forget a subscribed catalog.", examples(
         "hotfix catalog remove team --dry-run",
         "hotfix catalog remove team")),
+    "catalog watch": ("""Check every hotfix against the releases published after the range its manifest records.
+
+For each hotfix and new release (vLLM's, vllm-ascend's, from the index; real wheels, cached):
+fixed-upstream (at a declared fixed_in: retire it; by content: declare fixed_in), still-applies (the
+newest patch applies unchanged: extend the range), ported (`port` could merge a variant: run it) or
+conflicts (port's result shown). --write edits the manifests in place and prints the diff for review.
+Exit 0 nothing to do, 1 a proposal not written, 4 a conflict, 10 a release unavailable: what a
+scheduled CI job runs.""",
+                      "Check hotfixes against newly published releases; propose or write range changes.", examples(
+        "hotfix catalog watch",
+        "hotfix catalog watch mamba-align-block-size --json",
+        "hotfix catalog watch --catalog ./my-catalog --write")),
 }
 
 
@@ -135,3 +147,15 @@ def remove_cmd(name, dry_run, as_json) -> None:
     from vllm_hotfix.commands import catalog_feed as command
 
     _exit(command.remove(name=name, dry_run=dry_run, as_json=as_json))
+
+
+@catalog_group.command("watch", **texts("catalog watch"))
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
+@click.option("--since", metavar="VERSION", help="Only releases above VERSION (default: above each hotfix's range).")
+@click.option("--write", is_flag=True, help="Edit the manifests in place (fixed_in, ranges) and print the diff.")
+@catalog_option
+@json_option
+def watch_cmd(hotfix_ids, since, write, catalogs, as_json) -> None:
+    from vllm_hotfix.commands import catalog_watch as command
+
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), since=since, catalogs=tuple(catalogs), write=write, as_json=as_json))
