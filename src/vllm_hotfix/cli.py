@@ -68,10 +68,11 @@ def apply_cmd(hotfix_id, patch_file, root, python, package, adhoc_id, strip, pat
 @runtime_options
 @catalog_option
 @json_option
-def status_cmd(hotfix_ids, python, root, all_targets, runtime, lock_file, catalogs, as_json) -> None:
+@click.option("--vex", is_flag=True, help="Print an OpenVEX document instead: fixed / affected per hotfix with a known upstream issue (docs/feed.md).")
+def status_cmd(hotfix_ids, python, root, all_targets, runtime, lock_file, catalogs, as_json, vex) -> None:
     from vllm_hotfix.commands import status as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), all_targets=all_targets, as_json=as_json, runtime=runtime, lock_file=lock_file))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), python=python, root=root, catalogs=tuple(catalogs), all_targets=all_targets, as_json=as_json, runtime=runtime, lock_file=lock_file, vex=vex))
 
 
 @cli.command("log", **texts("log"))

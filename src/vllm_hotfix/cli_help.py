@@ -82,7 +82,8 @@ TEXTS: dict[str, tuple[str, str | None, str]] = {
         f"hotfix status mamba-align-block-size {PY} --json",
         f"hotfix status {ASCEND}",
         "hotfix status --all",
-        f"hotfix status --runtime {PY} --lock hotfix-export/hotfix.lock")),
+        f"hotfix status --runtime {PY} --lock hotfix-export/hotfix.lock",
+        f"hotfix status {PY} --vex > vllm.openvex.json")),
     "log": ("""Show who applied, upgraded, adopted or rolled back which hotfix on a target, and when.
 
 Each change is one line of the target's history.jsonl in the state directory, written by the

@@ -27,9 +27,19 @@ def version_fields(status, targets: list) -> dict:
 
 
 def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
-        all_targets: bool, as_json: bool, runtime: bool = False, lock_file: Path | None = None) -> int:
+        all_targets: bool, as_json: bool, runtime: bool = False, lock_file: Path | None = None, vex: bool = False) -> int:
     """Exit 1 when a named or recorded hotfix is not in effect (catalog extras only inform)."""
     from vllm_hotfix_guard.core.verdict import exit_code
+
+    if vex:
+        if all_targets or runtime or lock_file or as_json:
+            from vllm_hotfix.errors import UsageError
+
+            raise UsageError("--vex prints one OpenVEX document for one target: not with --all, --runtime, --lock "
+                             "or --json")
+        from vllm_hotfix.commands.status_vex import run as run_vex
+
+        return run_vex(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs)
 
     if runtime or lock_file:
         if all_targets or root or not runtime:
