@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from vllm_hotfix.cli_help import examples
+from vllm_hotfix.cli_help import examples, texts as help_texts
 from vllm_hotfix.cli_options import catalog_option, complete_ids, dry_run_option, json_option
 
 POLICY = click.Path(dir_okay=False, path_type=Path)
@@ -80,8 +80,7 @@ scheduled CI job runs.""",
 
 
 def texts(name: str) -> dict:
-    text, short, epilog = TEXTS[name]
-    return {"help": text, "short_help": short, "epilog": epilog}
+    return help_texts(name, TEXTS)
 
 
 def _exit(code: int) -> None:

@@ -326,7 +326,8 @@ what is missing (docs/exit-codes.md); nothing is written then.""",
 }
 
 
-def texts(name: str) -> dict:
-    """click's help=, short_help= and epilog= of the command ``name`` (``"trust rotate"`` for a subcommand)."""
-    text, short, epilog = TEXTS[name]
+def texts(name: str, table: dict | None = None) -> dict:
+    """click's help=, short_help= and epilog= of the command ``name`` (``"trust rotate"`` for a subcommand),
+    from TEXTS or ``table`` (cli_feed.py's)."""
+    text, short, epilog = (TEXTS if table is None else table)[name]
     return {"help": text, "short_help": short, "epilog": epilog}
