@@ -26,8 +26,8 @@ from vllm_hotfix.core.presence import APPLICABLE, CONTAINED
 from vllm_hotfix.errors import HotfixError, Unavailable
 from vllm_hotfix.flow.releases import on_release, skip_reason
 
-FIXED, APPLIES, PORTED, CONFLICTS, UNAVAILABLE, SKIPPED = (
-    "fixed-upstream", "still-applies", "ported", "conflicts", "unavailable", "skipped")
+FIXED, APPLIES, PORTED, CONFLICTS, UNAVAILABLE, SKIPPED, CURRENT = (
+    "fixed-upstream", "still-applies", "ported", "conflicts", "unavailable", "skipped", "current")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,12 +65,15 @@ def _version(text: str) -> Version | None:
 
 
 def new_releases(target: TargetSpec, published: list[str], since: str | None = None) -> list[str]:
-    """Published releases above the highest one inside the target's range (and above ``since``), oldest first."""
+    """Published releases above the target's range -- at or above its lower bounds, outside it, and above the
+    highest published release inside it -- and above ``since``, oldest first."""
     inside = [Version(r) for r in published if target.contains(r)]
     top = max(inside) if inside else None
     floor = _version(since) if since else None
+    lower = SpecifierSet(open_range(target.versions) or "")
     out = [r for r in published if _version(r) is not None and not target.contains(r)
-           and (top is None or Version(r) > top) and (floor is None or Version(r) > floor)]
+           and lower.contains(r, prereleases=True) and (top is None or Version(r) > top)
+           and (floor is None or Version(r) > floor)]
     return sorted(out, key=Version)
 
 
@@ -114,14 +117,23 @@ def watch_target(manifest: Manifest, target: TargetSpec, published: list[str], *
     rows: list[Row] = []
     wide, wide_target = opened(manifest, target)
     to_port: list[str] = []
-    for release in new_releases(target, published, since):
+    releases = new_releases(target, published, since)
+    if not releases:
+        newest = max(published, key=Version) if published else "none"
+        rows.append(Row(hotfix=manifest.ref, distribution=target.distribution, release=None, state=CURRENT,
+                        detail=f"no release published after its range {target.versions} (newest with a wheel: {newest})"))
+    for release in releases:
         if manifest.is_fixed_in(release):
             rows.append(Row(hotfix=manifest.ref, distribution=target.distribution, release=release, state=FIXED,
                             declared=True, detail=f"fixed_in {manifest.fixed_in.describe()} is declared: retire the "
                                                   f"hotfix once no host runs a release below it"))
             continue
+        detail = "the newest patch does not apply"
         try:
-            found = on_release(wide, wide_target, release, open_release(release)).found
+            judged = on_release(wide, wide_target, release, open_release(release))
+            found = judged.found
+            if judged.why_not is not None:
+                detail = judged.why_not.message
         except Unavailable as exc:
             rows.append(Row(hotfix=manifest.ref, distribution=target.distribution, release=release,
                             state=UNAVAILABLE, detail=exc.message))
@@ -137,7 +149,7 @@ def watch_target(manifest: Manifest, target: TargetSpec, published: list[str], *
         else:
             to_port.append(release)
             rows.append(Row(hotfix=manifest.ref, distribution=target.distribution, release=release, state=CONFLICTS,
-                            detail=(found.detail if found is not None else detail) or "the newest patch does not apply"))
+                            detail=(found.detail if found is not None else detail) or detail))
     if to_port and port is not None:
         rows = _ported(rows, port(replace(manifest, targets=wide.targets, fixed_in=None), wide_target, to_port))
     return rows, _proposal(manifest, target, rows, published)
