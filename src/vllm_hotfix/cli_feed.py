@@ -35,9 +35,10 @@ again before then (a CI schedule), or hosts see the catalog as stale. OUT is rep
                         "Write a signed, reproducible catalog release for subscribers.", examples(
         "hotfix catalog publish ./my-catalog --to ./release --key release.key --key sre.key",
         "hotfix catalog publish ./my-catalog --to ./release --key release.key --expires 7d --dry-run",
+        "hotfix catalog publish ./my-catalog --to ./release --key release.key --oci ./release-oci",
         "HOTFIX_KEY_PASSWORD_FILE=/run/secrets/pw hotfix catalog publish ./my-catalog --to ./release \\",
         "    --key release.key --version 12 --expires 2027-01-31T00:00:00Z")),
-    "catalog add": ("""Subscribe to the catalog released at URL (https:// or file://) under NAME.
+    "catalog add": ("""Subscribe to the catalog released at URL (https://, file:// or oci:/LAYOUT[:TAG]) under NAME.
 
 The first release is fetched and checked as `update` checks one (signatures by the policy's threshold
 of distinct keys, expiry, every file's sha256) before anything is recorded. HTTPS uses the system's
@@ -45,7 +46,8 @@ CA bundle, REQUESTS_CA_BUNDLE, or --ca FILE (kept for later updates).""",
                     "Subscribe to a published catalog (fetched and checked now).", examples(
         "hotfix catalog add team https://catalogs.example/team/ --trust team-trust.toml",
         "hotfix catalog add team https://10.0.0.5:8443/catalog/ --trust trust.toml --ca ./ca.pem",
-        "hotfix catalog add local file:///srv/catalog-release/ --trust trust.toml")),
+        "hotfix catalog add local file:///srv/catalog-release/ --trust trust.toml",
+        "hotfix catalog add mirrored oci:/srv/release-oci:latest --trust trust.toml")),
     "catalog update": ("""Fetch each subscribed catalog's newest release and use it if the policy accepts it.
 
 Refused, each with its exit code and the cached copy byte-identical: unsigned (11), fewer valid
@@ -99,12 +101,13 @@ def catalog_group() -> None:
 @click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path), help="File whose first line is the keys' password (env HOTFIX_KEY_PASSWORD_FILE; or HOTFIX_KEY_PASSWORD).")
 @click.option("--version", "version", type=click.IntRange(1, 10 ** 15 - 1), help="The release's version (default: the previous release's in --to plus 1; must be higher).")
 @click.option("--expires", metavar="TIME|DURATION", help="When subscribers stop using it: YYYY-MM-DDTHH:MM:SSZ or a duration from now (default 30d).")
+@click.option("--oci", "oci_dir", type=click.Path(file_okay=False, path_type=Path), metavar="LAYOUT", help="Also write the release as an OCI artifact in this image layout (push it with skopeo or oras; subscribe with oci:LAYOUT).")
 @dry_run_option
 @json_option
-def publish_cmd(directory, out_dir, keys, password_file, version, expires, dry_run, as_json) -> None:
+def publish_cmd(directory, out_dir, keys, password_file, version, expires, oci_dir, dry_run, as_json) -> None:
     from vllm_hotfix.commands import catalog_publish as command
 
-    _exit(command.run(directory=directory, out_dir=out_dir, keys=tuple(keys), password_file=password_file, version=version, expires=expires, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(directory=directory, out_dir=out_dir, keys=tuple(keys), password_file=password_file, version=version, expires=expires, oci_dir=oci_dir, dry_run=dry_run, as_json=as_json))
 
 
 @catalog_group.command("add", **texts("catalog add"))

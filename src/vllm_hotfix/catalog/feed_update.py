@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.catalog import feeds
-from vllm_hotfix.catalog.fetch import check_url, fetch, redact, session
+from vllm_hotfix.catalog.fetch import check_url, fetch, session, where
 from vllm_hotfix.catalog.release import ARCHIVE_LIMIT, METADATA, METADATA_LIMIT, Release, check_files, parse
 from vllm_hotfix.catalog.release_archive import read_archive
 from vllm_hotfix.core import minisign, trust_policy
@@ -52,16 +52,16 @@ def update(subscription: feeds.Subscription, *, now: float, dry_run: bool = Fals
 
     policy = load_policy(subscription.trust, now=now)
     base = check_url(subscription.url)
-    subject = f"catalog {subscription.name} ({redact(base)}{METADATA})"
+    subject = f"catalog {subscription.name} ({where(base, METADATA)})"
     http = session() if base.startswith("https:") else None
     data = fetch(base, METADATA, cap=METADATA_LIMIT, ca=subscription.ca, session=http)
     if data is None:
         from vllm_hotfix.errors import Unavailable
 
-        raise Unavailable(f"{redact(base)}{METADATA}: not found: no catalog release published there")
+        raise Unavailable(f"{where(base, METADATA)}: not found: no catalog release published there")
     signatures = _signatures(base, policy, subscription.ca, http)
     _refuse(trust_policy.evaluate(data, signatures, policy, now=now, subject=subject, versioned=False))
-    release = parse(data, f"{redact(base)}{METADATA}")
+    release = parse(data, where(base, METADATA))
     verdict = trust_policy.evaluate(data, signatures, policy, now=now, subject=subject, version=release.version,
                                     expires=release.expires)
     _refuse(verdict)
@@ -71,13 +71,17 @@ def update(subscription: feeds.Subscription, *, now: float, dry_run: bool = Fals
                       previous=cached.version if cached else None, signers=verdict.signers, warnings=verdict.warnings)
     if cached_bytes == data:
         return Outcome(**{**outcome.as_dict(), "status": "current"})
-    archive = fetch(base, release.archive_name, cap=min(release.archive_size, ARCHIVE_LIMIT), ca=subscription.ca,
-                    session=http)
+    try:
+        archive = fetch(base, release.archive_name, cap=min(release.archive_size, ARCHIVE_LIMIT), ca=subscription.ca,
+                        session=http)
+    except InvalidInput as exc:  # larger than signed, or a layout blob that is not its bytes: not the signed archive
+        _refuse_lines(verdict, [f"TAMPERED: {subject}: the archive {release.archive_name} is not the signed one "
+                                f"({exc.message})"])
     if archive is None or hashlib.sha256(archive).hexdigest() != release.archive_sha256:
         found = "missing" if archive is None else f"sha256 {hashlib.sha256(archive).hexdigest()[:12]}..."
         _refuse_lines(verdict, [f"TAMPERED: {subject}: the archive {release.archive_name} is not the signed one "
                                 f"({found}, signed {release.archive_sha256[:12]}...)"])
-    files = read_archive(archive, f"{redact(base)}{release.archive_name}")
+    files = read_archive(archive, where(base, release.archive_name))
     _refuse_lines(verdict, check_files(release, files, subject))
     _check_loads(files, subscription.name)
     if not dry_run:

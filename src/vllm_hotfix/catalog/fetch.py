@@ -18,10 +18,16 @@ SCHEMES = ("https", "file")
 
 
 def check_url(url: str) -> str:
-    """``url`` with one trailing slash (the release's directory); UsageError for another scheme."""
+    """``url`` with one trailing slash (the release's directory; an ``oci:/LAYOUT[:TAG]`` reference as it is);
+    UsageError for another scheme."""
+    if url.startswith("oci:"):
+        from vllm_hotfix.catalog.release_oci import split_reference
+
+        split_reference(url)
+        return url
     parts = urlsplit(url)
     if parts.scheme not in SCHEMES or (parts.scheme == "https" and not parts.hostname):
-        raise UsageError(f"{url!r}: expected an https:// or file:// URL of the release's directory",
+        raise UsageError(f"{url!r}: expected an https:// or file:// URL of the release's directory, or oci:/LAYOUT[:TAG]",
                          hint="the directory `hotfix catalog publish --to` wrote, served over HTTPS or on this host")
     if parts.query or parts.fragment or "\x00" in url:
         raise UsageError(f"{url!r}: a catalog URL has no query or fragment")
@@ -36,8 +42,22 @@ def redact(url: str) -> str:
     return url.replace(parts.netloc, parts.netloc.rsplit("@", 1)[1], 1)
 
 
+def where(base: str, name: str) -> str:
+    """How a file of a release is named in messages (no user information of a URL)."""
+    return f"{base} {name}" if base.startswith("oci:") else redact(base) + name
+
+
 def fetch(base: str, name: str, *, cap: int, ca: Optional[str] = None, session=None) -> Optional[bytes]:
     """The bytes of ``name`` in the release directory ``base`` (check_url's); None when it is not there."""
+    if base.startswith("oci:"):
+        from vllm_hotfix.catalog.release_oci import fetch_blob
+
+        try:
+            return fetch_blob(base, name, cap=cap)
+        except FileNotFoundError as exc:
+            raise Unavailable(f"{base}: {exc.filename}: missing from the layout") from None
+        except OSError as exc:
+            raise Unavailable(f"{base}: cannot read: {exc.strerror}") from None
     url = base + quote(name)
     if urlsplit(base).scheme == "file":
         path = Path(unquote(urlsplit(url).path))

@@ -21,8 +21,8 @@ DEFAULT_EXPIRY = "30d"
 
 
 def run(*, directory: Path, out_dir: Path, keys: tuple, password_file: Optional[Path], version: Optional[int],
-        expires: Optional[str], dry_run: bool, as_json: bool, env: Optional[Mapping[str, str]] = None,
-        now: Optional[float] = None) -> int:
+        expires: Optional[str], dry_run: bool, as_json: bool, oci_dir: Optional[Path] = None,
+        env: Optional[Mapping[str, str]] = None, now: Optional[float] = None) -> int:
     from vllm_hotfix.catalog import release as release_format
     from vllm_hotfix.catalog.index import CatalogDir, load_dir
     from vllm_hotfix.catalog.sums import catalog_files
@@ -53,16 +53,21 @@ def run(*, directory: Path, out_dir: Path, keys: tuple, password_file: Optional[
         key_ids.append(signing_key.public_key.id_text)
     if not dry_run:
         _write(Path(out_dir), tree)
+        if oci_dir is not None:
+            _write_oci(Path(oci_dir), tree)
     if as_json:
         emit_json({"out": str(out_dir), "version": version, "previous": previous, "expires": expiry,
                    "archive": archive_name, "files": len(files), "key_ids": key_ids, "dry_run": dry_run,
-                   "written": sorted(tree)})
+                   "written": sorted(tree), "oci": str(oci_dir) if oci_dir else None})
         return 0
     verb = "would write" if dry_run else "wrote"
     say(f"{verb} catalog release {version} to {quote_path(str(out_dir))}: {len(files)} files in {archive_name}, "
         f"expires {expiry}, signed by {len(key_ids)} key(s) ({', '.join(key_ids)})")
     say(f"serve that directory over HTTPS; hosts subscribe with `hotfix catalog add NAME https://HOST/PATH/ "
         f"--trust POLICY`")
+    if oci_dir is not None:
+        say(f"{verb} the OCI artifact layout {quote_path(str(oci_dir))}; push it with `skopeo copy "
+            f"oci:{quote_path(str(oci_dir))}:latest docker://REGISTRY/PATH:latest`")
     return 0
 
 
@@ -114,3 +119,19 @@ def _write(out_dir: Path, tree: dict) -> None:
     check_replaceable(out_dir, _ours, what="a catalog release written by `hotfix catalog publish`",
                       hint="publish into a new or empty directory")
     write_directory(out_dir, tree, suffix=".hotfix-release", what="the catalog release")
+
+
+def _ours_oci(layout: Path) -> bool:
+    from vllm_hotfix.catalog.release_oci import ARTIFACT_TYPE
+
+    index = layout / "index.json"
+    return index.is_file() and ARTIFACT_TYPE.encode() in index.read_bytes()[:1 << 20]
+
+
+def _write_oci(layout: Path, tree: dict) -> None:
+    from vllm_hotfix.catalog.release_oci import layout_files
+    from vllm_hotfix.txn.staged import check_replaceable, write_directory
+
+    check_replaceable(layout, _ours_oci, what="a catalog release layout written by `hotfix catalog publish --oci`",
+                      hint="give --oci a new or empty directory")
+    write_directory(layout, layout_files(tree), suffix=".hotfix-release-oci", what="the catalog release's OCI layout")

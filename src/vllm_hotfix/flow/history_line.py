@@ -34,7 +34,7 @@ class Event:
 # the CLI is here); ``--checkout`` takes DIST=DIR, ``--python`` a path only when it holds a slash.
 PATH_OPTIONS = frozenset({
     "--add-patch", "--base", "--build-dist", "--bundle-dir", "--ca", "--catalog", "--chain", "--checkout", "--confirm", "--export-dir", "--file", "--key", "--lock",
-    "--out", "--override", "--password-file", "--patch", "--patch-file", "--python", "--repo", "--root", "--to",
+    "--oci", "--out", "--override", "--password-file", "--patch", "--patch-file", "--python", "--repo", "--root", "--to",
     "--trust", "--upstream-repo", "--wheel",
 })
 
