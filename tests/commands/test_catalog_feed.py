@@ -210,6 +210,12 @@ REFUSALS["dotdot-member"] = (lambda www, files, keys: craft(www, files, keys, ("
                                                             archive=_dotdot_archive(files)), 8, "unsafe name")
 
 
+REFUSALS["shadows-builtin"] = (lambda www, files, keys: craft(
+    www, {**files, "manifests/x.toml": files["manifests/team-fix.toml"].replace(b'"team-fix"', b'"mamba-align-block-size"')
+                                      .replace(b"\nversion = 1\n", b"\nversion = 9\n")},
+    keys, ("release", "sre"), version=3), 8, "redefines the built-in hotfix mamba-align-block-size")
+
+
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 def test_each_refused_update_has_its_exit_code_and_leaves_the_cache_byte_identical(
         run_hotfix, tmp_path, keys, feed, tls, _isolated_state, case):

@@ -126,8 +126,12 @@ def _refuse_lines(verdict: trust_policy.TrustDecision, lines: list[str], kind: s
 
 
 def _check_loads(files: dict[str, bytes], name: str) -> None:
-    """Every manifest of the release loads with its patches (InvalidInput otherwise), before anything is swapped."""
-    from vllm_hotfix.catalog.index import CatalogDir, load_dir
+    """Every manifest of the release loads with its patches, and beside the built-in catalog (no id and
+    version twice; no built-in id without HOTFIX_ALLOW_SHADOW=1): else InvalidInput, before anything is
+    swapped -- a release every command would then refuse to load is never cached."""
+    import os
+
+    from vllm_hotfix.catalog.index import SHADOW_ENV, Catalog, CatalogDir, builtin_dir, load_dir
 
     with tempfile.TemporaryDirectory(prefix="hotfix-catalog-check-") as scratch:
         root = Path(scratch)
@@ -137,7 +141,14 @@ def _check_loads(files: dict[str, bytes], name: str) -> None:
             target.write_bytes(body)
         (root / "patches").mkdir(exist_ok=True)
         try:
-            load_dir(CatalogDir(root, f"subscribed catalog {name}"))
+            released = load_dir(CatalogDir(root, f"subscribed catalog {name}"))
+            builtin = load_dir(CatalogDir(builtin_dir(), "built-in"))
+            Catalog(builtin + released)
+            shadowing = sorted({m.id for m in released} & {m.id for m in builtin})
+            if shadowing and os.environ.get(SHADOW_ENV) != "1":
+                raise InvalidInput(f"the release of {name} redefines the built-in hotfix {shadowing[0]}",
+                                   hint=f"its publisher renames it, or set {SHADOW_ENV}=1 to let it stand beside "
+                                        f"the built-in one")
         except InvalidInput as exc:
             raise InvalidInput(exc.message.replace(scratch, f"<release of {name}>"), hint=HINT) from None
 
