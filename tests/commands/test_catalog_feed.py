@@ -210,6 +210,13 @@ REFUSALS["dotdot-member"] = (lambda www, files, keys: craft(www, files, keys, ("
                                                             archive=_dotdot_archive(files)), 8, "unsafe name")
 
 
+def _one_key_twice(www: Path, files: dict, keys) -> None:
+    craft(www, files, keys, ("release",), version=3)
+    signed = www / f"release.json.{keys['release'].id}.minisig"
+    (www / "release.json.minisig").write_bytes(signed.read_bytes())  # minisign's default name, the same key
+
+
+REFUSALS["one-key-twice"] = (_one_key_twice, 12, "UNTRUSTED: catalog team")
 REFUSALS["shadows-builtin"] = (lambda www, files, keys: craft(
     www, {**files, "manifests/x.toml": files["manifests/team-fix.toml"].replace(b'"team-fix"', b'"mamba-align-block-size"')
                                       .replace(b"\nversion = 1\n", b"\nversion = 9\n")},
