@@ -21,7 +21,8 @@ from fixtures.feed import HttpsServer, Key, make_ca, tree_bytes, write_policy
 from fixtures.manifests import manifest_data, write_manifest
 from vllm_hotfix.catalog import release as release_format
 from vllm_hotfix.catalog.release_archive import build_archive
-from vllm_hotfix.core import minisign, signing
+from vllm_hotfix.core import signing
+from vllm_hotfix_guard.core import minisign
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ In this order, each refusal with its exit code (errors.ExitCode) and nothing wri
 4. the archive fetched (capped at the signed size), its sha256 the signed one (13), every member a safe
    regular file (8) whose sha256 and size are the signed ones, none missing or added (13);
 5. every manifest loads (catalog/manifest.py, 8);
-then the cached release directory is replaced whole (txn/staged.write_directory: staged beside,
-fsynced, two renames). A refusal at any step leaves the cached copy byte-identical.
+then commands/catalog_feed.py replaces the cached release directory whole (txn/staged.write_directory:
+staged beside, fsynced, two renames). A refusal at any step leaves the cached copy byte-identical.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from vllm_hotfix.catalog import feeds
 from vllm_hotfix.catalog.fetch import check_url, fetch, session, where
 from vllm_hotfix.catalog.release import ARCHIVE_LIMIT, METADATA, METADATA_LIMIT, Release, check_files, parse
 from vllm_hotfix.catalog.release_archive import read_archive
-from vllm_hotfix.core import minisign, trust_policy
-from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.values import Value
+from vllm_hotfix_guard.core import minisign, trust_policy
+from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.values import Value
 
 HINT = "the cached catalog is unchanged; ask the catalog's publisher (`hotfix catalog publish`) for a release " \
        "the policy accepts"
@@ -47,8 +47,10 @@ class Outcome(Value):
         return self.as_dict()
 
 
-def update(subscription: feeds.Subscription, *, now: float, dry_run: bool = False) -> Outcome:
-    from vllm_hotfix.txn.signed import load_policy
+def update(subscription: feeds.Subscription, *, now: float) -> tuple[Outcome, Optional[dict]]:
+    """The outcome, and the cached release directory's new files (relative path -> bytes; None: already
+    current) for commands/catalog_feed.py to swap in whole; raises the refusal otherwise."""
+    from vllm_hotfix_guard.txn.signed import load_policy
 
     policy = load_policy(subscription.trust, now=now)
     base = check_url(subscription.url)
@@ -56,7 +58,7 @@ def update(subscription: feeds.Subscription, *, now: float, dry_run: bool = Fals
     http = session() if base.startswith("https:") else None
     data = fetch(base, METADATA, cap=METADATA_LIMIT, ca=subscription.ca, session=http)
     if data is None:
-        from vllm_hotfix.errors import Unavailable
+        from vllm_hotfix_guard.errors import Unavailable
 
         raise Unavailable(f"{where(base, METADATA)}: not found: no catalog release published there")
     signatures = _signatures(base, policy, subscription.ca, http)
@@ -70,7 +72,7 @@ def update(subscription: feeds.Subscription, *, now: float, dry_run: bool = Fals
     outcome = Outcome(name=subscription.name, status="updated", version=release.version, expires=release.expires,
                       previous=cached.version if cached else None, signers=verdict.signers, warnings=verdict.warnings)
     if cached_bytes == data:
-        return Outcome(**{**outcome.as_dict(), "status": "current"})
+        return Outcome(**{**outcome.as_dict(), "status": "current"}), None
     try:
         archive = fetch(base, release.archive_name, cap=min(release.archive_size, ARCHIVE_LIMIT), ca=subscription.ca,
                         session=http)
@@ -84,9 +86,9 @@ def update(subscription: feeds.Subscription, *, now: float, dry_run: bool = Fals
     files = read_archive(archive, where(base, release.archive_name))
     _refuse_lines(verdict, check_files(release, files, subject))
     _check_loads(files, subscription.name)
-    if not dry_run:
-        _write(subscription.name, data, signatures, files)
-    return outcome
+    tree = {METADATA: data, **{sig_name: body for sig_name, body in signatures}}
+    tree.update({f"{feeds.CATALOG_DIR}/{path}": body for path, body in files.items()})
+    return outcome, tree
 
 
 def _signatures(base: str, policy: trust_policy.Policy, ca: Optional[str], http) -> list[tuple[str, bytes]]:
@@ -113,7 +115,7 @@ def _check_rollback(subject: str, release: Release, data: bytes, cached: Optiona
 
 
 def _refuse(verdict: trust_policy.TrustDecision) -> None:
-    from vllm_hotfix.txn.signed import refuse
+    from vllm_hotfix_guard.txn.signed import refuse
 
     refuse(verdict, hint=HINT)
 
@@ -152,14 +154,3 @@ def _check_loads(files: dict[str, bytes], name: str) -> None:
         except InvalidInput as exc:
             raise InvalidInput(exc.message.replace(scratch, f"<release of {name}>"), hint=HINT) from None
 
-
-def _write(name: str, data: bytes, signatures: list[tuple[str, bytes]], files: dict[str, bytes]) -> None:
-    from vllm_hotfix import paths
-    from vllm_hotfix.txn.staged import write_directory
-
-    tree = {METADATA: data, **{sig_name: body for sig_name, body in signatures}}
-    tree.update({f"{feeds.CATALOG_DIR}/{path}": body for path, body in files.items()})
-    directory = feeds.feed_dir(name)
-    paths.make_state_dir(directory)
-    paths.check_trusted(paths.feeds_dir(), directory)
-    write_directory(feeds.release_dir(name), tree, suffix=".hotfix-feed", what=f"the cached catalog {name}")

@@ -20,12 +20,12 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix import paths
+from vllm_hotfix_guard import paths
 from vllm_hotfix.catalog.release import METADATA, METADATA_LIMIT, Release, parse
-from vllm_hotfix.core import trust_policy
-from vllm_hotfix.core.docfields import Fields
-from vllm_hotfix.errors import UsageError
-from vllm_hotfix.values import Value
+from vllm_hotfix_guard.core import trust_policy
+from vllm_hotfix_guard.core.docfields import Fields
+from vllm_hotfix_guard.errors import UsageError
+from vllm_hotfix_guard.values import Value
 
 SUBSCRIPTION = "subscription.json"
 RELEASE_DIR = "release"
@@ -87,7 +87,7 @@ def read_subscription(name: str) -> Optional[Subscription]:
     data = paths.read_own_file(directory / SUBSCRIPTION, limit=SUBSCRIPTION_LIMIT, owned=True)
     if data is None:
         return None
-    from vllm_hotfix.core.data import load_json
+    from vllm_hotfix_guard.core.data import load_json
 
     source = str(directory / SUBSCRIPTION)
     fields = Fields(source)
@@ -136,7 +136,7 @@ def served(now: float) -> tuple[list[Cached], list[Cached]]:
 
 
 def stale_line(cached: Cached) -> str:
-    from vllm_hotfix.output import quote_path
+    from vllm_hotfix_guard.output import quote_path
 
     return (f"subscribed catalog {cached.subscription.name} is stale: its release {cached.release.version} expired at "
             f"{cached.release.expires} and is not used; run `hotfix catalog update {quote_path(cached.subscription.name)}`")

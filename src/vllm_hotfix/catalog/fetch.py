@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import quote, unquote, urlsplit
 
-from vllm_hotfix.errors import InvalidInput, Unavailable, UsageError
-from vllm_hotfix.inputs import read_bounded
+from vllm_hotfix_guard.errors import InvalidInput, Unavailable, UsageError
+from vllm_hotfix_guard.inputs import read_bounded
 
 TIMEOUT = 30.0
 SCHEMES = ("https", "file")

@@ -213,7 +213,7 @@ def _subscribed() -> list[CatalogDir]:
 
     fresh, stale = feeds.served(time.time())
     if stale:
-        from vllm_hotfix.output import note
+        from vllm_hotfix_guard.output import note
 
         for cached in stale:
             note(feeds.stale_line(cached))

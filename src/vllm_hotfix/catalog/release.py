@@ -19,10 +19,10 @@ import hashlib
 import json
 
 from vllm_hotfix.catalog.release_archive import build_archive, member_problem
-from vllm_hotfix.core import trust_policy
-from vllm_hotfix.core.docfields import Fields
-from vllm_hotfix.errors import InvalidInput
-from vllm_hotfix.values import Value
+from vllm_hotfix_guard.core import trust_policy
+from vllm_hotfix_guard.core.docfields import Fields
+from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.values import Value
 
 KIND = "vllm-hotfix-catalog-release"
 METADATA = "release.json"
@@ -81,7 +81,7 @@ def dump(doc: dict) -> bytes:
 def parse(data: bytes, source: str) -> Release:
     """The metadata in ``data``, strictly: canonical bytes only, every field checked (InvalidInput naming
     the key path)."""
-    from vllm_hotfix.core.data import load_json
+    from vllm_hotfix_guard.core.data import load_json
 
     doc = load_json(data, source)
     fields = Fields(source)

@@ -17,8 +17,8 @@ import gzip
 import io
 import tarfile
 
-from vllm_hotfix.core.docfields import relpath_problem
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.core.docfields import relpath_problem
+from vllm_hotfix_guard.errors import InvalidInput
 
 LISTED_DIRS = ("manifests", "patches")
 FILE_LIMIT = 64 << 20  # a catalog patch's cap (catalog/manifest.py)

@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from vllm_hotfix.core.docfields import Fields
-from vllm_hotfix.errors import InvalidInput, UsageError
-from vllm_hotfix.inputs import read_bounded
+from vllm_hotfix_guard.core.docfields import Fields
+from vllm_hotfix_guard.errors import InvalidInput, UsageError
+from vllm_hotfix_guard.inputs import read_bounded
 
 ARTIFACT_TYPE = "application/vnd.vllm-hotfix.catalog-release.v1"
 EMPTY = "application/vnd.oci.empty.v1+json"
@@ -100,18 +100,18 @@ def fetch_blob(url: str, name: str, *, cap: int) -> Optional[bytes]:
 
 
 def _read_json(layout: Path, name: str, source: str):
-    from vllm_hotfix.core.data import load_json
+    from vllm_hotfix_guard.core.data import load_json
 
     try:
         return load_json(read_bounded(layout / name, cap=JSON_LIMIT, what="OCI layout file"), f"{source} {name}")
     except FileNotFoundError:
-        from vllm_hotfix.errors import Unavailable
+        from vllm_hotfix_guard.errors import Unavailable
 
         raise Unavailable(f"{source}: no {name}: not an OCI image layout") from None
 
 
 def _json_blob(layout: Path, descriptor: dict, source: str, cap: int):
-    from vllm_hotfix.core.data import load_json
+    from vllm_hotfix_guard.core.data import load_json
 
     return load_json(_blob(layout, descriptor, source, cap), f"{source} manifest")
 

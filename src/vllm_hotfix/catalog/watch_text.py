@@ -12,8 +12,8 @@ from typing import Mapping, Optional
 from vllm_hotfix.catalog.manifest import manifest_from_dict
 from vllm_hotfix.catalog.manifest_text import edit_patches, toml_value
 from vllm_hotfix.catalog.model import FixedIn, Manifest
-from vllm_hotfix.core.data import load_toml
-from vllm_hotfix.errors import InvalidInput
+from vllm_hotfix_guard.core.data import load_toml
+from vllm_hotfix_guard.errors import InvalidInput
 
 _TABLE_HEADER = re.compile(r"^\s*\[")
 _TARGETS_HEADER = re.compile(r"^\s*\[\[\s*targets\s*\]\]\s*(#.*)?$")

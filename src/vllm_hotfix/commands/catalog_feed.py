@@ -15,16 +15,15 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from vllm_hotfix.errors import HotfixError, Refused, UsageError
-from vllm_hotfix.output import emit_json, error_lines, quote_path, say
+from vllm_hotfix_guard.errors import HotfixError, Refused, UsageError
+from vllm_hotfix_guard.output import emit_json, error_lines, quote_path, say
 
 
 def add(*, name: str, url: str, trust: Path, ca: Optional[Path], dry_run: bool, as_json: bool) -> int:
-    from vllm_hotfix import paths
     from vllm_hotfix.catalog import feeds
     from vllm_hotfix.catalog.fetch import check_url
     from vllm_hotfix.catalog.feed_update import update
-    from vllm_hotfix.txn.atomic import atomic_write
+    from vllm_hotfix_guard.txn.atomic import atomic_write
 
     feeds.check_name(name)
     if feeds.read_subscription(name) is not None:
@@ -36,12 +35,10 @@ def add(*, name: str, url: str, trust: Path, ca: Optional[Path], dry_run: bool, 
             raise UsageError(f"{quote_path(str(given))}: no such {what}")
     subscription = feeds.Subscription(name=name, url=check_url(url), trust=os.path.abspath(trust),
                                       ca=os.path.abspath(ca) if ca else None)
-    outcome = update(subscription, now=time.time(), dry_run=dry_run)
+    outcome, tree = update(subscription, now=time.time())
     if not dry_run:
-        directory = feeds.feed_dir(name)
-        paths.make_state_dir(directory)
-        paths.check_trusted(paths.feeds_dir(), directory)
-        atomic_write(directory / feeds.SUBSCRIPTION, feeds.dump_subscription(subscription), 0o644)
+        write_cache(name, tree)
+        atomic_write(feeds.feed_dir(name) / feeds.SUBSCRIPTION, feeds.dump_subscription(subscription), 0o644)
     if as_json:
         emit_json({"subscription": subscription.to_json(), "release": outcome.to_json(), "dry_run": dry_run})
         return 0
@@ -67,7 +64,9 @@ def update(*, names: Sequence[str], dry_run: bool, as_json: bool) -> int:
         if subscription is None:
             raise UsageError(f"no subscribed catalog {name!r}", hint="`hotfix catalog list` shows them")
         try:
-            outcome = update_one(subscription, now=time.time(), dry_run=dry_run)
+            outcome, tree = update_one(subscription, now=time.time())
+            if tree is not None and not dry_run:
+                write_cache(name, tree)
         except HotfixError as exc:
             code = code or int(exc.exit_code)
             results.append({"name": name, "error": {"kind": type(exc).__name__, "message": exc.message,
@@ -81,6 +80,19 @@ def update(*, names: Sequence[str], dry_run: bool, as_json: bool) -> int:
     if as_json:
         emit_json(results)
     return code
+
+
+def write_cache(name: str, tree: Optional[dict]) -> None:
+    """Swap ``tree`` in as the cached release of ``name``, whole (nothing when None: already current)."""
+    from vllm_hotfix.catalog import feeds
+    from vllm_hotfix.txn.staged import write_directory
+    from vllm_hotfix_guard import paths
+
+    directory = feeds.feed_dir(name)
+    paths.make_state_dir(directory)
+    paths.check_trusted(paths.feeds_dir(), directory)
+    if tree is not None:
+        write_directory(feeds.release_dir(name), tree, suffix=".hotfix-feed", what=f"the cached catalog {name}")
 
 
 def _say_outcome(outcome, dry_run: bool) -> None:

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
-from vllm_hotfix.errors import InvalidInput, Refused, UsageError
-from vllm_hotfix.output import emit_json, quote_path, say
+from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError
+from vllm_hotfix_guard.output import emit_json, quote_path, say
 
 DEFAULT_EXPIRY = "30d"
 
@@ -27,7 +27,8 @@ def run(*, directory: Path, out_dir: Path, keys: tuple, password_file: Optional[
     from vllm_hotfix.catalog.index import CatalogDir, load_dir
     from vllm_hotfix.catalog.sums import catalog_files
     from vllm_hotfix.commands.sign import unsealed_key
-    from vllm_hotfix.core import minisign, signing
+    from vllm_hotfix.core import signing
+    from vllm_hotfix_guard.core import minisign
 
     env = os.environ if env is None else env
     now = time.time() if now is None else now
@@ -73,7 +74,7 @@ def run(*, directory: Path, out_dir: Path, keys: tuple, password_file: Optional[
 
 def expiry_time(text: str, now: float) -> str:
     """``--expires``: an RFC 3339 UTC time (YYYY-MM-DDTHH:MM:SSZ) or a duration from now ('30d', '12h')."""
-    from vllm_hotfix.core import trust_policy
+    from vllm_hotfix_guard.core import trust_policy
 
     if trust_policy.parse_utc(text) is not None:
         moment = trust_policy.parse_utc(text)
@@ -98,7 +99,7 @@ def _version(given: Optional[int], previous: Optional[int]) -> int:
 
 def _previous_version(out_dir: Path) -> Optional[int]:
     from vllm_hotfix.catalog.release import METADATA, METADATA_LIMIT, parse
-    from vllm_hotfix.inputs import read_bounded
+    from vllm_hotfix_guard.inputs import read_bounded
 
     try:
         return parse(read_bounded(out_dir / METADATA, cap=METADATA_LIMIT, what="release metadata"),

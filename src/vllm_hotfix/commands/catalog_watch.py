@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
-from vllm_hotfix.errors import ExitCode, InvalidInput, Unavailable
+from vllm_hotfix_guard.errors import ExitCode, InvalidInput, Unavailable
 from vllm_hotfix.flow import watch
-from vllm_hotfix.output import emit_json, quote_path, say, say_lines
+from vllm_hotfix_guard.output import emit_json, quote_path, say, say_lines
 
 
 def run(*, hotfix_ids: Sequence[str] = (), since: Optional[str] = None, catalogs: Sequence[Path] = (),
@@ -120,7 +120,7 @@ def _proposal_json(proposal: watch.Proposal) -> dict:
 def _write(proposal: watch.Proposal) -> str:
     """Edit the manifest in place (atomically) and return the unified diff of the change."""
     from vllm_hotfix.catalog.watch_text import edit_manifest
-    from vllm_hotfix.txn.atomic import atomic_write
+    from vllm_hotfix_guard.txn.atomic import atomic_write
 
     manifest = proposal.manifest
     source = manifest.source

@@ -33,7 +33,7 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
 
     if vex:
         if all_targets or runtime or lock_file or as_json:
-            from vllm_hotfix.errors import UsageError
+            from vllm_hotfix_guard.errors import UsageError
 
             raise UsageError("--vex prints one OpenVEX document for one target: not with --all, --runtime, --lock "
                              "or --json")

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 from urllib.parse import urlsplit
 
-from vllm_hotfix.core.verdict import APPLIED, DRIFTED, FIXED_UPSTREAM, LOST, NOT_APPLIED
-from vllm_hotfix.errors import Refused
-from vllm_hotfix.output import emit_json
+from vllm_hotfix_guard.core.verdict import APPLIED, DRIFTED, FIXED_UPSTREAM, LOST, NOT_APPLIED
+from vllm_hotfix_guard.errors import Refused
+from vllm_hotfix_guard.output import emit_json
 
 CONTEXT = "https://openvex.dev/ns/v0.2.0"
 ISSUE_KINDS = ("issue", "advisory")
@@ -35,7 +35,7 @@ def run(*, hotfix_ids: Sequence[str], python: Optional[str], root: Optional[Path
         author: str = "vllm-hotfix") -> int:
     from vllm_hotfix import __version__
     from vllm_hotfix.catalog.index import Catalog
-    from vllm_hotfix.core.trust_policy import format_utc
+    from vllm_hotfix_guard.core.trust_policy import format_utc
     from vllm_hotfix.flow.survey import fingerprint, survey
 
     statuses = survey(hotfix_ids=hotfix_ids, python=python, root=root, catalogs=catalogs, with_catalog=True)
@@ -60,7 +60,7 @@ def run(*, hotfix_ids: Sequence[str], python: Optional[str], root: Optional[Path
 
 
 def _manifest(catalog, status):
-    from vllm_hotfix.errors import Refused as Unknown
+    from vllm_hotfix_guard.errors import Refused as Unknown
 
     try:
         return catalog.get(status.id, status.version)

@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED
-from vllm_hotfix.errors import HotfixError, Unavailable
+from vllm_hotfix_guard.errors import HotfixError, Unavailable
 from vllm_hotfix.flow.releases import on_release, skip_reason
 
 FIXED, APPLIES, PORTED, CONFLICTS, UNAVAILABLE, SKIPPED, CURRENT = (
