@@ -133,6 +133,7 @@ def test_publish_is_byte_reproducible_signed_and_its_version_only_grows(run_hotf
     assert past.returncode == 2 and "already past" in past.stderr
 
 
+@pytest.mark.slow
 def test_a_subscribed_host_picks_up_a_new_release_with_one_update(run_hotfix, tmp_path, keys, feed, tls,
                                                                   _isolated_state):
     publish(run_hotfix, tmp_path, keys, tmp_path / "out")
@@ -224,6 +225,7 @@ REFUSALS["shadows-builtin"] = (lambda www, files, keys: craft(
     keys, ("release", "sre"), version=3), 8, "redefines the built-in hotfix mamba-align-block-size")
 
 
+@pytest.mark.slow  # ~5 s a case: a publish, an add and an update over HTTPS, each a CLI process
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 def test_each_refused_update_has_its_exit_code_and_leaves_the_cache_byte_identical(
         run_hotfix, tmp_path, keys, feed, tls, _isolated_state, case):
@@ -241,6 +243,7 @@ def test_each_refused_update_has_its_exit_code_and_leaves_the_cache_byte_identic
     assert "team-fix" in run_hotfix("list").stdout  # the cached copy still serves
 
 
+@pytest.mark.slow
 def test_tampered_metadata_is_refused(run_hotfix, tmp_path, keys, feed, tls, _isolated_state):
     publish(run_hotfix, tmp_path, keys, tmp_path / "out")
     serve(tmp_path / "out", tmp_path / "www")
@@ -256,6 +259,7 @@ def test_tampered_metadata_is_refused(run_hotfix, tmp_path, keys, feed, tls, _is
     assert tree_bytes(cache(_isolated_state)) == before
 
 
+@pytest.mark.slow
 def test_offline_the_cache_serves_until_it_expires_then_it_is_stale(run_hotfix, tmp_path, keys, feed, tls,
                                                                     _isolated_state):
     publish(run_hotfix, tmp_path, keys, tmp_path / "out", "--expires", "4s")
@@ -277,6 +281,7 @@ def test_offline_the_cache_serves_until_it_expires_then_it_is_stale(run_hotfix, 
     assert tree_bytes(cache(_isolated_state)) == before
 
 
+@pytest.mark.slow
 def test_a_withheld_update_past_expiry_is_a_freeze(run_hotfix, tmp_path, keys, feed, tls, _isolated_state):
     publish(run_hotfix, tmp_path, keys, tmp_path / "out", "--expires", "3s")
     serve(tmp_path / "out", tmp_path / "www")

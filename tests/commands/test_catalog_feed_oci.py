@@ -29,6 +29,7 @@ def publish(run_hotfix, tmp_path, keys, oci: Path, *extra):
     return done
 
 
+@pytest.mark.slow
 def test_publish_writes_a_reproducible_oci_artifact_a_host_subscribes_to(run_hotfix, tmp_path, keys, _isolated_state):
     write_manifest(tmp_path / "catalog", manifest_data(id="team-fix", version=1, supersedes=[]), name="team-fix")
     write_policy(tmp_path / "trust.toml", keys, ("release", "sre"), 2)

@@ -32,6 +32,7 @@ def test_issue_names():
 
 
 @pytest.mark.real
+@pytest.mark.tools
 def test_vex_says_affected_then_fixed_with_the_hotfix_and_fingerprint(run_hotfix, vllm_install, tmp_path):
     venv = vllm_install("0.30.0")
     before = run_hotfix("status", HOTFIX, "--python", venv.python, "--vex")
