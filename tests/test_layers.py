@@ -73,3 +73,53 @@ def test_the_guard_imports_the_standard_library_only():
     by_name = rb"""(__import__|import_module)\(\s*["']vllm_hotfix[."']"""
     strings = [p for p in GUARD.rglob("*.py") if re.search(by_name, p.read_bytes())]
     assert strings == []  # no __import__("vllm_hotfix...") / importlib of the CLI by name either
+
+
+def test_no_import_circles():
+    """No module reaches itself through imports, lazy ones included (issue 43 measured 5 circles): each of
+    the two packages is a directed acyclic graph of modules (Tarjan's strongly connected components)."""
+    graph = grimp.build_graph("vllm_hotfix", "vllm_hotfix_guard")
+    ours = sorted(m for m in graph.modules if m.split(".")[0] in ("vllm_hotfix", "vllm_hotfix_guard"))
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on_stack: set = set()
+    circles = []
+
+    def visit(start: str) -> None:  # iterative Tarjan (no recursion limit)
+        work = [(start, iter(sorted(graph.find_modules_directly_imported_by(start))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt.split(".")[0] not in ("vllm_hotfix", "vllm_hotfix_guard"):
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.find_modules_directly_imported_by(nxt)))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        circles.append(sorted(component))
+
+    for module in ours:
+        if module not in index:
+            visit(module)
+    assert circles == []

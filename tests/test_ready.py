@@ -215,7 +215,8 @@ def test_the_probe_imports_nothing_but_itself(ready_dir):
     added = eval(done.stdout.splitlines()[-1])
     assert [m for m in added if not m.startswith("vllm_hotfix")] == ["__future__"], added
     assert sorted(m for m in added if m.startswith("vllm_hotfix_guard.")) == [
-        "vllm_hotfix_guard.expected", "vllm_hotfix_guard.ready", "vllm_hotfix_guard.settings"]
+        "vllm_hotfix_guard.expected", "vllm_hotfix_guard.ready", "vllm_hotfix_guard.ready_io",
+        "vllm_hotfix_guard.settings"]
 
 
 @pytest.mark.parametrize("how", ["matching", "another", "no lock", "bad lock"])

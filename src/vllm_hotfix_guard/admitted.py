@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from vllm_hotfix_guard.ready import LOCK_LIMIT, quote, read_small
+from vllm_hotfix_guard.ready_io import LOCK_LIMIT, quote, read_small
 from vllm_hotfix_guard.settings import EXPECT_FINGERPRINT_ENV, LOCK_ENV
 
 

@@ -80,12 +80,13 @@ def note_plugins(plugins) -> None:
             judging.PLUGIN_PACKAGES.add(top)
 
 
-def loaded(name: str, module) -> None:
+def loaded(name: str, module):
     """The import watch executed ``module`` from the verified source: record what each locked name is
-    bound to now (the fixed objects), and whether an earlier copy of the module existed."""
+    bound to now (the fixed objects), and whether an earlier copy of the module existed. Returns the
+    module's locked names (None: it has none), which the caller hands to watch.py."""
     names = _by_module.get(name)
     if names is None:
-        return
+        return None
     first = _seen.setdefault(name, id(module))
     if first != id(module):
         judging.EARLIER.add(name)
@@ -93,9 +94,7 @@ def loaded(name: str, module) -> None:
         binding = resolve(module, locked.qualname)
         if binding is not MISSING:
             judging.FIXED[(name, locked.qualname)] = (binding, codes_of(binding))
-    from vllm_hotfix_guard import watch as guard_watch
-
-    guard_watch.watch(module, names)
+    return names
 
 
 def judge_all() -> list:

@@ -17,7 +17,7 @@ cannot be judged from the command line: ``--expect`` is then required.
 
 from __future__ import annotations
 
-from vllm_hotfix_guard.ready import quote, start_time
+from vllm_hotfix_guard.ready_io import quote, start_time
 
 USAGE = "usage: python -m vllm_hotfix_guard ready [--expect api=N,engine=N,worker=N] [--pid PID] [--json]"
 LIMIT = 4096  # a count in --expect or on the command line
@@ -96,7 +96,7 @@ def from_spec(spec: str) -> Expected:
 
 
 def from_process(pid: int) -> Expected:
-    from vllm_hotfix_guard.ready import read_small
+    from vllm_hotfix_guard.ready_io import read_small
 
     try:
         data = read_small(f"/proc/{pid}/cmdline", CMDLINE_LIMIT)

@@ -137,7 +137,11 @@ class _CheckedLoader(importlib.machinery.SourceFileLoader):
         super().exec_module(module)
         code = sys.modules.get(f"{__package__}.code")  # imported only for a lock with code names
         if code is not None and _verified.get(self.name) == self.path:  # the objects just compiled from the checked source are the fixed ones
-            code.loaded(self.name, module)
+            names = code.loaded(self.name, module)
+            if names:  # watch its locked names' rebindings from now on (code.py records, watch.py watches)
+                from vllm_hotfix_guard import watch as guard_watch
+
+                guard_watch.watch(module, names)
         callback = _finder.after.get(self.name) if _finder is not None else None
         if callback is not None:  # a patched module whose methods also mark a checkpoint (after_import)
             callback()

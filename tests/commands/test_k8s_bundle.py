@@ -124,7 +124,7 @@ def test_strict_mode_refuses_a_bundle_without_the_guard(tmp_path, run_hotfix):
 
 
 def _members(layout: Path):
-    from vllm_hotfix.commands.admission import read_bundle
+    from vllm_hotfix.containers.bundle_read import read_bundle
 
     _, content = read_bundle(layout)
     yield (bundle.LOCK_PATH, content.lock_bytes, 0o644)

@@ -3,7 +3,7 @@
 The reference is checked first (pinned by digest, no tag: containers/k8s_image_volume.parse_reference).
 What the image volume holds -- the files to mount one by one, the lock, its signature files -- comes
 from the bundle on disk (``--bundle-dir DIR``, the layout `hotfix pack` wrote, read as untrusted input
-by commands/admission.read_bundle: confined names, no link followed, capped, every blob and file
+by containers/bundle_read.read_bundle: confined names, no link followed, capped, every blob and file
 checked; the REF's digest must be the layout's or one of its platforms' manifests), or else from the
 export it was packed from (``--export-dir``, read by commands/pack.exported_content as `hotfix pack`
 reads it: the lock, its files checked against the lock, the signature files beside the lock).
@@ -26,7 +26,7 @@ def from_options(reference: Optional[str], bundle_dir: Optional[Path], export_di
                          hint="pass the reference `hotfix pack` printed (REPOSITORY@sha256:...)")
     pinned = parse_reference(reference)
     if bundle_dir is not None:
-        from vllm_hotfix.commands.admission import digests, read_bundle
+        from vllm_hotfix.containers.bundle_read import digests, read_bundle
 
         source = quote_path(str(bundle_dir))
         layout, content = read_bundle(bundle_dir)

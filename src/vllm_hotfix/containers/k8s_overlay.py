@@ -230,7 +230,7 @@ def configmap_files(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, s
         items.append(Item(config_key(index, path), f"guard/{path}", len(data), f"{site}/{path}"))
     files[LOCK_KEY] = lock_bytes
     items.insert(0, Item(LOCK_KEY, LOCK_KEY, len(lock_bytes), None))
-    items[1:1] = signature_items(signatures, files)
+    items[1:1] = [Item(*fields) for fields in signature_items(signatures, files)]
     return files, plan_configmaps(items, prefix, limit=limit, max_configmaps=max_configmaps)
 
 

@@ -15,17 +15,16 @@ TRUST_DIR = "/etc/vllm-hotfix-trust"  # --trust-configmap's mount: neither the l
 TRUST_KEY = "trust.toml"  # the key the policy's ConfigMap must hold
 
 
-def signature_items(signatures, files: dict[str, bytes]) -> list:
+def signature_items(signatures, files: dict[str, bytes]) -> list[tuple[str, str, int, str]]:
     """The lock's signature files ((name, bytes), as txn.signed.signature_files reads them beside the
-    export's lock) as ConfigMap items mounted read-only beside the lock: the guard reads the ones beside
-    HOTFIX_LOCK. Their bytes go into ``files`` (``signatures/NAME``)."""
-    from vllm_hotfix.containers.k8s_overlay import Item
-
+    export's lock) as ConfigMap items mounted read-only beside the lock -- (key, source, size, mount path),
+    the fields of k8s_overlay.Item: the guard reads the ones beside HOTFIX_LOCK. Their bytes go into
+    ``files`` (``signatures/NAME``)."""
     lock_dir = LOCK_IN_CONTAINER.rpartition("/")[0]
     items = []
     for name, data in signatures:
         files[f"signatures/{name}"] = data
-        items.append(Item(name, f"signatures/{name}", len(data), f"{lock_dir}/{name}"))
+        items.append((name, f"signatures/{name}", len(data), f"{lock_dir}/{name}"))
     return items
 
 

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from vllm_hotfix_guard.install.worktree import find_work_tree  # noqa: F401 - the one rule, used here and re-exported
+
 WHEEL, EDITABLE, GIT, DIRECTORY = "wheel", "editable", "git", "directory"
 
 
@@ -38,15 +40,6 @@ class Decided:
 
 class NotImportable(Exception):
     """The facts show no importable package with files on disk (the message says why)."""
-
-
-def find_work_tree(path: Path) -> Optional[Path]:
-    """Top of the git work tree containing ``path`` (found from .git entries; needs no git binary)."""
-    here = Path(path).resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / ".git").exists():
-            return candidate
-    return None
 
 
 HEAD_CAP = 4096  # HEAD, a loose ref, gitdir / commondir files: a line each

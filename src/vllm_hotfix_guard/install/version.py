@@ -168,7 +168,7 @@ def _from_git(root: Path) -> tuple[str, str, str] | None:
     repository or a version tag."""
     if not git_available() or not (root.is_dir()):
         return None
-    from vllm_hotfix_guard.install.facts import find_work_tree
+    from vllm_hotfix_guard.install.worktree import find_work_tree
 
     top = find_work_tree(root)
     if top is None or checkout_owner_problem(top) is not None:
