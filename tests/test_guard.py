@@ -290,3 +290,29 @@ def test_a_blank_requirement_is_refused_not_an_empty_pass(value, run_hotfix, tmp
     result = run_hotfix("guard", "--check-env", env=env)
     assert result.returncode == 1 and result.stdout.startswith(f"NOT IN EFFECT: guard: HOTFIX_REQUIRE=\"{value}\" names "
                                                                "no hotfix id"), result.stdout + result.stderr
+
+
+def test_the_readiness_record_follows_a_mismatch_found_after_register(watched_package, tmp_path, monkeypatch, capsys):
+    """Issue 43: a NOT IN EFFECT found after register() (here the import watch: a patched module imported from
+    other bytes) never reached the process's readiness record, so `ready` said ready. Now the record follows
+    it, and a later check that passes does not make the process ready again."""
+    import importlib
+
+    from vllm_hotfix_guard import imports as guard_imports, ready
+
+    where = tmp_path / "ready"
+    where.mkdir(mode=0o700)
+    monkeypatch.setenv("HOTFIX_READY_DIR", str(where))
+    monkeypatch.delenv("HOTFIX_STRICT", raising=False)
+    monkeypatch.delenv("HOTFIX_LOCK", raising=False)
+    monkeypatch.setattr(ready, "_this", {})
+    module, _ = watched_package
+    ready.record([], role="main (vllm serve)")  # register(): all in effect
+    assert ready.main(["--expect", "api=1"]) == 0
+    guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), "f" * 64)])
+    importlib.import_module("hotfixpkg.m")  # other bytes than the lock's: NOT IN EFFECT, logged
+    capsys.readouterr()
+    assert ready.main(["--expect", "api=1"]) == 1
+    assert 'NOT IN EFFECT: "h"' in capsys.readouterr().out
+    ready.record([], role="main (vllm serve)")  # a later check that passes: still failed
+    assert ready.main(["--expect", "api=1"]) == 1

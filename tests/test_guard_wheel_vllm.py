@@ -26,7 +26,7 @@ from fixtures.vllmfull import HOTFIX, MAMBA, NEW, OLD, sha256
 
 from vllm_hotfix.containers import guard_dist
 
-pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full, pytest.mark.tools]  # tools: minisign
 
 STOPPED = "vllm_hotfix_guard.HotfixNotInEffect"  # the one exception strict mode means to raise
 

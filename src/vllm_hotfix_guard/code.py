@@ -31,6 +31,7 @@ from vllm_hotfix_guard.judge import MISSING, codes_of, judge, resolve
 from vllm_hotfix_guard.verdicts import (
     IN_EFFECT, NOT_LOADED, SHADOWED, STALE_ALIAS, STOPS, WRAPPED, Found, HotfixNotInEffect, Locked, Verdict)
 from vllm_hotfix_guard.process import emit, process_role, serving_process, strict
+from vllm_hotfix_guard.settings import READY_DIR_ENV
 
 _by_module: dict = {}   # module name -> [Locked]
 _seen: dict = {}        # module name -> id() of the first module object seen / loaded under that name
@@ -202,6 +203,10 @@ def say(point: str, found: list, *, again: bool = False) -> None:
     failing = any(f.state in STOPS for f in found)
     if serving_process() or failing:
         emit("ERROR" if failing else "INFO", text)
+    if failing and os.environ.get(READY_DIR_ENV, "").strip():  # the readiness record follows the latest verdict
+        from vllm_hotfix_guard.ready import failed
+
+        failed(f.locked.hotfix_id for f in found if f.state in STOPS)
 
 
 def stop_message(point: str, failing: list) -> str:

@@ -18,6 +18,7 @@ import sys
 
 from vllm_hotfix_guard.verdicts import HotfixNotInEffect, Verdict
 from vllm_hotfix_guard.process import emit, module_line, serving_process, strict
+from vllm_hotfix_guard.settings import READY_DIR_ENV
 
 _verified: dict[str, str] = {}  # module -> path it was loaded from, checked (inherited by forked children)
 _finder: "_WatchFinder | None" = None
@@ -159,6 +160,10 @@ def _same_file(a: str, b: str) -> bool:
 
 def _mismatch(w, path: str | None, text: str) -> None:
     emit("ERROR", module_line(w.module, path, f"{w.hotfix_id} NOT IN EFFECT: {text}"))
+    if os.environ.get(READY_DIR_ENV, "").strip():  # the readiness record follows the latest verdict
+        from vllm_hotfix_guard.ready import failed
+
+        failed([w.hotfix_id])
     if strict() and serving_process():
         raise HotfixNotInEffect(f"vllm-hotfix: {w.hotfix_id} not in effect in this process (pid {os.getpid()}): "
                                 f"module {w.module} from {path}: {text}; refusing to serve (HOTFIX_STRICT=1; unset it to only log)")

@@ -112,28 +112,46 @@ def _why(exc: OSError) -> str:
 # -- writing: in every guarded process -----------------------------------------------------------
 
 
+_this: dict = {}  # pid -> {"role": ..., "failed": {id: None}}: what this process recorded (a fork starts afresh)
+
+
 def record(verdicts, *, role: str | None = None) -> None:
     """This serving process's verdict (the guard's verdicts, each ``.in_effect`` or not) into the directory,
     when HOTFIX_READY_DIR is set (plugin._check_here, once per process: register and the fork hook). Never
-    raises, never changes the verdict: a problem is one WARNING line. ``role``: for tests."""
+    raises, never changes the verdict: a problem is one WARNING line. ``role``: for tests. A hotfix this
+    process once found not in effect stays in its record (``failed``): a process that failed is never ready."""
+    _record([_clean_id(v.hotfix_id) for v in verdicts if not v.in_effect], role)
+
+
+def failed(ids) -> None:
+    """A verdict found after the process recorded -- the import watch (a patched module imported from other
+    bytes), a code checkpoint or a rebinding (a fixed function not the one running): the record follows it,
+    not in effect from now on. Callers check HOTFIX_READY_DIR first (this module is imported only then)."""
+    _record([_clean_id(str(i)) for i in ids], None)
+
+
+def _record(failing: list[str], role: str | None) -> None:
     base = os.environ.get(READY_DIR_ENV, "").strip()
     if not base:
         return
     try:
+        pid = os.getpid()
+        mine = _this.setdefault(pid, {"role": role, "failed": {}})
+        role = role if role is not None else mine["role"]
         if role is None:
             from vllm_hotfix_guard.process import process_role, serving_process
 
             if not serving_process():  # `vllm --version` & co.: nothing to wait for
                 return
             role = process_role()
-        pid = os.getpid()
+        mine["role"] = role
+        mine["failed"].update(dict.fromkeys(failing))
         start = start_time(pid)
         if start is None:
             raise Unusable(f"cannot read /proc/{pid}/stat (the start time that tells this process from a recycled pid)")
         kind, ranks = classify(role)
-        ids = tuple(_clean_id(v.hotfix_id) for v in verdicts if not v.in_effect)
-        mine = Record(pid, start, os.getppid(), kind, _clean_role(role), ranks, lock_digest(), not ids, ids)
-        write(base, mine)
+        ids = tuple(mine["failed"])
+        write(base, Record(pid, start, os.getppid(), kind, _clean_role(role), ranks, lock_digest(), not ids, ids))
     except (Unusable, OSError) as exc:
         _warn(f"vllm-hotfix guard pid={os.getpid()}: readiness not recorded: {exc}")
 
