@@ -185,6 +185,11 @@ def test_roles_are_vllms_process_names(role, kind, ranks):
     (["vllm", "serve", "m", "-dp", "4", "--data-parallel-rank", "1"], (1, 1, 0)),
     (["vllm", "serve", "m", "-dp", "2", "--headless", "-tp", "2"], (0, 2, 4)),
     (["sh", "-c", "exec vllm serve m --tensor-parallel-size 2"], (1, 1, 2)),
+    # vLLM's argparse takes a unique prefix of a long option (issue 43: read as 0 workers before)
+    (["vllm", "serve", "m", "--tensor-parallel", "2"], (1, 1, 2)),
+    (["vllm", "serve", "m", "--tensor-parallel=2", "--pipeline", "2"], (1, 1, 4)),
+    (["vllm", "serve", "m", "--tensor_parallel", "2", "--data-parallel-size-l", "2", "-dp", "4", "--data-parallel-st",
+      "2"], (2, 2, 4)),
 ])
 def test_the_expected_set_is_what_vllm_serve_starts(argv, counts):
     found = expected.from_argv(argv, "test")
@@ -193,7 +198,10 @@ def test_the_expected_set_is_what_vllm_serve_starts(argv, counts):
 
 @pytest.mark.parametrize("argv", [["vllm", "serve", "m", "--config", "c.yaml"], ["python", "app.py"],
                                   ["vllm", "serve", "m", "--distributed-executor-backend", "ray", "-tp", "2"],
-                                  ["vllm", "serve", "m", "-tp", "x"]])
+                                  ["vllm", "serve", "m", "-tp", "x"],
+                                  ["vllm", "serve", "m", "--conf", "c.yaml"],  # --config, abbreviated
+                                  ["vllm", "serve", "m", "--distributed-executor", "ray"],
+                                  ["vllm", "serve", "m", "--data-parallel", "2", "-tp", "2"]])  # several: cannot tell
 def test_what_the_command_line_cannot_tell_asks_for_expect(argv):
     with pytest.raises(expected.Usage):
         expected.from_argv(argv, "test")

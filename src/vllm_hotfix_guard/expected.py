@@ -12,7 +12,9 @@ spaces), as ``vllm serve`` (vllm/entrypoints/cli/serve.py, 0.30.0) decides it:
 - workers: ``--tensor-parallel-size``/``-tp`` x ``--pipeline-parallel-size``/``-pp`` per engine core,
   none when that is 1 (the engine core runs its one worker itself).
 A ``--config`` file, ``--distributed-executor-backend ray`` or ``external_launcher`` (workers elsewhere)
-cannot be judged from the command line: ``--expect`` is then required.
+cannot be judged from the command line: ``--expect`` is then required. Options are read as vLLM's argparse
+reads them: ``_`` for ``-``, ``=`` or the next word, and a unique prefix of a long option (``--tensor-parallel
+2``); a prefix of several options read here is "cannot tell", never a guess.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ COUNTS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel
           "--api-server-count", "--data-parallel-rank", "--data-parallel-start-rank")
 FLAGS = ("--headless", "--data-parallel-external-lb", "--data-parallel-hybrid-lb")
 REFUSED = ("--config",)
+KNOWN = COUNTS + FLAGS + REFUSED + ("--distributed-executor-backend",)  # every option read here
 
 
 class Usage(Exception):
@@ -118,7 +121,7 @@ def from_argv(argv: list[str], source: str) -> Expected:
     while args:
         arg = args.pop(0)
         name, eq, value = arg.partition("=")
-        name = ALIASES.get(name, name.replace("_", "-") if name.startswith("--") else name)
+        name = _option(ALIASES.get(name, name.replace("_", "-") if name.startswith("--") else name), source)
         if name in REFUSED or (name == "--distributed-executor-backend" and (value or (args[:1] or [""])[0])
                                in ("ray", "external_launcher")):
             raise Usage(f"{source}: {name} {quote(value or (args[:1] or [''])[0])}: the processes cannot be "
@@ -130,6 +133,20 @@ def from_argv(argv: list[str], source: str) -> Expected:
         elif name in FLAGS:
             found[name] = True
     return _expected(found, source)
+
+
+def _option(name: str, source: str) -> str:
+    """``name`` as vLLM's parser takes it: argparse accepts a unique prefix of a long option (``--tensor-parallel
+    2`` is ``--tensor-parallel-size 2``). vLLM started, so a prefix of one option read here was unique among all
+    of its options: it is that one; a prefix of several cannot be told (a count left out would be read as
+    fewer processes: never guessed)."""
+    if not name.startswith("--") or name in KNOWN:
+        return name
+    near = [known for known in KNOWN if known.startswith(name)]
+    if len(near) > 1:
+        raise Usage(f"{source}: {quote(name)} abbreviates {' or '.join(near)}: the processes cannot be told from the "
+                    "command line; give --expect")
+    return near[0] if near else name
 
 
 def _expected(found: dict, source: str) -> Expected:
