@@ -309,3 +309,7 @@ def test_file_urls_remove_and_usage_errors(run_hotfix, tmp_path, keys, feed, _is
     assert run_hotfix("catalog", "remove", "local").returncode == 0
     assert "team-fix" not in run_hotfix("list").stdout
     assert run_hotfix("catalog", "update").returncode == 2
+    (tmp_path / "a-file").write_text("")
+    unwritable = run_hotfix("catalog", "add", "local", url, "--trust", tmp_path / "trust.toml",
+                            env={"HOTFIX_STATE_DIR": str(tmp_path / "a-file" / "state")})
+    assert unwritable.returncode == 6 and "nothing was changed" in unwritable.stderr

@@ -84,7 +84,7 @@ def dump_subscription(subscription: Subscription) -> bytes:
 def read_subscription(name: str) -> Optional[Subscription]:
     directory = feed_dir(name)
     paths.check_trusted(paths.feeds_dir(), directory)
-    data = paths.read_own_file(directory / SUBSCRIPTION, limit=SUBSCRIPTION_LIMIT, owned=True)
+    data = _own(directory / SUBSCRIPTION, SUBSCRIPTION_LIMIT)
     if data is None:
         return None
     from vllm_hotfix_guard.core.data import load_json
@@ -102,10 +102,19 @@ def read_cached(name: str) -> tuple[Optional[bytes], Optional[Release]]:
     """The cached release's metadata bytes and values (None, None: nothing cached)."""
     directory = release_dir(name)
     paths.check_trusted(directory, directory / CATALOG_DIR)
-    data = paths.read_own_file(directory / METADATA, limit=METADATA_LIMIT, owned=True)
+    data = _own(directory / METADATA, METADATA_LIMIT)
     if data is None:
         return None, None
     return data, parse(data, str(directory / METADATA))
+
+
+def _own(path: Path, limit: int) -> Optional[bytes]:
+    """One of our files under feeds/ (paths.read_own_file, the owner rule); None when it or a folder on the way is
+    missing (a state directory under a file is no subscription)."""
+    try:
+        return paths.read_own_file(path, limit=limit, owned=True)
+    except NotADirectoryError:
+        return None
 
 
 def names() -> list[str]:

@@ -38,7 +38,13 @@ def add(*, name: str, url: str, trust: Path, ca: Optional[Path], dry_run: bool, 
     outcome, tree = update(subscription, now=time.time())
     if not dry_run:
         write_cache(name, tree)
-        atomic_write(feeds.feed_dir(name) / feeds.SUBSCRIPTION, feeds.dump_subscription(subscription), 0o644)
+        try:
+            atomic_write(feeds.feed_dir(name) / feeds.SUBSCRIPTION, feeds.dump_subscription(subscription), 0o644)
+        except OSError as exc:
+            from vllm_hotfix_guard.errors import WriteFailed
+
+            raise WriteFailed(f"{feeds.feed_dir(name) / feeds.SUBSCRIPTION}: cannot write the subscription: "
+                              f"{exc.strerror}", hint=f"`hotfix catalog remove {name}` takes the cached copy away") from None
     if as_json:
         emit_json({"subscription": subscription.to_json(), "release": outcome.to_json(), "dry_run": dry_run})
         return 0
@@ -89,7 +95,13 @@ def write_cache(name: str, tree: Optional[dict]) -> None:
     from vllm_hotfix_guard import paths
 
     directory = feeds.feed_dir(name)
-    paths.make_state_dir(directory)
+    try:
+        paths.make_state_dir(directory)
+    except OSError as exc:
+        from vllm_hotfix_guard.errors import WriteFailed
+
+        raise WriteFailed(f"{exc.filename or directory}: cannot create the subscription's folder: {exc.strerror}; "
+                          f"nothing was changed", hint="set HOTFIX_STATE_DIR to a writable directory") from None
     paths.check_trusted(paths.feeds_dir(), directory)
     if tree is not None:
         write_directory(feeds.release_dir(name), tree, suffix=".hotfix-feed", what=f"the cached catalog {name}")
