@@ -128,3 +128,8 @@ def test_watch_proposes_writes_and_then_has_nothing_left(run_hotfix, watched, tm
     assert all(r["declared"] or r["state"] == "current" for r in json.loads(again.stdout)["rows"])
     assert any(r["state"] == "current" and r["hotfix"] == "watch-applies@1" for r in json.loads(again.stdout)["rows"])
     assert run_hotfix("check-catalog", "--catalog", catalog, "watch-applies", "--versions", "0.34.0").returncode == 0
+
+
+def test_since_must_be_a_release(run_hotfix):
+    done = run_hotfix("catalog", "watch", "--since", "banana")
+    assert done.returncode == 2 and "not a release number" in done.stderr

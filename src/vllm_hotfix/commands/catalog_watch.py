@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
-from vllm_hotfix_guard.errors import ExitCode, InvalidInput, Unavailable
+from vllm_hotfix_guard.errors import ExitCode, InvalidInput, Unavailable, UsageError
 from vllm_hotfix.flow import watch
 from vllm_hotfix_guard.output import emit_json, quote_path, say, say_lines
 
@@ -24,6 +24,13 @@ def run(*, hotfix_ids: Sequence[str] = (), since: Optional[str] = None, catalogs
         write: bool = False, as_json: bool = False) -> int:
     from vllm_hotfix.catalog.upstream import WheelReader, published_releases, published_wheel
 
+    if since is not None:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(since)
+        except InvalidVersion:
+            raise UsageError(f"--since {since!r}: not a release number (e.g. 0.32.0)") from None
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids] if hotfix_ids else list(catalog.latest())
     rows: list[watch.Row] = []
