@@ -313,3 +313,26 @@ def test_file_urls_remove_and_usage_errors(run_hotfix, tmp_path, keys, feed, _is
     unwritable = run_hotfix("catalog", "add", "local", url, "--trust", tmp_path / "trust.toml",
                             env={"HOTFIX_STATE_DIR": str(tmp_path / "a-file" / "state")})
     assert unwritable.returncode == 6 and "nothing was changed" in unwritable.stderr
+
+
+@pytest.mark.slow
+def test_a_second_update_waits_for_the_first(run_hotfix, tmp_path, keys, feed, tls, _isolated_state):
+    """feeds/.NAME.lock: an update waits while another process holds the subscription's lock, then runs."""
+    import fcntl
+    import subprocess
+    import sys
+
+    publish(run_hotfix, tmp_path, keys, tmp_path / "out")
+    serve(tmp_path / "out", tmp_path / "www")
+    assert add(run_hotfix, feed, tmp_path, tls).returncode == 0
+    publish(run_hotfix, tmp_path, keys, tmp_path / "out")
+    serve(tmp_path / "out", tmp_path / "www")
+    with open(_isolated_state / "feeds" / ".team.lock", "r+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = subprocess.Popen([sys.executable, "-m", "vllm_hotfix", "catalog", "update", "team"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+        assert waiting.poll() is None  # still waiting for the lock
+        assert json.loads((cache(_isolated_state) / "release.json").read_text())["version"] == 1
+    out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0 and "to release 2" in out, err

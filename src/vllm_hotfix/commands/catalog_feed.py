@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from vllm_hotfix_guard.errors import HotfixError, Refused, UsageError
 from vllm_hotfix_guard.output import emit_json, error_lines, quote_path, say
+
+LOCK_TIMEOUT = 60.0
 
 
 def add(*, name: str, url: str, trust: Path, ca: Optional[Path], dry_run: bool, as_json: bool) -> int:
@@ -35,16 +38,18 @@ def add(*, name: str, url: str, trust: Path, ca: Optional[Path], dry_run: bool, 
             raise UsageError(f"{quote_path(str(given))}: no such {what}")
     subscription = feeds.Subscription(name=name, url=check_url(url), trust=os.path.abspath(trust),
                                       ca=os.path.abspath(ca) if ca else None)
-    outcome, tree = update(subscription, now=time.time())
-    if not dry_run:
-        write_cache(name, tree)
-        try:
-            atomic_write(feeds.feed_dir(name) / feeds.SUBSCRIPTION, feeds.dump_subscription(subscription), 0o644)
-        except OSError as exc:
-            from vllm_hotfix_guard.errors import WriteFailed
+    with feed_lock(name) if not dry_run else nullcontext():
+        outcome, tree = update(subscription, now=time.time())
+        if not dry_run:
+            write_cache(name, tree)
+            try:
+                atomic_write(feeds.feed_dir(name) / feeds.SUBSCRIPTION, feeds.dump_subscription(subscription), 0o644)
+            except OSError as exc:
+                from vllm_hotfix_guard.errors import WriteFailed
 
-            raise WriteFailed(f"{feeds.feed_dir(name) / feeds.SUBSCRIPTION}: cannot write the subscription: "
-                              f"{exc.strerror}", hint=f"`hotfix catalog remove {name}` takes the cached copy away") from None
+                raise WriteFailed(f"{feeds.feed_dir(name) / feeds.SUBSCRIPTION}: cannot write the subscription: "
+                                  f"{exc.strerror}", hint=f"`hotfix catalog remove {name}` takes the cached copy "
+                                                          f"away") from None
     if as_json:
         emit_json({"subscription": subscription.to_json(), "release": outcome.to_json(), "dry_run": dry_run})
         return 0
@@ -70,9 +75,10 @@ def update(*, names: Sequence[str], dry_run: bool, as_json: bool) -> int:
         if subscription is None:
             raise UsageError(f"no subscribed catalog {name!r}", hint="`hotfix catalog list` shows them")
         try:
-            outcome, tree = update_one(subscription, now=time.time())
-            if tree is not None and not dry_run:
-                write_cache(name, tree)
+            with feed_lock(name) if not dry_run else nullcontext():  # read, judged against, replaced: one at a time
+                outcome, tree = update_one(subscription, now=time.time())
+                if tree is not None and not dry_run:
+                    write_cache(name, tree)
         except HotfixError as exc:
             code = code or int(exc.exit_code)
             results.append({"name": name, "error": {"kind": type(exc).__name__, "message": exc.message,
@@ -86,6 +92,42 @@ def update(*, names: Sequence[str], dry_run: bool, as_json: bool) -> int:
     if as_json:
         emit_json(results)
     return code
+
+
+@contextmanager
+def feed_lock(name: str, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+    """An exclusive flock on feeds/.NAME.lock for the block (Busy, exit 7, after ``timeout`` s): two updates at
+    once could otherwise each judge against the same cached release and the older one land last."""
+    import errno
+    import fcntl
+
+    from vllm_hotfix.catalog import feeds
+    from vllm_hotfix_guard import paths
+    from vllm_hotfix_guard.errors import Busy, WriteFailed
+
+    root = paths.feeds_dir()
+    try:
+        paths.make_state_dir(root)
+        paths.check_trusted(root)
+        fd = os.open(root / f".{feeds.check_name(name)}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                     | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        raise WriteFailed(f"{exc.filename or root}: cannot lock the subscription: {exc.strerror}; nothing was changed",
+                          hint="set HOTFIX_STATE_DIR to a writable directory") from None
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() > deadline:
+                    raise Busy(f"another hotfix process is updating the catalog {name}",
+                               hint="wait for it, then run the command again") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
 
 
 def write_cache(name: str, tree: Optional[dict]) -> None:
