@@ -1,0 +1,152 @@
+"""What `hotfix export` + `hotfix compose` generate, run by a real compose implementation (docker-compose 1.29
+against podman's Docker API) in a real container engine, from a stock image that has never seen vllm-hotfix
+(tests/fixtures/podman.py). vLLM's own plugin loader runs the mounted guard in each process of the
+`vllm serve` process tree (tests/container/serve.py: the server, an engine core and two workers spawned as
+vLLM spawns them); the compose healthcheck, exactly as generated, is unhealthy until every process checked
+and healthy after; the guard's `verify` in the container agrees with the host's `hotfix verify --lock`.
+Recreated from a compose file that lost the fix's mount, strict mode refuses to serve and the healthcheck
+never passes; `hotfix compose --remove` gives back the file byte for byte."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import realdata
+from fixtures import podman
+
+pytestmark = [pytest.mark.container, pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
+
+HOTFIX = "mamba-align-block-size"
+MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+SERVE = Path(__file__).with_name("serve.py")
+PROBE = ["CMD", "python3", "-m", "vllm_hotfix_guard", "ready"]
+GUARD_LINE = re.compile(r"vllm-hotfix guard pid=(\d+) role=(\S+(?: \([^)]*\))?) .*?fingerprint=(hf1-[0-9a-f]+)")
+
+
+def base_compose(image: str, full: realdata.Venv) -> str:
+    """The user's compose file, as it was before vllm-hotfix: the stock image, `vllm serve` with TP 2, strict
+    mode chosen by the user, torch & co. mounted read-only (the image carries vLLM, not its dependencies)."""
+    return f"""\
+# vLLM 0.30.0, tensor parallel 2
+services:
+  vllm:
+    image: {image}
+    command: ["python3", "/srv/serve.py", "serve", "/models/tiny", "--tensor-parallel-size", "2"]
+    environment:
+      HOTFIX_STRICT: "1"
+    volumes:
+      - {full.root}:{podman.DEPS}:ro
+      - {SERVE}:/srv/serve.py:ro
+"""
+
+
+def guard_lines(container: str) -> list[tuple[str, str, str, str]]:
+    """(pid, role, fingerprint, the line) of every guard line the container logged."""
+    logs = podman.podman("logs", container, check=False)
+    return [(*m.groups(), line) for line in (logs.stdout + logs.stderr).splitlines() if (m := GUARD_LINE.search(line))]
+
+
+def running(container: str) -> bool:
+    return podman.podman("inspect", container, "--format", "{{.State.Running}}").stdout.strip() == "true"
+
+
+def health(container: str) -> tuple[int, str]:
+    """Run the container's own healthcheck once (podman runs it on a systemd timer; there is no systemd
+    here, so the test triggers it) and read the status podman keeps."""
+    done = podman.podman("healthcheck", "run", container, check=False)
+    state = json.loads(podman.podman("inspect", container, "--format", "{{json .State}}").stdout)
+    return done.returncode, (state.get("Health") or state.get("Healthcheck") or {}).get("Status", "")
+
+
+def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_path, run_hotfix, stock_image,
+                                                                          compose_engine, vllm_install):
+    podman.python_matches_image()
+    full, template = realdata.vllm_full_venv("0.30.0"), realdata.vllm_template("0.30.0")
+    export, app = tmp_path / "hotfix-export", tmp_path / "app"
+    app.mkdir()
+    done = run_hotfix("export", HOTFIX, "--to", export, "--python", template.python, env=podman.env())
+    assert done.returncode == 0, done.stderr
+    base = base_compose(stock_image, full).encode()
+    (app / "compose.yaml").write_bytes(base)
+    done = run_hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", export, "--container-site-packages",
+                      podman.SITE, cwd=app, env=podman.env())
+    assert done.returncode == 0, done.stderr
+    generated = (app / "compose.yaml").read_bytes()
+    print(generated.decode())
+    project = f"hf{tmp_path.name.replace('_', '').lower()}"[:30]
+    container = f"{project}_vllm_1"
+    try:
+        _up_until_healthy(compose_engine, project, app, container)
+        _verify_agrees(container, export, vllm_install, run_hotfix)
+        _recreated_without_the_fix_refuses(compose_engine, project, app, container, generated)
+    finally:
+        print(compose_engine.compose(project, "logs", "--no-color", cwd=app, check=False).stdout[-20000:])
+        compose_engine.compose(project, "down", "-t", "1", cwd=app, check=False)
+    assert (app / "compose.yaml").read_bytes() == generated
+    done = run_hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", export, "--container-site-packages",
+                      podman.SITE, "--remove", cwd=app, env=podman.env())
+    assert done.returncode == 0, done.stderr
+    assert (app / "compose.yaml").read_bytes() == base
+
+
+def _up_until_healthy(engine, project: str, app: Path, container: str) -> None:
+    engine.compose(project, "up", "-d", cwd=app)
+    config = json.loads(podman.podman("inspect", container, "--format", "{{json .Config.Healthcheck}}").stdout)
+    assert config["Test"] == PROBE, config  # the healthcheck compose wrote, as the engine runs it
+    # the server and its engine core load vLLM (torch included) and the plugins; the workers wait for a go
+    podman.wait_for("the guard in the server and the engine core", lambda: len(guard_lines(container)) >= 2
+                    or not running(container))
+    assert running(container), f"the container stopped: {podman.podman('logs', container, check=False).stderr[-3000:]}"
+    lines = guard_lines(container)
+    assert len(lines) == 2 and all(" in effect" in line and "NOT IN EFFECT" not in line for *_, line in lines), lines
+    code, status = health(container)
+    assert code != 0 and status != "healthy", status  # the workers have not checked yet
+    ready = podman.podman("exec", container, *PROBE[1:], check=False)
+    assert ready.returncode == 1 and "VllmWorker-0" in ready.stdout and "VllmWorker-1" in ready.stdout, ready.stdout
+
+    podman.podman("exec", container, "touch", "/tmp/start-workers")
+    podman.wait_for("the guard in both workers", lambda: len(guard_lines(container)) >= 4)
+    lines = guard_lines(container)
+    assert sorted(role for _, role, _, _ in lines) == ["EngineCore", "VllmWorker-0", "VllmWorker-1",
+                                                       "main (serve.py serve)"], lines
+    assert len({pid for pid, *_ in lines}) == 4 and len({fp for _, _, fp, _ in lines}) == 1, lines
+    podman.wait_for("the healthcheck to pass", lambda: health(container)[0] == 0, timeout=120, every=2)
+    assert health(container) == (0, "healthy")
+
+
+def _verify_agrees(container: str, export: Path, vllm_install, run_hotfix) -> None:
+    """The guard's verify in the container, and the host's `hotfix verify --lock` on an install with the
+    same files (the fix applied to a copy of the same vLLM): the same verdicts and fingerprint."""
+    inside = podman.podman("exec", container, "python3", "-m", "vllm_hotfix_guard", "verify", "--json", check=False)
+    assert inside.returncode == 0, inside.stdout + inside.stderr
+    host_install = vllm_install("0.30.0")
+    done = run_hotfix("apply", HOTFIX, "--python", host_install.python, env=podman.env())
+    assert done.returncode == 0, done.stderr
+    host = run_hotfix("verify", "--lock", export / "hotfix.lock", "--python", host_install.python, "--json",
+                      env=podman.env())
+    assert host.returncode == 0, host.stderr
+    seen, expected = json.loads(inside.stdout), json.loads(host.stdout)
+    assert [(v["id"], v["state"], v["fingerprint"]) for v in seen] == \
+        [(v["id"], v["state"], v["fingerprint"]) for v in expected], (seen, expected)
+    (_, _, fingerprint, _), *_ = guard_lines(container)
+    assert {v["fingerprint"] for v in seen} == {fingerprint}
+
+
+def _recreated_without_the_fix_refuses(engine, project: str, app: Path, container: str, generated: bytes) -> None:
+    """A compose file that lost the patched file's mount (guard, lock and healthcheck still there)."""
+    lost = b"".join(line for line in generated.splitlines(keepends=True) if MAMBA.encode() not in line)
+    assert lost.count(b"\n") == generated.count(b"\n") - 1
+    (app / "compose.lost.yaml").write_bytes(lost)
+    engine.compose(project, "-f", "compose.lost.yaml", "up", "-d", "--force-recreate", cwd=app)
+    exit_code = podman.podman("wait", container, timeout=300).stdout.strip()
+    lines = guard_lines(container)
+    logs = podman.podman("logs", container, check=False)
+    assert exit_code != "0", (exit_code, lines)
+    assert "refusing to serve (HOTFIX_STRICT=1" in logs.stdout + logs.stderr, logs.stdout + logs.stderr
+    assert [role for _, role, _, _ in lines] == ["main (serve.py serve)"] and "NOT IN EFFECT" in lines[0][3], lines
+    code, status = health(container)
+    assert code != 0 and status != "healthy", status
