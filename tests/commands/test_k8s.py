@@ -114,7 +114,7 @@ def test_every_yaml_written_keeps_a_long_path_on_its_key_line():
     assert f"mountPath: {path}\n" in text
 
 
-def test_a_readiness_probe_of_the_base_is_replaced_not_merged(tmp_path, run_hotfix):
+def test_a_readiness_probe_of_the_base_is_kept_inside_ours_never_replaced(tmp_path, run_hotfix):
     probed = DEPLOYMENT.replace("        env:\n", "        readinessProbe:\n          httpGet: {path: /health, port: 8000}\n"
                                 "          initialDelaySeconds: 60\n        env:\n", 1)
     assert probed != DEPLOYMENT
@@ -123,7 +123,10 @@ def test_a_readiness_probe_of_the_base_is_replaced_not_merged(tmp_path, run_hotf
     objects = render(out)
     validate(objects)
     (container,) = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert container["readinessProbe"] == PROBE  # one handler: ours (an httpGet beside it is refused by the API)
+    # one handler (an httpGet beside an exec is refused by the API): an exec running `ready`, then the base's
+    # own httpGet (tests/commands/test_k8s_probes.py)
+    assert json.loads(container["readinessProbe"]["exec"]["command"][5]) == {"httpGet": {"path": "/health", "port": 8000}}
+    assert container["readinessProbe"]["initialDelaySeconds"] == 60
 
 
 def test_statefulset_no_strict(tmp_path, run_hotfix):

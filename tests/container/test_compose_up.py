@@ -16,9 +16,15 @@ from pathlib import Path
 import pytest
 
 import realdata
-from fixtures import podman
+from fixtures import kube, podman
 
 pytestmark = [pytest.mark.container, pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
+
+# Until issue 43 lands (the guard as one package): the delivered guard raises ModuleNotFoundError
+# ('vllm_hotfix') out of vLLM's load_general_plugins() when HOTFIX_READY_DIR is set, as compose sets it.
+# This tier shows it (the server dies at its first load_general_plugins()); the mark goes with the bug.
+_PLUGIN = Path(__file__).resolve().parents[2] / "src" / "vllm_hotfix" / "guard" / "plugin.py"
+GUARD_CRASH = _PLUGIN.exists() and '__import__("vllm_hotfix.guard.ready"' in _PLUGIN.read_text()
 
 HOTFIX = "mamba-align-block-size"
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
@@ -44,6 +50,32 @@ services:
 """
 
 
+def k8s_probe(tmp_path: Path, run_hotfix, export: Path, image: str, path: str) -> list[str]:
+    """The readinessProbe `hotfix k8s` renders for this image's container when its base probe is an httpGet of
+    ``path`` on port 8000 (the server's own: tests/commands/test_k8s_probes.py), as `kubectl kustomize` renders it."""
+    base, out = tmp_path / f"k8s{path.replace('/', '-')}.yaml", tmp_path / f"overlay{path.replace('/', '-')}"
+    base.write_text(f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: vllm}}
+spec:
+  selector: {{matchLabels: {{app: vllm}}}}
+  template:
+    metadata: {{labels: {{app: vllm}}}}
+    spec:
+      containers:
+      - name: vllm
+        image: {image}
+        readinessProbe: {{httpGet: {{path: {path}, port: 8000}}, timeoutSeconds: 5}}
+""")
+    done = run_hotfix("k8s", "--export-dir", export, "--base", base, "--to", out, "--workload", "deployment/vllm",
+                      "--container", "vllm", "--container-site-packages", podman.SITE, env=podman.env())
+    assert done.returncode == 0, done.stderr
+    assert "readinessProbe of vllm: kept its own check, combined with the guard's" in done.stdout, done.stdout
+    deployment = next(o for o in kube.render(out) if o["kind"] == "Deployment")
+    return deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
+
+
 def guard_lines(container: str) -> list[tuple[str, str, str, str]]:
     """(pid, role, fingerprint, the line) of every guard line the container logged."""
     logs = podman.podman("logs", container, check=False)
@@ -62,6 +94,8 @@ def health(container: str) -> tuple[int, str]:
     return done.returncode, (state.get("Health") or state.get("Healthcheck") or {}).get("Status", "")
 
 
+@pytest.mark.xfail(GUARD_CRASH, reason="issue 43: the guard's ready import crashes every vLLM process", strict=True,
+                   raises=AssertionError)
 def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_path, run_hotfix, stock_image,
                                                                           compose_engine, vllm_install):
     podman.python_matches_image()
@@ -79,12 +113,15 @@ def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_pat
     print(generated.decode())
     project = f"hf{tmp_path.name.replace('_', '').lower()}"[:30]
     container = f"{project}_vllm_1"
+    probes = {path: k8s_probe(tmp_path, run_hotfix, export, stock_image, path) for path in ("/health", "/nope")}
     try:
-        _up_until_healthy(compose_engine, project, app, container)
+        _up_until_healthy(compose_engine, project, app, container, probes)
         _verify_agrees(container, export, vllm_install, run_hotfix)
         _recreated_without_the_fix_refuses(compose_engine, project, app, container, generated)
-    finally:
-        print(compose_engine.compose(project, "logs", "--no-color", cwd=app, check=False).stdout[-20000:])
+    finally:  # the container's log stays in the test's directory, which pytest keeps when the test fails
+        logs = compose_engine.compose(project, "logs", "--no-color", cwd=app, check=False)
+        (tmp_path / "compose.log").write_text(logs.stdout + logs.stderr)
+        print(logs.stdout[-20000:])
         compose_engine.compose(project, "down", "-t", "1", cwd=app, check=False)
     assert (app / "compose.yaml").read_bytes() == generated
     done = run_hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", export, "--container-site-packages",
@@ -93,7 +130,10 @@ def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_pat
     assert (app / "compose.yaml").read_bytes() == base
 
 
-def _up_until_healthy(engine, project: str, app: Path, container: str) -> None:
+def _up_until_healthy(engine, project: str, app: Path, container: str, probes: dict) -> None:
+    """Up; the healthcheck, `ready` and k8s's combined readinessProbe (``probes``: by the base's httpGet path)
+    fail while the workers have not checked, though the server answers /health; all pass once they have,
+    except the combined probe whose own httpGet gets a 404."""
     engine.compose(project, "up", "-d", cwd=app)
     config = json.loads(podman.podman("inspect", container, "--format", "{{json .Config.Healthcheck}}").stdout)
     assert config["Test"] == PROBE, config  # the healthcheck compose wrote, as the engine runs it
@@ -107,6 +147,11 @@ def _up_until_healthy(engine, project: str, app: Path, container: str) -> None:
     assert code != 0 and status != "healthy", status  # the workers have not checked yet
     ready = podman.podman("exec", container, *PROBE[1:], check=False)
     assert ready.returncode == 1 and "VllmWorker-0" in ready.stdout and "VllmWorker-1" in ready.stdout, ready.stdout
+    answers = podman.podman("exec", container, "python3", "-c", "import urllib.request as u; "
+                            "print(u.urlopen('http://127.0.0.1:8000/health').status)", check=False)
+    assert answers.stdout.strip() == "200", answers.stdout + answers.stderr  # the server's own check passes...
+    combined = podman.podman("exec", container, *probes["/health"], check=False)
+    assert combined.returncode == 1 and "VllmWorker-0" in combined.stdout, combined.stdout  # ...Ready it is not
 
     podman.podman("exec", container, "touch", "/tmp/start-workers")
     podman.wait_for("the guard in both workers", lambda: len(guard_lines(container)) >= 4)
@@ -116,6 +161,10 @@ def _up_until_healthy(engine, project: str, app: Path, container: str) -> None:
     assert len({pid for pid, *_ in lines}) == 4 and len({fp for _, _, fp, _ in lines}) == 1, lines
     podman.wait_for("the healthcheck to pass", lambda: health(container)[0] == 0, timeout=120, every=2)
     assert health(container) == (0, "healthy")
+    combined = podman.podman("exec", container, *probes["/health"], check=False)
+    assert combined.returncode == 0, combined.stdout + combined.stderr
+    combined = podman.podman("exec", container, *probes["/nope"], check=False)
+    assert combined.returncode == 1 and ":8000/nope: HTTP 404" in combined.stdout, combined.stdout + combined.stderr
 
 
 def _verify_agrees(container: str, export: Path, vllm_install, run_hotfix) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix.containers import k8s_image_volume, k8s_overlay, k8s_render
+from vllm_hotfix.containers import readiness as readiness_words
 from vllm_hotfix.txn.exported import read_exported, read_guard, refuse_strict_without_guard
 from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError, WriteFailed
@@ -92,12 +93,17 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
                    "checked": {"mounts": sorted(overlay.mounts), "env": overlay.env} if rendered else None,
                    "configmaps": [{"name": cm.name, "bytes": cm.size, "keys": [i.key for i in cm.items]}
                                   for cm in overlay.configmaps],
-                   "bundle": image.to_json() if image is not None else None})
+                   "bundle": image.to_json() if image is not None else None,
+                   "readiness": {name: what for name, (_, what) in overlay.probes.items()}})
         return 0
     _say_written("would write" if dry_run else "wrote", out_dir, target, overlay, image, len(signatures), len(guard or ()))
+    for name, (probe, what) in overlay.probes.items():
+        if readiness_words.is_combined(probe):  # the container's own probe is kept, inside ours
+            say(f"readinessProbe of {name}: kept its own check, combined with the guard's: {what}")
     if rendered:
         held = "from the image volume" if image is not None else "with the exported bytes"
-        probe = f", and the readinessProbe `{' '.join(overlay.probe['exec']['command'])}`" if overlay.probe else ""
+        probe = "".join(f", and the readinessProbe {what}" + (f" in {name}" if len(overlay.probes) > 1 else "")
+                        for name, (_, what) in overlay.probes.items())
         say(f"checked: `{rendered}` renders all {len(overlay.mounts)} mount(s) {held}, and "
             f"{', '.join(overlay.env)}{probe}, in {', '.join(overlay.patched)}")
     else:

@@ -92,7 +92,9 @@ class Overlay:
     mounts: dict[str, bytes] = field(default_factory=dict)  # mountPath -> the bytes a container must see there
     env: dict[str, str] = field(default_factory=dict)  # the guard's variables every patched container gets
     annotations: dict[str, str] = field(default_factory=dict)  # on every patched pod template
-    probe: Optional[dict] = None  # the readinessProbe of every patched container (of the leader in a LeaderWorkerSet)
+    # container name -> (its readinessProbe, what it does): the guard's, combined with the container's own if it
+    # has one (readiness.combined); the leader's containers only, in a LeaderWorkerSet
+    probes: dict[str, tuple[dict, str]] = field(default_factory=dict)
     env_from: dict[str, str] = field(default_factory=dict)  # variables set by the downward API: name -> fieldPath
 
 
@@ -180,16 +182,20 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     target = {"kind": workload.kind, "name": workload.name}
     if workload.kind == LWS:
         ops, patched = lws_operations(found, containers, mounts, volumes, env, annotations)
-        ops += ready.lws_probe(found, containers, probe)
+        probe_ops, probes = ready.lws_probe(found, containers, probe)
+        ops += probe_ops
         files["lws-patch.yaml"] = dump([ops])
         files["kustomizeconfig.yaml"] = dump([lws_name_references()])
         kustomization["configurations"] = ["kustomizeconfig.yaml"]
         kustomization["patches"] = [{"path": "lws-patch.yaml", "target": target}]
     else:
         patched = check_containers(found, workload, containers)
+        probes = ready.container_probes(((found.get("spec") or {}).get("template") or {}).get("spec") or {},
+                                        tuple(patched), probe)
         patch = {"apiVersion": workload.api_version, "kind": workload.kind, "metadata": {"name": workload.name},
                  "spec": {"template": {"metadata": {"annotations": annotations}, "spec": {
-                     "containers": [{"name": c, "env": env, "volumeMounts": mounts, **ready.probed(probe)} for c in patched],
+                     "containers": [{"name": c, "env": env, "volumeMounts": mounts, **ready.probed(probes.get(c, (None,))[0])}
+                                    for c in patched],
                      "volumes": volumes}}}}
         files["hotfix-patch.yaml"] = dump([patch])
         kustomization["patches"] = [{"path": "hotfix-patch.yaml", "target": target}]
@@ -197,7 +203,7 @@ def build(lock: Lock, exported: dict[str, bytes], lock_bytes: bytes, workload: W
     expected = image.expected(site) if image is not None else \
         {item.mount_path or LOCK_IN_CONTAINER: files[item.source] for cm in configmaps for item in cm.items}
     return Overlay(files, configmaps, tuple(patched), expected, {e["name"]: e["value"] for e in env if "value" in e},
-                   annotations, probe, {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in env if "valueFrom" in e})
+                   annotations, probes, {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in env if "valueFrom" in e})
 
 
 def env_problems(container: dict, overlay: Overlay, label: str) -> list[str]:

@@ -49,7 +49,8 @@ def check_render(objects: list, workload: Workload, overlay: Overlay) -> list[st
             if held != data:
                 problems.append(f"{label}: {path} would not hold the exported bytes (ConfigMap "
                                 f"{cm['metadata']['name']} key {key})")
-        if overlay.probe is not None and where != "workerTemplate" and container.get("readinessProbe") != overlay.probe:
-            problems.append(f"{label}: readinessProbe is not `{' '.join(overlay.probe['exec']['command'])}`")
+        probe, what = overlay.probes.get(name, (None, "")) if where != "workerTemplate" else (None, "")
+        if probe is not None and container.get("readinessProbe") != probe:
+            problems.append(f"{label}: readinessProbe is not {what}")
         problems += env_problems(container, overlay, label)
     return problems
