@@ -20,12 +20,6 @@ from fixtures import kube, podman
 
 pytestmark = [pytest.mark.container, pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
 
-# Until issue 43 lands (the guard as one package): the delivered guard raises ModuleNotFoundError
-# ('vllm_hotfix') out of vLLM's load_general_plugins() when HOTFIX_READY_DIR is set, as compose sets it.
-# This tier shows it (the server dies at its first load_general_plugins()); the mark goes with the bug.
-_PLUGIN = Path(__file__).resolve().parents[2] / "src" / "vllm_hotfix" / "guard" / "plugin.py"
-GUARD_CRASH = _PLUGIN.exists() and '__import__("vllm_hotfix.guard.ready"' in _PLUGIN.read_text()
-
 HOTFIX = "mamba-align-block-size"
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 SERVE = Path(__file__).with_name("serve.py")
@@ -94,8 +88,6 @@ def health(container: str) -> tuple[int, str]:
     return done.returncode, (state.get("Health") or state.get("Healthcheck") or {}).get("Status", "")
 
 
-@pytest.mark.xfail(GUARD_CRASH, reason="issue 43: the guard's ready import crashes every vLLM process", strict=True,
-                   raises=AssertionError)
 def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_path, run_hotfix, stock_image,
                                                                           compose_engine, vllm_install):
     podman.python_matches_image()
