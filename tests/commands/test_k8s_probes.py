@@ -20,6 +20,8 @@ from fixtures.kube import DEPLOYMENT, LWS, render, validate
 from test_k8s import PROBE, by_kind, overlay
 from vllm_hotfix.containers.readiness import PROGRAM
 
+pytestmark = pytest.mark.tools  # kubectl renders every overlay
+
 HTTP = "        readinessProbe:\n          httpGet: {path: /health, port: 8000}\n          initialDelaySeconds: 60\n"
 
 
@@ -48,7 +50,7 @@ def test_an_http_probe_of_the_base_is_kept_inside_one_exec_probe_after_ready(tmp
     # the server's rhythm (its initialDelaySeconds), ours where it has none; time for both checks
     assert {k: v for k, v in probe.items() if k != "exec"} == {
         "initialDelaySeconds": 60, "periodSeconds": 10, "failureThreshold": 3, "timeoutSeconds": 6}
-    assert report["readiness"] == {"vllm": "`python3 -m vllm_hotfix_guard ready`, then the container's own httpGet "
+    assert report["readiness"] == {"vllm": "`python3 -I -m vllm_hotfix_guard ready`, then the container's own httpGet "
                                             "http://(the pod IP):8000/health, in one exec probe (Ready only when both "
                                             "pass; timeoutSeconds 5+1)"}
 
@@ -60,10 +62,10 @@ def test_the_output_says_what_was_combined_and_how(tmp_path, run_hotfix):
                        tmp_path / "again", "--workload", "deployment/vllm", "--container", "vllm")
     assert plain.returncode == 0, plain.stderr
     lines = plain.stdout.splitlines()
-    assert "readinessProbe of vllm: kept its own check, combined with the guard's: `python3 -m vllm_hotfix_guard " \
+    assert "readinessProbe of vllm: kept its own check, combined with the guard's: `python3 -I -m vllm_hotfix_guard " \
            "ready`, then the container's own httpGet http://(the pod IP):8000/health, in one exec probe (Ready only " \
            "when both pass; timeoutSeconds 5+1)" in lines, lines
-    assert any(line.startswith("checked: ") and "the readinessProbe `python3 -m vllm_hotfix_guard ready`, then the "
+    assert any(line.startswith("checked: ") and "the readinessProbe `python3 -I -m vllm_hotfix_guard ready`, then the "
                "container's own httpGet" in line for line in lines), lines
 
 

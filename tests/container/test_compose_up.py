@@ -18,12 +18,12 @@ import pytest
 import realdata
 from fixtures import kube, podman
 
-pytestmark = [pytest.mark.container, pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
+pytestmark = [pytest.mark.container, pytest.mark.tools, pytest.mark.real, pytest.mark.slow, pytest.mark.vllm_full]
 
 HOTFIX = "mamba-align-block-size"
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 SERVE = Path(__file__).with_name("serve.py")
-PROBE = ["CMD", "python3", "-m", "vllm_hotfix_guard", "ready"]
+PROBE = ["CMD", "python3", "-I", "-m", "vllm_hotfix_guard", "ready"]
 GUARD_LINE = re.compile(r"vllm-hotfix guard pid=(\d+) role=(\S+(?: \([^)]*\))?) .*?fingerprint=(hf1-[0-9a-f]+)")
 
 
