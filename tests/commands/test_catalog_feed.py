@@ -336,3 +336,24 @@ def test_a_second_update_waits_for_the_first(run_hotfix, tmp_path, keys, feed, t
         assert json.loads((cache(_isolated_state) / "release.json").read_text())["version"] == 1
     out, err = waiting.communicate(timeout=120)
     assert waiting.returncode == 0 and "to release 2" in out, err
+
+
+@pytest.mark.tools
+@pytest.mark.slow  # scrypt, minisign's defaults (1 GiB), twice
+def test_minisign_itself_verifies_a_release_made_with_its_own_keys(run_hotfix, tmp_path, feed):
+    """A key `minisign -G` made (encrypted), the release signed by `catalog publish`, checked by `minisign -V`."""
+    import subprocess
+
+    if shutil.which("minisign") is None:
+        pytest.skip("minisign is not installed (apt-get install -y minisign)")
+    pub, key = tmp_path / "team.pub", tmp_path / "team.key"
+    made = subprocess.run(["minisign", "-G", "-f", "-p", pub, "-s", key], input="pw\npw\n", capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    done = run_hotfix("catalog", "publish", tmp_path / "catalog", "--to", tmp_path / "out", "--key", key,
+                      env={"HOTFIX_KEY_PASSWORD": "pw"})
+    assert done.returncode == 0, done.stderr
+    sig = next((tmp_path / "out").glob("release.json.*.minisig"))
+    checked = subprocess.run(["minisign", "-V", "-m", tmp_path / "out" / "release.json", "-x", sig, "-p", pub],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "version:1\texpires:" in checked.stdout, checked.stdout + checked.stderr
