@@ -145,7 +145,7 @@ def test_a_subscribed_host_picks_up_a_new_release_with_one_update(run_hotfix, tm
     assert added.returncode == 0 and "release 1" in added.stdout and "signed by release, sre" in added.stdout
     listed = run_hotfix("list", "--json")
     assert any(h["id"] == "team-fix" for h in json.loads(listed.stdout)), listed.stdout
-    assert "team-fix" in run_hotfix("show", "team-fix").stdout
+    assert "From: subscribed catalog team " in run_hotfix("show", "team-fix").stdout
     write_manifest(tmp_path / "catalog", manifest_data(id="team-fix2", version=1, supersedes=[]), name="team-fix2")
     publish(run_hotfix, tmp_path, keys, tmp_path / "out")
     serve(tmp_path / "out", tmp_path / "www")

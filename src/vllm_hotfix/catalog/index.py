@@ -55,7 +55,7 @@ class CatalogDir:
     def describe(self) -> str:
         """'built-in catalog /…', '--catalog /abs/dir', 'HOTFIX_CATALOG entry /abs/dir'."""
         where = {"built-in": "built-in catalog", ENV_VAR: "HOTFIX_CATALOG entry",
-                 SUBSCRIBED: "subscribed catalog"}.get(self.origin, self.origin)
+                 SUBSCRIBED: f"subscribed catalog {self.path.parent.parent.name}"}.get(self.origin, self.origin)
         return f"{where} {os.path.abspath(self.path)}"
 
     def to_json(self) -> dict:
