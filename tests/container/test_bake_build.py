@@ -25,7 +25,7 @@ def test_bake_builds_offline_and_a_reverted_file_fails_at_verify(tmp_path, run_h
     assert done.returncode == 0, done.stderr
     tag = f"localhost/vllm-hotfix-test/baked:{tmp_path.name.lower()}"
     try:
-        built = podman.podman("build", "--network", "none", "-f", ctx / "Containerfile", "-t", tag, ctx,
+        built = podman.podman("build", "--network", "none", "--layers=false", "-f", ctx / "Containerfile", "-t", tag, ctx,
                               check=False, timeout=900)
         assert built.returncode == 0, built.stdout + built.stderr
         assert "vllm-hotfix bake: done" in built.stdout + built.stderr
@@ -41,7 +41,7 @@ def test_bake_builds_offline_and_a_reverted_file_fails_at_verify(tmp_path, run_h
         podman.podman("rmi", "-f", tag, check=False)
 
     (ctx / "vllm-hotfix" / "site-packages" / MAMBA).write_bytes((template.site_packages / MAMBA).read_bytes())
-    failed = podman.podman("build", "--network", "none", "-f", ctx / "Containerfile", "-t", tag, ctx,
+    failed = podman.podman("build", "--network", "none", "--layers=false", "-f", ctx / "Containerfile", "-t", tag, ctx,
                            check=False, timeout=900)
     podman.podman("rmi", "-f", tag, check=False)
     out = failed.stdout + failed.stderr

@@ -106,7 +106,8 @@ try:
         status = conn.getresponse().status
         code = 0 if 200 <= status < 400 else 1
         if code:
-            print("the container's own readinessProbe: httpGet %s:%s%s: HTTP %d" % (host, spec["port"], spec.get("path") or "/", status))
+            print("the container's own readinessProbe: httpGet %s:%s%s: HTTP %d"
+                  % (host, spec["port"], spec.get("path") or "/", status))
 except Exception as exc:
     print("the container's own readinessProbe (%s): %s: %s" % (kind, type(exc).__name__, exc))
     code = 1
@@ -127,8 +128,8 @@ def combined(probe: dict, container: dict, name: str) -> tuple[dict, str]:
     where = f"container {name}: readinessProbe"
     kinds = [k for k in HANDLERS if isinstance(base, dict) and k in base]
     if len(kinds) != 1 or kinds[0] == "grpc":
-        raise Refused(f"{where} {'has a grpc check' if kinds == ['grpc'] else 'is not one exec, httpGet or tcpSocket check'}"
-                      ", which the guard's exec probe cannot run: not replaced; nothing was written",
+        what = "has a grpc check" if kinds == ["grpc"] else "is not one exec, httpGet or tcpSocket check"
+        raise Refused(f"{where} {what}, which the guard's exec probe cannot run: not replaced; nothing was written",
                       hint="pass --no-readiness and keep it (docs/readiness.md says what to add by hand)")
     kind = kinds[0]
     check = {kind: _check(kind, base[kind], container, f"{where}.{kind}")}
@@ -171,7 +172,8 @@ def _check(kind: str, spec: object, container: dict, where: str) -> dict:
 
 def _port(port: object, container: dict, where: str) -> int:
     if isinstance(port, str) and not port.isdigit():
-        named = [p.get("containerPort") for p in container.get("ports") or () if isinstance(p, dict) and p.get("name") == port]
+        named = [p.get("containerPort") for p in container.get("ports") or ()
+                 if isinstance(p, dict) and p.get("name") == port]
         if not named:
             raise Refused(f"{where} names the port {port!r}, which the container does not declare; nothing was written")
         port = named[0]
