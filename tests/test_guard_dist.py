@@ -268,3 +268,82 @@ def test_a_changed_guard_tree_is_refused(tmp_path, run_hotfix):
     done = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose)
     assert done.returncode == 8 and "does not hold the bytes its RECORD names" in done.stderr
     assert compose.read_text() == "services:\n  vllm:\n    image: x\n"
+
+
+def _reseal(site: Path) -> None:
+    """Rewrite the guard tree's RECORD over what is on disk now (what an attacker who edits the tree does)."""
+    (info,) = [p for p in site.iterdir() if p.name.endswith(".dist-info")]
+    rows = []
+    for path in sorted(p for p in site.rglob("*") if p.is_file() and p.name != "RECORD"):
+        data = path.read_bytes()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{path.relative_to(site).as_posix()},sha256={digest},{len(data)}\n")
+    (info / "RECORD").write_text("".join(rows) + f"{info.name}/RECORD,,\n")
+
+
+@pytest.mark.parametrize("attack", ["trojan plugin", "sitecustomize", "pth", "over vllm", "lock names none"])
+def test_every_recipe_refuses_a_guard_the_lock_does_not_name(tmp_path, run_hotfix, attack):
+    """Issue 43: the lock names every guard file and its sha256 (so a signature of the lock covers the guard);
+    compose, k8s, pack and bake refuse a guard tree whose files differ from the lock's, a file outside the
+    guard's own package and dist-info (even with a RECORD resealed over it), or a lock that names no guard."""
+    from fixtures.kube import DEPLOYMENT, make_export
+    from vllm_hotfix_guard.txn.hotfix_lock import dump_lock, load_lock
+
+    export = make_export(tmp_path / "export")
+    site = export / "guard" / "site-packages"
+    if attack == "trojan plugin":  # "every lock is trusted"
+        plugin = site / "vllm_hotfix_guard" / "trust.py"
+        plugin.write_bytes(plugin.read_bytes() + b"\ndef read_lock_here(path):\n    raise SystemExit\n")
+        expected = "differs from the guard file the lock names"  # RECORD first, then trust.py
+    elif attack == "sitecustomize":
+        (site / "sitecustomize.py").write_text("import os\n")
+        expected = "sitecustomize.py: outside the guard's package"
+    elif attack == "pth":
+        (site / "vllm_hotfix_guard" / "evil.pth").write_text("import os\n")
+        expected = "evil.pth: not a Python source of the guard's package"
+    elif attack == "over vllm":  # mounted over a locked file's own path
+        target = site / "vllm" / "config" / "cache.py"
+        target.parent.mkdir(parents=True)
+        target.write_text("# not the fix\n")
+        expected = "cache.py: outside the guard's package"
+    else:
+        lock = load_lock(export / "hotfix.lock")
+        (export / "hotfix.lock").write_bytes(dump_lock(lock.__class__(site_packages=lock.site_packages,
+                                                                      hotfixes=lock.hotfixes)))
+        expected = "the lock names no guard files"
+    if attack != "lock names none":
+        _reseal(site)
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text("services:\n  vllm:\n    image: x\n")
+    base = tmp_path / "base.yaml"
+    base.write_text(DEPLOYMENT)
+    runs = {
+        "compose": ("compose", "--service", "vllm", "--export-dir", export, "--file", compose),
+        "k8s": ("k8s", "--export-dir", export, "--base", base, "--to", tmp_path / "overlay", "--workload",
+                "deployment/vllm", "--container", "vllm"),
+        "pack": ("pack", "--export-dir", export, "--to", tmp_path / "bundle"),
+        "bake": ("bake", "--export-dir", export, "--base", "docker.io/vllm/vllm-openai:v0.30.0", "--to", tmp_path / "ctx"),
+    }
+    for name, args in runs.items():
+        done = run_hotfix(*args)
+        assert done.returncode == 8 and expected in done.stderr, (name, done.returncode, done.stderr)
+    assert compose.read_text() == "services:\n  vllm:\n    image: x\n"
+    assert not any((tmp_path / d).exists() for d in ("overlay", "bundle", "ctx"))
+
+
+def test_the_lock_names_the_guard_and_reads_it_back(dist):
+    from vllm_hotfix_guard.errors import InvalidInput
+    from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedFile, LockedHotfix, dump_lock, parse_lock
+
+    files = guard_dist.locked_files(dist)
+    assert [rel for rel, _ in files] == sorted(rel for rel, _ in dist.files)
+    hotfix = LockedHotfix("h", 1, "vllm", "vllm", "0.30.0", None, (LockedFile("vllm/a.py", "a" * 64, None, "h/a.py"),))
+    lock = Lock(site_packages="/site", hotfixes=(hotfix,), guard=files)
+    assert parse_lock(dump_lock(lock)).guard == files
+    for bad, message in [("sitecustomize.py", "outside the guard's package"),
+                         ("vllm_hotfix_guard/../x.py", "unsafe"),
+                         ("vllm_hotfix_guard-0.1.0.dist-info/INSTALLER", "not one of the guard's metadata files")]:
+        doc = json.loads(dump_lock(lock))
+        doc["guard"]["files"].append({"path": bad, "sha256": "b" * 64})
+        with pytest.raises(InvalidInput, match="guard.files"):
+            parse_lock(json.dumps(doc).encode())

@@ -341,10 +341,21 @@ def test_a_bundle_read_back_is_its_content_with_room_for_signatures_and_the_guar
         members = oci.layer_members("test", blob, layout.layer, layout.diff_id, cap=1 << 20, content_cap=1 << 20)
         return bundle.check(members, source="test", annotated=notes)
 
-    extra = (oci.Entry(path="hotfix.lock.ABCDEF0123456789.minisig", data=b"untrusted comment: x\n"),
-             oci.Entry(path="guard/vllm_hotfix_guard/__init__.py", data=b""))
+    from vllm_hotfix.txn.exported import read_guard
+
+    guard = bundle.guard_entries(read_guard(export, lock))
+    extra = (oci.Entry(path="hotfix.lock.ABCDEF0123456789.minisig", data=b"untrusted comment: x\n"), *guard)
     back = round_trip(extra)
     assert back.files == {f.path: files[f.export] for f in lock.mounted_files()} and back.lock_bytes == lock_bytes
     assert {e.path for e in back.extra} == {e.path for e in extra} and back.fingerprint == expected_fingerprint(lock)
     with pytest.raises(InvalidInput, match="which a hotfix bundle does not"):
         round_trip((oci.Entry(path="etc/passwd", data=b"x"),))
+    # issue 43: the guard is the one the lock names, file for file (a signature of the lock covers it)
+    changed = tuple(oci.Entry(path=e.path, data=e.data + b"\nimport os\n") if e.path.endswith("/plugin.py") else e
+                    for e in guard)
+    with pytest.raises(InvalidInput, match="plugin.py differs from the guard file the lock names"):
+        round_trip(changed)
+    with pytest.raises(InvalidInput, match="sitecustomize.py is not a guard file the lock names"):
+        round_trip((*guard, oci.Entry(path="guard/sitecustomize.py", data=b"import os\n")))
+    with pytest.raises(InvalidInput, match="__init__.py, a guard file the lock names, is missing"):
+        round_trip(tuple(e for e in guard if not e.path.endswith("vllm_hotfix_guard/__init__.py")))

@@ -130,6 +130,9 @@ def bundle_approvals(directory: Path, *, policy=None, now: float = 0.0) -> list[
 
     source = quote_path(str(directory))
     layout, found = read_bundle(directory)
+    if found.guard is None:  # read_bundle checked a guard against the lock; none at all is not approved
+        raise Refused(f"{source} carries no guard: a pod mounting it would run its fix with nothing checking it; "
+                      "nothing was written", hint="pack an export that has its guard (`hotfix export` without --no-guard)")
     signatures = [(e.path, e.data) for e in found.extra if "/" not in e.path and is_signature_name(e.path, bundle.LOCK_PATH)]
     signed = _trusted(directory / bundle.LOCK_PATH, found.lock_bytes, found.lock, policy, now=now,
                       subject=f"{source}'s {bundle.LOCK_PATH}", signatures=signatures)

@@ -20,7 +20,7 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
         readiness: bool = True, dry_run: bool = False, as_json: bool = False) -> int:
     lock = load_lock(export_dir / "hotfix.lock")
     hotfixes = lock.select(tuple(hotfix_ids))
-    guard = read_guard(export_dir)  # the guard tree, checked against its RECORD (None: the export has none)
+    guard = read_guard(export_dir, lock)  # the guard tree, checked against its RECORD and the lock (None: none)
     if not remove:  # what gets bind-mounted is a regular file holding the lock's bytes, never a link out
         read_exported(export_dir, lock.mounted_files(hotfixes), export_dir / "hotfix.lock")
         refuse_strict_without_guard(guard, export_dir)

@@ -19,8 +19,11 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
     guard = _guard(with_guard)  # refused before anything is planned or written
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids]
+    from vllm_hotfix.containers.guard_dist import locked_files
+
     export = plan_export(manifests, python=python, out_dir=out_dir, lock_version=lock_version,
-                         expires=expires_at(expires) if expires else None)
+                         expires=expires_at(expires) if expires else None,
+                         guard=locked_files(guard) if guard is not None else None)
     if not dry_run:
         write_export(out_dir, export)
         if guard is not None:

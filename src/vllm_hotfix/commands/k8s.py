@@ -59,7 +59,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         lock_path = export_dir / "hotfix.lock"
         lock_bytes, lock = read_lock(lock_path)
         exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
-        guard = read_guard(export_dir)  # checked against its RECORD; carried as ConfigMap keys like the files
+        guard = read_guard(export_dir, lock)  # checked against its RECORD and the lock; ConfigMap keys like the files
         refuse_strict_without_guard(guard, export_dir, strict=strict)
         signatures = _signatures(lock_path)
     out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points

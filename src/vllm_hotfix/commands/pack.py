@@ -90,10 +90,12 @@ def _content(hotfix_ids, export_dir: Optional[Path], python: Optional[str], cata
         from vllm_hotfix.flow.export_plan import plan_export
 
         catalog = Catalog.load(catalogs)
-        from vllm_hotfix.containers.guard_dist import current
+        from vllm_hotfix.containers.guard_dist import current, locked_files
 
-        export = plan_export([catalog.get(*parse_ref(ref)) for ref in hotfix_ids], python=python, out_dir=None)
-        guard = bundle.guard_entries(dict(current().files))  # what `hotfix export` would write into EXPORT/guard
+        dist = current()
+        export = plan_export([catalog.get(*parse_ref(ref)) for ref in hotfix_ids], python=python, out_dir=None,
+                             guard=locked_files(dist))
+        guard = bundle.guard_entries(dict(dist.files))  # what `hotfix export` would write into EXPORT/guard
         return bundle.content(export.lock, dump_lock(export.lock), export.outputs, source="the export", extra=guard)
     return exported_content(export_dir if export_dir is not None else DEFAULT_EXPORT)
 
@@ -110,7 +112,7 @@ def exported_content(directory: Path) -> bundle.Content:
 
     lock, lock_bytes, exported = read_exported(directory)
     signatures = signature_files(Path(directory) / LOCK_NAME, follow_symlinks=False)
-    extra = tuple(oci.Entry(path=name, data=data) for name, data in signatures) + bundle.guard_entries(read_guard(directory))
+    extra = tuple(oci.Entry(path=name, data=data) for name, data in signatures) + bundle.guard_entries(read_guard(directory, lock))
     return bundle.content(lock, lock_bytes, exported, source=quote_path(str(directory)), extra=extra)
 
 

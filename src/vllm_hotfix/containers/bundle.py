@@ -161,6 +161,10 @@ def check(members: Iterable[tuple[str, Optional[bytes], int]], *, source: str, a
         raise InvalidInput(f"{source}: the bundle has no {quote_path(prefix + missing[0])}, which its lock lists")
     found = content(lock, lock_bytes, {f.export: files[f.path] for f in lock.mounted_files()}, source=source,
                     extra=tuple(extra))
+    if found.guard is not None:  # exactly the guard files the (signed) lock names: nothing added, nothing changed
+        from vllm_hotfix.txn.exported import check_locked_guard
+
+        check_locked_guard(found.guard, lock, source=f"{source}: {GUARD_DIR}/", hint="pack the export again with `hotfix pack`")
     check_annotations(found, annotated, source=source)
     return found
 

@@ -89,6 +89,12 @@ def build(folder: Path, version: str) -> GuardDist:
     return GuardDist(version=version, files=(*ordered, (f"{dist_info}/RECORD", record.encode())))
 
 
+def locked_files(dist: GuardDist) -> tuple[tuple[str, str], ...]:
+    """What the lock names of the guard (hotfix_lock.Lock.guard): every file inside site-packages and its
+    sha256, RECORD included, sorted."""
+    return tuple(sorted((rel, hashlib.sha256(data).hexdigest()) for rel, data in dist.files))
+
+
 def wheel_bytes(dist: GuardDist) -> bytes:
     """The wheel of ``dist``: the same files in the same order, fixed times and modes (reproducible)."""
     out = io.BytesIO()

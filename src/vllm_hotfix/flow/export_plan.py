@@ -63,7 +63,7 @@ class _Pristine:
 
 
 def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None, lock_version: int | None = None,
-                expires: str | None = None) -> Export:
+                expires: str | None = None, guard: tuple | None = None) -> Export:
     """The lock and the files for ``manifests`` in this order (one series per target); with ``out_dir``,
     below the hotfixes exported there before (None: these alone, as `hotfix pack` takes them). The lock's
     ``version``: ``lock_version``, else one more than the lock already in ``out_dir`` (else 1); a
@@ -124,7 +124,7 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
     previous = hotfix_lock.load_lock(lock_path) if lock_path is not None and lock_path.exists() else None
     version = _next_version(lock_path, previous, lock_version)
     lock = hotfix_lock.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final, previous),
-                         generator=f"vllm-hotfix {__version__}", version=version, expires=expires)
+                         generator=f"vllm-hotfix {__version__}", version=version, expires=expires, guard=guard)
     return Export(lock, outputs, lock_path)
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix_guard.settings import LOCK_NAME
-from vllm_hotfix_guard.txn.hotfix_lock import LockedFile
+from vllm_hotfix_guard.output import quote_path
+from vllm_hotfix_guard.txn.hotfix_lock import LockedFile, guard_path_problem
 
 
 def read_exported(export_dir: Path, files: tuple[LockedFile, ...], lock_path: Path) -> dict[str, bytes]:
@@ -53,10 +54,13 @@ def read_exported(export_dir: Path, files: tuple[LockedFile, ...], lock_path: Pa
     return found
 
 
-def read_guard(export_dir: Path) -> dict[str, bytes] | None:
+def read_guard(export_dir: Path, lock) -> dict[str, bytes] | None:
     """The guard tree `hotfix export` wrote (EXPORT/guard/site-packages), by path inside site-packages, each
     file read as input and checked against its distribution's RECORD (sha256 and size; nothing more, nothing
-    less on disk); None when the export has no guard (an older export, or `--no-guard`)."""
+    less on disk) and against ``lock`` (the export's: its ``guard`` names every file and its sha256, so the
+    lock's signature covers the guard; a lock naming none, or other files, is refused); every path inside the
+    guard's own package or dist-info (hotfix_lock.guard_path_problem: no sitecustomize.py, no .pth, nothing
+    over vLLM's files). None when the export has no guard (an older export, or `--no-guard`)."""
     import base64
     import csv
     import hashlib
@@ -65,7 +69,6 @@ def read_guard(export_dir: Path) -> dict[str, bytes] | None:
     import stat
 
     from vllm_hotfix_guard.inputs import EXPORT_FILE_LIMIT, read_bounded
-    from vllm_hotfix_guard.output import quote_path
 
     site = Path(export_dir) / "guard" / "site-packages"
     hint = f"re-run `hotfix export` into {quote_path(str(export_dir))}"
@@ -85,6 +88,9 @@ def read_guard(export_dir: Path) -> dict[str, bytes] | None:
         if len(row) != 3 or not row[0] or row[0].startswith(("/", "../")) or "/../" in row[0]:
             raise InvalidInput(f"{quote_path(str(site / infos[0] / 'RECORD'))}: not a RECORD line: {row!r}", hint=hint)
         rel, digest, size = row
+        if guard_path_problem(rel):
+            raise InvalidInput(f"{quote_path(str(site / rel))}: {guard_path_problem(rel)}; a guard holds nothing else",
+                               hint=hint)
         path = site.joinpath(*rel.split("/"))
         data = read_bounded(path, cap=EXPORT_FILE_LIMIT, what="guard file", follow_symlinks=False, hint=hint)
         if rel.endswith(".dist-info/RECORD") and not digest:
@@ -103,7 +109,27 @@ def read_guard(export_dir: Path) -> dict[str, bytes] | None:
     extra = sorted(on_disk - set(found))
     if extra:
         raise InvalidInput(f"{quote_path(str(site / extra[0]))}: in the guard tree but not in its RECORD", hint=hint)
+    check_locked_guard(found, lock, source=quote_path(str(site)), hint=hint)
     return found
+
+
+def check_locked_guard(found: dict[str, bytes], lock, *, source: str, hint: str) -> None:
+    """The guard's files (path inside site-packages -> bytes) are exactly the ones ``lock.guard`` names, with
+    their sha256 (InvalidInput otherwise): what a signature of the lock vouches for is what is delivered."""
+    import hashlib
+
+    if lock.guard is None:
+        raise InvalidInput(f"{source}: the lock names no guard files, so its signature does not cover this guard",
+                           hint=hint)
+    named = dict(lock.guard)
+    for rel in sorted(set(found) | set(named)):
+        if rel not in named:
+            raise InvalidInput(f"{source}: {quote_path(rel)} is not a guard file the lock names", hint=hint)
+        if rel not in found:
+            raise InvalidInput(f"{source}: {quote_path(rel)}, a guard file the lock names, is missing", hint=hint)
+        if hashlib.sha256(found[rel]).hexdigest() != named[rel]:
+            raise InvalidInput(f"{source}: {quote_path(rel)} differs from the guard file the lock names "
+                               f"(sha256 {named[rel][:12]})", hint=hint)
 
 
 def guard_tops(guard: dict[str, bytes] | None) -> tuple[str, ...]:

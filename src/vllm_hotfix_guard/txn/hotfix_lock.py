@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from vllm_hotfix_guard.core import pep440, verdict
 from vllm_hotfix_guard.core.data import load_json
-from vllm_hotfix_guard.core.docfields import Fields
+from vllm_hotfix_guard.core.docfields import Fields, relpath_problem
 from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix_guard.paths import LOCK_LIMIT, LOCK_NAME, read_own_file
 from vllm_hotfix_guard.values import Value
@@ -56,6 +56,9 @@ class Lock(Value):
     schema: int = SCHEMA
     version: Optional[int] = None  # the lock's counter (`hotfix export` raises it): a policy's min_version
     expires: Optional[str] = None  # RFC 3339 UTC (YYYY-MM-DDTHH:MM:SSZ) after which a policy refuses it
+    # the guard's files as `hotfix export` wrote them ((path inside site-packages, sha256), every one, RECORD
+    # too): a signature of the lock covers the guard; None: exported without a guard (or before issue 43)
+    guard: Optional[tuple[tuple[str, str], ...]] = None
 
     def select(self, ids) -> tuple[LockedHotfix, ...]:
         """The locked hotfixes with these ids (all when ``ids`` is empty); InvalidInput names unknown ones."""
@@ -132,12 +135,56 @@ def parse_lock(data: bytes, *, source: str = LOCK_NAME) -> Lock:
     if expires is not None and _utc(expires) is None:
         raise f.fail("expires", f"expected a UTC time as YYYY-MM-DDTHH:MM:SSZ, got {expires!r}")
     lock = Lock(schema=schema, generator=f.text(doc, "", "generator", required=False) or "",
-                site_packages=site_packages, hotfixes=read, version=version, expires=expires)
+                site_packages=site_packages, hotfixes=read, version=version, expires=expires,
+                guard=_read_guard(f, doc.get("guard")))
     try:
         lock_series_checks(lock, lambda path: (None, None))  # the files of one path must chain
     except verdict.BrokenSeries as exc:
         raise InvalidInput(f"{source}: hotfixes: the locked series does not chain: {exc}") from None
     return lock
+
+
+GUARD_PACKAGE = "vllm_hotfix_guard"
+GUARD_META = ("METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt")
+GUARD_FILES_LIMIT = 1000
+
+
+def guard_path_problem(rel: str) -> Optional[str]:
+    """Why ``rel`` (a path inside site-packages) is not a file of the guard's own package or dist-info -- the
+    one rule of what a delivered guard may hold (a sitecustomize.py, a .pth, or a path over vLLM's own
+    files is not); None when it is."""
+    problem = relpath_problem(rel)
+    if problem:
+        return problem
+    top, _, rest = rel.partition("/")
+    if top == GUARD_PACKAGE:
+        return None if rest.endswith(".py") and rest.replace("/", "").replace("_", "").replace(".", "").isalnum() \
+            else "not a Python source of the guard's package"
+    if top.startswith(GUARD_PACKAGE + "-") and top.endswith(".dist-info") and "/" not in rest:
+        return None if rest in GUARD_META else f"not one of the guard's metadata files ({', '.join(GUARD_META)})"
+    return f"outside the guard's package ({GUARD_PACKAGE}/) and its .dist-info"
+
+
+def _read_guard(f: Fields, doc: Any) -> Optional[tuple[tuple[str, str], ...]]:
+    if doc is None:
+        return None
+    files = f.items(f.get(f.mapping(doc, "guard"), "guard", "files", list), "guard.files")
+    if not files or len(files) > GUARD_FILES_LIMIT:
+        raise f.fail("guard.files", f"expected 1 to {GUARD_FILES_LIMIT} files, got {len(files)}")
+    found: dict[str, str] = {}
+    for i, item in enumerate(files):
+        where = f"guard.files[{i}]"
+        item = f.mapping(item, where)
+        rel = f.text(item, where, "path", limit=256)
+        problem = guard_path_problem(rel)
+        if problem:
+            raise f.fail(f.at(where, "path"), f"{rel!r}: {problem}")
+        if rel in found:
+            raise f.fail(f.at(where, "path"), f"{rel!r} is named twice")
+        found[rel] = f.sha256(item, where, "sha256")
+    if len({rel.partition("/")[0] for rel in found if rel.partition("/")[0] != GUARD_PACKAGE}) != 1:
+        raise f.fail("guard.files", "expected the files of one .dist-info")
+    return tuple(sorted(found.items()))
 
 
 def _utc(text: str) -> Optional[int]:
@@ -217,6 +264,7 @@ def dump_lock(lock: Lock) -> bytes:
             }
             for h in lock.hotfixes
         ],
+        **({"guard": {"files": [{"path": rel, "sha256": sha} for rel, sha in lock.guard]}} if lock.guard else {}),
     }
     return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
