@@ -1,4 +1,4 @@
-"""The guard with a trust policy (guard/trust.py), in this process: every refusal of `verify --lock --trust`
+"""The guard with a trust policy (vllm_hotfix_guard/trust.py), in this process: every refusal of `verify --lock --trust`
 with the same words, the policy that cannot be used, and the verdict cache -- a second check reuses it, a
 tampered, linked, foreign or loose entry (or directory) is ignored, an unsigned lock never comes from it.
 Keys and signatures are real minisign ones (test_signed_locks.Key). Under vLLM's real loader:

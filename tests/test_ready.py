@@ -1,5 +1,5 @@
-"""Readiness records (guard/ready.py) and the `ready` probe (guard/expected.py): real processes record
-their verdicts; the directory is hostile input. The real vLLM run is tests/test_ready_vllm.py."""
+"""Readiness records (vllm_hotfix_guard/ready.py) and the `ready` probe (vllm_hotfix_guard/expected.py): real
+processes record their verdicts; the directory is hostile input. The real vLLM run is tests/test_ready_vllm.py."""
 
 from __future__ import annotations
 

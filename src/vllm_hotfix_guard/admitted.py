@@ -1,4 +1,4 @@
-"""The pod's own proof, for ``ready`` (guard/ready.py): the mounted lock is the one the pod was admitted
+"""The pod's own proof, for ``ready`` (vllm_hotfix_guard/ready.py): the mounted lock is the one the pod was admitted
 with. k8s sets HOTFIX_EXPECT_FINGERPRINT from the pod's ``vllm-hotfix.io/fingerprint`` annotation (the
 downward API), the annotation `hotfix k8s --admission`'s policy approves; ``ready`` is not ready while
 HOTFIX_LOCK's fingerprint (txn.lock_check.expected_fingerprint, what `hotfix pack` labels a bundle with)

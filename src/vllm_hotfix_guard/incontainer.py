@@ -1,7 +1,7 @@
 """`python -m vllm_hotfix_guard verify`: `hotfix verify --lock` inside the container, with nothing installed but
 the guard. The lock comes from --lock or HOTFIX_LOCK; the install is the one *this* interpreter imports,
-found as the guard finds it (guard/installed.py); the verdicts, words, fingerprint and exit codes are
-guard/lockreport.py's, the very code `hotfix verify --lock` runs on the host. Stdlib only.
+found as the guard finds it (vllm_hotfix_guard/installed.py); the verdicts, words, fingerprint and exit codes are
+vllm_hotfix_guard/lockreport.py's, the very code `hotfix verify --lock` runs on the host. Stdlib only.
 """
 
 from __future__ import annotations

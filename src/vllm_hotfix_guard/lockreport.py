@@ -2,7 +2,7 @@
 
 Two callers give it the install: `hotfix verify --lock` on the host (commands/verify.py: the Resolver's
 probe of the interpreter that runs vLLM) and `python -m vllm_hotfix_guard verify` in the container
-(guard/incontainer.py: this very process). Everything else -- verdicts, words, fingerprint, exit codes --
+(vllm_hotfix_guard/incontainer.py: this very process). Everything else -- verdicts, words, fingerprint, exit codes --
 is decided here, once. Stdlib only: it travels in the guard's distribution.
 """
 

@@ -1,4 +1,4 @@
-"""`hotfix guard --print-env`: the environment that turns on the in-process guard (guard/plugin.py);
+"""`hotfix guard --print-env`: the environment that turns on the in-process guard (vllm_hotfix_guard/plugin.py);
 `hotfix guard --check-env`: whether this environment would keep the guard from loading at all."""
 
 from __future__ import annotations

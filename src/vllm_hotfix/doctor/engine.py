@@ -46,7 +46,7 @@ __all__ = ["EPISODE", "Evidence", "Fact", "Findings", "Line", "Match", "Prefilte
 
 EPISODE = 200  # lines after a process's first error that still belong to it
 TEXT_LIMIT = 240
-GUARD_NEEDLE = "vllm-hotfix guard pid="  # the guard's one line per process (guard/plugin.py summary_line)
+GUARD_NEEDLE = "vllm-hotfix guard pid="  # the guard's one line per process (vllm_hotfix_guard/plugin.py summary_line)
 GUARD_LINE = re.compile(r"vllm-hotfix guard pid=(\d+) role=(.*?)(?: fingerprint=(\S+))?: ")
 XID_NEEDLES = ("MMU Fault", "Fault is of type")  # a dmesg Xid message continued on the next line(s)
 XID_CONTINUATION = 3  # lines after an Xid line that may continue it

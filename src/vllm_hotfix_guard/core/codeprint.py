@@ -4,7 +4,7 @@ of the code object each one compiles to.
 A hotfix fixes a file; what runs is a function object. `hotfix export` names, per locked file, the
 qualified names the hotfix's hunks touch (from the syntax tree of the patched file) with a fingerprint
 of each one's code compiled from the fixed source; the in-process guard resolves those names in the
-live modules after vLLM's plugins and platform patches have run (guard/code.py).
+live modules after vLLM's plugins and platform patches have run (vllm_hotfix_guard/code.py).
 
 Self-contained and stdlib only: export runs this file's source in the *target* interpreter (``PY -c
 SOURCE``, a request literal on stdin, install/codeprobe.py), because code objects are that
@@ -35,7 +35,7 @@ _OPTIMIZED = 0x0001  # CO_OPTIMIZED: a function's code (a class body and a modul
 
 
 def module_name(path: str) -> str:
-    """The module a site-packages-relative ``.py`` path is (the import watch's rule: guard/plugin.py)."""
+    """The module a site-packages-relative ``.py`` path is (the import watch's rule: vllm_hotfix_guard/plugin.py)."""
     module = path[:-3].replace("/", ".")
     return module[:-len(".__init__")] if module.endswith(".__init__") else module
 

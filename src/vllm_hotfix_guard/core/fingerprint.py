@@ -1,7 +1,7 @@
 """One short digest of what is in effect, identical on every node and in every process that loads the same bytes.
 
 Pure and stdlib only: `verify`, `verify --lock`, `status --json` and the in-process guard
-(guard/plugin.py, inside every vLLM process) all call ``fingerprint``, so equal installs print
+(vllm_hotfix_guard/plugin.py, inside every vLLM process) all call ``fingerprint``, so equal installs print
 equal fingerprints whatever their paths, and one differing byte in one patched file changes it.
 
 What goes in, in this order (the canonical text, UTF-8, lines joined by "\\n" with a final "\\n"):

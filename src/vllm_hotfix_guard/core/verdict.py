@@ -198,7 +198,7 @@ def hotfix_state(files: Sequence[FileCheck], *, pending: bool = False, missing_p
 
     Every reader calls this: status and apply (txn/judgement.judge_record), `verify --lock` and the guard
     (txn/lock_check), the guard's HOTFIX_REQUIRE, export, check-catalog and doctor. The guard's HOTFIX_REQUIRE
-    words three cases before it has a record to give here (guard/plugin.py): interrupted (a pending
+    words three cases before it has a record to give here (vllm_hotfix_guard/plugin.py): interrupted (a pending
     journal), not-applied (no record), unknown (a record it cannot read, a package it cannot import)."""
     if pending:
         return INTERRUPTED, "an apply or rollback on this target was interrupted and is not recovered"

@@ -3,7 +3,7 @@ kind, its root (what patch paths and records are relative to, and what keys the 
 distribution and version.
 
 Stdlib only and pure apart from file-existence checks: ``install/locate.py`` (every command, through
-the probe in the target interpreter) and the in-process guard (``guard/plugin.py``, from the same
+the probe in the target interpreter) and the in-process guard (``vllm_hotfix_guard/plugin.py``, from the same
 facts gathered in the vLLM process by ``probe.install_facts``) both call ``decide``, so the guard
 finds the record `hotfix apply` made for a src-layout editable install or a subdirectory of a checkout.
 """

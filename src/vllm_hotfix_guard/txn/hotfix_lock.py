@@ -1,7 +1,7 @@
 """hotfix.lock: what `hotfix export` wrote -- its model, its one reader and its one writer. Whether a
 (rebuilt) install still carries it is txn/lock_check.py's.
 
-Standard library only: the in-process guard (guard/plugin.py) imports this module inside every
+Standard library only: the in-process guard (vllm_hotfix_guard/plugin.py) imports this module inside every
 vLLM process, where nothing but the stdlib is guaranteed.
 """
 

@@ -1,7 +1,7 @@
 """Whether an install still carries a hotfix.lock: each locked hotfix checked against what this
 interpreter resolves (``check_lock``), its fingerprint, and the advice that puts it back.
 
-Standard library only: the in-process guard (guard/plugin.py) runs ``check_lock`` inside every vLLM
+Standard library only: the in-process guard (vllm_hotfix_guard/plugin.py) runs ``check_lock`` inside every vLLM
 process. States and the rule from hashes to a state are core.verdict's, the same as `hotfix status`.
 """
 
