@@ -50,7 +50,7 @@ def test_default_is_pypi(tmp_path):
 
 def test_releases_and_a_checked_download_from_a_local_index(index, tmp_path):
     client = Index(index_config(isolated_pip_env(tmp_path, index.url)))
-    assert client.releases("TinyPkg") == ["1.0.0", "1.1.0"]  # pre-releases left out, name normalised
+    assert client.releases("TinyPkg") == ["1.0.0", "1.1.0", "2.0.0rc1"]  # name normalised; ranges pick (PEP 440)
     out = io.StringIO()
     got = client.download("tinypkg", "1.1.0", tmp_path / "cache",
                           progress=lambda name, size: LineProgress(name, size, stream=out))

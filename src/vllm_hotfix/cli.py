@@ -15,7 +15,7 @@ from vllm_hotfix import __version__, cli_bundles, cli_feed, cli_signing
 from vllm_hotfix.cli_help import EXIT_CODES_HELP, GROUP_HELP, texts
 from vllm_hotfix.cli_options import (
     ADMISSION_PARAMS, OVERLAY_PARAMS, admission_options, all_targets_option, catalog_option, complete_ids, dry_run_option,
-    given_options, guard_options, json_option, k8s_overlay_options, compose_edit_options, lock_fields_options, python_option, root_option,
+    given_options, guard_options, json_option, tags_repo_option, k8s_overlay_options, compose_edit_options, lock_fields_options, python_option, root_option,
     runtime_options,
 )
 from vllm_hotfix_guard.errors import ExitCode, HotfixError
@@ -207,25 +207,27 @@ def new_cmd(hotfix_id, commit, repo, exclude, add_patches, from_install, from_re
 @cli.command("check-catalog", **texts("check-catalog"))
 @click.option("--versions", help="Only these releases, e.g. '0.30.0,0.31.0' or a range '>=0.30'.")
 @click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
+@tags_repo_option
 @catalog_option
 @json_option
-def check_catalog_cmd(versions, hotfix_ids, catalogs, as_json) -> None:
+def check_catalog_cmd(versions, hotfix_ids, repo, catalogs, as_json) -> None:
     from vllm_hotfix.commands import check_catalog as command
 
-    _exit(command.run(versions=versions, hotfix_ids=tuple(hotfix_ids), catalogs=tuple(catalogs), as_json=as_json))
+    _exit(command.run(versions=versions, hotfix_ids=tuple(hotfix_ids), repo=repo, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("port", **texts("port"))
 @click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @click.option("--versions", help="Releases to port to: '0.26.0,0.27.0' or a range '>=0.26,<0.32' (default: the hotfix's range and fixed_in).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Catalog directory for the copy of the hotfix with its new variants (its own catalog directory: updated in place).")
+@tags_repo_option
 @catalog_option
 @dry_run_option
 @json_option
-def port_cmd(hotfix_id, versions, out_dir, catalogs, dry_run, as_json) -> None:
+def port_cmd(hotfix_id, versions, out_dir, repo, catalogs, dry_run, as_json) -> None:
     from vllm_hotfix.commands import port as command
 
-    _exit(command.run(hotfix_id=hotfix_id, versions=versions, catalogs=tuple(catalogs), out_dir=out_dir, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(hotfix_id=hotfix_id, versions=versions, catalogs=tuple(catalogs), out_dir=out_dir, repo=repo, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("contains", **texts("contains"))
@@ -237,12 +239,13 @@ def port_cmd(hotfix_id, versions, out_dir, catalogs, dry_run, as_json) -> None:
 @click.option("--package", default=None, help="--patch with --python: the import name its paths are under (default vllm).")
 @click.option("--target", "distribution", default=None, help="--patch with --versions: the distribution whose releases to read (default vllm).")
 @click.option("-p", "strip", type=click.IntRange(min=0), default=None, help="Strip N leading path components of --patch (default 1).")
+@tags_repo_option
 @catalog_option
 @json_option
-def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distribution, strip, catalogs, as_json) -> None:
+def contains_cmd(hotfix_id, patch_file, python, root, versions, package, distribution, strip, repo, catalogs, as_json) -> None:
     from vllm_hotfix.commands import contains as command
 
-    _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, python=python, root=root, versions=versions, package=package, distribution=distribution, strip=strip, catalogs=tuple(catalogs), as_json=as_json))
+    _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, python=python, root=root, versions=versions, package=package, distribution=distribution, strip=strip, repo=repo, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("export", **texts("export"))

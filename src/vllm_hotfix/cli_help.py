@@ -173,10 +173,15 @@ on every release in its range.""", "Author a hotfix from an upstream commit or a
     "check-catalog": ("""Dry-run every manifest against every published release in its range (real wheels).
 
 Prints an ID x release matrix: applies / fixed-upstream / fails / not-applicable (git targets
-are skipped). Wheels are cached in ~/.cache/vllm-hotfix/wheels. Exit 1 if a release in range fails.""",
+are skipped). A release published only as an sdist (most vllm-ascend releases) is read from the
+sdist; --repo reads each release from its tag (v0.23.0) in a local clone instead. Pre-releases
+count where the range names one (PEP 440: '==0.23.0rc1', '>=0.30.0rc1'). Files are cached in
+~/.cache/vllm-hotfix/wheels. Exit 1 if a release in range fails.""",
                       "Dry-run every hotfix against every published release in range.", examples(
         "hotfix check-catalog --versions 0.30.0,0.31.0,0.32.0",
         "hotfix check-catalog mamba-align-block-size --versions '>=0.29' --json",
+        "hotfix check-catalog glm-conv-null-slot --versions '>=0.29.0rc1'",
+        "hotfix check-catalog va023-fia-v2-contiguous-kv --repo ./vllm-ascend --versions 0.23.0rc1,0.23.0",
         "hotfix check-catalog --catalog ./my-catalog")),
     "port": ("""Port a catalog hotfix to published releases where none of its patches applies.
 

@@ -71,6 +71,9 @@ def given_options(names) -> tuple[str, ...]:
     return tuple(found)
 
 
+tags_repo_option = click.option(
+    "--repo", "repo", type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Read each release from its tag (v0.23.0) in this local git clone instead of the index's wheel or sdist.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 python_option = click.option(
     "--python",

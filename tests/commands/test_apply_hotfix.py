@@ -117,6 +117,10 @@ def test_two_concurrent_applies_one_applies_the_other_finds_it_applied(vllm_inst
 
 def test_glm_on_the_vllm_ascend_checkout_applies_checks_and_rolls_back_to_the_commit(run_hotfix, tmp_path):
     checkout = make_vllm_ascend_checkout(tmp_path / "vllm-ascend")
+    first = {e["id"]: e for e in json.loads(run_hotfix("status", "--root", checkout, "--json").stdout)}
+    zero = first["glm-conv-null-slot-zero-row"]  # its patch needs the null slot: not "drifted", but what to do
+    assert zero["state"] == "not-applied" and "goes on top of glm-conv-null-slot" in zero["detail"]
+    assert zero["advice"].startswith("`hotfix apply glm-conv-null-slot --root")
     done = run_hotfix("apply", "glm-conv-null-slot", "--root", checkout)
     assert done.returncode == 0, done.stderr
     assert "cannot tell from here which vllm_ascend the server loads" in done.stderr

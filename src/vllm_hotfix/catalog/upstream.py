@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 
 from vllm_hotfix_guard.core.hunk_apply import FileState
 from vllm_hotfix_guard.core.diff import exclude_paths, normalised_diff_bytes, parse_patch
-from vllm_hotfix_guard.errors import InvalidInput, Refused
+from vllm_hotfix_guard.errors import InvalidInput, Refused, Unavailable
 from vllm_hotfix_guard.output import quote_path
 from vllm_hotfix.catalog.model import PatchSpec
 from vllm_hotfix_guard.paths import cache_dir
@@ -132,8 +132,9 @@ def load_pinned_commit(spec: PatchSpec, *, upstream_repo: Path | None = None, ta
 # --- published wheels: the pristine bytes of a release -------------------------------------------
 
 
-def _wheel_prefix(distribution: str, version: str) -> str:
-    return f"{canonicalize_name(distribution).replace('-', '_')}-{version}-"
+def release_prefix(distribution: str, version: str) -> str:
+    """How a release's files are named: ``vllm_ascend-0.30.0rc2`` (wheels add ``-TAGS.whl``, sdists ``.tar.gz``)."""
+    return f"{canonicalize_name(distribution).replace('-', '_')}-{version}"
 
 
 def published_wheel(distribution: str, version: str, *, download: bool = True) -> Path:
@@ -147,8 +148,23 @@ def published_wheel(distribution: str, version: str, *, download: bool = True) -
     from vllm_hotfix.catalog.wheelcache import cached
     from vllm_hotfix.catalog.wheelindex import Index
 
-    return cached(Index(), distribution, version, cache_dir() / "wheels", prefix=_wheel_prefix(distribution, version),
+    return cached(Index(), distribution, version, cache_dir() / "wheels", prefix=release_prefix(distribution, version),
                   download=download)
+
+
+def open_release(distribution: str, release: str, *, repo: Path | None = None):
+    """A ``Reader`` over the files of a published release: its wheel, else its sdist (``published_wheel``),
+    or with ``repo`` the clone's tag of that release (``sources.release_tags``). Close it after use."""
+    from vllm_hotfix.catalog.sources import SDIST_SUFFIX, GitTagReader, SdistReader, release_tags
+
+    if repo is not None:
+        tags = release_tags(repo)
+        if release not in tags:
+            raise Unavailable(f"{repo}: no tag of release {release} (v{release})",
+                              hint="git fetch --tags, or pick --versions from `git -C REPO tag`")
+        return GitTagReader(repo, tags[release])
+    path = published_wheel(distribution, release)
+    return SdistReader(path) if path.name.endswith(SDIST_SUFFIX) else WheelReader(path)
 
 
 class WheelReader:
@@ -208,8 +224,15 @@ class WheelReader:
         self.close()
 
 
-def published_releases(distribution: str) -> list[str]:
-    """Final releases of ``distribution`` with a (non-yanked) wheel on the configured indexes, oldest first."""
+def published_releases(distribution: str, *, repo: Path | None = None) -> list[str]:
+    """Releases of ``distribution`` with a (non-yanked) wheel or sdist on the configured indexes, oldest first;
+    with ``repo``, the releases the clone has a tag of."""
+    from packaging.version import Version
+
     from vllm_hotfix.catalog.wheelindex import Index
 
+    if repo is not None:
+        from vllm_hotfix.catalog.sources import release_tags
+
+        return sorted(release_tags(repo), key=Version)
     return Index().releases(distribution)

@@ -28,14 +28,14 @@ def cached(index: Index, project: str, version: str, directory: Path, *, prefix:
     a private temporary folder instead); the wheel's sha256 must be the one the index gave, kept beside
     it (``NAME.whl.sha256``; a wheel without one is checked against the index, when it can be reached).
     A wheel that does not match (tampered, truncated) is fetched once more; then Unavailable.
-    ``prefix``: how the wheel's file name starts (``upstream._wheel_prefix``)."""
+    ``prefix``: the release's file name stem, ``NAME-VERSION`` (``upstream.release_prefix``); a release
+    published only as an sdist is its ``PREFIX.tar.gz``."""
     problem = cache_problem(directory)
     if problem is not None:
         note(f"{directory}: {problem}: not used as a cache (another user could have planted a wheel there); "
              f"fetching into a private temporary folder")
         directory = _private_cache()
-    found = sorted(p for p in directory.glob("*.whl") if p.name.lower().startswith(prefix.lower())) \
-        if directory.is_dir() else []
+    found = sorted(p for p in directory.iterdir() if _is_release_file(p.name, prefix)) if directory.is_dir() else []
     for wheel in found:
         why = _unfit(index, project, wheel)
         if why is None:
@@ -47,6 +47,12 @@ def cached(index: Index, project: str, version: str, directory: Path, *, prefix:
         raise Refused(f"no cached wheel of {project} {version} in {directory}",
                       hint=f"pip download --no-deps --only-binary :all: {project}=={version} -d {directory}")
     return index.download(project, version, directory)
+
+def _is_release_file(name: str, prefix: str) -> bool:
+    """A wheel of the release (``PREFIX-...whl``) or its sdist (``PREFIX.tar.gz``); wheels sort first."""
+    name, prefix = name.lower(), prefix.lower()
+    return (name.startswith(prefix + "-") and name.endswith(".whl")) or name == prefix + ".tar.gz"
+
 
 def _unfit(index: Index, project: str, wheel: Path) -> str | None:
     """Why the cached ``wheel`` must not be used (None: its bytes are the index's)."""

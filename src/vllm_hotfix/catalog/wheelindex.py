@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix_guard.errors import Unavailable
@@ -157,6 +157,11 @@ class Index:
 
     def wheels(self, project: str) -> list[WheelFile]:
         """Every non-yanked wheel of ``project`` on the configured indexes (first index first)."""
+        return [f for f in self.files(project) if f.filename.endswith(".whl")]
+
+    def files(self, project: str) -> list[WheelFile]:
+        """Every non-yanked wheel and ``.tar.gz`` sdist of ``project`` (vllm-ascend publishes most releases
+        only as an sdist), first index first."""
         if not self.config.urls:
             raise Unavailable(f"cannot list {project}: pip is configured with no-index",
                               hint="pass the releases with --versions, or put the wheel in the cache (see --wheel)")
@@ -169,10 +174,15 @@ class Index:
                 errors.append(f"{redact(endpoint)}: {_reason(exc)}")
                 continue
             for pkg in page.packages if page is not None else ():
-                if pkg.package_type != "wheel" or pkg.is_yanked:
+                if pkg.is_yanked:
                     continue
                 try:
-                    _, version, _, _ = parse_wheel_filename(pkg.filename)
+                    if pkg.package_type == "wheel":
+                        _, version, _, _ = parse_wheel_filename(pkg.filename)
+                    elif pkg.package_type == "sdist" and pkg.filename.endswith(".tar.gz"):
+                        _, version = parse_sdist_filename(pkg.filename)
+                    else:
+                        continue
                 except Exception:
                     continue
                 found.append(WheelFile(pkg.filename, pkg.url, pkg.digests.get("sha256"), version))
@@ -182,22 +192,25 @@ class Index:
         return found
 
     def releases(self, project: str) -> list[str]:
-        """Final releases that have a wheel, oldest first."""
-        versions = {w.version for w in self.wheels(project) if not w.version.is_prerelease and not w.version.is_devrelease}
+        """Releases with a wheel or an sdist, oldest first: finals and pre-releases (vllm-ascend's are rcs);
+        no dev releases."""
+        versions = {w.version for w in self.files(project) if not w.version.is_devrelease}
         return [str(v) for v in sorted(versions)]
 
     def download(self, project: str, version: str, directory: Path,
                  progress: Callable[[str, Optional[int]], "Progress"] | None = None) -> Path:
-        """Download the best wheel of ``project==version`` into ``directory``; the sha256 is checked."""
+        """Download the best wheel of ``project==version`` into ``directory``, else its sdist (a release
+        published only so); the sha256 is checked."""
         try:
             wanted = Version(version)
         except InvalidVersion:
             raise Unavailable(f"{version!r} is not a release number") from None
-        candidates = [w for w in self.wheels(project) if w.version == wanted]
+        files = [w for w in self.files(project) if w.version == wanted]
+        candidates = [w for w in files if w.filename.endswith(".whl")] or files
         if not candidates:
-            raise Unavailable(f"no wheel of {project} {version} on {self.config.describe()}",
+            raise Unavailable(f"no wheel or sdist of {project} {version} on {self.config.describe()}",
                               hint=f"put it into {directory} yourself, or pass --wheel FILE")
-        wheel = _best(candidates)
+        wheel = _best(candidates) if candidates[0].filename.endswith(".whl") else candidates[0]
         make_state_dir(directory)  # 0o755 whatever the umask
         final = directory / wheel.filename
         fd, tmp_name = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=directory)
@@ -239,7 +252,7 @@ class Index:
         listed = _LISTED.get(key)
         if listed is None:
             listed = _LISTED[key] = {}
-            for w in self.wheels(project):  # the first index that lists a file is the one pip would take
+            for w in self.files(project):  # the first index that lists a file is the one pip would take
                 listed.setdefault(w.filename, w.sha256)
         found = listed.get(filename)
         return found.lower() if found else None

@@ -2,7 +2,8 @@
 
 Each cell of the id x release matrix is judged by ``flow.releases.on_release`` (applicability, then the
 content rule of ``core.presence``) against the files read straight from the release's real wheel
-(cached under ``paths.cache_dir()/wheels``, downloaded once): no install.
+(cached under ``paths.cache_dir()/wheels``, downloaded once; a release published only as an sdist is read
+from the sdist; with ``--repo``, from the release's tag in a local clone): no install.
 States: applies, fixed-upstream, fails (the first hunk error: the hotfix's fault), not-applicable,
 unavailable (the index or the download failed: nobody's verdict, exit 10); git targets are skipped.
 Before any release, each manifest's ``[[signatures]]`` are checked: signatures that can never name the
@@ -48,9 +49,9 @@ class Cell:
                 "state": self.state, "detail": self.detail}
 
 
-def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs: Sequence[Path] = (),
-        as_json: bool = False) -> int:
-    from vllm_hotfix.catalog.upstream import WheelReader, published_releases, published_wheel
+def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, repo: Path | None = None,
+        catalogs: Sequence[Path] = (), as_json: bool = False) -> int:
+    from vllm_hotfix.catalog.upstream import open_release, published_releases
 
     catalog = Catalog.load(catalogs)
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids] if hotfix_ids else list(catalog.latest())
@@ -67,14 +68,14 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
                 cells.append(Cell(manifest.ref, target.distribution, None, SKIPPED, skip))
                 continue
             try:
-                published = None if wanted.exact is not None else published_releases(target.distribution)
+                published = None if wanted.exact is not None else published_releases(target.distribution, repo=repo)
             except Unavailable as exc:
                 cells.append(Cell(manifest.ref, target.distribution, None, UNAVAILABLE, exc.message))
                 continue
             releases = releases_in_scope(manifest, target, wanted, published)
             if not releases:
                 cells.append(Cell(manifest.ref, target.distribution, None, SKIPPED,
-                                  f"no published wheel of {target.distribution} in {target.versions}"))
+                                  f"no published release of {target.distribution} in {target.versions}"))
             jobs += [(manifest, target, release) for release in releases]
 
     for index, (manifest, target, release) in enumerate(jobs, start=1):
@@ -87,9 +88,9 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, catalogs
             cells.append(Cell(manifest.ref, target.distribution, release, why_not.state, why_not.message))
             continue
         try:
-            wheel = published_wheel(target.distribution, release)
-            with WheelReader(wheel) as reader:
-                cells.append(_cell(manifest, target, release, on_release(manifest, target, release, reader).found))
+            with open_release(target.distribution, release, repo=repo) as reader:
+                below = [catalog.get(*parse_ref(ref)) for ref in manifest.after]
+                cells.append(_cell(manifest, target, release, on_release(manifest, target, release, reader, below).found))
         except Unavailable as exc:
             cells.append(Cell(manifest.ref, target.distribution, release, UNAVAILABLE, exc.message))
         except HotfixError as exc:

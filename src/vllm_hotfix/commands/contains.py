@@ -23,11 +23,13 @@ EXIT = {"contained": 0, "applied": 0, "applicable": 1, "stale-bytecode": 1, "not
 
 def run(*, hotfix_id: str | None, patch_file: Path | None, python: str | None, root: Path | None,
         versions: str | None, package: str | None, distribution: str | None, strip: int | None,
-        catalogs: Sequence[Path], as_json: bool) -> int:
+        catalogs: Sequence[Path], as_json: bool, repo: Path | None = None) -> int:
     from vllm_hotfix.catalog.index import Catalog, parse_ref
 
     if (hotfix_id is None) == (patch_file is None):
         raise UsageError("give a hotfix ID or --patch FILE (exactly one)")
+    if repo is not None and versions is None:
+        raise UsageError("--repo reads releases from a clone's tags: give --versions too")
     if versions is not None and (python or root):
         raise UsageError("--versions reads published wheels: it takes no --python or --root")
     if python and root:
@@ -44,7 +46,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, python: str | None, r
 
         hotfix = adhoc_hotfix(patch_file, hotfix_id=None, strip=1 if strip is None else strip, package=package)
     if versions is not None:
-        return _matrix(manifest, hotfix, versions, distribution or "vllm", as_json)
+        return _matrix(manifest, hotfix, versions, distribution or "vllm", as_json, repo)
     return _one(manifest, version, hotfix, python, root, package, catalog, as_json)
 
 
@@ -84,8 +86,8 @@ def _file_lines(answer) -> list[str]:
     return lines
 
 
-def _matrix(manifest, hotfix, versions: str, distribution: str, as_json: bool) -> int:
-    from vllm_hotfix.catalog.upstream import WheelReader, published_releases, published_wheel
+def _matrix(manifest, hotfix, versions: str, distribution: str, as_json: bool, repo: Path | None) -> int:
+    from vllm_hotfix.catalog.upstream import open_release, published_releases
     from vllm_hotfix.flow.contains_fix import UNAVAILABLE, hotfix_on_release, patch_on_release
     from vllm_hotfix.flow.releases import parse_versions, releases_in_scope, skip_reason
 
@@ -97,13 +99,10 @@ def _matrix(manifest, hotfix, versions: str, distribution: str, as_json: bool) -
             raise Refused(f"{manifest.ref}: cannot be checked on published wheels: {reasons[0][1]}")
         spec = specs[0]
         distribution = spec.distribution
-    published = None if wanted.exact is not None else published_releases(distribution)
+    published = None if wanted.exact is not None else published_releases(distribution, repo=repo)
     releases = releases_in_scope(manifest, spec, wanted, published) if manifest is not None else wanted.pick(published)
     if not releases:
         raise Refused(f"no published release of {distribution} in {versions}")
-
-    def open_release(release: str):
-        return WheelReader(published_wheel(distribution, release))
 
     answers = []
     for index, release in enumerate(sorted(releases, key=Version), start=1):
@@ -111,7 +110,7 @@ def _matrix(manifest, hotfix, versions: str, distribution: str, as_json: bool) -
         opened = []
 
         def opener(r: str):
-            reader = open_release(r)
+            reader = open_release(distribution, r, repo=repo)
             opened.append(reader)
             return reader
 

@@ -25,8 +25,8 @@ from vllm_hotfix_guard.paths import make_state_dir  # 0o755 whatever the umask
 
 
 def run(*, hotfix_id: str, versions: str | None = None, catalogs: Sequence[Path] = (), out_dir: Path,
-        dry_run: bool = False, as_json: bool = False) -> int:
-    from vllm_hotfix.catalog.upstream import WheelReader, published_releases, published_wheel
+        repo: Path | None = None, dry_run: bool = False, as_json: bool = False) -> int:
+    from vllm_hotfix.catalog.upstream import open_release, published_releases
     from vllm_hotfix.install.git import git_available
 
     manifest = Catalog.load(catalogs).get(*parse_ref(hotfix_id))
@@ -42,7 +42,7 @@ def run(*, hotfix_id: str, versions: str | None = None, catalogs: Sequence[Path]
                       hint="choose an empty --out, or --out the hotfix's own catalog directory to update it in place")
     wanted = parse_versions(versions)
     try:
-        published = published_releases(spec.distribution)
+        published = published_releases(spec.distribution, repo=repo)
     except Unavailable:
         if wanted.exact is None:
             raise
@@ -52,15 +52,15 @@ def run(*, hotfix_id: str, versions: str | None = None, catalogs: Sequence[Path]
         raise Refused(f"no published release of {spec.distribution} in {versions or spec.versions}",
                       hint="`--versions` takes releases (0.30.0,0.31.0) or a range ('>=0.30')")
 
-    readers: dict[str, WheelReader] = {}
+    readers: dict = {}
 
-    def open_release(release: str) -> WheelReader:
+    def opener(release: str):
         if release not in readers:
-            readers[release] = WheelReader(published_wheel(spec.distribution, release))
+            readers[release] = open_release(spec.distribution, release, repo=repo)
         return readers[release]
 
     try:
-        result = port(manifest, spec, releases, published=published, open_release=open_release)
+        result = port(manifest, spec, releases, published=published, open_release=opener)
     finally:
         for reader in readers.values():
             reader.close()

@@ -188,6 +188,10 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
                       detail=f"applies on top of {', '.join(owners)}" if owners else "",
                       files=tuple({"path": p, "state": "baseline"} for p in touched), **common)
     if found.state != CONTAINED:  # partly / conflicts
+        below = _missing_below(hotfix, view)
+        if below:  # written on top of a hotfix that is not applied here: that one goes first
+            return Status(state=NOT_APPLIED, detail=f"goes on top of {', '.join(below)} (its manifest's `after`), "
+                          "which is not applied here", advice=f"`hotfix apply {below[0]} {option}` first", **common)
         hit = next((f.path for f in found.files if f.state != CONTAINED and f.path in chains), None)
         if hit is not None:
             names = ", ".join(s[0] for s in chains[hit])
@@ -206,6 +210,13 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
     return Status(state=APPLIED, detail="the files hold the patch, but it is not recorded here (applied by hand?); "
                                         f"`hotfix apply {hotfix.id} {option}` records it without changing a file",
                   files=files, **common)
+
+
+def _missing_below(hotfix: Hotfix, view: SeriesView | None) -> list[str]:
+    """The hotfixes ``hotfix`` is written on top of (its manifest's ``after``) that this target has no record of."""
+    after = hotfix.manifest.after if hotfix.manifest is not None else ()
+    recorded = set(view.state.hotfixes) if view is not None else set()
+    return [ref for ref in after if ref not in recorded]
 
 
 def interrupted(hotfix_id: str, version, root: Path, option: str, *, recorded: bool = True) -> Status:
