@@ -319,6 +319,7 @@ def find_python(version: str) -> str | None:
 ASCEND = "vllm-ascend"
 SDISTS = CACHE / "sdists"
 CHECKOUTS = CACHE / "checkouts"
+BUILT = CACHE / "built-wheels"  # wheels built here from a real sdist (not the index's files)
 # vllm-ascend's setup.py without CANN: no custom kernels, a chip name instead of asking npu-smi.
 ASCEND_BUILD_ENV = {"COMPILE_CUSTOM_KERNELS": "0", "SOC_VERSION": "ascend910_9391"}
 
@@ -456,10 +457,13 @@ def _build_tools() -> Path:
 @needs("real")
 def ascend_wheel(version: str) -> Path:
     """The wheel of vllm-ascend VERSION: the index's x86_64 one where published (0.23.0, 0.26.0rc1, ...),
-    else built from the real sdist by its own setup.py without CANN (no compiled ops, every .py file)."""
+    else built from the real sdist by its own setup.py without CANN (no compiled ops, every .py file).
+    A built wheel is kept in ``BUILT``, never beside the index's files (hotfix's own cache is ``WHEELS`` too:
+    it must only ever find what the index published there)."""
     WHEELS.mkdir(parents=True, exist_ok=True)
+    BUILT.mkdir(parents=True, exist_ok=True)
     with _file_lock(WHEELS / f".ascend-{version}.lock"):
-        found = sorted(WHEELS.glob(f"vllm_ascend-{version}-*.whl"))
+        found = sorted(WHEELS.glob(f"vllm_ascend-{version}-*.whl")) + sorted(BUILT.glob(f"vllm_ascend-{version}-*.whl"))
         if found:
             return found[0]
         tmp = WHEELS / f".download-ascend-{version}-{os.getpid()}"
@@ -474,7 +478,7 @@ def ascend_wheel(version: str) -> Path:
                             "--disable-pip-version-check", "-q", str(build), "-w", str(tmp)],
                            env={**os.environ, **ASCEND_BUILD_ENV, "PYTHONPATH": str(_build_tools())}, check=True)
         (wheel,) = tmp.glob("vllm_ascend-*.whl")
-        final = WHEELS / wheel.name
+        final = (WHEELS if got.returncode == 0 else BUILT) / wheel.name
         os.replace(wheel, final)
         shutil.rmtree(tmp, ignore_errors=True)
         return final
