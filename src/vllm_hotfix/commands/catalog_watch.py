@@ -22,7 +22,7 @@ from vllm_hotfix_guard.output import emit_json, quote_path, say, say_lines
 
 def run(*, hotfix_ids: Sequence[str] = (), since: Optional[str] = None, catalogs: Sequence[Path] = (),
         write: bool = False, as_json: bool = False) -> int:
-    from vllm_hotfix.catalog.upstream import WheelReader, published_releases, published_wheel
+    from vllm_hotfix.catalog.upstream import open_release as open_published, published_releases
 
     if since is not None:
         from packaging.version import InvalidVersion, Version
@@ -35,7 +35,7 @@ def run(*, hotfix_ids: Sequence[str] = (), since: Optional[str] = None, catalogs
     manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids] if hotfix_ids else list(catalog.latest())
     rows: list[watch.Row] = []
     proposals: list[watch.Proposal] = []
-    readers: dict[tuple[str, str], WheelReader] = {}
+    readers: dict[tuple[str, str], object] = {}  # a wheel's or an sdist's reader (upstream.open_release)
     try:
         for manifest in manifests:
             for target in manifest.targets:
@@ -50,9 +50,9 @@ def run(*, hotfix_ids: Sequence[str] = (), since: Optional[str] = None, catalogs
                                           state=watch.UNAVAILABLE, detail=exc.message))
                     continue
 
-                def open_release(release: str, dist: str = target.distribution) -> WheelReader:
+                def open_release(release: str, dist: str = target.distribution):
                     if (dist, release) not in readers:
-                        readers[(dist, release)] = WheelReader(published_wheel(dist, release))
+                        readers[(dist, release)] = open_published(dist, release)
                     return readers[(dist, release)]
 
                 found, proposal = watch.watch_target(manifest, target, published, since=since,
