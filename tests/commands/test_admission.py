@@ -15,6 +15,7 @@ import pytest
 from fixtures.cel import ENGINES, judge
 from fixtures.kube import make_export, render
 from vllm_hotfix.containers import admission_policy, bundle, oci
+from vllm_hotfix.containers.readiness import expect_fingerprint_env
 from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
 from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
@@ -63,7 +64,8 @@ def pod(approved, *, image=VLLM, volume="bundle", fingerprint="same", init=SIDEC
     mounts.append({"name": "hotfix-bundle", "mountPath": "/etc/vllm-hotfix/hotfix.lock", "subPath": "hotfix.lock",
                    "readOnly": True})
     spec = {"containers": [{"name": "vllm", "image": image, "volumeMounts": mounts if reference else [],
-                            "env": [{"name": "HOTFIX_LOCK", "value": "/etc/vllm-hotfix/hotfix.lock"}]}],
+                            "env": [{"name": "HOTFIX_LOCK", "value": "/etc/vllm-hotfix/hotfix.lock"},
+                                    expect_fingerprint_env()]}],
             "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]}
     if reference:
         spec["volumes"].append({"name": "hotfix-bundle", "image": {"reference": reference, "pullPolicy": "IfNotPresent"}})
@@ -154,6 +156,83 @@ def test_each_unapproved_pod_is_refused_saying_why(approved, engine, case, words
     denied = decide(approved, engine, example)
     assert denied, case
     assert any(words in message for message in denied), denied
+
+
+def _vllm(example: dict) -> dict:
+    return example["spec"]["containers"][0]
+
+
+def _lock_mount_from(example: dict, volume: dict, *, mount_path: str = "/etc/vllm-hotfix/hotfix.lock", **extra) -> dict:
+    """``example`` with ``volume`` added and mounted at ``mount_path`` in the vLLM container (the bundle's own
+    lock mount dropped when it sits at that very path)."""
+    container = _vllm(example)
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["mountPath"] != mount_path]
+    container["volumeMounts"].append({"name": volume["name"], "mountPath": mount_path, "readOnly": True, **extra})
+    example["spec"]["volumes"].append(volume)
+    return example
+
+
+def _env(example: dict, *entries: dict, drop: str = "") -> dict:
+    container = _vllm(example)
+    container["env"] = [e for e in container["env"] if e["name"] != drop] + list(entries)
+    return example
+
+
+LOCK_CM = {"name": "lock", "configMap": {"name": "my-lock"}}
+
+
+@pytest.mark.parametrize("case, words", [
+    ("a ConfigMap over the lock path", "container vllm does not run with the approved bundle lock"),
+    ("an emptyDir over the lock's folder", "container vllm does not run with the approved bundle lock"),
+    ("the lock mount through a dot path", "container vllm does not run with the approved bundle lock"),
+    ("the bundle mounted, the lock from elsewhere", "container vllm does not run with the approved bundle lock"),
+    ("the bundle's other file at the lock path", "container vllm does not run with the approved bundle lock"),
+    ("a literal expected fingerprint", "container vllm does not take HOTFIX_EXPECT_FINGERPRINT from the"),
+    ("no expected fingerprint", "container vllm does not take HOTFIX_EXPECT_FINGERPRINT from the"),
+    ("the expected fingerprint twice", "container vllm does not take HOTFIX_EXPECT_FINGERPRINT from the"),
+    ("HOTFIX_LOCK unset", "container vllm does not set HOTFIX_LOCK once"),
+    ("HOTFIX_LOCK from a ConfigMap key", "container vllm does not set HOTFIX_LOCK once"),
+    ("HOTFIX_LOCK given twice", "container vllm does not set HOTFIX_LOCK once"),
+    ("HOTFIX_LOCK a relative path", "container vllm does not set HOTFIX_LOCK once"),
+    ("the bundle declared, mounted nowhere", "no container runs with the approved hotfix"),
+])
+def test_a_pod_whose_lock_the_policy_cannot_see_is_refused(approved, engine, case, words):
+    """Issue 45: the lock a hotfixed container runs with must be the approved bundle's (or its approved image's),
+    HOTFIX_LOCK set and HOTFIX_EXPECT_FINGERPRINT bound to the annotation the policy approved."""
+    example = pod(approved)
+    literal = {"name": "HOTFIX_EXPECT_FINGERPRINT", "value": approved["fingerprint"]}
+    {
+        "a ConfigMap over the lock path": lambda: _lock_mount_from(example, LOCK_CM, subPath="hotfix.lock"),
+        "an emptyDir over the lock's folder": lambda: _lock_mount_from(example, {"name": "e", "emptyDir": {}},
+                                                                       mount_path="/etc/vllm-hotfix"),
+        "the lock mount through a dot path": lambda: _lock_mount_from(example, LOCK_CM, subPath="hotfix.lock",
+                                                                      mount_path="/etc/vllm-hotfix/./hotfix.lock"),
+        "the bundle mounted, the lock from elsewhere": lambda: _env(
+            example, {"name": "HOTFIX_LOCK", "value": "/tmp/hotfix.lock"}, drop="HOTFIX_LOCK"),
+        "the bundle's other file at the lock path": lambda: _vllm(example)["volumeMounts"][-1].update(
+            subPath=_vllm(example)["volumeMounts"][0]["subPath"]),
+        "a literal expected fingerprint": lambda: _env(example, literal, drop="HOTFIX_EXPECT_FINGERPRINT"),
+        "no expected fingerprint": lambda: _env(example, drop="HOTFIX_EXPECT_FINGERPRINT"),
+        "the expected fingerprint twice": lambda: _env(example, literal),
+        "HOTFIX_LOCK unset": lambda: _env(example, drop="HOTFIX_LOCK"),
+        "HOTFIX_LOCK from a ConfigMap key": lambda: _env(example, {"name": "HOTFIX_LOCK", "valueFrom": {
+            "configMapKeyRef": {"name": "my-lock", "key": "path"}}}, drop="HOTFIX_LOCK"),
+        "HOTFIX_LOCK given twice": lambda: _env(example, {"name": "HOTFIX_LOCK", "value": "/tmp/hotfix.lock"}),
+        "HOTFIX_LOCK a relative path": lambda: _env(example, {"name": "HOTFIX_LOCK", "value": "hotfix.lock"},
+                                                    drop="HOTFIX_LOCK"),
+        "the bundle declared, mounted nowhere": lambda: _vllm(example).update(volumeMounts=[]),
+    }[case]()
+    denied = decide(approved, engine, example)
+    assert any(words in message for message in denied), (case, denied)
+
+
+def test_a_sidecar_and_the_whole_bundle_mounted_as_a_folder_are_admitted(approved, engine):
+    example = pod(approved)
+    example["spec"]["containers"].append({"name": "proxy", "image": SIDECAR})  # runs nothing of the bundle
+    assert decide(approved, engine, example) == []
+    whole = pod(approved)
+    _vllm(whole)["volumeMounts"] = [{"name": "hotfix-bundle", "mountPath": "/etc/vllm-hotfix", "readOnly": True}]
+    assert decide(approved, engine, whole) == []
 
 
 def test_updates_are_judged_only_when_the_spec_or_the_annotation_changes(approved, engine):

@@ -11,7 +11,14 @@ A pod in a bound namespace is admitted only when
 - it carries the annotation ``vllm-hotfix.io/fingerprint`` (``hf1-`` + 16 hex digits: core/fingerprint);
 - every image volume is an approved image (its digest a key of the parameter ConfigMap);
 - every approved image it uses (image volume or container image) lists that fingerprint;
-- it uses at least one approved image.
+- it uses at least one approved image;
+- the lock each hotfixed container (one whose image is approved or that mounts an approved image volume)
+  runs with is the approved one: HOTFIX_LOCK given once, as a clean absolute path; HOTFIX_EXPECT_FINGERPRINT
+  given once, from the fingerprint annotation by the downward API (never a literal: `ready` compares the
+  lock with it); and, unless the container's own image is approved (a baked image, or the ConfigMap route's
+  stock image approved with its lock), the lock path is the approved image volume's ``hotfix.lock`` and no
+  other volume is mounted over it (every mount path of that container clean: no ``//``, ``.``, ``..``);
+  at least one container is hotfixed (a bundle declared but mounted nowhere is refused).
 An UPDATE that changes neither the spec nor the annotation is not judged again (a label or finalizer
 change on a pod admitted earlier, or older than the policy, goes through).
 
@@ -32,10 +39,11 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from vllm_hotfix.containers.k8s_overlay import dump
+from vllm_hotfix.containers.readiness import expect_fingerprint_env
 from vllm_hotfix_guard.core.docfields import is_hex64
 from vllm_hotfix_guard.core.fingerprint import is_fingerprint
 from vllm_hotfix_guard.errors import UsageError
-from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
+from vllm_hotfix_guard.settings import EXPECT_FINGERPRINT_ENV, FINGERPRINT_ANNOTATION, LOCK_ENV, LOCK_NAME
 
 NAME = "vllm-hotfix-approved"  # the policy, its binding and the parameter ConfigMap
 PARAMS_NAMESPACE = "vllm-hotfix-admission"
@@ -94,7 +102,65 @@ VARIABLES = (
     {"name": "approved", "expression": "has(params.data) ? params.data : {}"},
     {"name": "approvedRefs", "expression": f"(variables.images + variables.volumeImages).filter(r, {_known('r')})"},
     {"name": "approvingRefs", "expression": f"variables.approvedRefs.filter(r, {_known('r', approving=True)})"},
+    {"name": "approvedVolumes", "expression": "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.image) "
+                                              "&& has(v.image.reference) && v.image.reference in variables.approvedRefs)"
+                                              ".map(v, v.name) : []"},
+    {"name": "hotfixed", "expression": "object.spec.containers.filter(c, (has(c.image) && c.image in variables.approvedRefs) "
+                                       "|| (has(c.volumeMounts) && c.volumeMounts.exists(m, m.name in variables.approvedVolumes)))"},
 )
+
+CLEAN_PATH = "^(/[^/]+)+$"            # absolute, no trailing or doubled '/' ...
+DOT_PART = "/[.][.]?(/|$)"             # ... and no '.' or '..' component
+EXPECT_FIELD = expect_fingerprint_env()["valueFrom"]["fieldRef"]["fieldPath"]  # what k8s writes, the one spelling
+
+
+def _clean(path: str) -> str:
+    return f"({path}.matches('{CLEAN_PATH}') && !{path}.matches('{DOT_PART}'))"
+
+
+def _once(container: str, name: str) -> str:
+    return f"(has({container}.env) && size({container}.env.filter(e, e.name == '{name}')) == 1)"
+
+
+def _lock_set(c: str) -> str:
+    """HOTFIX_LOCK given once, as a value (not from a ConfigMap or a field), a clean absolute path."""
+    return (f"({_once(c, LOCK_ENV)} && {c}.env.exists(e, e.name == '{LOCK_ENV}' && !has(e.valueFrom) && "
+            f"has(e.value) && {_clean('e.value')}))")
+
+
+def _expect_bound(c: str) -> str:
+    """HOTFIX_EXPECT_FINGERPRINT given once, from the pod's fingerprint annotation (the downward API)."""
+    return (f"({_once(c, EXPECT_FINGERPRINT_ENV)} && {c}.env.exists(e, e.name == '{EXPECT_FINGERPRINT_ENV}' && "
+            "(!has(e.value) || e.value == '') && has(e.valueFrom) && has(e.valueFrom.fieldRef) && "
+            f"e.valueFrom.fieldRef.fieldPath == \"{EXPECT_FIELD}\"))")
+
+
+def _covers(m: str, p: str) -> str:
+    return f"({p} == {m}.mountPath || {p}.startsWith(string({m}.mountPath + '/')))"
+
+
+def _the_lock(m: str, p: str) -> str:
+    """Mount ``m`` puts the approved image volume's hotfix.lock at ``p`` (by subPath, or the whole volume)."""
+    return (f"({m}.name in variables.approvedVolumes && !has({m}.subPathExpr) && "
+            f"(({m}.mountPath == {p} && has({m}.subPath) && {m}.subPath == '{LOCK_NAME}') || "
+            f"(string({m}.mountPath + '/{LOCK_NAME}') == {p} && (!has({m}.subPath) || {m}.subPath == ''))))")
+
+
+def _lock_from_bundle(c: str) -> str:
+    """The container's own image is approved (it holds the lock, or is approved with the ConfigMap's), or the
+    lock path is the approved image volume's lock and every mount over it is that volume; clean mount paths."""
+    mounts = f"(has({c}.volumeMounts) ? {c}.volumeMounts : [])"
+    path = "(has(e.value) ? e.value : '')"  # cel-python evaluates both sides of an && that holds an error
+    covered = (f"has({c}.env) && {c}.env.exists(e, e.name == '{LOCK_ENV}' && has(e.value) && "
+               f"{mounts}.filter(m, {_covers('m', path)}).all(m, m.name in variables.approvedVolumes) && "
+               f"{mounts}.exists(m, {_the_lock('m', path)}))")
+    return (f"({mounts}.all(m, {_clean('m.mountPath')}) && "
+            f"((has({c}.image) && {c}.image in variables.approvedRefs) || {covered}))")
+
+
+def _first_failing(rule) -> str:
+    return f"variables.hotfixed.filter(c, !{rule('c')})[0].name"
+
 
 _SHOWN_FINGERPRINT = f"(variables.fingerprint.matches('{FINGERPRINT}') ? variables.fingerprint : 'of this pod')"
 
@@ -121,6 +187,22 @@ VALIDATIONS = (
     {"expression": "size(variables.approvedRefs) > 0",
      "message": "the pod uses no approved hotfix image: no container image or image volume has an approved digest",
      "reason": "Forbidden"},
+    {"expression": "size(variables.approvedRefs) == 0 || size(variables.hotfixed) > 0",
+     "message": "no container runs with the approved hotfix: the approved image volume is mounted in no container",
+     "reason": "Forbidden"},
+    {"expression": f"variables.hotfixed.all(c, {_lock_set('c')})",
+     "messageExpression": f"'container ' + {_first_failing(_lock_set)} + ' does not set {LOCK_ENV} once, "
+                          "to a clean absolute path: the guard would check no lock'",
+     "message": f"a hotfixed container does not set {LOCK_ENV} once, to a clean absolute path", "reason": "Forbidden"},
+    {"expression": f"variables.hotfixed.all(c, {_expect_bound('c')})",
+     "messageExpression": f"'container ' + {_first_failing(_expect_bound)} + ' does not take {EXPECT_FINGERPRINT_ENV} from the "
+                          f"{FINGERPRINT_ANNOTATION} annotation (valueFrom.fieldRef, once, no literal)'",
+     "message": f"a hotfixed container does not take {EXPECT_FINGERPRINT_ENV} from the fingerprint annotation", "reason": "Forbidden"},
+    {"expression": f"variables.hotfixed.all(c, {_lock_from_bundle('c')})",
+     "messageExpression": f"'container ' + {_first_failing(_lock_from_bundle)} + ' does not run with the approved "
+                          f"bundle lock: mount its {LOCK_NAME} at {LOCK_ENV} (clean mount paths, no other volume "
+                          "over it)'",
+     "message": "a hotfixed container does not run with the approved bundle lock", "reason": "Forbidden"},
 )
 
 
