@@ -31,7 +31,10 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
     from vllm_hotfix.flow.apply_hotfix import apply_hotfix
     from vllm_hotfix.flow.resolve import Resolver, warn
 
+    from vllm_hotfix.catalog.index import Catalog
+
     resolver = Resolver(python, root)
+    catalog = Catalog.load(catalogs)  # what the recorded hotfixes are judged by, as `hotfix status` does
     if patch_file is not None:
         from vllm_hotfix.flow.hotfix import adhoc_hotfix
 
@@ -40,14 +43,13 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         hotfix = adhoc_hotfix(patch_file, hotfix_id=adhoc_id, strip=strip, package=package)
         target, spec = resolver.package(package), None
     else:
-        from vllm_hotfix.catalog.index import Catalog, parse_ref
+        from vllm_hotfix.catalog.index import parse_ref
         from vllm_hotfix.flow.applicability import check_applicable, check_requires, parse_checkouts
         from vllm_hotfix.flow.hotfix import catalog_hotfix
 
         if not hotfix_id:
             raise UsageError("name a hotfix (`hotfix list` shows them) or give --patch FILE")
         ref_id, version = parse_ref(hotfix_id)
-        catalog = Catalog.load(catalogs)
         manifest = catalog.get(ref_id, version)
         origin = catalog.origin(manifest)
         if manifest.kind == "advisory":
@@ -57,11 +59,8 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         check_requires(manifest, parse_checkouts(checkouts))
         hotfix = catalog_hotfix(manifest, target, patch_files=patch_files, upstream_repo=upstream_repo)
     warn(target)
-    manifest_of = None
-    if patch_file is None:
-        manifest_of = lambda other: catalog.get(other) if other in catalog.ids() else None  # noqa: E731
     catalog_dir = str(origin.path.absolute()) if origin is not None and not origin.builtin else None
-    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run, manifest_of=manifest_of, catalog_dir=catalog_dir)
+    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run, catalog=catalog, catalog_dir=catalog_dir)
     _report_hotfix(outcome, origin, as_json=as_json)
     return 0
 

@@ -74,7 +74,9 @@ def run(*, package: str, python: str | None = None, as_json: bool = False) -> in
 
 
 def _recorded(target) -> list:
-    """The one verdict (txn/judgement, as `hotfix status` gives it) on each hotfix recorded for this install."""
+    """The one verdict (txn/judgement, as `hotfix status` gives it: the catalog's pins included) on each hotfix
+    recorded for this install."""
+    from vllm_hotfix.catalog.index import Catalog
     from vllm_hotfix_guard.errors import HotfixError
     from vllm_hotfix.flow.series import judge_recorded
     from vllm_hotfix_guard.txn.state import TargetState
@@ -83,7 +85,7 @@ def _recorded(target) -> list:
         state = TargetState.for_root(target.root)
     except HotfixError:
         return []
-    return list(judge_recorded(state, target).values()) if state.hotfixes else []
+    return list(judge_recorded(state, target, catalog=Catalog.load(())).values()) if state.hotfixes else []
 
 
 def _fingerprint(judged: list) -> str | None:

@@ -130,15 +130,15 @@ def applied_under(hotfix: Hotfix, spec: TargetSpec | None, catalog_dir: str | No
 
 
 def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: bool,
-                 lock_timeout: float | None = None, manifest_of=None, catalog_dir: str | None = None) -> ApplyOutcome:
+                 lock_timeout: float | None = None, catalog=None, catalog_dir: str | None = None) -> ApplyOutcome:
     """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing on top of the target's series,
-    recorded in the same transaction. ``manifest_of(id)``: the catalog manifest of a recorded id
-    (its ``conflicts`` / ``after``)."""
+    recorded in the same transaction. ``catalog``: the one the command loaded (the pins the recorded
+    hotfixes are judged by, as `hotfix status` judges them; their manifests' ``conflicts`` / ``after``)."""
 
     resealed: list = []
 
     def prepare(state: TargetState, tree: Tree) -> transaction.Change:
-        proposal = propose(hotfix, target, state, tree, manifest_of=manifest_of or (lambda _id: None))
+        proposal = propose(hotfix, target, state, tree, catalog=catalog)
         if proposal.already and ((hotfix.id in state.hotfixes and not proposal.reset) or proposal.contained_in):
             sealed = _sealed(state, hotfix, spec, catalog_dir) if hotfix.id in state.hotfixes else None
             if sealed is not None:  # a record from before seals, just derived in full: it gets its seal

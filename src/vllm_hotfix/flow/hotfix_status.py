@@ -94,25 +94,7 @@ class SeriesView:
     @classmethod
     def of(cls, target: Target, state: TargetState | None = None, catalog: Catalog | None = None) -> "SeriesView":
         state = state if state is not None else TargetState.for_root(target.root)
-
-        def manifest(recorded: RecordedHotfix) -> Manifest | None:
-            if catalog is None or recorded.source != "catalog" or recorded.id not in catalog.ids():
-                return None
-            try:
-                return catalog.get(recorded.id, recorded.version)
-            except Refused:  # that version is not in the catalog (any more): nothing to pin it by
-                return None
-
-        def pinned(recorded: RecordedHotfix) -> str | None:
-            found = manifest(recorded)
-            return pin_problem(found, recorded, state, target) if found is not None else None
-
-        def inapplicable(recorded: RecordedHotfix) -> tuple | None:  # an older record, without its own range
-            found = manifest(recorded)
-            why = applicability(found, found.spec_for(target), target) if found is not None else None
-            return (why.state, why.message) if why is not None else None
-
-        return cls(target, state, judge_recorded(state, target, pinned=pinned, inapplicable=inapplicable), catalog)
+        return cls(target, state, judge_recorded(state, target, catalog=catalog), catalog)
 
     def option(self, recorded: RecordedHotfix | None = None) -> str:
         """``--python``/``--root`` and ``--catalog`` for this target's next steps (flow/resolve.target_option)."""

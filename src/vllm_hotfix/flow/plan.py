@@ -4,7 +4,7 @@ writes; proving the baseline and the post-apply checks are flow/baseline_proof.p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix_guard.core.diff import Patch, reverse_patch
@@ -83,8 +83,7 @@ def refuse_drifted(hotfix_id: str, detail: str, target: Target) -> Refused:
                         f"{target_option(target)}` when only baseline files differ), then apply again")
 
 
-def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | None = None, *,
-            manifest_of: Callable[[str], "Manifest | None"] = lambda _id: None) -> Proposal:
+def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | None = None, *, catalog=None) -> Proposal:
     """Plan the hotfix on the current files, on top of the target's series: forward, 'already applied',
     re-applied in place (lost), or an upgrade in one plan.
 
@@ -92,9 +91,10 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     drifted -> refused (exit 3), lost -> planned again at its place in the series. A new one goes on
     top: the files it shares with the series must hold the series' bytes, its hunks must not meet the
     lines of the hotfixes below (unless its manifest's ``after`` names them), and neither side may
-    declare the other in ``conflicts``. ``manifest_of(id)`` gives the catalog manifest of a recorded id."""
+    declare the other in ``conflicts``. ``catalog``: the one the command loaded (the pins of recorded catalog
+    hotfixes, as `hotfix status` judges them; the manifests of recorded ids)."""
     tree = tree if tree is not None else Tree(target.root)
-    verdicts = judge_recorded(state, target, tree=tree)  # the verdict `hotfix status` shows
+    verdicts = judge_recorded(state, target, tree=tree, catalog=catalog)  # the verdict `hotfix status` shows
     broken = next((j.detail for j in verdicts.values() if j.state == UNKNOWN), None)
     if broken is not None:
         raise InvalidInput(f"{state.path}: {broken}",
@@ -131,7 +131,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
                 return _propose_in_place(hotfix, target, state, recorded, tree, uppers)
     if recorded is not None and not _same_version(recorded.version, hotfix.version):
         return _propose_upgrade(hotfix, target, state, recorded, tree)
-    _refuse_conflicts(hotfix, below, manifest_of)
+    _refuse_conflicts(hotfix, below, catalog)
     chains = steps_by_path(below)
     detection = detect(series, tree.read)
     shared = shared_with_series(hotfix.id, detection.plan, chains, tree, target)
@@ -222,13 +222,13 @@ def _declared(manifest, key: str) -> tuple[str, ...]:
     return tuple(getattr(manifest, key, ()) or ()) if manifest is not None else ()
 
 
-def _refuse_conflicts(hotfix: Hotfix, state: TargetState, manifest_of) -> None:
+def _refuse_conflicts(hotfix: Hotfix, state: TargetState, catalog) -> None:
     """``conflicts`` (either side declares the other) and ``after`` (a recorded one must stay above)."""
     mine = hotfix.manifest
     for other_id in state.hotfixes:
         if other_id == hotfix.id:
             continue
-        theirs = manifest_of(other_id)
+        theirs = catalog.get(other_id) if catalog is not None and other_id in catalog.ids() else None
         if other_id in _declared(mine, "conflicts") or hotfix.id in _declared(theirs, "conflicts"):
             who = mine if other_id in _declared(mine, "conflicts") else theirs
             raise Refused(f"{hotfix.id} conflicts with {other_id}, which is applied to {state.target.get('root')} "

@@ -27,11 +27,13 @@ from vllm_hotfix_guard.txn.state import RecordedFile, RecordedHotfix, TargetStat
 Step = tuple  # (hotfix id, sha256 before, sha256 after)
 
 
-def judge_recorded(state: TargetState, target, *, pinned=None, inapplicable=None, bytecode: bool = True,
+def judge_recorded(state: TargetState, target, *, catalog=None, bytecode: bool = True,
                    tree: Tree | None = None) -> dict[str, Judged]:
     """txn/judgement.judge_record for this target's record, with everything derived (the commands' rule):
     the files read through ``tree`` (install/tree.Tree: no symlink followed), the modules' bytecode judged
-    by the target's own interpreter (install/locate.stale_bytecode; a --root checkout: this one)."""
+    by the target's own interpreter (install/locate.stale_bytecode; a --root checkout: this one), and each
+    catalog hotfix's kept patch against the pin of ``catalog`` (catalog/index.Catalog: every command that
+    judges a record passes the catalog it loaded, so status, audit and apply give one word)."""
     tree = tree if tree is not None else Tree(target.root)
 
     def stale(sources: list[str]) -> dict:
@@ -39,8 +41,35 @@ def judge_recorded(state: TargetState, target, *, pinned=None, inapplicable=None
 
         return in_interpreter(target.python, sources)
 
+    pinned, inapplicable = _catalog_checks(catalog, state, target) if catalog is not None else (None, None)
     return judge_record(state, target, read=tree.read, pending=TargetDir(state.directory).pending(), derive=True,
                         pinned=pinned, inapplicable=inapplicable, bytecode=stale if bytecode else None)
+
+
+def manifest_of_record(catalog, recorded: RecordedHotfix):
+    """The catalog's manifest of the version a catalog hotfix was recorded at, or None."""
+    if catalog is None or recorded.source != "catalog" or recorded.id not in catalog.ids():
+        return None
+    try:
+        return catalog.get(recorded.id, recorded.version)
+    except Refused:  # that version is not in the catalog (any more): nothing to pin it by
+        return None
+
+
+def _catalog_checks(catalog, state: TargetState, target) -> tuple:
+    from vllm_hotfix.flow.applicability import applicability
+    from vllm_hotfix.flow.hotfix import pin_problem
+
+    def pinned(recorded: RecordedHotfix) -> str | None:
+        found = manifest_of_record(catalog, recorded)
+        return pin_problem(found, recorded, state, target) if found is not None else None
+
+    def inapplicable(recorded: RecordedHotfix) -> tuple | None:  # an older record, without its own range
+        found = manifest_of_record(catalog, recorded)
+        why = applicability(found, found.spec_for(target), target) if found is not None else None
+        return (why.state, why.message) if why is not None else None
+
+    return pinned, inapplicable
 
 
 def distrust(state: TargetState, tree: Tree, target) -> str | None:

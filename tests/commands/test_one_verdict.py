@@ -1,0 +1,73 @@
+"""One verdict (issue 45): `audit` and `apply` (--dry-run too) ask the judgement `status` gives, the catalog's
+pin included, on a real vLLM 0.30.0 install. Each test plays the state, checks every reader's exit code and
+that no file changed (the install's file and the state directory, byte for byte)."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_hotfix.paths import TargetDir
+from vllm_hotfix.txn.state import TargetState, seal_of
+
+pytestmark = pytest.mark.slow
+
+MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+HOTFIX = "mamba-align-block-size"
+
+
+def tree_of(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def forge_over_a_file_without_the_fix(tdir: TargetDir, target: Path, pristine: bytes, *, sealed: bool) -> None:
+    """The file holds something other than the fix; the record's kept patch, its sha256 and the file's
+    after_sha256 are rewritten to say so, then the record is resealed (or its seal removed)."""
+    other = pristine + b"# not the fix\n"
+    target.write_bytes(other)
+    forged = "".join(difflib.unified_diff(pristine.decode().splitlines(True), other.decode().splitlines(True),
+                                          f"a/{MAMBA}", f"b/{MAMBA}")).encode()
+    doc = json.loads(tdir.state_file.read_text())
+    (entry,) = doc["series"]
+    (kept,) = entry["patches"]
+    (tdir.directory / kept).write_bytes(forged)
+    entry.update(patch_sha256=[sha(forged)], seal=None)
+    entry["files"][0]["after_sha256"] = sha(other)
+    tdir.state_file.write_text(json.dumps(doc))
+    if sealed:
+        state = TargetState.load(tdir.directory)
+        entry["seal"] = seal_of(state.target, state.hotfixes[HOTFIX])
+        tdir.state_file.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["resealed", "seal-removed"])
+def test_a_record_forged_over_a_file_without_the_fix_is_unknown_to_every_reader(vllm_install, run_hotfix, sealed):
+    venv = vllm_install("0.30.0")
+    target = venv.site_packages / MAMBA
+    pristine = target.read_bytes()
+    assert run_hotfix("apply", HOTFIX, "--python", venv.python).returncode == 0
+    tdir = TargetDir.of(venv.site_packages)
+    forge_over_a_file_without_the_fix(tdir, target, pristine, sealed=sealed)
+    before, state_before = target.read_bytes(), tree_of(tdir.directory)
+
+    (entry,) = [e for e in json.loads(run_hotfix("status", "--python", venv.python, "--json").stdout)
+                if e["id"] == HOTFIX]
+    assert entry["state"] == "unknown" and "pin" in entry["detail"], entry
+    assert run_hotfix("verify", "--python", venv.python).returncode == 1
+    audit = run_hotfix("audit", "vllm", "--python", venv.python)
+    assert audit.returncode == 1 and f"recorded: {HOTFIX}@" in audit.stdout and " unknown: " in audit.stdout, audit.stdout
+    audit_json = json.loads(run_hotfix("audit", "vllm", "--python", venv.python, "--json").stdout)
+    assert [r["state"] for r in audit_json["recorded"]] == ["unknown"]
+    for dry in (("--dry-run",), ()):
+        done = run_hotfix("apply", HOTFIX, "--python", venv.python, *dry)
+        assert done.returncode == 8 and "already applied" not in done.stdout, (dry, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert target.read_bytes() == before and tree_of(tdir.directory) == state_before
