@@ -317,3 +317,54 @@ def test_verify_with_a_policy_imports_neither_cryptography_nor_a_toml_library(ke
              "print([m for m in ('cryptography', 'tomllib', 'tomli') if m in sys.modules])\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert "trusted: " in done.stdout and done.stdout.strip().endswith("[]"), done.stdout + done.stderr
+
+
+def test_a_catalog_flipped_between_nothing_and_unsigned_is_never_used(run_hotfix, keys, tmp_path):
+    """Issue 45: with catalogs = "signed" the check was skipped when the path was not a directory at that
+    instant, and the catalog then read by name again: each run must refuse (2: not there, 8: it went away
+    while read, 11: unsigned), never list the unsigned hotfix, never exit 70."""
+    import threading
+
+    unsigned = tmp_path / "unsigned"
+    write_manifest(unsigned, manifest_data(id="demo-fix", version=2), name="demo-fix")
+    catalog = tmp_path / "catalog"
+    policy = write_policy(tmp_path / "trust.toml", keys, threshold=1, extra='catalogs = "signed"')
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            unsigned.rename(catalog)
+            catalog.rename(unsigned)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        for _ in range(20):
+            done = run_hotfix("list", "--catalog", catalog, "--trust", policy)
+            assert done.returncode in (2, 8, 11) and "demo-fix" not in done.stdout, (done.returncode, done.stderr)
+            assert "Traceback" not in done.stderr
+    finally:
+        stop.set()
+        flipper.join()
+    assert (unsigned / "manifests").is_dir() and not catalog.exists()
+
+
+def test_a_signed_catalog_is_loaded_from_the_bytes_its_verdict_judged(keys, tmp_path, monkeypatch, run_hotfix):
+    """The catalog is read once: a manifest swapped right after the verdict read it is not the one loaded."""
+    from vllm_hotfix.catalog import index, sums
+
+    catalog = tmp_path / "catalog"
+    write_manifest(catalog, manifest_data(id="demo-fix", version=2), name="demo-fix")
+    policy = write_policy(tmp_path / "trust.toml", keys, threshold=1, extra='catalogs = "signed"')
+    assert run_hotfix("sign", "--catalog", catalog, "--key", keys["release"].key).returncode == 0
+    manifest = next((catalog / "manifests").glob("*.toml"))
+    real = sums.catalog_files
+
+    def read_then_swap(directory):
+        files = real(directory)
+        manifest.write_text(manifest.read_text().replace("version = 2", "version = 3"))
+        return files
+
+    monkeypatch.setattr(sums, "catalog_files", read_then_swap)
+    loaded = index.Catalog.load([catalog], env={"HOTFIX_TRUST": str(policy)})
+    assert [str(m.version) for m in loaded.all() if m.id == "demo-fix"] == ["2"]

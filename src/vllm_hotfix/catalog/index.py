@@ -119,10 +119,10 @@ class Catalog:
         manifests: list[Manifest] = []
         origins: dict[int, CatalogDir] = {}
         builtin_ids: dict[str, Manifest] = {}
-        _require_signed([d for d in dirs if not d.builtin], env)
+        verified = _require_signed([d for d in dirs if not d.builtin], env)
         dirs += subscribed  # checked against their own policy by `hotfix catalog update`
         for catalog_dir in dirs:
-            for manifest in load_dir(catalog_dir):
+            for manifest in load_dir(catalog_dir, verified.get(id(catalog_dir))):
                 if catalog_dir.builtin:
                     builtin_ids.setdefault(manifest.id, manifest)
                 elif manifest.id in builtin_ids and env.get(SHADOW_ENV) != "1":
@@ -179,12 +179,14 @@ class Catalog:
         raise Refused(f"hotfix '{hotfix_id}' has no version {version}", hint=f"known versions: {known}")
 
 
-def _require_signed(user_dirs: list[CatalogDir], env: Mapping[str, str]) -> None:
+def _require_signed(user_dirs: list[CatalogDir], env: Mapping[str, str]) -> dict[int, dict[str, bytes]]:
     """With a trust policy whose ``catalogs = "signed"``, every user catalog must be signed as it asks
-    (catalog/sums.py); else Untrusted (exit 11-13) with each refusal. The built-in catalog is part of the
+    (catalog/sums.py); else Untrusted (exit 11-13) with each refusal. Each is read once (sums.catalog_files),
+    judged on those bytes and loaded from them: {id(catalog_dir): its files}. A directory that is not
+    there is refused as `load_dir` refuses it, never skipped. The built-in catalog is part of the
     installed package, trusted as the package is."""
     if not user_dirs:
-        return
+        return {}
     import time
 
     from vllm_hotfix_guard.txn.signed import load_policy, refuse
@@ -192,16 +194,21 @@ def _require_signed(user_dirs: list[CatalogDir], env: Mapping[str, str]) -> None
     now = time.time()
     policy = load_policy(now=now, env=env)
     if policy is None or policy.catalogs != "signed":
-        return
-    from vllm_hotfix.catalog.sums import catalog_verdict
+        return {}
+    from vllm_hotfix.catalog.sums import catalog_files, catalog_verdict
     from vllm_hotfix_guard.output import quote_path
 
+    verified = {}
     for catalog_dir in user_dirs:
-        if catalog_dir.path.is_dir():
-            refuse(catalog_verdict(catalog_dir.path, policy, now=now,
-                                   subject=f"catalog {quote_path(os.path.abspath(catalog_dir.path))}"),
-                   hint=f"sign the catalog with enough listed keys: hotfix sign --catalog "
-                        f"{quote_path(str(catalog_dir.path))} --key KEY")
+        files = catalog_files(catalog_dir.path)
+        if not any(_is_manifest(path) for path in files):
+            load_dir(catalog_dir)  # refuses (no directory, no manifests/); an empty one is refused below
+        refuse(catalog_verdict(catalog_dir.path, policy, now=now, files=files,
+                               subject=f"catalog {quote_path(os.path.abspath(catalog_dir.path))}"),
+               hint=f"sign the catalog with enough listed keys: hotfix sign --catalog "
+                    f"{quote_path(str(catalog_dir.path))} --key KEY")
+        verified[id(catalog_dir)] = files
+    return verified
 
 
 def _subscribed() -> list[CatalogDir]:
@@ -220,9 +227,18 @@ def _subscribed() -> list[CatalogDir]:
     return [CatalogDir(cached.catalog, SUBSCRIBED) for cached in fresh]
 
 
-def load_dir(catalog_dir: CatalogDir) -> list[Manifest]:
+def _is_manifest(relative: str) -> bool:
+    return relative.startswith("manifests/") and relative.count("/") == 1 and relative.endswith(".toml")
+
+
+def load_dir(catalog_dir: CatalogDir, files: dict[str, bytes] | None = None) -> list[Manifest]:
+    """The manifests of one catalog directory; from ``files`` (the bytes a signed catalog's verdict judged)
+    when given, never read again."""
     path = catalog_dir.path
     manifests_dir = path / "manifests"
+    if files is not None:
+        return [load_manifest(path / name, patches_dir=path / "patches", raw=files[name])
+                for name in sorted(files) if _is_manifest(name)]
     if not manifests_dir.is_dir():
         if not path.is_dir():
             raise UsageError(f"{catalog_dir.origin}: catalog directory {path} does not exist")

@@ -20,18 +20,21 @@ from vllm_hotfix.catalog.signatures import confirm_from_table, platforms_from, s
 from vllm_hotfix.catalog.table import Table, type_name
 from vllm_hotfix_guard.core.data import load_toml
 from vllm_hotfix_guard.errors import InvalidInput
-from vllm_hotfix_guard.inputs import read_bounded as read_input
+from vllm_hotfix_guard.inputs import read_bounded as read_input, size_text
 
 MANIFEST_CAP = 1024 * 1024  # the built-in manifests are 4-6 KB; a 200 MB one took 47 s and 600 MB to refuse
 
 
-def load_manifest(path: Path | str, *, patches_dir: Path | None = None) -> Manifest:
-    """Read and validate one manifest file; ``patches_dir`` defaults to ``<manifests>/../patches``."""
+def load_manifest(path: Path | str, *, patches_dir: Path | None = None, raw: bytes | None = None) -> Manifest:
+    """Read and validate one manifest file (``raw``: its bytes, read already); ``patches_dir`` defaults to
+    ``<manifests>/../patches``."""
     path = Path(path)
     try:
-        raw = read_input(path, cap=MANIFEST_CAP, what="manifest")
+        raw = read_input(path, cap=MANIFEST_CAP, what="manifest") if raw is None else raw
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read manifest: {exc.strerror or exc}") from None
+    if len(raw) > MANIFEST_CAP:
+        raise InvalidInput(f"{path}: manifest is over the {size_text(MANIFEST_CAP)} a manifest may be")
     data = load_toml(raw, str(path))
     if patches_dir is None:
         patches_dir = path.parent.parent / "patches"

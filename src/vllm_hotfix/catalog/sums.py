@@ -29,15 +29,16 @@ MAX_FILES = 100_000
 
 
 def current_sums(directory: Path) -> dict[str, str]:
-    """relative path -> sha256 of every file under the catalog's manifests/ and patches/, read as input
-    (regular files only: a symbolic link or any other kind of file is refused, InvalidInput)."""
+    """relative path -> sha256 of every file under the catalog's manifests/ and patches/ (``catalog_files``)."""
     return {path: hashlib.sha256(data).hexdigest() for path, data in catalog_files(directory).items()}
 
 
 def catalog_files(directory: Path) -> dict[str, bytes]:
-    """relative path -> bytes of every file under the catalog's manifests/ and patches/ (``current_sums``'
-    rules; `hotfix catalog publish` archives them)."""
-    sums: dict[str, bytes] = {}
+    """relative path -> the bytes of every file under the catalog's manifests/ and patches/, each read once
+    as input (regular files only: a symbolic link or any other kind of file is refused, InvalidInput; a file
+    that goes away while it is read too). What a signed catalog's verdict judges, what it is loaded from, and
+    what `hotfix catalog publish` archives."""
+    found: dict[str, bytes] = {}
     for top in LISTED_DIRS:
         root = directory / top
         if not root.is_dir():
@@ -51,14 +52,17 @@ def catalog_files(directory: Path) -> dict[str, bytes]:
                 path = os.path.join(parent, name)
                 relative = os.path.relpath(path, directory).replace(os.sep, "/")
                 _check_name(relative, path)
-                info = os.lstat(path)
-                if not stat.S_ISREG(info.st_mode):
-                    raise InvalidInput(f"{path}: not a regular file; a signed catalog holds regular files only")
-                data = read_bounded(path, cap=FILE_LIMIT, what="catalog file", follow_symlinks=False)
-                sums[relative] = data
-                if len(sums) > MAX_FILES:
+                try:
+                    info = os.lstat(path)
+                    if not stat.S_ISREG(info.st_mode):
+                        raise InvalidInput(f"{path}: not a regular file; a signed catalog holds regular files only")
+                    found[relative] = read_bounded(path, cap=FILE_LIMIT, what="catalog file", follow_symlinks=False)
+                except OSError as exc:
+                    raise InvalidInput(f"{path}: cannot read: {exc.strerror}",
+                                       hint="the catalog changed while it was read; read it again") from None
+                if len(found) > MAX_FILES:
                     raise InvalidInput(f"{directory}: more than {MAX_FILES} files in the catalog")
-    return sums
+    return found
 
 
 def _check_name(relative: str, path: str) -> None:
@@ -94,10 +98,12 @@ def parse_sums(data: bytes, source: str) -> dict[str, str]:
     return sums
 
 
-def catalog_verdict(directory: Path, policy: trust_policy.Policy, *, now: float, subject: str) -> trust_policy.TrustDecision:
+def catalog_verdict(directory: Path, policy: trust_policy.Policy, *, now: float, subject: str,
+                    files: dict[str, bytes]) -> trust_policy.TrustDecision:
     """The policy's verdict on a catalog directory: its list signed as the policy asks, and every file
-    under manifests/ and patches/ listed with its sha256 (one TAMPERED line per file that differs)."""
-    from vllm_hotfix_guard.txn.signed import signature_files
+    under manifests/ and patches/ listed with its sha256 (one TAMPERED line per file that differs).
+    ``files``: what ``catalog_files`` read, the very bytes the catalog is then loaded from."""
+    from vllm_hotfix.txn.signed import signature_files
 
     sums_path = directory / CATALOG_SUMS
     data = _read_sums(sums_path)
@@ -107,7 +113,7 @@ def catalog_verdict(directory: Path, policy: trust_policy.Policy, *, now: float,
     if not verdict.trusted:
         return verdict
     listed = parse_sums(data, str(sums_path))
-    found = current_sums(directory)
+    found = {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
     lines = []
     for path in sorted(set(listed) | set(found)):
         if path not in found:
