@@ -14,7 +14,7 @@ import pytest
 
 from fixtures.cel import ENGINES, judge
 from fixtures.kube import make_export, render
-from vllm_hotfix.containers import admission_policy, bundle, oci
+from vllm_hotfix.containers import admission_policy, bundle, oci, oci_layer
 from vllm_hotfix.containers.readiness import expect_fingerprint_env
 from vllm_hotfix_guard.settings import FINGERPRINT_ANNOTATION
 from vllm_hotfix_guard.txn.hotfix_lock import load_lock
@@ -279,20 +279,7 @@ def test_warn_only_dry_run_json_and_refusals(approved, run_hotfix, tmp_path):
 
 def _forge_layer(layout: Path, tar: bytes) -> Path:
     """``layout`` with its one layer replaced by ``tar`` (gzipped), every digest above it made to match."""
-    blobs = layout / oci.BLOBS
-
-    def put(data: bytes) -> dict:
-        (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
-        return {"digest": oci.digest_of(data), "size": len(data)}
-
-    index = json.loads((layout / "index.json").read_text())
-    manifest = json.loads((blobs / index["manifests"][0]["digest"].partition(":")[2]).read_text())
-    config = json.loads((blobs / manifest["config"]["digest"].partition(":")[2]).read_text())
-    config["rootfs"]["diff_ids"] = [oci.digest_of(tar)]
-    manifest["config"].update(put(oci.canonical_json(config)))
-    manifest["layers"][0].update(put(oci.gzip_bytes(tar)))
-    index["manifests"][0].update(put(oci.canonical_json(manifest)))
-    (layout / "index.json").write_text(json.dumps(index))
+    _forge_compressed_layer(layout, oci.gzip_bytes(tar), oci.digest_of(tar))
     return layout
 
 
@@ -361,7 +348,7 @@ def test_a_gzip_bomb_stops_at_the_cap():
     compressed = oci.gzip_bytes(tar)
     layer = oci.Descriptor(media_type=oci.MEDIA_LAYER, digest=oci.digest_of(compressed), size=len(compressed))
     with pytest.raises(InvalidInput, match="unpacks to more than 65536 bytes"):
-        list(oci.layer_members("bomb", lambda d, cap: compressed, layer, oci.digest_of(tar), cap=1 << 20,
+        list(oci_layer.layer_members("bomb", lambda d, cap: compressed, layer, oci.digest_of(tar), cap=1 << 20,
                                content_cap=1 << 16))
     assert len(compressed) < 4096
 
@@ -391,3 +378,115 @@ def test_a_pod_of_the_configmap_overlay_is_admitted_with_its_image_approved(tmp_
     tagged = copy.deepcopy(generated)
     tagged["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.30.0"
     assert judge(policy, tagged, params=params, engine=engine)[0].startswith("container image vllm/vllm-openai:v0.30.0")
+
+
+PEAK = '''
+import resource, sys
+from vllm_hotfix.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, code, file=sys.stderr)
+'''
+
+
+def _peak(tmp_path, *args) -> tuple[int, int, str]:
+    """(exit code, peak RSS in MiB, stderr) of `hotfix ARGS` in a process of its own."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PEAK, *map(str, args)], capture_output=True, text=True, cwd=tmp_path)
+    *lines, last = done.stderr.strip().splitlines()
+    peak, code = last.split()
+    return int(code), int(peak), "\n".join(lines)
+
+
+def _zeros_gzip(head: bytes, zeros: int) -> tuple[bytes, str]:
+    """gzip of ``head`` + ``zeros`` zero bytes (made a chunk at a time) and the sha256 digest of what it unpacks to."""
+    import zlib
+
+    packer, digest = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS), hashlib.sha256(head)
+    out = [packer.compress(head)]
+    chunk = bytes(1 << 20)
+    for _ in range(zeros >> 20):
+        out.append(packer.compress(chunk))
+        digest.update(chunk)
+    out.append(packer.flush())
+    return b"".join(out), "sha256:" + digest.hexdigest()
+
+
+@pytest.mark.parametrize("bomb", ["a member declared 1 GiB", "1 GiB of zeros after the tar"])
+def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path, bomb):
+    """Issue 45: a refused bomb peaked at 2.1 GB (the tar inflated whole, then a member read whole); now the
+    layer streams (1 MiB inflated at a time) and a member is read only once its header says it fits."""
+    import io
+    import tarfile
+
+    from vllm_hotfix.txn.hotfix_lock import read_lock
+
+    export = make_export(tmp_path / "export")
+    lock_bytes, lock = read_lock(export / "hotfix.lock")
+    files = {f.path: (export / f.export).read_bytes() for f in lock.mounted_files()}
+    layout = _layout(tmp_path, bundle.Content(lock=lock, lock_bytes=lock_bytes, files=files))
+    huge = (1 << 30) + (16 << 20)  # over admission.CONTENT_LIMIT
+    if bomb == "a member declared 1 GiB":
+        info = tarfile.TarInfo("hotfix.lock")
+        info.size = huge
+        compressed, diff_id = _zeros_gzip(info.tobuf(format=tarfile.PAX_FORMAT), 16 << 20)  # refused at its header
+    else:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            info = tarfile.TarInfo("hotfix.lock")
+            info.size = len(lock_bytes)
+            tar.addfile(info, io.BytesIO(lock_bytes))
+        compressed, diff_id = _zeros_gzip(out.getvalue(), huge)
+    _forge_compressed_layer(layout, compressed, diff_id)
+    code, peak, stderr = _peak(tmp_path, "k8s", "--admission", "--approve", layout, "--namespace", "a", "--to",
+                               tmp_path / "policy")
+    assert code == 8 and "unpacks to more than" in stderr, stderr
+    assert peak < 400, f"peak RSS {peak} MiB"
+    print(f"{bomb}: peak RSS {peak} MiB")
+    assert not (tmp_path / "policy").exists()
+
+
+def test_an_index_of_hundreds_of_manifests_is_refused_at_once(tmp_path, run_hotfix):
+    """Issue 45: an index of 4,000 manifests sharing one layer took 54 s and 2.2 GB (the layer unpacked once
+    per manifest): an index lists at most oci.MAX_IMAGES, and a layer shared by platforms is unpacked once."""
+    import time
+
+    from vllm_hotfix.txn.hotfix_lock import read_lock
+
+    export = make_export(tmp_path / "export")
+    lock_bytes, lock = read_lock(export / "hotfix.lock")
+    files = {f.path: (export / f.export).read_bytes() for f in lock.mounted_files()}
+    good = bundle.Content(lock=lock, lock_bytes=lock_bytes, files=files)
+    notes = bundle.annotations(good)
+    many = tuple(oci.Platform.parse(f"linux/amd64/v{i}") for i in range(400))
+    built = oci.build(bundle.entries(good), platforms=many, ref_name="t", labels=notes, annotations=notes,
+                      created_by="test")
+    for name, data in built.files.items():
+        (tmp_path / "many" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "many" / name).write_bytes(data)
+    started = time.monotonic()
+    done = run_hotfix("k8s", "--admission", "--approve", tmp_path / "many", "--namespace", "a", "--to", tmp_path / "p")
+    assert done.returncode == 8 and "lists 400 manifests" in done.stderr, done.stderr
+    assert time.monotonic() - started < 20 and not (tmp_path / "p").exists()
+
+
+def _forge_compressed_layer(layout: Path, compressed: bytes, diff_id: str) -> None:
+    """``layout``'s one layer replaced by ``compressed`` (diff_id given), every digest above it made to match."""
+    blobs = layout / oci.BLOBS
+
+    def put(data: bytes) -> dict:
+        (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
+        return {"digest": oci.digest_of(data), "size": len(data)}
+
+    index = json.loads((layout / "index.json").read_text())
+    manifest = json.loads((blobs / index["manifests"][0]["digest"].partition(":")[2]).read_text())
+    config = json.loads((blobs / manifest["config"]["digest"].partition(":")[2]).read_text())
+    config["rootfs"]["diff_ids"] = [diff_id]
+    manifest["config"].update(put(oci.canonical_json(config)))
+    manifest["layers"][0].update(put(compressed))
+    index["manifests"][0].update(put(oci.canonical_json(manifest)))
+    (layout / "index.json").write_text(json.dumps(index))

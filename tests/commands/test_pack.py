@@ -15,7 +15,7 @@ import pytest
 
 from fixtures.kube import SITE, make_export
 from fixtures.tools import tool
-from vllm_hotfix.containers import bundle, oci
+from vllm_hotfix.containers import bundle, oci, oci_layer
 from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 from vllm_hotfix_guard.txn.lock_check import expected_fingerprint
 
@@ -338,7 +338,7 @@ def test_a_bundle_read_back_is_its_content_with_room_for_signatures_and_the_guar
         layout = oci.build(bundle.entries(content), platforms=(oci.Platform.parse("linux/arm64"),), ref_name="t",
                            labels=notes, annotations=notes, created_by="test")
         blob = oci.blob_reader("test", lambda name, cap: layout.files[name])
-        members = oci.layer_members("test", blob, layout.layer, layout.diff_id, cap=1 << 20, content_cap=1 << 20)
+        members = oci_layer.layer_members("test", blob, layout.layer, layout.diff_id, cap=1 << 20, content_cap=1 << 20)
         return bundle.check(members, source="test", annotated=notes)
 
     from vllm_hotfix.txn.exported import read_guard

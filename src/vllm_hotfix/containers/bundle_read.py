@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from vllm_hotfix.containers import bundle, oci
+from vllm_hotfix.containers.oci_layer import layer_members
 from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix_guard.output import quote_path
 
@@ -49,15 +50,16 @@ def read_bundle(directory: Path) -> tuple[oci.ReadLayout, bundle.Content]:
 
     layout = oci.read(source, read_file)
     blob = oci.blob_reader(source, read_file)
-    checked: dict = {}  # layer descriptor -> its content (platforms share one layer)
+    checked: dict = {}  # (layer digest, size, diff_id) -> its content: platforms share one layer, unpacked once
     for image in layout.images:
         if len(image.layers) != 1:
             raise InvalidInput(f"{source}: {image.manifest.digest} has {len(image.layers)} layers; a hotfix bundle has one")
-        if image.layers[0] not in checked:
-            members = oci.layer_members(source, blob, image.layers[0], image.diff_ids[0], cap=LAYER_LIMIT,
-                                        content_cap=CONTENT_LIMIT)
-            checked[image.layers[0]] = bundle.check(members, source=source, annotated=image.annotations)
-        bundle.check_annotations(checked[image.layers[0]], image.annotations, source=source)
+        layer = image.layers[0]
+        key = (layer.digest, layer.size, image.diff_ids[0])
+        if key not in checked:
+            members = layer_members(source, blob, layer, image.diff_ids[0], cap=LAYER_LIMIT, content_cap=CONTENT_LIMIT)
+            checked[key] = bundle.check(members, source=source, annotated=image.annotations)
+        bundle.check_annotations(checked[key], image.annotations, source=source)
     locks = {c.lock_bytes for c in checked.values()}
     if len(locks) != 1:
         raise InvalidInput(f"{source}: its platforms carry different locks; a hotfix bundle carries one")

@@ -1,7 +1,7 @@
 """OCI image layouts (image-spec 1.1, image-layout 1.0.0), made and read with the standard library.
 
 Pure: entries in, the layout's files (name -> bytes) out (``build``); a layout's files in, through a
-reader, its checked descriptors and layer members out (``read``, ``layer_members``). commands/pack.py
+reader, its checked descriptors out (``read``; the layer's members: containers/oci_layer.py). commands/pack.py
 and commands/admission.py do the I/O.
 
 What ``build`` makes is a runnable image, not an OCI-1.1 artifact: each manifest's config is a real
@@ -43,6 +43,7 @@ LAYOUT_VERSION = "1.0.0"
 GZIP_LEVEL = 6  # gzip's and `tar -z`'s default
 FILE_MODE, DIR_MODE = 0o644, 0o755
 INDEX_LIMIT = 1 << 20  # index.json, a manifest, a config: small JSON documents
+MAX_IMAGES = 64  # manifests an image index may list (a bundle has one per platform: 2 by default)
 PLATFORMS = ("linux/amd64", "linux/arm64")  # where vLLM runs (CUDA and ROCm on amd64; GH200, Ascend on arm64)
 
 
@@ -247,7 +248,7 @@ Reader = Callable[[str, int], bytes]  # (relative name, size cap) -> bytes; OSEr
 def read(source: str, read_file: Reader) -> ReadLayout:
     """The layout's one image (index.json must name exactly one), every document checked (key paths in
     errors) and every blob against its descriptor's digest and size, except the layers' content, which
-    ``layer_members`` checks."""
+    ``oci_layer.layer_members`` checks."""
     f = Fields(f"{source}/{INDEX_FILE}")
     index = f.mapping(_json(read_file, INDEX_FILE, INDEX_LIMIT, f.source), "")
     named = f.items(f.get(index, "", "manifests", list), "manifests")
@@ -260,8 +261,9 @@ def read(source: str, read_file: Reader) -> ReadLayout:
         g = Fields(f"{source}: {top.digest}")
         doc = g.mapping(_load(data, g.source), "")
         listed = g.items(g.get(doc, "", "manifests", list), "manifests")
-        if not listed:
-            raise g.fail("manifests", "the image index lists no manifest")
+        if not listed or len(listed) > MAX_IMAGES:
+            raise g.fail("manifests", f"the image index lists {len(listed)} manifests; a hotfix bundle has 1 to "
+                                      f"{MAX_IMAGES} (one per platform)")
         descriptors = [_descriptor(g, m, f"manifests[{i}]") for i, m in enumerate(listed)]
         images = tuple(_image(source, blob, d) for d in descriptors)
         annotations = _annotations(g, doc, "")
@@ -307,36 +309,6 @@ def _image(source: str, blob, descriptor: Descriptor, data: Optional[bytes] = No
                    required=False, default={})
     return Image(manifest=descriptor, platform=descriptor.platform, annotations=_annotations(f, doc, ""),
                  labels=labels, layers=layers, diff_ids=diff_ids)
-
-
-def layer_members(source: str, blob, layer: Descriptor, diff_id: str, *, cap: int,
-                  content_cap: int) -> Iterator[tuple[str, Optional[bytes], int]]:
-    """(path, bytes or None for a directory, mode) of each member of a gzip layer, after checking the
-    blob (digest, size, at most ``cap``) and the uncompressed tar against ``diff_id`` (at most
-    ``content_cap`` bytes: a gzip bomb stops there). Only regular files and directories at confined
-    paths are read; anything else (a link, a device, a whiteout, '..') is InvalidInput."""
-    if layer.media_type != MEDIA_LAYER:
-        raise InvalidInput(f"{source}: layer {layer.digest} is {layer.media_type!r}, not {MEDIA_LAYER}")
-    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    tar = decompressor.decompress(blob(layer, cap), content_cap + 1)
-    if len(tar) > content_cap or decompressor.unconsumed_tail:
-        raise InvalidInput(f"{source}: layer {layer.digest} unpacks to more than {content_cap} bytes")
-    if not decompressor.eof or decompressor.unused_data:
-        raise InvalidInput(f"{source}: layer {layer.digest} is not one whole gzip stream")
-    if digest_of(tar) != diff_id:
-        raise InvalidInput(f"{source}: layer {layer.digest} unpacks to {digest_of(tar)}, not the config's {diff_id}")
-    try:
-        with tarfile.open(fileobj=io.BytesIO(tar), mode="r:", encoding="utf-8", errors="strict") as archive:
-            for info in archive:
-                path = info.name.rstrip("/") if info.isdir() else info.name
-                problem = relpath_problem(path) or ("a whiteout" if path.rsplit("/", 1)[-1].startswith(".wh.") else None)
-                if problem or not (info.isreg() or info.isdir()):
-                    kind = "a directory" if info.isdir() else "a regular file" if info.isreg() else "a link or device"
-                    raise InvalidInput(f"{source}: layer member {info.name!r} is refused ({problem or kind})")
-                data = archive.extractfile(info).read() if info.isreg() else None
-                yield path, data, info.mode
-    except (tarfile.TarError, UnicodeError) as exc:
-        raise InvalidInput(f"{source}: layer {layer.digest} is not a readable tar: {exc}") from None
 
 
 def _json(read_file: Reader, name: str, cap: int, source: str):
