@@ -20,6 +20,7 @@ _NOT_LINEAR = {"ASSERT": "a lookahead / lookbehind", "ASSERT_NOT": "a negative l
 _REPEATS = ("MAX_REPEAT", "MIN_REPEAT")
 WIDE = 100  # a repeat whose count may vary by more than this is "wide": a backtracking engine tries each count
 LITERAL_FOLLOWER = 8  # a wide repeat followed by a literal this long that cannot overlap itself is cheap
+NARROW_BUDGET = 256  # the product of the counts narrow ambiguous repeats may take (n 'x?' before n 'x': 2**n)
 
 
 def linear_time_problem(pattern: str) -> str | None:
@@ -44,7 +45,11 @@ def linear_time_problem(pattern: str) -> str | None:
     problem = _nested_problem(items, sets)
     if problem:
         return problem
-    ambiguous, cheap = _wide_overlaps(items, (frozenset(), ""), sets)
+    ambiguous, cheap, narrow = _wide_overlaps(items, (frozenset(), ""), sets)
+    if narrow > NARROW_BUDGET:
+        return (f"optional or bounded repeats ('x?', 'a{{0,5}}') that can also match what follows them multiply "
+                f"the splits a backtracking engine tries ({narrow} here, at most {NARROW_BUDGET}): like "
+                "'x?x?x?xxx', it takes exponential time; make them unambiguous or fewer")
     starts_with_literal = _literal_prefix(items) is not None and len(_literal_prefix(items)) >= LITERAL_FOLLOWER
     if ambiguous + cheap > 1 and not (ambiguous == 0 and cheap == 2 and starts_with_literal):
         return ("more than one wide repeat ('.*', '\\w+', '[^,]*') that can also match what follows it: a "
@@ -88,31 +93,36 @@ def _nested_problem(items: list, sets: "_CharSets", repeated: bool = False) -> s
     return None
 
 
-def _wide_overlaps(items: list, follow: tuple[frozenset, str], sets: "_CharSets") -> tuple[int, int]:
+def _wide_overlaps(items: list, follow: tuple[frozenset, str], sets: "_CharSets") -> tuple[int, int, int]:
     """(wide repeats that can match the first character of what follows them, those of them followed by a
-    long literal that cannot overlap itself) in ``items``; ``follow``: the first characters of what comes
-    after ``items`` and the literal it starts with."""
+    long literal that cannot overlap itself, the product of the counts each narrow repeat that can match
+    what follows it may take) in ``items``; ``follow``: the first characters of what comes after
+    ``items`` and the literal it starts with."""
     ambiguous = cheap = 0
+    narrow = 1
     for index, (op, arg) in enumerate(items):
         name = str(op)
         after = _follow(items[index + 1:], follow, sets)
         if name in _REPEATS:
             low, high, body = arg
-            if (high == _UNBOUNDED or high - low > WIDE) and sets.consumed(list(body)) & after[0]:
+            overlaps = bool(sets.consumed(list(body)) & after[0])
+            if (high == _UNBOUNDED or high - low > WIDE) and overlaps:
                 if len(after[1]) >= LITERAL_FOLLOWER and _border_free(after[1]):
                     cheap += 1
                 else:
                     ambiguous += 1
+            elif overlaps and high != low:
+                narrow *= high - low + 1
             inner = _wide_overlaps(list(body), after, sets)
         elif name == "SUBPATTERN":
             inner = _wide_overlaps(list(arg[-1]), after, sets)
         elif name == "BRANCH":
             counts = [_wide_overlaps(list(a), after, sets) for a in arg[1]]
-            inner = (sum(c[0] for c in counts), sum(c[1] for c in counts))
+            inner = (sum(c[0] for c in counts), sum(c[1] for c in counts), sum(c[2] for c in counts))
         else:
             continue
-        ambiguous, cheap = ambiguous + inner[0], cheap + inner[1]
-    return ambiguous, cheap
+        ambiguous, cheap, narrow = ambiguous + inner[0], cheap + inner[1], narrow * inner[2]
+    return ambiguous, cheap, narrow
 
 
 def _follow(rest: list, outer: tuple[frozenset, str], sets: "_CharSets") -> tuple[frozenset, str]:
