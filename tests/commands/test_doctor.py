@@ -149,13 +149,19 @@ def test_004_advisories_fixed_by_a_hotfix_version_join_with_the_recorded_version
     assert states["qwen38-ple-placeholder"][0] == "unknown"  # the built-in one: qwen38-flash-next needs its patch file
 
 
-def test_unreadable_log_is_one_line_exit_2(run_hotfix, tmp_path):
+def test_unreadable_log_is_one_line_exit_2_and_a_truncated_gz_exit_8(run_hotfix, tmp_path):
     done = doctor(run_hotfix, tmp_path / "missing.log")
     assert done.returncode == 2 and done.stderr.count("\n") <= 2 and "missing.log: cannot read" in done.stderr
     broken = tmp_path / "cut.log.gz"
     broken.write_bytes(gzip.compress(MAMBA_LOGS[0].read_bytes())[:200])
-    done = doctor(run_hotfix, broken)
-    assert done.returncode == 2 and "cut.log.gz: cannot read" in done.stderr
+    before = broken.read_bytes()
+    done = doctor(run_hotfix, broken)  # issue 45: malformed input, as docs/exit-codes.md lists it
+    assert done.returncode == 8 and "cut.log.gz: not a whole gzip stream" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and broken.read_bytes() == before
+    corrupt = tmp_path / "corrupt.log.gz"
+    corrupt.write_bytes(gzip.compress(b"x" * 1000)[:12] + b"\xff" * 50)
+    done = doctor(run_hotfix, corrupt)
+    assert done.returncode == 8 and "not a whole gzip stream" in done.stderr, done.stderr
 
 
 def test_an_advisory_cannot_be_applied_and_show_gives_its_workaround(run_hotfix):

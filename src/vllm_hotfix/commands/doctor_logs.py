@@ -12,11 +12,13 @@ blocks cut anywhere, in bounded memory whatever they hold.
 
 from __future__ import annotations
 
+import gzip
 import os
 import sys
+import zlib
 from typing import BinaryIO, Iterator, Sequence
 
-from vllm_hotfix_guard.errors import UsageError
+from vllm_hotfix_guard.errors import InvalidInput, UsageError
 
 BLOCK = 8 << 20  # bytes read at a time: the file is never held
 PREFILTERS = ("aho-corasick", "grep", "python")  # HOTFIX_DOCTOR_PREFILTER
@@ -262,5 +264,8 @@ def _bounded_lines(stream: BinaryIO, limit: int) -> Iterator[tuple[bytes, int]]:
 def checked(label: str, parts: Iterator) -> Iterator:
     try:
         yield from parts
-    except (OSError, EOFError) as exc:  # a truncated or corrupt .gz
-        raise UsageError(f"{label}: cannot read: {exc}") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:  # a truncated or corrupt .gz: invalid input
+        raise InvalidInput(f"{label}: not a whole gzip stream: {exc}",
+                           hint="a truncated or corrupt .gz; decompress what is there with `zcat -f`") from None
+    except OSError as exc:
+        raise UsageError(f"{label}: cannot read: {exc.strerror or exc}") from None
