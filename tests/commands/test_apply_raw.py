@@ -363,3 +363,31 @@ def test_real_diff_same_as_git_apply_and_reverses_byte_for_byte(run_hotfix, tmp_
     reverse = run_hotfix("apply", "--patch", diff, "--root", ours, "--reverse")
     assert reverse.returncode == 0, reverse.stderr
     assert snapshot(ours) == snapshot(old)
+
+
+@needs_strace
+def test_after_a_kill_9_the_dry_run_predicts_the_run(run_hotfix, root, tmp_path):
+    """Issue 45: after a kill -9 between a file's switch and the commit, `apply --dry-run` refused (exit 3,
+    "re-apply or roll back") while the real apply recovers and applies (exit 0): the dry run plans on the
+    files and record as recovering leaves them (read only) and says what the run does; it writes nothing."""
+    first, second = tmp_path / "first.patch", tmp_path / "second.patch"
+    first.write_text("--- a/vllm/a.py\n+++ b/vllm/a.py\n@@ -1,3 +1,3 @@\n line 1\n-line 2\n+line 2 first\n line 3\n")
+    second.write_text("--- a/vllm/a.py\n+++ b/vllm/a.py\n@@ -19,3 +19,3 @@\n line 19\n-line 20\n+line 20 second\n"
+                      " line 21\n")
+    assert run_hotfix("apply", "--patch", first, "--root", root, "--id", "first").returncode == 0
+    argv = hotfix_argv("apply", "--patch", second, "--root", root, "--id", "second")
+    at = crash.after_switching(argv, root / "vllm" / "a.py", tmp_path / "trace.log")
+    # the traced run applied it: roll it back, then kill the next one right after the switch
+    assert run_hotfix("rollback", "second", "--root", root).returncode == 0
+    assert crash.run_with(argv, "rename", at, "signal=SIGKILL").returncode != 0
+    assert "line 20 second" in (root / "vllm" / "a.py").read_text()  # the file switched, the record not
+    state_dir = Path(os.environ["HOTFIX_STATE_DIR"])
+    files_before, state_before = snapshot(root), snapshot(state_dir)
+    dry = run_hotfix("apply", "--patch", second, "--root", root, "--id", "second", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert snapshot(root) == files_before and snapshot(state_dir) == state_before  # nothing written
+    real = run_hotfix("apply", "--patch", second, "--root", root, "--id", "second", "--json")
+    assert real.returncode == 0, real.stderr
+    predicted, done = json.loads(dry.stdout), json.loads(real.stdout)
+    assert predicted["files"] == done["files"] and predicted["already_applied"] == done["already_applied"] is False
+    assert run_hotfix("verify", "--root", root).returncode == 0

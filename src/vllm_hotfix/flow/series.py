@@ -42,7 +42,8 @@ def judge_recorded(state: TargetState, target, *, catalog=None, bytecode: bool =
         return in_interpreter(target.python, sources)
 
     pinned, inapplicable = _catalog_checks(catalog, state, target) if catalog is not None else (None, None)
-    return judge_record(state, target, read=tree.read, pending=TargetDir(state.directory).pending(), derive=True,
+    pending = TargetDir(state.directory).pending() and not tree.recovered  # a dry run plans on what recover leaves
+    return judge_record(state, target, read=tree.read, pending=pending, derive=True,
                         pinned=pinned, inapplicable=inapplicable, bytecode=stale if bytecode else None)
 
 

@@ -61,7 +61,7 @@ AfterCheck = Callable[[Change], None]
 def pending_note(root: Path) -> None:
     if TargetDir.of(root).pending():
         note(f"an interrupted apply on {root} was not recovered yet; the next hotfix command that writes will "
-             f"undo it (or run `hotfix recover`)")
+             f"undo it (or run `hotfix recover`); this dry run plans on the files as that leaves them")
 
 
 def run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | None = None,
@@ -82,7 +82,7 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
     if dry_run:  # predicts the real run, refusals included; writes nothing
         pending_note(root)
         state_dir_writable(tdir.directory, create=False)
-        change = _prepare(prepare, TargetState.load(tdir.directory), Tree(root))
+        change = _prepare(prepare, *_as_the_run_finds_it(tdir, root))
         if change.plan.edits:
             target_writable(root, _written_paths(change.plan))
         return change
@@ -146,6 +146,22 @@ def _history(tdir: TargetDir, root: Path, change: Change, tree: Tree) -> list[tu
     from vllm_hotfix.flow.history_line import entry
 
     return history.appended(tdir, entry(change.event, change.state, change.plan, tree, str(root)))
+
+
+def _as_the_run_finds_it(tdir: TargetDir, root: Path) -> tuple[TargetState, Tree]:
+    """The record and the files as the real run plans on them: after recovering a pending journal
+    (txn/recovery.as_recovered, read only), so that a dry run after a kill -9 predicts the run."""
+    state = TargetState.load(tdir.directory)
+    if not tdir.pending():
+        return state, Tree(root)
+    from vllm_hotfix.txn.recovery import as_recovered
+    from vllm_hotfix.txn.state import parse_state
+
+    records, tree = as_recovered(tdir.journal, root)
+    for path, data in records.items():
+        if os.path.realpath(path) == os.path.realpath(tdir.state_file):
+            state = TargetState(tdir.directory, *parse_state(data, path)) if data is not None else TargetState(tdir.directory)
+    return state, tree
 
 
 def recover_locked(root: Path) -> RecoveryReport | None:

@@ -26,6 +26,8 @@ def _signature(info: os.stat_result) -> tuple[int, ...]:
 class Tree:
     """Files under ``root``. ``read`` is the engine's Reader; ``path`` is the checked place to write."""
 
+    recovered = False  # txn/recovery.RecoveredTree: the files as recovering the pending journal leaves them
+
     def __init__(self, root: Path):
         self.root = Path(root)
         self._root_str = str(self.root)

@@ -261,6 +261,58 @@ def check_untrusted_journal(journal_dir: Path) -> None:
                                    f"transaction was yours, then remove it (docs/trust.md: Trust model)")
 
 
+class RecoveredTree(Tree):
+    """The target as recovering its pending journal would leave it, read only (what a dry run plans on, so
+    that it predicts the real run, which recovers first): each file the journal names reads as its
+    backup's bytes, or as absent when the interrupted transaction created it."""
+
+    recovered = True
+
+    def __init__(self, root: Path, files: dict):
+        super().__init__(root)
+        self._files = files
+
+    def read(self, relpath: str):
+        return self._files[relpath] if relpath in self._files else super().read(relpath)
+
+
+def as_recovered(journal_dir: Path, root: Path) -> tuple[dict[str, bytes | None], RecoveredTree]:
+    """What ``recover`` would put back, read only: {each state-folder file the journal restores: its bytes
+    before (None: no file)} and the tree. The same refusals as ``recover``: an untrusted journal (exit 6),
+    an invalid one (8), a backup that does not hold what the journal names (6)."""
+    from vllm_hotfix.core.hunk_apply import FileState
+
+    check_untrusted_journal(journal_dir)
+    record = read_journal(journal_dir, root)
+    files: dict = {}
+    for entry in record["files"]:
+        if entry.get("before_sha256") is None:
+            files[entry["path"]] = None
+        else:
+            data = _before_bytes(journal_dir, entry, Path(root) / entry["path"])
+            files[entry["path"]] = FileState(data, entry["before_mode"])
+    records = {own["path"]: _before_bytes(journal_dir, own, Path(own["path"])) if own.get("before_sha256") else None
+               for own in _records(record)}
+    return records, RecoveredTree(Path(root), files)
+
+
+def _before_bytes(journal_dir: Path, entry: dict, current: Path) -> bytes:
+    """The bytes ``entry`` names as before: its backup's, or the file's own when it still holds them."""
+    import hashlib
+
+    from vllm_hotfix.inputs import TARGET_FILE_LIMIT, read_bounded
+
+    for candidate in ([journal_dir / entry["backup"]] if entry.get("backup") else []) + [current]:
+        try:
+            data = read_bounded(candidate, cap=TARGET_FILE_LIMIT, what="file", follow_symlinks=False)
+        except OSError:
+            continue
+        if hashlib.sha256(data).hexdigest() == entry["before_sha256"]:
+            return data
+    raise WriteFailed(f"{journal_file_in(journal_dir)}: could not restore {quote_path(str(current))} (no backup holds "
+                      "the bytes the journal names)", hint="`hotfix recover` says the same; restore it by hand")
+
+
 def recover(journal_dir: Path, root: Path | str | None = None) -> RecoveryReport | None:
     """After a kill -9: put the target back to its state before the interrupted apply.
 
