@@ -343,7 +343,18 @@ def main(argv: list[str] | None = None) -> None:
     full or abandoned stdout) is lost without changing it (``output.finish_output``)."""
     code = _run(sys.argv[1:] if argv is None else argv)
     finish_output()
+    _hold_signals_to_the_end()
     sys.exit(code)
+
+
+def _hold_signals_to_the_end() -> None:
+    """The command is done and ``code`` says what it did to the files: a SIGINT / SIGTERM from here on
+    (the interpreter's shutdown restores the default handlers) stays blocked, so it cannot turn a committed
+    change into a death by signal (issue 45)."""
+    import signal
+
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _run(args: list[str]) -> int:

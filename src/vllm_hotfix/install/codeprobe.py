@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vllm_hotfix_guard.core import codeprint
 from vllm_hotfix_guard.errors import Refused
-from vllm_hotfix.install.locate import interpreter_path, is_this_interpreter
+from vllm_hotfix.install.locate import CHILD, interpreter_path, is_this_interpreter
 
 TIMEOUT = 120.0  # compiling a few vLLM files: seconds at most, even on a loaded machine
 
@@ -45,7 +45,7 @@ def _run(interpreter: str, request: list) -> dict:
     source = Path(codeprint.__file__).read_text(encoding="utf-8")
     try:
         done = subprocess.run([interpreter, "-I", "-c", source], input=repr(request), capture_output=True,
-                              text=True, timeout=TIMEOUT)
+                              text=True, timeout=TIMEOUT, **CHILD)
     except subprocess.TimeoutExpired:
         raise Refused(f"--python {interpreter}: compiling the fixed files took over {TIMEOUT:.0f}s") from None
     except OSError as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from vllm_hotfix_guard.errors import Refused, UsageError
 from vllm_hotfix_guard.install import bytecode
-from vllm_hotfix.install.locate import PROBE_TIMEOUT, cannot_start, interpreter_path, is_this_interpreter
+from vllm_hotfix.install.locate import CHILD, PROBE_TIMEOUT, cannot_start, interpreter_path, is_this_interpreter
 
 
 def in_interpreter(python: str | None, sources: list[str]) -> dict[str, list[tuple[str, str]]]:
@@ -29,7 +29,7 @@ def in_interpreter(python: str | None, sources: list[str]) -> dict[str, list[tup
     source = Path(bytecode.__file__).read_text(encoding="utf-8")
     try:
         done = subprocess.run([interpreter, "-c", source], input=repr(list(sources)), capture_output=True,
-                              text=True, timeout=PROBE_TIMEOUT)
+                              text=True, timeout=PROBE_TIMEOUT, **CHILD)
     except (OSError, ValueError) as exc:
         raise cannot_start(interpreter, exc) from None
     except subprocess.TimeoutExpired:

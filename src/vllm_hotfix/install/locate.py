@@ -102,6 +102,13 @@ def interpreter_path(python: str | None) -> str:
     return interpreter
 
 
+# Every interpreter this tool starts runs in a session of its own: a Ctrl-C on the terminal reaches hotfix
+# alone, which decides what it means (before the commit point: undo, exit 130; after it: the change stands,
+# exit 0 with a note), never a probe half-way through a check (issue 45: a killed post-apply probe undid a
+# committed apply and blamed the interpreter). Popen / subprocess.run take these.
+CHILD = {"start_new_session": True}
+
+
 def _spawn_probe(interpreter: str, do_import: bool, guard: str | None = None):
     """The probe process, waiting for the package name on stdin."""
     import subprocess  # here: in-process probing (the common case at container start) needs none
@@ -109,7 +116,8 @@ def _spawn_probe(interpreter: str, do_import: bool, guard: str | None = None):
     source = Path(probe_module.__file__).read_text(encoding="utf-8")
     argv = [interpreter, "-c", source, "-"] + (["--import"] if do_import else []) + (["--guard"] if guard else []) \
         + (["--guard-load"] if guard == probe_module.GUARD_LOAD else [])
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **CHILD)
 
 
 def start_probe(python: str | None = None, do_import: bool = False, guard: str | None = None) -> None:
