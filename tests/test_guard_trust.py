@@ -214,3 +214,46 @@ def test_the_chain_directory_is_part_of_the_key(setup, monkeypatch, tmp_path):
     (chain / "policy-99.toml").write_text("not read: no policy-2.toml before it")
     verdict, _ = trust_verdict(setup)
     assert "signed by release, sre" in verdict.detail  # another chain: verified again
+
+
+def test_a_link_swapped_in_after_the_check_sends_no_write_elsewhere(setup, monkeypatch, tmp_path):
+    """Issue 45: the ready directory is an emptyDir (0777): another user renames the checked trust-verdicts/
+    away and plants a link to a root-only folder between the check and the write. The entry goes into the
+    directory that was checked (its descriptor), never through the link."""
+    sign(setup, "release", "sre")
+    os.chmod(setup["ready"], 0o777)
+    victim = tmp_path / "root-only"
+    victim.mkdir(mode=0o700)
+    real_cache_dir = guard_trust.cache_dir
+
+    def checked_then_swapped():
+        found = real_cache_dir()
+        os.rename(found, setup["ready"] / "moved")
+        (setup["ready"] / guard_trust.CACHE_DIR).symlink_to(victim)
+        return found
+
+    monkeypatch.setattr(guard_trust, "cache_dir", checked_then_swapped)
+    assert trust_verdict(setup)[0].in_effect
+    assert list(victim.iterdir()) == []
+    assert len(list((setup["ready"] / "moved").glob("*.json"))) == 1
+
+
+def test_the_policy_is_read_once_for_the_key_and_the_verdict(setup, monkeypatch):
+    """Issue 45: the cache key and the verdict come from one read of the policy: a policy swapped after the
+    key's read cannot have a verdict stored under the other policy's key."""
+    sign(setup, "other")  # signed only by a key the policy does not list
+    lax = setup["policy"].with_name("lax.toml")
+    write_policy(lax, setup["keys"], threshold=1, names=("other",))
+    from vllm_hotfix_guard.txn import signed
+
+    real = signed.read_policy_bytes
+
+    def read_then_swap(path):
+        data = real(path)
+        os.replace(lax, setup["policy"])  # the name now holds a policy that would accept the lock
+        return data
+
+    monkeypatch.setattr(signed, "read_policy_bytes", read_then_swap)
+    verdict, _ = trust_verdict(setup)
+    assert not verdict.in_effect and verdict.detail.startswith("UNTRUSTED"), verdict.detail
+    assert entries(setup) == []

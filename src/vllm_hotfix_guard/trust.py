@@ -12,7 +12,10 @@ ever says "accepted" (a refusal is recomputed every time):
   and this container's identity (the boot id and the start time of the pid namespace's first process):
   an entry written before the container started, or for other bytes, matches nothing;
 - who may write it: the directory ``trust-verdicts/`` must be a real directory (no link) owned by this
-  process's user with no permission for group or others (the guard creates it 0700); an entry must be a
+  process's user with no permission for group or others (the guard creates it 0700), judged on its open
+  descriptor, and every entry is read, written and renamed relative to that descriptor (a 0777 ready
+  directory cannot redirect a write: issue 45; another user there can only make it unusable, which
+  costs a verification); an entry must be a
   regular file there (opened without following links), owned by this user, 0600, one link, at most
   ``ENTRY_LIMIT`` bytes, holding exactly ``{"schema": 1, "key": KEY, "verdict": "trusted"}`` for its
   own name. Anything else is ignored and the signatures are verified again. So only this user (or root)
@@ -77,12 +80,13 @@ def lock_trust(path: Path, data: bytes, lock) -> Optional[Verdict]:
 
         now = time.time()
         signatures = signed.signature_files(path)  # read once: what the key covers is what is judged
+        policy_bytes = signed.read_policy_bytes(policy_file)  # read once too: the key's bytes are the policy's
         directory = cache_dir()
-        key = cache_key(data, signatures, signed.read_policy_bytes(policy_file)) if directory is not None else None
+        key = cache_key(data, signatures, policy_bytes) if directory is not None else None
         if signatures and key is not None and _unexpired(lock, now) and cached(directory, key):
             return Verdict(TRUST_ID, True, f"trusted: verified by an earlier process of this container "
                                            f"(cache {directory})", source="lock")
-        policy = signed.load_policy(now=now)
+        policy = signed.load_policy(now=now, data=policy_bytes)
         from vllm_hotfix_guard.output import quote_path
 
         verdict = signed.lock_verdict(path, data, lock, policy, now=now, subject=quote_path(str(path)),
@@ -179,13 +183,23 @@ def container_identity() -> bytes:
     return b"\0".join(parts)
 
 
+class _CacheDir(type(Path())):
+    """``$HOTFIX_READY_DIR/trust-verdicts`` as checked: ``fd`` is the descriptor of the very directory judged
+    (a real directory, owned by this user, no permission for group or others); every entry is opened,
+    written and renamed relative to it, so a link or a rename in the ready directory (an emptyDir is 0777)
+    cannot send a write elsewhere (issue 45)."""
+
+    fd: int = -1
+
+
 def cache_dir() -> Optional[Path]:
     """``$HOTFIX_READY_DIR/trust-verdicts``, created 0700, when it is fit to hold verdicts: a real
-    directory owned by this user with no permission for group or others. None: no cache."""
+    directory owned by this user with no permission for group or others, judged on its open descriptor
+    (``_CacheDir.fd``). None: no cache."""
     ready = os.environ.get(READY_DIR_ENV, "")
     if not ready or not os.path.isabs(ready) or "\0" in ready:
         return None
-    directory = Path(ready) / CACHE_DIR
+    directory = _CacheDir(Path(ready) / CACHE_DIR)
     try:
         os.mkdir(directory, 0o700)
     except FileExistsError:
@@ -193,11 +207,14 @@ def cache_dir() -> Optional[Path]:
     except OSError:
         return None
     try:
-        info = os.lstat(directory)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
+    info = os.fstat(fd)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        os.close(fd)
         return None
+    directory.fd = fd
     return directory
 
 
@@ -206,13 +223,20 @@ def entry_bytes(key: str) -> bytes:
     return b'{"schema": 1, "key": "' + key.encode() + b'", "verdict": "trusted"}'
 
 
+def _dir_fd(directory: Path) -> Optional[int]:
+    return getattr(directory, "fd", None) if getattr(directory, "fd", -1) >= 0 else None
+
+
 def cached(directory: Path, key: str) -> bool:
     """Whether ``directory`` holds a fit entry accepting ``key`` (see the module's rules)."""
     import json
 
     try:
-        fd = os.open(directory / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
+                     dir_fd=_dir_fd(directory)) if _dir_fd(directory) is not None else -1
     except OSError:
+        return False
+    if fd < 0:
         return False
     try:
         info = os.fstat(fd)
@@ -233,10 +257,15 @@ def cached(directory: Path, key: str) -> bool:
 
 def store(directory: Path, key: str) -> None:
     """Leave the accepting verdict for ``key``: written 0600 under a temporary name, then renamed into
-    place (a reader sees a whole entry or none). A failure only costs the next process a verification."""
-    tmp = directory / f".{key}.{os.getpid()}.tmp"
+    place (a reader sees a whole entry or none), both relative to the checked directory's descriptor. A
+    failure only costs the next process a verification."""
+    where = _dir_fd(directory)
+    if where is None:
+        return
+    tmp = f".{key}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600,
+                     dir_fd=where)
     except OSError:
         return
     try:
@@ -244,9 +273,9 @@ def store(directory: Path, key: str) -> None:
             os.write(fd, entry_bytes(key))
         finally:
             os.close(fd)
-        os.replace(tmp, directory / f"{key}.json")
+        os.replace(tmp, f"{key}.json", src_dir_fd=where, dst_dir_fd=where)
     except OSError:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=where)
         except OSError:
             pass

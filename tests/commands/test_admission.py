@@ -423,7 +423,7 @@ def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path, bomb):
     import io
     import tarfile
 
-    from vllm_hotfix.txn.hotfix_lock import read_lock
+    from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 
     export = make_export(tmp_path / "export")
     lock_bytes, lock = read_lock(export / "hotfix.lock")
@@ -455,7 +455,7 @@ def test_an_index_of_hundreds_of_manifests_is_refused_at_once(tmp_path, run_hotf
     per manifest): an index lists at most oci.MAX_IMAGES, and a layer shared by platforms is unpacked once."""
     import time
 
-    from vllm_hotfix.txn.hotfix_lock import read_lock
+    from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 
     export = make_export(tmp_path / "export")
     lock_bytes, lock = read_lock(export / "hotfix.lock")

@@ -194,6 +194,9 @@ BAD_INPUTS = {  # case: (make the patch / the tree, exit code, error message pat
     "absolute": (absolute, 3, r"small.patch:1: invalid path '/.*/outside.py': it is absolute$"),
     "symlink outside": (symlink_outside, 3, "vllm/b.py: leads outside .* through a symlink"),
     "symlinked dir outside": (symlinked_dir_outside, 3, "vllm/new/d.py: leads outside .* through a symlink"),
+    # issue 45: git says "patch with only garbage"; this was exit 70 (AttributeError in parse._git_file)
+    "both sides /dev/null": (lambda text, root: "diff --git a/x b/x\n+++ /dev/null\n--- /dev/null\n", 8,
+                             r"small.patch:1: patch with only garbage: both sides"),
 }
 
 
@@ -391,3 +394,19 @@ def test_after_a_kill_9_the_dry_run_predicts_the_run(run_hotfix, root, tmp_path)
     predicted, done = json.loads(dry.stdout), json.loads(real.stdout)
     assert predicted["files"] == done["files"] and predicted["already_applied"] == done["already_applied"] is False
     assert run_hotfix("verify", "--root", root).returncode == 0
+
+
+def test_a_name_with_a_backslash_is_written_recorded_read_and_rolled_back(run_hotfix, root, tmp_path):
+    """Issue 45 (git's t4135): `post\\image.txt` is a name git applies; the record hotfix wrote for it wedged the
+    target (every command exit 8, "unsafe path ... (backslash or NUL)"). One path rule for write and read."""
+    patch = tmp_path / "bs.diff"
+    patch.write_text("diff --git a/post\\image.txt b/post\\image.txt\nnew file mode 100644\n--- /dev/null\n"
+                     "+++ b/post\\image.txt\n@@ -0,0 +1 @@\n+hello\n")
+    before = snapshot(root)
+    assert run_hotfix("apply", "--patch", patch, "--root", root, "--id", "bs").returncode == 0
+    assert (root / "post\\image.txt").read_text() == "hello\n"
+    for command in (("status",), ("verify",), ("log",)):
+        done = run_hotfix(*command, "--root", root)
+        assert done.returncode == 0, (command, done.stderr)
+    assert run_hotfix("rollback", "bs", "--root", root).returncode == 0
+    assert snapshot(root) == before

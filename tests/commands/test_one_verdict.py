@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotfix.paths import TargetDir
-from vllm_hotfix.txn.state import TargetState, seal_of
+from vllm_hotfix_guard.paths import TargetDir
+from vllm_hotfix_guard.txn.state import TargetState, seal_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 HOTFIX = "mamba-align-block-size"

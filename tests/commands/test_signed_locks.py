@@ -368,3 +368,36 @@ def test_a_signed_catalog_is_loaded_from_the_bytes_its_verdict_judged(keys, tmp_
     monkeypatch.setattr(sums, "catalog_files", read_then_swap)
     loaded = index.Catalog.load([catalog], env={"HOTFIX_TRUST": str(policy)})
     assert [str(m.version) for m in loaded.all() if m.id == "demo-fix"] == ["2"]
+
+
+def test_a_policy_swapped_between_its_read_and_its_check_never_trusts(run_hotfix, keys, signed_dir, tmp_path):
+    """Issue 45: the policy was read by name, then stat'ed by name again: a link flipped between a strict
+    policy (owned, 0644) and a loose one (group-writable, listing the signer) got a lock signed only by an
+    unlisted key accepted. Now the bytes and the owner check come from one descriptor: 12 or 3, never 0."""
+    import threading
+
+    key = keys["other"]
+    assert minisign_run("-S", "-s", key.key, "-m", signed_dir, "-x", key.sig(signed_dir)).returncode == 0
+    strict = write_policy(tmp_path / "strict.toml", keys, threshold=1)
+    loose = write_policy(tmp_path / "loose.toml", keys, threshold=1, names=("other",))
+    os.chmod(loose, 0o664)
+    link = tmp_path / "trust.link"
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            for target in (strict, loose):
+                tmp = tmp_path / "trust.link.tmp"
+                tmp.unlink(missing_ok=True)
+                tmp.symlink_to(target)
+                os.replace(tmp, link)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        for _ in range(20):
+            done = run_hotfix("verify", "--lock", signed_dir, "--trust", link)
+            assert done.returncode in (3, 12), (done.returncode, done.stdout, done.stderr)
+    finally:
+        stop.set()
+        flipper.join()

@@ -103,7 +103,7 @@ def catalog_verdict(directory: Path, policy: trust_policy.Policy, *, now: float,
     """The policy's verdict on a catalog directory: its list signed as the policy asks, and every file
     under manifests/ and patches/ listed with its sha256 (one TAMPERED line per file that differs).
     ``files``: what ``catalog_files`` read, the very bytes the catalog is then loaded from."""
-    from vllm_hotfix.txn.signed import signature_files
+    from vllm_hotfix_guard.txn.signed import signature_files
 
     sums_path = directory / CATALOG_SUMS
     data = _read_sums(sums_path)

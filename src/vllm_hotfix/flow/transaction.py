@@ -155,7 +155,7 @@ def _as_the_run_finds_it(tdir: TargetDir, root: Path) -> tuple[TargetState, Tree
     if not tdir.pending():
         return state, Tree(root)
     from vllm_hotfix.txn.recovery import as_recovered
-    from vllm_hotfix.txn.state import parse_state
+    from vllm_hotfix_guard.txn.state import parse_state
 
     records, tree = as_recovered(tdir.journal, root)
     for path, data in records.items():

@@ -280,7 +280,7 @@ def as_recovered(journal_dir: Path, root: Path) -> tuple[dict[str, bytes | None]
     """What ``recover`` would put back, read only: {each state-folder file the journal restores: its bytes
     before (None: no file)} and the tree. The same refusals as ``recover``: an untrusted journal (exit 6),
     an invalid one (8), a backup that does not hold what the journal names (6)."""
-    from vllm_hotfix.core.hunk_apply import FileState
+    from vllm_hotfix_guard.core.hunk_apply import FileState
 
     check_untrusted_journal(journal_dir)
     record = read_journal(journal_dir, root)
@@ -300,7 +300,7 @@ def _before_bytes(journal_dir: Path, entry: dict, current: Path) -> bytes:
     """The bytes ``entry`` names as before: its backup's, or the file's own when it still holds them."""
     import hashlib
 
-    from vllm_hotfix.inputs import TARGET_FILE_LIMIT, read_bounded
+    from vllm_hotfix_guard.inputs import TARGET_FILE_LIMIT, read_bounded
 
     for candidate in ([journal_dir / entry["backup"]] if entry.get("backup") else []) + [current]:
         try:

@@ -103,8 +103,8 @@ class Fields:
         return value
 
     def relpath(self, doc: dict, where: str, key: str, *, required: bool = True) -> Optional[str]:
-        """A relative posix path confined below its base: no absolute path, '..', '.', empty component,
-        backslash or NUL."""
+        """A relative posix path confined below its base (``relpath_problem``: no absolute path, '..', '.',
+        empty component, '.git' in any spelling, or NUL)."""
         value = self.text(doc, where, key, required=required)
         if value is not None:
             problem = relpath_problem(value)
@@ -133,17 +133,12 @@ class Fields:
 
 
 def relpath_problem(value: str) -> Optional[str]:
-    """Why ``value`` is not a safe relative posix path, or None."""
-    if not value:
-        return "empty"
-    if value.startswith("/"):
-        return "absolute"
-    if "\\" in value or "\x00" in value:
-        return "backslash or NUL"
-    parts = value.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        return "'..', '.' or an empty component"
-    return None
+    """Why ``value`` is not a safe relative posix path, or None: the one path rule, the one a patch's paths
+    are written by (core/safety.invalid_path_reason, git's verify_path), so that whatever the tool writes
+    and records it reads back (issue 45: a backslash is a character of a name, as git has it)."""
+    from vllm_hotfix_guard.core.safety import invalid_path_reason
+
+    return invalid_path_reason(value)
 
 
 def _kind(value: Any) -> str:

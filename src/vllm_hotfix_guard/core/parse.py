@@ -167,6 +167,8 @@ class _Parser(Names, Hunks):
                 raise self.fail(final_at, f"inconsistent {side} filename: line {at + 1} and line {final_at + 1} differ")
         if (old_path is None and not is_new and minus is ABSENT) or (new_path is None and not is_delete and plus is ABSENT):
             raise self.fail(start, "cannot tell the file names from this 'diff --git' line")
+        if old_path is None and new_path is None:  # '--- /dev/null' and '+++ /dev/null': no file at all (git's words)
+            raise self.fail(start, "patch with only garbage: both sides of this 'diff --git' are /dev/null")
         if is_new:
             old_path = None
         if is_delete:

@@ -63,19 +63,19 @@ def read_policy_file(path: Path) -> tuple[bytes, "trust_policy.Policy"]:
 def read_policy_bytes(path: Path) -> bytes:
     """A policy file's bytes, unparsed (what the guard's verdict cache keys on). It is trusted by where it
     is, so it must be a regular file (a link is followed: ConfigMap mounts are links) that only its owner,
-    this user or root, can write."""
+    this user or root, can write: judged on the fstat of the one descriptor the bytes are read from."""
+    def owned(info: os.stat_result) -> None:  # the fstat of the very descriptor read (issue 45: never a 2nd look)
+        if info.st_uid not in (os.geteuid(), 0) or info.st_mode & 0o022:
+            raise Refused(f"{path}: the trust policy is writable by others than its owner, or owned by another user "
+                          f"(uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}): whoever can write it decides "
+                          f"what runs", hint=f"`chmod go-w {path}` and own it, or keep it in the image (read-only)")
+
     try:
-        data = read_bounded(path, cap=POLICY_LIMIT, what="trust policy")
-        info = os.stat(path)
+        return read_bounded(path, cap=POLICY_LIMIT, what="trust policy", check=owned)
     except FileNotFoundError:
         raise UsageError(f"trust policy {path} does not exist", hint=f"check --trust / {TRUST_ENV}") from None
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read the trust policy: {exc.strerror}") from None
-    if info.st_uid not in (os.geteuid(), 0) or info.st_mode & 0o022:
-        raise Refused(f"{path}: the trust policy is writable by others than its owner, or owned by another user "
-                      f"(uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}): whoever can write it decides what runs",
-                      hint=f"`chmod go-w {path}` and own it, or keep it in the image (read-only)")
-    return data
 
 
 def signature_files(signed: Path, *, follow_symlinks: bool = True) -> list[tuple[str, bytes]]:
@@ -104,15 +104,22 @@ def signature_files(signed: Path, *, follow_symlinks: bool = True) -> list[tuple
 
 
 def load_policy(given: Optional[str | Path] = None, *, now: float, env: Optional[Mapping[str, str]] = None,
-                chain: Optional[str | Path] = None, pinned: str = CONTAINER_TRUST) -> Optional["trust_policy.Policy"]:
+                chain: Optional[str | Path] = None, pinned: str = CONTAINER_TRUST,
+                data: Optional[bytes] = None) -> Optional["trust_policy.Policy"]:
     """The policy in force (None: none): ``policy_path``'s, then every rotation in the chain directory
     (``chain`` or HOTFIX_TRUST_CHAIN) that its predecessor's keys signed. A step that does not verify is
-    refused (Untrusted, its exit code): a chain is never skipped past."""
+    refused (Untrusted, its exit code): a chain is never skipped past. ``data``: the policy file's bytes,
+    when the caller read them (``read_policy_bytes``) and keys on them."""
     env = os.environ if env is None else env
     path = policy_path(given, env, pinned)
     if path is None:
         return None
-    _, policy = read_policy_file(path)
+    if data is None:
+        _, policy = read_policy_file(path)
+    else:  # its bytes read already (``read_policy_bytes``): judged as read, never read again
+        from vllm_hotfix_guard.core import trust_policy
+
+        policy = trust_policy.parse_policy(data, str(path))
     chain_dir = str(chain) if chain else env.get(TRUST_CHAIN_ENV, "")
     if not chain_dir:
         return policy
