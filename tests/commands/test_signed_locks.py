@@ -401,3 +401,39 @@ def test_a_policy_swapped_between_its_read_and_its_check_never_trusts(run_hotfix
     finally:
         stop.set()
         flipper.join()
+
+
+def test_one_key_under_two_key_ids_is_refused_and_counts_once(run_hotfix, keys, signed_dir, tmp_path):
+    """Issue 45: the key id is not signed, so one key listed under two ids counted twice toward a threshold
+    (one signature, its key id bytes rewritten, made two); `trust rotate` accepted such a policy. The policy
+    reader refuses it (exit 8, the key path), and a threshold counts distinct public keys."""
+    import base64
+
+    from vllm_hotfix_guard.core import trust_policy
+
+    release = keys["release"]
+    raw = base64.b64decode(release.line)
+    twin = base64.b64encode(raw[:2] + bytes(8) + raw[10:]).decode()  # the same key, another id
+    policy = tmp_path / "twin.toml"
+    policy.write_text(f'threshold = 2\n[[keys]]\nname = "a"\nminisign = "{release.line}"\n'
+                      f'[[keys]]\nname = "b"\nminisign = "{twin}"\n')
+    before = signed_dir.read_bytes()
+    done = run_hotfix("verify", "--lock", signed_dir, "--trust", policy)
+    assert done.returncode == 8 and "keys[1].minisign: the public key of keys[0] under another key id" in done.stderr
+    rotate = run_hotfix("trust", "rotate", policy, "--trust", signed_dir.parent.parent / "trust.toml")
+    assert rotate.returncode == 8 and "another key id" in rotate.stderr
+    assert signed_dir.read_bytes() == before
+    # the count itself, on a policy built past the reader: one valid signature under both ids counts once
+    good = trust_policy.parse_policy(f'threshold = 1\n[[keys]]\nname = "a"\nminisign = "{release.line}"\n'.encode(), "p")
+    doubled = trust_policy.Policy(**{**good.as_dict(),
+                                     "threshold": 2, "keys": good.keys + (trust_policy.TrustedKey(
+                                         name="b", key=good.keys[0].key.__class__(key_id=bytes(8),
+                                                                                   key=good.keys[0].key.key)),)})
+    assert minisign_run("-S", "-s", release.key, "-m", signed_dir, "-x", release.sig(signed_dir)).returncode == 0
+    sig = release.sig(signed_dir).read_bytes()
+    lines = sig.split(b"\n")
+    forged_raw = base64.b64decode(lines[1])
+    forged = lines[0] + b"\n" + base64.b64encode(forged_raw[:2] + bytes(8) + forged_raw[10:]) + b"\n" + b"\n".join(lines[2:])
+    verdict = trust_policy.evaluate(signed_dir.read_bytes(), [("a.minisig", sig), ("b.minisig", forged)], doubled,
+                                    now=0, subject="lock", versioned=False)
+    assert verdict.signers == ("a",) and not verdict.trusted

@@ -198,6 +198,9 @@ def parse_policy(data: bytes, source: str) -> Policy:
                 raise fail(f"{where}.name", f"{name!r} is also keys[{other_index}].name")
             if other.key.key_id == key.key_id:
                 raise fail(f"{where}.minisign", f"key id {key.id_text} is also keys[{other_index}]'s")
+            if other.key.key == key.key:  # the key id is not signed: one key under two ids would count twice
+                raise fail(f"{where}.minisign", f"the public key of keys[{other_index}] under another key id: a "
+                                                "threshold counts distinct keys")
         keys.append(TrustedKey(name=name, key=key))
     threshold = integer("threshold", None, 1)
     if threshold > len(keys):
@@ -312,7 +315,11 @@ def evaluate(message: bytes, signatures: Sequence[tuple[str, bytes]], policy: Po
     signatures are; ``versioned=False`` (a catalog, a policy) skips min_version and expiry."""
     checks = check_signatures(message, signatures[:MAX_SIGNATURES], policy)
     counted = {c.key_name for c in checks if c.outcome == minisign.VALID}
-    signers = tuple(k.name for k in policy.keys if k.name in counted)
+    distinct: dict[bytes, str] = {}  # one public key counts once, whatever key id names it
+    for k in policy.keys:
+        if k.name in counted:
+            distinct.setdefault(k.key.key, k.name)
+    signers = tuple(distinct.values())
     refusals: list[Refusal] = []
     warnings: list[str] = []
     failed = [c for c in checks if c.outcome in (minisign.BAD_SIGNATURE, minisign.BAD_COMMENT)]
