@@ -410,3 +410,16 @@ def test_a_name_with_a_backslash_is_written_recorded_read_and_rolled_back(run_ho
         assert done.returncode == 0, (command, done.stderr)
     assert run_hotfix("rollback", "bs", "--root", root).returncode == 0
     assert snapshot(root) == before
+
+
+def test_a_corrupt_record_s_remedy_is_not_the_permissions(run_hotfix, small_patch, root):
+    """Issue 45: a corrupt state.json said "fix its permissions"; it says how to get out (exit 8, files kept)."""
+    assert run_hotfix("apply", "--patch", small_patch, "--root", root).returncode == 0
+    (state,) = Path(os.environ["HOTFIX_STATE_DIR"]).rglob("state.json")
+    state.write_text('{"schema": 2, "target": ')
+    before = snapshot(root)
+    for command in (("status",), ("rollback", "small")):
+        done = run_hotfix(*command, "--root", root)
+        assert done.returncode == 8 and "permissions" not in done.stderr, done.stderr
+        assert "move the state folder aside" in done.stderr
+    assert snapshot(root) == before

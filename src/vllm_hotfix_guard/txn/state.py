@@ -98,11 +98,18 @@ class TargetState:
         try:
             data = read_own_file(path, limit=STATE_LIMIT, owned=True)
         except OSError as exc:
+            import errno
+
+            denied = exc.errno in (errno.EACCES, errno.EPERM)
             raise InvalidInput(f"{path}: cannot read the recorded state: {exc.strerror}",
-                               hint="fix its permissions (the user running hotfix must read it)") from None
+                               hint="fix its permissions (the user running hotfix must read it)" if denied
+                               else CORRUPT_HINT.format(folder=directory)) from None
         if data is None:
             return cls(Path(directory))
-        target, hotfixes = parse_state(data, str(path))
+        try:
+            target, hotfixes = parse_state(data, str(path))
+        except InvalidInput as exc:  # a corrupt record: not a permission problem (issue 45)
+            raise InvalidInput(exc.message, hint=exc.hint or CORRUPT_HINT.format(folder=directory)) from None
         return cls(Path(directory), target, hotfixes)
 
     def series(self) -> list[tuple[str, tuple]]:
@@ -211,6 +218,8 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+CORRUPT_HINT = ("the record cannot be used: restore the files (reinstall the package / git checkout), then move the "
+                "state folder aside ({folder}) and apply again")
 SEAL_FORMAT = "vllm-hotfix-seal/1"
 SEALED_TARGET = ("root", "package", "distribution", "version", "kind", "commit")
 
