@@ -29,6 +29,11 @@ def test_status_points_at_the_other_recorded_targets(tmp_path, run_hotfix):
     same = run_hotfix("status", "--root", root)  # the only recorded target: nothing else to point at
     assert same.returncode == 0, same.stderr
     assert "status --all" not in same.stderr
+    (other / "m.diff").write_text("--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n-a\n+b\n")
+    assert run_hotfix("apply", "--patch", other / "m.diff", "--root", other).returncode == 0
+    for command in ("status", "verify"):  # issue 45: a target with its own record gets no line about the others
+        done = run_hotfix(command, "--root", root)
+        assert done.returncode == 0 and "other target(s)" not in done.stderr, done.stderr
 
 
 def test_the_history_records_relative_paths_absolute(tmp_path, run_hotfix):

@@ -90,12 +90,14 @@ def run(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, cat
         say(line)
     if counted:
         say(f"fingerprint: {digest}")
-    hint_other_targets(targets)
+    if not any(s.recorded for s in statuses):  # only where nothing is recorded: no line on every status (issue 45)
+        hint_other_targets(targets)
     return code
 
 
 def hint_other_targets(targets: list) -> None:
-    """A note when the state directory records targets besides the ones shown: `status --all` lists them."""
+    """A note when nothing is recorded for the target shown but the state directory records others: `status
+    --all` lists them."""
     from vllm_hotfix_guard.errors import HotfixError
     from vllm_hotfix_guard.output import note
     from vllm_hotfix_guard.paths import TargetDir, all_target_dirs, state_dir
