@@ -68,8 +68,9 @@ def test_show_tells_symptoms_patches_pins_and_where_to_get_the_file(run_hotfix, 
                      "vllm checkout: commit 568afb3a, clean (usually /vllm-workspace/vllm)",
                      "vllm/x.py contains 'new'", "Supersedes (fully replaces) versions: 5",
                      "[pr] https://github.com/vllm-project/vllm/pull/1 the fix",
-                     f"Try it: hotfix apply qwen-big --catalog {catalog} --dry-run --patch-file PATH"):
+                     f"Try it: hotfix apply qwen-big --catalog {catalog} --root CHECKOUT --dry-run --patch-file PATH"):
         assert expected in out
+    assert "\\n" not in out and "None" not in out  # issue 45: no literal \n, no `sha256  None`
 
 
 def test_show_an_older_version_and_json(run_hotfix, catalog):

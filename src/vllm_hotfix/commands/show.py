@@ -50,11 +50,14 @@ def render(m: Manifest, versions: Sequence[int | str], catalog_dir: Path | None 
         lines += [f"  - {s}" for s in m.symptoms]
     if m.signatures:
         lines.append("Signatures (what `hotfix doctor` looks for in a log; only a specific one can name the fix):")
-        lines += [f"  {s.tier:<8} {s.role}{'' if s.confirmed else '  (unconfirmed: written from a description, not yet seen in a real log)'}"
-                  f"\n{'':<4}{s.pattern}\n{'':<4}{s.explain}" for s in m.signatures]
+        for sig in m.signatures:  # one printed line each (a newline inside a line shows as a literal \\n)
+            lines += [f"  {sig.tier:<8} {sig.role}" + ("" if sig.confirmed else "  (unconfirmed: written from a "
+                                                       "description, not yet seen in a real log)"),
+                      f"{'':<4}{sig.pattern}", f"{'':<4}{sig.explain}"]
     if m.confirm:
         lines.append("To confirm a \"possible\" match (doctor prints these):")
-        lines += [f"  {number}. {c.step}\n{'':<5}→ {c.shows}" for number, c in enumerate(m.confirm, 1)]
+        for number, c in enumerate(m.confirm, 1):
+            lines += [f"  {number}. {c.step}", f"{'':<5}→ {c.shows}"]
     if m.platforms:
         lines.append(f"Occurs on: {', '.join(m.platforms)} (doctor rules it out on a log of another platform)")
     if m.description:
@@ -102,9 +105,12 @@ def render(m: Manifest, versions: Sequence[int | str], catalog_dir: Path | None 
     import shlex
 
     where = f" --catalog {shlex.quote(os.path.abspath(catalog_dir))}" if catalog_dir is not None else ""
-    lines.append(f"Try it: hotfix apply {m.id}{where} --dry-run"
+    # the target it needs: a checkout (--root) for a git baseline, else the interpreter that imports the package
+    target = " --root CHECKOUT" if any(t.git for t in m.targets) else " --python PYTHON"
+    lines.append(f"Try it: hotfix apply {m.id}{where}{target} --dry-run"
                  + (" --patch-file PATH" if any(p.kind == "external" for p in m.patches) else "")
-)
+                 + ("   (CHECKOUT: the vllm-ascend source tree Python imports)" if target.startswith(" --root") else
+                    "   (PYTHON: the interpreter that runs vLLM; `hotfix where` shows what it loads)"))
     return lines
 
 
@@ -122,7 +128,8 @@ def _patch_lines(m: Manifest, index: int, spec: PatchSpec) -> list[str]:
         lines.append(f"     for versions {spec.versions}")
     if spec.md5:
         lines.append(f"     md5     {spec.md5}")
-    lines.append(f"     sha256  {spec.sha256}" + (" (of the normalised diff)" if spec.kind == "commit" else ""))
+    if spec.sha256:  # an external file may be pinned by md5 alone
+        lines.append(f"     sha256  {spec.sha256}" + (" (of the normalised diff)" if spec.kind == "commit" else ""))
     if spec.stats:
         lines.append(f"     stats   {spec.stats.describe()}")
     details = [f"strip {spec.strip}"] + ([f"excludes {', '.join(spec.exclude)}"] if spec.exclude else [])
