@@ -129,12 +129,13 @@ def recover_cmd(python, root, catalogs, dry_run, as_json) -> None:
 @cli.command("where", **texts("where"))
 @click.argument("package")
 @python_option
+@root_option("to inspect")
 @click.option("--import", "do_import", is_flag=True, help="Also run the real `import PACKAGE` in that interpreter and compare.")
 @json_option
-def where_cmd(package, python, do_import, as_json) -> None:
+def where_cmd(package, python, root, do_import, as_json) -> None:
     from vllm_hotfix.commands import where as command
 
-    _exit(command.run(package=package, python=python, do_import=do_import, as_json=as_json))
+    _exit(command.run(package=package, python=python, root=root, do_import=do_import, as_json=as_json))
 
 
 @cli.command("audit", **texts("audit"))

@@ -71,3 +71,48 @@ def test_a_record_forged_over_a_file_without_the_fix_is_unknown_to_every_reader(
         assert done.returncode == 8 and "already applied" not in done.stdout, (dry, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr
     assert target.read_bytes() == before and tree_of(tdir.directory) == state_before
+
+
+def _manifest(catalog: Path, version: int, patch: bytes, supersedes: str = "") -> None:
+    (catalog / "patches" / "vendor-fix").mkdir(parents=True, exist_ok=True)
+    (catalog / "patches" / "vendor-fix" / f"v{version}.patch").write_bytes(patch)
+    (catalog / "manifests").mkdir(exist_ok=True)
+    (catalog / "manifests" / f"vendor-fix-v{version}.toml").write_text(
+        f'schema = 1\nid = "vendor-fix"\nversion = {version}\ntitle = "A vendor patch, v{version}"\n{supersedes}\n'
+        f'[[targets]]\ndistribution = "vllm"\nversions = ">=0.30.0,<0.31.0"\n\n[[patches]]\n'
+        f'file = "vendor-fix/v{version}.patch"\nsha256 = "{sha(patch)}"\n')
+
+
+def test_an_older_superseded_version_applied_by_hand_is_named_with_the_way_up(vllm_install, run_hotfix, tmp_path):
+    """Issue 45: a vendor patch v1 applied by hand (`git apply`) showed `drifted` and "restore it, then apply";
+    status names the version the files hold and the way up, and each step runs as printed."""
+    import shlex
+
+    venv = vllm_install("0.30.0")
+    target = venv.site_packages / MAMBA
+    pristine = target.read_bytes()
+    v1_text, v2_text = pristine + b"# vendor fix v1\n", pristine + b"# vendor fix v2\n"
+
+    def diff(new: bytes) -> bytes:
+        return "".join(difflib.unified_diff(pristine.decode().splitlines(True), new.decode().splitlines(True),
+                                            f"a/{MAMBA}", f"b/{MAMBA}")).encode()
+
+    catalog = tmp_path / "catalog"
+    _manifest(catalog, 1, diff(v1_text))
+    _manifest(catalog, 2, diff(v2_text), supersedes="supersedes = [1]")
+    target.write_bytes(v1_text)  # v1 by hand
+    env = {"HOTFIX_CATALOG": str(catalog)}
+    (entry,) = [e for e in json.loads(run_hotfix("status", "--python", venv.python, "--json", env=env).stdout)
+                if e["id"] == "vendor-fix"]
+    assert entry["state"] == "drifted" and "the files hold vendor-fix@1" in entry["detail"], entry
+    steps = [s.strip("`") for s in entry["advice"].split(" records it")[0:1] + [entry["advice"].split("then ")[1]]]
+    adopt, upgrade = steps[0], steps[1].split(" upgrades")[0].strip("`")
+    for step in (adopt, upgrade):
+        argv = shlex.split(step)
+        assert argv[0] == "hotfix", step
+        done = run_hotfix(*argv[1:], env=env)
+        assert done.returncode == 0, (step, done.stderr)
+    assert target.read_bytes() == v2_text
+    (entry,) = [e for e in json.loads(run_hotfix("status", "--python", venv.python, "--json", env=env).stdout)
+                if e["id"] == "vendor-fix"]
+    assert entry["state"] == "applied" and entry["version"] == 2, entry

@@ -39,3 +39,14 @@ def test_where_errors_are_one_line_with_exit_codes(run_hotfix, tmp_path):
     done = run_hotfix("where", "vllm", "--python", tmp_path / "python", "--json")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert json.loads(done.stdout)["error"]["message"] == f"--python {tmp_path / 'python'}: no such interpreter"
+
+
+def test_where_takes_root_as_every_other_command(run_hotfix, tmp_path):
+    """Issue 45: `where` had no --root; a checkout is inspected as apply/status see it."""
+    (tmp_path / "checkout" / "pkg").mkdir(parents=True)
+    (tmp_path / "checkout" / "pkg" / "__init__.py").write_text("")
+    done = run_hotfix("where", "pkg", "--root", tmp_path / "checkout", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["root"] == str(tmp_path / "checkout")
+    refused = run_hotfix("where", "pkg", "--root", tmp_path / "checkout", "--import")
+    assert refused.returncode == 2 and "give --python, not --root" in refused.stderr

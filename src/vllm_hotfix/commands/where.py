@@ -36,10 +36,14 @@ def print_block(rows: list[tuple[str, str]], warnings: tuple[str, ...] = ()) -> 
         say(f"WARNING: {warning}")
 
 
-def run(*, package: str, python: str | None = None, do_import: bool = False, as_json: bool = False) -> int:
+def run(*, package: str, python: str | None = None, root=None, do_import: bool = False, as_json: bool = False) -> int:
     from vllm_hotfix_guard.install.mounts import mounts_below
 
-    target = Resolver(python).package(package, do_import=do_import)
+    if root is not None and do_import:
+        from vllm_hotfix_guard.errors import UsageError
+
+        raise UsageError("--import runs `import PACKAGE` in an interpreter: give --python, not --root")
+    target = Resolver(python, root).package(package, do_import=do_import)
     mounts = list(mounts_below(target.package_dir).values())  # files that do not come from the install itself
     if as_json:
         emit_json(dict(target.to_json(), mounts=[m.to_json() for m in mounts]))

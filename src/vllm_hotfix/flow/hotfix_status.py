@@ -231,7 +231,29 @@ def catalog_status(manifest: Manifest, target: Target, spec: TargetSpec | None, 
         hotfix = catalog_hotfix(manifest, target, patch_files=patch_files)
     except HotfixError as exc:
         return Status(manifest.id, manifest.version, UNKNOWN, str(target.root), exc.message, exc.hint)
-    return status_from_files(hotfix, target, view, option)
+    found = status_from_files(hotfix, target, view, option)
+    if found.state == DRIFTED and manifest.supersedes and view.catalog is not None:
+        return _superseded_in_files(manifest, target, view.catalog, option, patch_files) or found
+    return found
+
+
+def _superseded_in_files(manifest: Manifest, target: Target, catalog: Catalog, option: str,
+                         patch_files: Sequence[Path]) -> Status | None:
+    """The files hold an older version this one supersedes (applied by hand, e.g. `git apply` of v5): that
+    version, and the way up -- `apply ID@V` records it without changing a file, then `apply ID` upgrades it
+    in one transaction (issue 45). None when no superseded version's change is what the files hold."""
+    for version in sorted(manifest.supersedes, key=str, reverse=True):
+        try:
+            older = catalog.get(manifest.id, version)
+            series = catalog_hotfix(older, target, patch_files=patch_files).series
+        except HotfixError:  # that version is gone, or needs a file not given
+            continue
+        if presence(series, Tree(target.root).read).state == CONTAINED:
+            return Status(manifest.id, manifest.version, DRIFTED, str(target.root),
+                          f"the files hold {manifest.id}@{version}, which {manifest.ref} supersedes (applied by hand?)",
+                          f"`hotfix apply {manifest.id}@{version} {option}` records it without changing a file, then "
+                          f"`hotfix apply {manifest.id} {option}` upgrades it in one transaction")
+    return None
 
 
 def lock_status(hotfix_id: str, target: Target) -> Status | None:
