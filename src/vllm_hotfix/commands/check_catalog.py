@@ -54,7 +54,12 @@ def run(*, hotfix_ids: Sequence[str] = (), versions: str | None = None, repo: Pa
     from vllm_hotfix.catalog.upstream import open_release, published_releases
 
     catalog = Catalog.load(catalogs)
-    manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids] if hotfix_ids else list(catalog.latest())
+    if hotfix_ids:
+        manifests = [catalog.get(*parse_ref(ref)) for ref in hotfix_ids]
+    else:  # --catalog DIR alone checks that catalog, not the built-in one's wheels too (issue 45: 2.6 GB)
+        given = {str(Path(d).absolute()) for d in catalogs}
+        manifests = [m for m in catalog.latest() if not given or (catalog.origin(m) is not None and
+                                                                   str(catalog.origin(m).path.absolute()) in given)]
     wanted = parse_versions(versions)
     cells: list[Cell] = []
     jobs: list[tuple[Manifest, TargetSpec, str]] = []
