@@ -19,6 +19,7 @@ from vllm_hotfix.cli_options import (
     runtime_options,
 )
 from vllm_hotfix_guard.errors import ExitCode, HotfixError
+from vllm_hotfix_guard.txn.fsops import hold_signals_to_the_end
 from vllm_hotfix_guard.output import emit_json, error_lines, finish_output, note, terminal_width
 from vllm_hotfix_guard.settings import LOCK_ENV
 
@@ -344,18 +345,8 @@ def main(argv: list[str] | None = None) -> None:
     full or abandoned stdout) is lost without changing it (``output.finish_output``)."""
     code = _run(sys.argv[1:] if argv is None else argv)
     finish_output()
-    _hold_signals_to_the_end()
+    hold_signals_to_the_end()  # the code says what the command did to the files: no death by signal now
     sys.exit(code)
-
-
-def _hold_signals_to_the_end() -> None:
-    """The command is done and ``code`` says what it did to the files: a SIGINT / SIGTERM from here on
-    (the interpreter's shutdown restores the default handlers) stays blocked, so it cannot turn a committed
-    change into a death by signal (issue 45)."""
-    import signal
-
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _run(args: list[str]) -> int:

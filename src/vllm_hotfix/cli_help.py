@@ -58,7 +58,7 @@ Exit codes of doctor:
   1  a known issue matches confidently and its fix is not in effect (any state but applied /
      fixed upstream: not applied, lost, stale, stale bytecode, drifted, interrupted, unknown)
   2  usage error (unreadable log, bad option)
-  8  invalid manifest in the catalog, a truncated or corrupt .gz log, more than 16 GiB from a stream
+  8  invalid input: a manifest in the catalog, a truncated .gz log, over 16 GiB from a stream
   9  no known issue matches (or only ones for other releases)
 """
 

@@ -194,13 +194,9 @@ def parse_policy(data: bytes, source: str) -> Policy:
         except InvalidInput as exc:
             raise InvalidInput(f"{source}: {exc.message}") from None
         for other_index, other in enumerate(keys):
-            if other.name == name:
-                raise fail(f"{where}.name", f"{name!r} is also keys[{other_index}].name")
-            if other.key.key_id == key.key_id:
-                raise fail(f"{where}.minisign", f"key id {key.id_text} is also keys[{other_index}]'s")
-            if other.key.key == key.key:  # the key id is not signed: one key under two ids would count twice
-                raise fail(f"{where}.minisign", f"the public key of keys[{other_index}] under another key id: a "
-                                                "threshold counts distinct keys")
+            clash = _clash(other, name, key, other_index)
+            if clash:
+                raise fail(f"{where}.{clash[0]}", clash[1])
         keys.append(TrustedKey(name=name, key=key))
     threshold = integer("threshold", None, 1)
     if threshold > len(keys):
@@ -305,6 +301,17 @@ def check_signatures(message: bytes, signatures: Sequence[tuple[str, bytes]], po
                                      key_name=trusted.name if trusted else None,
                                      trusted_comment=signature.trusted_comment))
     return tuple(checks)
+
+
+def _clash(other: TrustedKey, name: str, key: minisign.PublicKey, index: int) -> Optional[tuple[str, str]]:
+    """(field, why) when a listed key repeats ``keys[index]``'s name, key id or public key, else None."""
+    if other.name == name:
+        return "name", f"{name!r} is also keys[{index}].name"
+    if other.key.key_id == key.key_id:
+        return "minisign", f"key id {key.id_text} is also keys[{index}]'s"
+    if other.key.key == key.key:  # the key id is not signed: one key under two ids would count twice
+        return "minisign", f"the public key of keys[{index}] under another key id: a threshold counts distinct keys"
+    return None
 
 
 def evaluate(message: bytes, signatures: Sequence[tuple[str, bytes]], policy: Policy, *, now: float,

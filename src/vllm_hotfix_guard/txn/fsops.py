@@ -199,6 +199,14 @@ def _late_handler(signum, frame) -> None:
         signal.raise_signal(signum)
 
 
+def hold_signals_to_the_end() -> None:
+    """The command is done and its exit code says what it did to the files: a SIGINT / SIGTERM from here on
+    (the interpreter's shutdown restores the default handlers) stays blocked, so it cannot turn a committed
+    change into a death by signal (issue 45)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(_SIGNALS))
+
+
 def late_signal() -> int | None:
     """The first SIGINT/SIGTERM that arrived after a commit point of this command, if any."""
     return _late[0] if _late else None
