@@ -122,7 +122,7 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
                 raise
             if after is not None:
                 try:
-                    after(change)
+                    _check_after(after, change)
                 except (HotfixError, Interrupted) as failed:
                     undo_record = (tdir.state_file, before.to_bytes()) if change.record_changed else None
                     commit(root, invert(change.plan), journal_dir=tdir.journal, state_record=undo_record,
@@ -137,6 +137,18 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
                                   hint=failed.hint) from None
         change.state.prune()
     return change
+
+
+def _check_after(after: AfterCheck, change: Change) -> None:
+    """The post-commit checks; once more when a signal came after the commit point while they ran (a
+    Ctrl-C reaches the whole foreground group: a probe caught before it left it dies of it, and that
+    failure says nothing of the files, which stand). Issue 45."""
+    try:
+        after(change)
+    except HotfixError:
+        if late_signal() is None:
+            raise
+        after(change)
 
 
 def _history(tdir: TargetDir, root: Path, change: Change, tree: Tree) -> list[tuple[Path, bytes]]:
