@@ -108,18 +108,8 @@ def test_a_catalog_given_alone_is_checked_without_the_built_in_one(run_hotfix, t
     built-in catalog; it checks DIR's hotfixes (here one on a git target: skipped, nothing downloaded)."""
     catalog = tmp_path / "catalog"
     (catalog / "manifests").mkdir(parents=True)
-    (catalog / "manifests" / "mine.toml").write_text("""\
-schema = 1
-id = "mine"
-version = 1
-title = "a checkout's fix"
-[[targets]]
-distribution = "vllm-ascend"
-git = { tag = "v0.30.0rc2" }
-[[patches]]
-file = "x/0.patch"
-sha256 = "%s"
-""" % ("0" * 64))
+    (catalog / "manifests" / "on-a-checkout.toml").write_text(
+        (_broken_catalog(tmp_path / "broken") / "manifests" / "on-a-checkout.toml").read_text())
     done = run_hotfix("check-catalog", "--catalog", catalog, env={"PIP_INDEX_URL": "http://127.0.0.1:9/simple"})
-    assert "mine@1 (vllm-ascend): skipped: git target" in done.stdout, done.stdout + done.stderr
+    assert "on-a-checkout@1 (vllm-ascend): skipped: git target" in done.stdout, done.stdout + done.stderr
     assert "mamba-align-block-size" not in done.stdout and "Traceback" not in done.stderr
