@@ -5,6 +5,7 @@ that no file changed (the install's file and the state directory, byte for byte)
 from __future__ import annotations
 
 import difflib
+import subprocess
 import hashlib
 import json
 from pathlib import Path
@@ -116,3 +117,38 @@ def test_an_older_superseded_version_applied_by_hand_is_named_with_the_way_up(vl
     (entry,) = [e for e in json.loads(run_hotfix("status", "--python", venv.python, "--json", env=env).stdout)
                 if e["id"] == "vendor-fix"]
     assert entry["state"] == "applied" and entry["version"] == 2, entry
+
+
+def test_an_older_release_s_patched_file_left_in_a_newer_install_has_a_way_out_that_runs(vllm_install, run_hotfix):
+    """Issue 45: a 0.30.0 patched file left inside a 0.31.0 install: status said stale and advised `hotfix apply`,
+    which exits 3 (baseline not pristine); `rollback` forgets the record and leaves the foreign file. The advice
+    first puts the release's own files back (pip, as printed), then apply runs as printed."""
+    import os
+    import shlex
+    import shutil
+    import sys
+
+    import realdata
+
+    venv = vllm_install("0.30.0")
+    assert run_hotfix("apply", HOTFIX, "--python", venv.python).returncode == 0
+    patched = (venv.site_packages / MAMBA).read_bytes()
+    newer = vllm_install("0.31.0")
+    shutil.rmtree(venv.site_packages / "vllm")
+    shutil.rmtree(venv.site_packages / "vllm-0.30.0.dist-info")
+    shutil.copytree(newer.site_packages / "vllm", venv.site_packages / "vllm", symlinks=True)
+    shutil.copytree(newer.site_packages / "vllm-0.31.0.dist-info", venv.site_packages / "vllm-0.31.0.dist-info")
+    (venv.site_packages / MAMBA).write_bytes(patched)  # the older release's patched file, left in place
+    (entry,) = [e for e in json.loads(run_hotfix("status", "--python", venv.python, "--json").stdout) if e["id"] == HOTFIX]
+    assert entry["state"] == "stale", entry
+    assert "is not vllm 0.31.0's own file: first `python3 -m pip --python" in entry["advice"], entry["advice"]
+    pip, apply = [part.split("`")[1] for part in entry["advice"].split("; then ")]
+    wheels = realdata.CACHE / "wheels"
+    argv = shlex.split(pip)
+    done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True,
+                          env={**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    applied = run_hotfix(*shlex.split(apply)[1:])
+    assert applied.returncode == 0, applied.stderr
+    (entry,) = [e for e in json.loads(run_hotfix("status", "--python", venv.python, "--json").stdout) if e["id"] == HOTFIX]
+    assert entry["state"] == "applied" and entry["installed_version"] == "0.31.0", entry

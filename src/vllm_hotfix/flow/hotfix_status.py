@@ -138,7 +138,7 @@ def status_from_record(view: SeriesView, recorded: RecordedHotfix) -> Status:
     if j.state == STALE:
         release = f"{target.distribution or target.package} {j.installed}" if j.installed else None
         advice = stale_advice(recorded.id, option, release=release, covered=view.covers(recorded, j.installed))
-        return Status(state=STALE, detail=j.detail, advice=advice, **common)
+        return Status(state=STALE, detail=j.detail, advice=_restore_first(view, recorded, release) + advice, **common)
     if j.state == STALE_BYTECODE:
         return Status(state=STALE_BYTECODE, detail=j.detail, advice=bytecode_advice(recorded.id, option), **common)
     if j.state == NOT_APPLICABLE:
@@ -154,6 +154,31 @@ def status_from_record(view: SeriesView, recorded: RecordedHotfix) -> Status:
     return Status(state=DRIFTED, detail=j.detail,
                   advice=f"restore {first} (reinstall the package / git checkout, or `hotfix rollback {recorded.id} "
                          f"{option}` if only baseline files differ), then `{redo}`", **common)
+
+
+def _restore_first(view: SeriesView, recorded: RecordedHotfix, release: str | None) -> str:
+    """For a STALE record whose files are not the installed release's own (an older release's patched file
+    left in place: RECORD says otherwise), the step that puts them back first, as it runs: apply would be
+    refused (baseline not pristine) and rollback only forgets the record (issue 45). '' otherwise."""
+    target = view.target
+    if target.kind != "wheel" or target.dist_info is None or not target.distribution or not target.version:
+        return ""
+    from vllm_hotfix.install.record import read_record, verify_bytes
+
+    tree = Tree(target.root)
+    try:
+        found = {f.path: (lambda read: read.data if read else None)(tree.read(f.path)) for f in recorded.files}
+        foreign = verify_bytes(read_record(target.dist_info), found)
+    except HotfixError:
+        return ""
+    if not foreign:
+        return ""
+    import shlex
+
+    into = f" --python {shlex.quote(str(target.python))}" if target.python else ""  # pip >= 22.3: a venv without pip
+    return (f"{quote_path(foreign[0].path)} is not {release or 'the installed release'}'s own file: first "
+            f"`python3 -m pip{into} install --force-reinstall --no-deps {target.distribution}=={target.version}` "
+            f"puts its files back; then ")
 
 
 def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = None, option: str | None = None) -> Status:
