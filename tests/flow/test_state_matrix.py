@@ -34,7 +34,7 @@ from fixtures.bytecode import stale_pyc
 from fixtures.series import edit_diff, write_catalog
 from fixtures.twofiles import ENVS, VERSION, make_two_file_patch, snapshot
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 A, B, C, R = "two-files", "top-note", "mid-note", "from-release"
 SRC = Path(__file__).resolve().parents[2] / "src"
