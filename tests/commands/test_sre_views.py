@@ -4,6 +4,7 @@ overlay in apply, audit, status and verify, on a real vLLM 0.30.0 install."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -64,8 +65,11 @@ def test_a_fix_that_lives_in_a_bind_mount_is_said_to_and_the_hint_declares_it(vl
         assert lines[1].strip() == (f"in effect through a bind mount from {patched}: a rebuild or a compose file "
                                     "without the mount loses it")
         assert lines[2].strip().startswith(f"to do: declare the mount where the container is defined: `hotfix export "
-                                           f"{HOTFIX} --to hotfix-export` + `hotfix compose {HOTFIX} --service SERVICE`")
-        assert "`hotfix verify --lock`" in lines[2]
+                                           f"{HOTFIX} --to hotfix-export --python {venv.python}`, then `hotfix compose "
+                                           f"{HOTFIX} --export-dir hotfix-export --service` followed by the name of the "
+                                           "compose service that runs vLLM")
+        assert "`hotfix verify --lock`" in lines[2] and "SERVICE" not in lines[2]
+        export_line, compose_line = lines[2].split("`")[1], lines[2].split("`")[3]
 
         verify = run_hotfix("verify", HOTFIX, *options)
         assert verify.returncode == 0
@@ -83,6 +87,16 @@ def test_a_fix_that_lives_in_a_bind_mount_is_said_to_and_the_hint_declares_it(vl
         assert "to do:" not in declared.stdout
 
     assert "mounted:" not in run_hotfix("where", "vllm", *options).stdout  # the mount is gone: so is the fix
+    project = tmp_path / "project"  # the printed steps run as pasted (the service's name typed after compose's)
+    project.mkdir()
+    (project / "compose.yaml").write_text("services:\n  vllm:\n    image: vllm/vllm-openai:v0.30.0\n")
+    exported = run_hotfix(*shlex.split(export_line)[1:], cwd=project)
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.splitlines()[-1] == (f"next: `hotfix compose {HOTFIX} --export-dir hotfix-export --service` "
+                                                "followed by the name of the compose service that runs vLLM")
+    composed = run_hotfix(*shlex.split(compose_line)[1:], "vllm", cwd=project)
+    assert composed.returncode == 0, composed.stderr
+    assert f"./hotfix-export/{HOTFIX}/" in (project / "compose.yaml").read_text()
     (gone,) = json.loads(run_hotfix("status", HOTFIX, *options, "--json").stdout)
     assert gone["state"] == "not-applied" and gone["mounts"] == []
 

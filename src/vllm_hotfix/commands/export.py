@@ -61,7 +61,9 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
             f"site-packages/{guard.top[1]}, {guard.wheel_name}), the guard the image needs")
     until = f", expires {lock.expires}" if lock.expires else ""
     say(f"wrote {lock_path} (version {lock.version}{until}, site-packages {lock.site_packages})")
-    say(f"next: hotfix compose {' '.join(h.id for h in lock.hotfixes)} --service SERVICE --export-dir {out_dir}")
+    from vllm_hotfix.flow.mounted import compose_step
+
+    say(f"next: {compose_step([h.id for h in lock.hotfixes], out_dir)}")
     return 0
 
 

@@ -14,6 +14,7 @@ from vllm_hotfix_guard.output import quote_path
 from vllm_hotfix_guard.paths import LOCK_ENV
 
 if TYPE_CHECKING:
+    from vllm_hotfix.catalog.index import Catalog
     from vllm_hotfix.flow.hotfix_status import Status
 
 
@@ -58,7 +59,27 @@ MOUNT_REMEDY = ("remove the mount (and its line in the compose file) to get the 
                 "patched file instead (`hotfix export ID --to DIR` + `hotfix compose`)")
 
 
-def through_mounts(status: Status, target: Target) -> Status:
+def export_step(hotfix_id: str, target: Target, catalog: Catalog | None = None) -> str:
+    """`hotfix export` of this hotfix for this target, as pasted: its --python and --catalog
+    (flow/resolve.target_option); a --root checkout has no interpreter hotfix knows, so it is named in words."""
+    from vllm_hotfix.flow.resolve import target_option
+
+    step = f"`hotfix export {hotfix_id} --to hotfix-export"
+    if target.python is None:
+        return step + " --python` followed by the interpreter that runs vLLM"
+    return f"{step} {target_option(target, catalog)}`"
+
+
+def compose_step(hotfix_ids: Sequence[str], export_dir: str | Path = "hotfix-export") -> str:
+    """`hotfix compose` of an export, as pasted: the service name is the user's, so it is said in words after
+    the command, never a placeholder inside it (one wording: status's to-do and export's next step)."""
+    import shlex
+
+    words = " ".join(shlex.quote(str(w)) for w in (*hotfix_ids, "--export-dir", export_dir))
+    return f"`hotfix compose {words} --service` followed by the name of the compose service that runs vLLM"
+
+
+def through_mounts(status: Status, target: Target, catalog: Catalog | None = None) -> Status:
     """A status whose files come through a mount below the target root (seed 001: a patched file
     bind-mounted over site-packages) says so: in effect only while the mount is, which a rebuild from a
     compose file without it undoes; not in effect, the bytes to fix are the mount's source's, and no
@@ -69,15 +90,15 @@ def through_mounts(status: Status, target: Target) -> Status:
     mounts = tuple(mounted.values())
     files = tuple(dict(f, mount=mounted[f["path"]].to_json()) if f["path"] in mounted else f for f in status.files)
     sources = mount_sources(mounts)
-    export = f"`hotfix export {status.id} --to hotfix-export`"
     declared = declared_by_lock(status.id, [m.path for m in mounts])
     if status.in_effect and declared:
         detail = f"in effect through a bind mount from {sources}, declared by the lock {declared} ({LOCK_ENV})"
         advice = None
     elif status.in_effect:
         detail = f"in effect through a bind mount from {sources}: a rebuild or a compose file without the mount loses it"
-        advice = (f"declare the mount where the container is defined: {export} + `hotfix compose {status.id} "
-                  f"--service SERVICE` (or `hotfix k8s`), and check it at start with `hotfix verify --lock`")
+        advice = (f"declare the mount where the container is defined: {export_step(status.id, target, catalog)}, "
+                  f"then {compose_step([status.id])} (or `hotfix k8s`), and check it at start with "
+                  "`hotfix verify --lock`")
     else:
         first = mounts[0]
         detail = f"{status.detail}; {quote_path(first.path)} is a bind mount from {first.source}".lstrip("; ")

@@ -43,13 +43,13 @@ class Survey:
         view = self.view(target, state)
         if recorded.source == "catalog" and recorded.id in self.catalog.ids():
             manifest = self.catalog.get(recorded.id)
-            return _of_target(catalog_status(manifest, target, manifest.spec_for(target), view), target, view.state)
-        return _of_target(status_from_record(view, recorded), target, view.state)
+            return _of_target(catalog_status(manifest, target, manifest.spec_for(target), view), target, view)
+        return _of_target(status_from_record(view, recorded), target, view)
 
     def _catalog_one(self, manifest: Manifest) -> Status:
         target, spec = self.resolver.for_manifest(manifest)
         view = self.view(target)
-        return _of_target(catalog_status(manifest, target, spec, view), target, view.state)
+        return _of_target(catalog_status(manifest, target, spec, view), target, view)
 
     def named(self, refs: Iterable[tuple[str, str | None]]) -> list[Status]:
         out = []
@@ -89,7 +89,8 @@ class Survey:
                     continue  # its package is not installed for this interpreter
                 if spec is None:
                     continue
-                out.append(_of_target(catalog_status(manifest, target, spec, self.view(target)), target))
+                view = self.view(target)
+                out.append(_of_target(catalog_status(manifest, target, spec, view), target, view))
         return out
 
     def holding(self, hotfix_id: str) -> tuple[Target, TargetState]:
@@ -106,13 +107,14 @@ class Survey:
         return holding[0]
 
 
-def _of_target(status: Status, target: Target, state: TargetState | None = None) -> Status:
+def _of_target(status: Status, target: Target, view: SeriesView) -> Status:
     position = None
-    if state is not None and status.recorded and status.id in state.hotfixes:
+    state = view.state
+    if status.recorded and status.id in state.hotfixes:
         position = list(state.hotfixes).index(status.id) + 1
     status = replace(status, distribution=target.distribution, position=position,
                      installed_version=status.installed_version if status.recorded else target.version)
-    return through_mounts(status, target)
+    return through_mounts(status, target, view.catalog)
 
 
 def survey(*, hotfix_ids: Sequence[str], python: str | None, root: Path | None, catalogs: Sequence[Path],
