@@ -50,8 +50,17 @@ def test_own_interpreter_without_the_package_uses_the_vllm_command(vllm_template
     assert audit.returncode == 0, audit.stderr
 
 
-def test_nothing_found_lists_the_candidates(run_hotfix, tmp_path):
-    _script(tmp_path / "bin" / "python3", "#!/bin/sh\nexit 0\n")
+def test_nothing_found_lists_the_interpreters_that_can_import_it_and_the_root_way(run_hotfix, tmp_path):
+    """The hint lists only interpreters that find the package (not a system python3 without vLLM), and says
+    how to name a source checkout instead (--root)."""
+    _script(tmp_path / "bin" / "python3", "#!/bin/sh\nexit 0\n")  # answers nothing: cannot import vllm
+    (tmp_path / "lib" / "vllm").mkdir(parents=True)
+    (tmp_path / "lib" / "vllm" / "__init__.py").write_text("")
+    _script(tmp_path / "bin" / "python", f"#!/bin/sh\nPYTHONPATH={tmp_path / 'lib'} exec {sys.executable} \"$@\"\n")
     done = run_hotfix("where", "vllm", env={"PATH": str(tmp_path / "bin")})
     assert done.returncode == 3
-    assert "no `vllm` command on PATH" in done.stderr and str(tmp_path / "bin" / "python3") in done.stderr
+    hint = done.stderr.splitlines()[-1]
+    assert "no `vllm` command on PATH" in hint and "for a source checkout, pass --root" in hint
+    listed = hint.split("interpreters here that can import vllm: ")[1].split(";")[0].split(", ")
+    assert str(tmp_path / "bin" / "python") in listed and str(tmp_path / "bin" / "python3") not in listed
+    assert str(tmp_path / "bin" / "python") not in candidate_interpreters(str(tmp_path / "bin"), "vllm_ascend")

@@ -21,7 +21,7 @@ from vllm_hotfix_guard.errors import HotfixError, Refused
 from vllm_hotfix.install.interpreters import SERVER_COMMAND, candidate_interpreters, server_interpreter
 from vllm_hotfix.install.locate import (Target, interpreter_path, is_this_interpreter, locate_package, locate_root,
                                         start_probe)
-from vllm_hotfix_guard.output import note
+from vllm_hotfix_guard.output import note, quote_path
 
 SERVER_PACKAGE = "vllm"  # what the interpreter that runs vLLM imports: the guard's plugin loader lives there
 
@@ -141,10 +141,12 @@ class Resolver:
         except Refused as own:
             server = server_interpreter()
             if server is None:
-                candidates = candidate_interpreters()
-                listed = ("; candidates found here: " + ", ".join(candidates)) if candidates else ""
+                candidates = candidate_interpreters(package=package)
+                listed = (f"; interpreters here that can import {package}: " + ", ".join(map(quote_path, candidates))
+                          if candidates else "")
                 raise Refused(own.message, hint=f"no `{SERVER_COMMAND}` command on PATH either: pass --python PATH "
-                              f"(or set HOTFIX_PYTHON) with the interpreter that runs vLLM{listed}") from None
+                              f"(or set HOTFIX_PYTHON) with the interpreter that runs vLLM{listed}; for a source "
+                              "checkout, pass --root with the checkout's directory") from None
             command, python = server
             note(f"using {python}, the interpreter of {command} on PATH (hotfix's own python has no {package}; "
                  "--python or HOTFIX_PYTHON picks another)")

@@ -49,8 +49,10 @@ def server_interpreter(path: str | None = None) -> tuple[Path, str] | None:
     return (Path(command), python) if python and os.access(python, os.X_OK) else None
 
 
-def candidate_interpreters(path: str | None = None) -> list[str]:
-    """Interpreters found on this machine that might run vLLM, for a hint (none probed)."""
+def candidate_interpreters(path: str | None = None, package: str = SERVER_COMMAND) -> list[str]:
+    """Interpreters found on this machine that can import ``package`` (vllm, vllm_ascend), for a hint: each
+    asked whether it finds the package (``importlib.util.find_spec``: the package is found, not imported);
+    one that cannot, or does not answer in a few seconds, is not listed (a system python3 without vLLM)."""
     import shutil
 
     import glob
@@ -64,4 +66,20 @@ def candidate_interpreters(path: str | None = None) -> list[str]:
         found += sorted(glob.glob(pattern))
     own = os.path.realpath(sys.executable)
     unique = {os.path.realpath(p): p for p in reversed(found)}
-    return [p for real, p in reversed(list(unique.items())) if real != own]
+    listed = [p for real, p in reversed(list(unique.items())) if real != own]
+    return [p for p in listed if finds(p, package)]
+
+
+FINDS = "import importlib.util, sys; print('found' if importlib.util.find_spec(sys.argv[1]) else 'absent')"
+
+
+def finds(python: str, package: str, timeout: float = 10.0) -> bool:
+    """Whether ``python`` finds ``package`` on its sys.path (without importing it: vLLM's import takes seconds)."""
+    import subprocess
+
+    try:
+        done = subprocess.run([python, "-c", FINDS, package], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, cwd="/", env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and done.stdout.strip() == "found"
