@@ -2,8 +2,10 @@
 installs them (the index's wheel, or for an sdist-only release a wheel built from the real sdist by its own
 setup.py without CANN): `not-applied` -> apply -> `applied` -> rollback -> pristine (pip's RECORD), all of a
 release's hotfixes as one series (`verify` of the GLM series: tests/test_ascend_real.py);
-on the release that ships the fix (`fixed_in`): `fixed-upstream`, and the content is really there (the
-series' reverse applies to that release's files). Artifacts are downloaded once (~/.cache/vllm-hotfix); one
+on the release that ships the fix (`fixed_in`'s lowest release): `fixed-upstream`, and the content is really
+there (the series' reverse applies to that release's files); on the later parallel lines, `fixed_in`'s union
+is the content's truth (contained there, and only there), and outside it and the range `status` says
+`not-applicable`, not `fixed-upstream`. Artifacts are downloaded once (~/.cache/vllm-hotfix); one
 private install per release, shared by its tests."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from packaging.version import Version
 import realdata
 from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.catalog.upstream import open_release
-from vllm_hotfix.core.presence import CONTAINED, presence
+from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
 from vllm_hotfix.flow.applicability import release_target
 from vllm_hotfix.flow.hotfix import catalog_hotfix
 
@@ -49,8 +51,8 @@ for _manifest, _spec in HOTFIXES:
     for _release in PUBLISHED:
         if _spec.contains(_release) and not _manifest.is_fixed_in(_release):
             IN_RANGE[_release].append(_manifest)
-    if _manifest.fixed_in is not None and _manifest.fixed_in.version:
-        FIXED[_manifest.fixed_in.version].append((_manifest, _spec))
+    if _manifest.fixed_in is not None and _manifest.fixed_in.first:
+        FIXED[_manifest.fixed_in.first].append((_manifest, _spec))
 
 
 def test_the_catalog_carries_real_vllm_ascend_backports():
@@ -58,7 +60,7 @@ def test_the_catalog_carries_real_vllm_ascend_backports():
     backports = [m for m, _ in HOTFIXES if m.fixed_in is not None]
     assert {"glm-conv-null-slot", "glm-conv-null-slot-zero-row"} <= ids and len(backports) >= 10
     assert all(any(r.kind == "pr" and "vllm-ascend/pull/" in r.url for r in m.references) for m in backports)
-    assert all(m.fixed_in.version in PUBLISHED for m in backports)
+    assert all(m.fixed_in.first in PUBLISHED for m in backports)
     assert len(list(Catalog.load().latest())) >= 13 + 4  # 13+ hotfixes, plus the 4 advisories
 
 
@@ -134,4 +136,32 @@ def test_check_catalog_judges_every_vllm_ascend_hotfix_on_its_real_releases(run_
             if manifest in IN_RANGE[release]:
                 assert judged[manifest.id, release] == "applies"
         if manifest.fixed_in is not None:
-            assert judged[manifest.id, manifest.fixed_in.version] == "fixed-upstream"
+            assert judged[manifest.id, manifest.fixed_in.first] == "fixed-upstream"
+
+
+LATER_LINES = ["0.24.0rc1", "0.25.1rc1", "0.26.0rc1"]  # vllm-ascend's release branches after 0.23
+
+
+def test_fixed_in_is_the_content_on_the_later_release_lines():
+    """docs/catalog.md's table, measured: a va023 hotfix's ``fixed_in`` holds a later release exactly when the
+    release's files hold the fix (its series' reverse applies: contained); applicable / conflicts cells are not
+    in it. A bare ``fixed_in = "0.23.0"`` said fixed on every line (wrong for 10 of the 13)."""
+    va023 = [(m, s) for m, s in HOTFIXES if m.id.startswith("va023-")]
+    assert len(va023) == 13
+    for release in LATER_LINES:
+        with open_release(ASCEND, release) as files:
+            for manifest, spec in va023:
+                old = next(r for r in PUBLISHED if spec.contains(r))
+                state = presence(catalog_hotfix(manifest, release_target(spec, old)).series, files).state
+                assert manifest.is_fixed_in(release) == (state == CONTAINED), (manifest.id, release, state)
+
+
+def test_outside_fixed_in_and_the_range_status_says_not_applicable(run_hotfix, installs):
+    """va023-fp8-detection-a5-only on 0.26.0rc1: fixed in 0.23.0 on its own line, absent on 0.26.0rc1 (its
+    patch applies there), outside its range ==0.23.0rc1: `not-applicable`, not `fixed-upstream`."""
+    manifest, spec = next((m, s) for m, s in HOTFIXES if m.id == "va023-fp8-detection-a5-only")
+    with open_release(ASCEND, "0.26.0rc1") as files:
+        series = catalog_hotfix(manifest, release_target(spec, "0.23.0rc1")).series
+        assert presence(series, files).state == APPLICABLE
+    assert not manifest.is_fixed_in("0.26.0rc1") and manifest.is_fixed_in("0.23.0")
+    assert _states(run_hotfix, str(installs("0.26.0rc1").python))[manifest.id] == "not-applicable"

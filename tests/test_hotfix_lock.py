@@ -111,6 +111,16 @@ def test_states_against_files_on_disk(tmp_path, content, version, state):
     assert (advice is None) == (state == "applied")
 
 
+@pytest.mark.parametrize("version, state", [("0.31.1", "fixed-upstream"), ("0.32.0", "stale"), ("0.33.0rc1", "fixed-upstream")])
+def test_a_fixed_in_union_decides_the_lock_and_round_trips(tmp_path, version, state):
+    """fixed_in on parallel lines (core/pep440.fixed_by): 0.32.0 is not in it, so it is another release."""
+    lock = make_lock(">=0.31.1,<0.32.0 || >=0.33.0rc1")
+    (tmp_path / "hotfix.lock").write_bytes(hotfix_lock.dump_lock(lock))
+    assert hotfix_lock.load_lock(tmp_path / "hotfix.lock") == lock
+    (check,) = lock_check.check_lock(lock, lambda package: install(tmp_path, PRISTINE, version))
+    assert check.state == state
+
+
 def test_package_not_installed_is_unknown_with_advice():
     (check,) = lock_check.check_lock(make_lock(), lambda package: None)
     assert check.state == "unknown"
@@ -141,7 +151,9 @@ def test_module_imports_only_the_stdlib():
 @pytest.mark.parametrize("change, key", [
     (lambda h: h.update(id="fix\nINFO forged guard line"), "hotfixes[0].id: not a hotfix id"),
     (lambda h: h.update(id="\x1b[32mfix"), "hotfixes[0].id: not a hotfix id"),
-    (lambda h: h.update(fixed_in="0"), "hotfixes[0].fixed_in: '0' is not after the exported baseline"),
+    (lambda h: h.update(fixed_in="0"), "hotfixes[0].fixed_in: '0' already holds the exported baseline"),
+    (lambda h: h.update(fixed_in=">=0.29,<0.31 || >=0.32"), "hotfixes[0].fixed_in: '>=0.29,<0.31 || >=0.32' already holds"),
+    (lambda h: h.update(fixed_in=">=0.32 || <0.29"), "hotfixes[0].fixed_in: '<0.29' has no lower bound"),
     (lambda h: h.update(package="this.x"), "hotfixes[0].package: expected a top-level import name"),
     (lambda h: h.update(versions=">=0.31"), "hotfixes[0].versions: the exported baseline '0.30.0' is outside"),
 ])

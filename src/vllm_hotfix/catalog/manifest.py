@@ -10,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from packaging.version import InvalidVersion, Version
-
 from vllm_hotfix.catalog.model import (
     ID_PATTERN, KINDS, REFERENCE_KINDS, SCHEMA, FixedIn, GitBaseline, Manifest, PatchSpec, PatchStats, PostCheck,
     Reference, Requirement, TargetSpec,
@@ -19,6 +17,7 @@ from vllm_hotfix.catalog.model import (
 from vllm_hotfix.catalog.signatures import confirm_from_table, platforms_from, signature_from_table
 from vllm_hotfix.catalog.table import Table, type_name
 from vllm_hotfix_guard.core.data import load_toml
+from vllm_hotfix_guard.core.pep440 import fixed_in_sets
 from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix_guard.inputs import read_bounded as read_input, size_text
 
@@ -89,9 +88,9 @@ def _fixed_in(top: Table) -> FixedIn | None:
             raise table.error(None, "needs exactly one of version, commit")
     if fixed.version is not None:
         try:
-            Version(fixed.version)
-        except InvalidVersion:
-            raise table.error(key, f"not a PEP 440 version: {fixed.version!r}") from None
+            fixed_in_sets(fixed.version)  # a version, or a union of specifier sets: the rule's own parser
+        except ValueError as e:
+            raise table.error(key, str(e)) from None
     return fixed
 
 

@@ -13,6 +13,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.catalog.signatures import ConfirmStep, Signature
+from vllm_hotfix_guard.core.pep440 import fixed_by, fixed_in_first
 from vllm_hotfix_guard.errors import InvalidInput, Refused
 
 SCHEMA = 1
@@ -39,7 +40,9 @@ class Reference:
 
 @dataclass(frozen=True)
 class FixedIn:
-    """The upstream release (``version``) or commit (``commit`` in ``repo``) containing the fix."""
+    """The upstream releases (``version``) or commit (``commit`` in ``repo``) containing the fix. ``version`` is
+    a PEP 440 version V (every release >= V) or a union of specifier sets, ``">=0.23.0,<0.24.0rc1 ||
+    >=0.25.1rc1"`` (parallel release lines); core/pep440.fixed_by decides a release against it."""
 
     version: str | None = None
     commit: str | None = None
@@ -49,6 +52,12 @@ class FixedIn:
         if self.version:
             return self.version
         return f"{self.repo or 'commit'}@{self.commit}"
+
+    @property
+    def first(self) -> str | None:
+        """The one release to name where one is needed ("the release that ships it", "upgrade to"): the lowest
+        lower bound of ``version`` (core/pep440.fixed_in_first); None for a commit."""
+        return fixed_in_first(self.version) if self.version else None
 
 
 @dataclass(frozen=True)
@@ -230,13 +239,14 @@ class Manifest:
     def is_fixed_in(self, version: str | Version | None, commit_checker: Callable[[str, str | None], bool] | None = None) -> bool:
         """True when the target already contains the upstream fix.
 
-        A ``fixed_in`` version compares against ``version``; a ``fixed_in`` commit is decided by
+        A ``fixed_in`` version or union of specifier sets decides ``version`` (core/pep440.fixed_by, the one
+        rule locks and records use too); a ``fixed_in`` commit is decided by
         ``commit_checker(commit, repo)`` (e.g. "is this commit an ancestor of HEAD"), False without one.
         """
         if self.fixed_in is None:
             return False
         if self.fixed_in.version is not None:
-            return version is not None and parse_version(version) >= Version(self.fixed_in.version)
+            return version is not None and fixed_by(str(parse_version(version)), self.fixed_in.version)
         if commit_checker is None or self.fixed_in.commit is None:
             return False
         return bool(commit_checker(self.fixed_in.commit, self.fixed_in.repo))

@@ -169,8 +169,8 @@ def _diagnose(match, *, python: str | None, root: Path | None, catalog, log_vers
                        check=(f"the release: give --python/--root (the {dist} install that crashed), or a log with "
                               "its start-up banner",), then=then, **verdict)
     upgrade = None
-    if state not in IN_EFFECT and state != "not-applicable" and m.fixed_in is not None and m.fixed_in.version:
-        upgrade = f"{m.targets[0].distribution} {m.fixed_in.version}"
+    if state not in IN_EFFECT and state != "not-applicable" and m.fixed_in is not None and m.fixed_in.first:
+        upgrade = f"{m.targets[0].distribution} {m.fixed_in.first}"  # the lowest release fixed_in names
     return Diagnosis(level="confident", state=state, detail=detail, next=next_cmd, upgrade=upgrade, **verdict)
 
 

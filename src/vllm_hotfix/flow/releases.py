@@ -77,7 +77,7 @@ def releases_in_scope(manifest: Manifest, target: TargetSpec, wanted: Wanted, pu
     """Published releases in the target's range, plus the release that fixed it upstream, as ``wanted`` filters them."""
     if wanted.exact is not None:
         return list(wanted.exact)
-    fixed = manifest.fixed_in.version if manifest.fixed_in else None
+    fixed = manifest.fixed_in.first if manifest.fixed_in else None  # the lowest release fixed_in names
     chosen = [r for r in published or () if r == fixed or (target.contains(r) and _listed(target, wanted, r))]
     return wanted.pick(chosen)
 

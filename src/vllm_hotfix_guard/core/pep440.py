@@ -126,12 +126,20 @@ def version_in(version: str, specifier: str) -> bool:
             else:
                 have, want = release_key(version), release_key(wanted)
                 same_base = have[:2] == want[:2]
-                if op == "~=":
-                    ok = have >= want and _prefix_match(version, ".".join(wanted.split(".")[:-1]))
+                if op == "~=":  # >= V and == V's release without its last number (V's suffixes dropped)
+                    epoch, numbers, *_ = _parse(wanted)
+                    prefix = f"{epoch}!" * bool(epoch) + ".".join(map(str, numbers[:-1]))
+                    ok = have >= want and _prefix_match(version, prefix)
                 elif op == "<":  # not a pre-release of the version named, unless it is one itself
-                    ok = have < want and not (same_base and _is_pre(have) and not _is_pre(want))
-                elif op == ">":  # not a post-release of the version named, unless it is one itself
-                    ok = have > want and not (same_base and have[3] >= 0 and want[3] < 0)
+                    if _is_pre(want):
+                        ok = have < want
+                    elif want[3] >= 0:  # V.postN: only its own dev-releases are its pre-releases
+                        ok = have < want and have[:4] != want[:4]
+                    else:
+                        ok = have < want and not (same_base and _is_pre(have))
+                elif op == ">":  # not a post-release of the version named (its pre segment's), unless it is one
+                    ok = have > want and not (same_base and want[3] < 0 and want[4] == float("inf")
+                                              and have[2] == want[2])
                 else:
                     ok = {"==": have == want, "===": have == want, "!=": have != want, "<=": have <= want,
                           ">=": have >= want}[op]
@@ -140,3 +148,71 @@ def version_in(version: str, specifier: str) -> bool:
         if not ok:
             return False
     return True
+
+
+_LOWER_BOUNDS = (">=", "==", "===", "~=")
+
+
+def fixed_in_sets(fixed_in: str) -> tuple[str, ...]:
+    """A ``fixed_in`` as its union of specifier sets (``">=0.23.0,<0.24.0rc1 || >=0.25.1rc1"``: the releases
+    that contain the fix); a bare version ``V`` is the one set ``>=V`` (every release from V on). ValueError
+    (its message names what is wrong) when a set is empty, a clause is not PEP 440, or a set has no lower
+    bound (>=, ==, ~=): a fix is in a release from some release on, never "every release before"."""
+    text = fixed_in.strip()
+    if not text:
+        raise ValueError("empty")
+    if "||" not in text and not re.match(r"\s*[<>=!~]", text):
+        release_key(text)  # raises: not a PEP 440 version
+        return (f">={text}",)
+    sets = []
+    for part in (p.strip() for p in text.split("||")):
+        clauses = [c.strip() for c in part.split(",")]
+        if not part or not all(clauses):
+            raise ValueError(f"an empty specifier set or clause in {text!r}")
+        lower = False
+        for clause in clauses:
+            m = re.fullmatch(_CLAUSE_PATTERN, clause)
+            if not m:
+                raise ValueError(f"not a PEP 440 specifier: {clause!r}")
+            op, wanted = m.groups()
+            wildcard = wanted.endswith(".*")
+            if wildcard and op not in ("==", "!="):
+                raise ValueError(f"a wildcard only goes with == or !=: {clause!r}")
+            numbers = _parse(wanted[:-2] if wildcard else wanted)[1]  # raises: not a PEP 440 version
+            if op == "~=" and len(numbers) < 2:
+                raise ValueError(f"~= needs at least two release numbers: {clause!r}")
+            lower = lower or (op in _LOWER_BOUNDS and not wildcard)
+        if not lower:
+            raise ValueError(f"{part!r} has no lower bound (>=, == or ~=)")
+        sets.append(",".join(clauses))
+    return tuple(sets)
+
+
+def fixed_by(version: str, fixed_in: str) -> bool:
+    """THE rule "is release ``version`` fixed by ``fixed_in``": in one of its specifier sets (``fixed_in_sets``;
+    a bare version V: ``version >= V``), pre-releases matching as for an installed release (pip's
+    ``installed=True``). False when either cannot be parsed. Every reader calls it: the catalog
+    (catalog/model.Manifest.is_fixed_in), locks and records (core/verdict.release_rule), the lock's baseline
+    check (txn/hotfix_lock). Checked against ``packaging.specifiers.SpecifierSet`` by tests/core/test_fixed_in.py."""
+    try:
+        release_key(version)
+        sets = fixed_in_sets(fixed_in)
+    except ValueError:
+        return False
+    return any(version_in(version, spec) for spec in sets)
+
+
+def fixed_in_first(fixed_in: str) -> Optional[str]:
+    """The lowest release a ``fixed_in`` names as fixed: the lowest of its sets' lower bounds (each set's
+    highest ``>=`` / ``==`` / ``~=``). What a reader that needs one release ("the release that ships it",
+    "upgrade to") shows; the union itself decides (``fixed_by``). None when ``fixed_in`` is not valid."""
+    try:
+        sets = fixed_in_sets(fixed_in)
+    except ValueError:
+        return None
+    bounds = []
+    for spec in sets:
+        lows = [m.group(2) for m in (re.fullmatch(_CLAUSE_PATTERN, c) for c in spec.split(","))
+                if m.group(1) in _LOWER_BOUNDS and not m.group(2).endswith(".*")]
+        bounds.append(max(lows, key=release_key))
+    return min(bounds, key=release_key)

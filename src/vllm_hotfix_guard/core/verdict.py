@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Literal, Optional, Sequence
 
-from vllm_hotfix_guard.core.pep440 import same_release, version_at_least, version_in
+from vllm_hotfix_guard.core.pep440 import fixed_by, same_release, version_in
 from vllm_hotfix_guard.values import Value
 
 # -- hotfix states ----------------------------------------------------------------------------------
@@ -165,12 +165,14 @@ def files_verdict(files: Sequence[FileCheck]) -> tuple[State, str]:
 def release_rule(installed: Optional[str], *, fixed_in: Optional[str], versions: Optional[str],
                  distribution: str) -> Optional[tuple[State, str]]:
     """(FIXED_UPSTREAM | NOT_APPLICABLE, detail) from a release alone (a lock's or a record's ``fixed_in`` /
-    ``versions``), or None. The catalog's rule (flow/applicability) also knows commits and checkouts; both
+    ``versions``), or None; ``fixed_in`` is decided by core/pep440.fixed_by (a version or a union of specifier
+    sets). The catalog's rule (flow/applicability) also knows commits and checkouts; both
     feed ``hotfix_state``."""
     if installed is None:
         return None
-    if fixed_in and version_at_least(installed, fixed_in):
-        return FIXED_UPSTREAM, f"{distribution} {installed} >= {fixed_in}"
+    if fixed_in and fixed_by(installed, fixed_in):
+        bare = not any(mark in fixed_in for mark in "<>=!~|,")
+        return FIXED_UPSTREAM, f"{distribution} {installed} {'>=' if bare else 'is in'} {fixed_in}"
     if versions and not version_in(installed, versions):
         return NOT_APPLICABLE, f"{distribution} {installed} is outside {versions}"
     return None

@@ -202,11 +202,14 @@ def _read_hotfix(f: Fields, doc: Any, where: str) -> LockedHotfix:
         raise f.fail(f.at(where, "package"), f"expected a top-level import name, got {package!r}")
     baseline = f.text(doc, where, "baseline_version", limit=64)
     _check_version(f, f.at(where, "baseline_version"), baseline)
-    fixed_in = f.text(doc, where, "fixed_in", required=False, limit=64)
+    fixed_in = f.text(doc, where, "fixed_in", required=False, limit=256)
     if fixed_in is not None:
-        _check_version(f, f.at(where, "fixed_in"), fixed_in)
-        if not pep440.release_key(fixed_in) > pep440.release_key(baseline):
-            raise f.fail(f.at(where, "fixed_in"), f"{fixed_in!r} is not after the exported baseline {baseline!r} "
+        try:
+            pep440.fixed_in_sets(fixed_in)
+        except ValueError as e:
+            raise f.fail(f.at(where, "fixed_in"), str(e)) from None
+        if pep440.fixed_by(baseline, fixed_in):
+            raise f.fail(f.at(where, "fixed_in"), f"{fixed_in!r} already holds the exported baseline {baseline!r} "
                                                    "(export refuses a fix already in the release)")
     versions = f.text(doc, where, "versions", required=False, limit=512)
     if versions is not None and not pep440.version_in(baseline, versions):

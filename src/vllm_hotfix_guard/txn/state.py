@@ -349,14 +349,15 @@ def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
 
 
 def _release(f: Fields, entry: dict, where: str, key: str) -> str | None:
-    from vllm_hotfix_guard.core.pep440 import release_key
+    """A record's ``fixed_in``: a PEP 440 version or a union of specifier sets (core/pep440.fixed_in_sets)."""
+    from vllm_hotfix_guard.core.pep440 import fixed_in_sets
 
-    value = f.text(entry, where, key, required=False, limit=64)
+    value = f.text(entry, where, key, required=False, limit=256)
     if value is not None:
         try:
-            release_key(value)
-        except ValueError:
-            raise f.fail(f.at(where, key), f"not a PEP 440 version: {value!r}") from None
+            fixed_in_sets(value)
+        except ValueError as e:
+            raise f.fail(f.at(where, key), str(e)) from None
     return value
 
 
