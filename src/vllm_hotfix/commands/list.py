@@ -66,7 +66,7 @@ TITLE_MIN = 30  # narrower than this left for the title, the target and title go
 def table(rows: list[tuple[str, ...]], width: int | None) -> list[str]:
     """The catalog table fitted to ``width`` as pip and git fit theirs (None: one line per hotfix).
     Wide enough: the title wraps under its own column. Narrower: ID, VERSION and FIXED IN on the
-    row, the target and the title on indented lines below it, wrapped."""
+    row (FIXED IN below it when it does not fit), the target and the title on indented lines below, wrapped."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     prefix = sum(widths) + 2 * len(widths)
     if width is None or prefix + TITLE_MIN <= width:
@@ -79,7 +79,12 @@ def table(rows: list[tuple[str, ...]], width: int | None) -> list[str]:
     narrow = [max(len(r[i]) for r in short) for i in range(2)]
     lines = []
     for row, cells in zip(rows, short):  # the header too: TARGET and TITLE below ID, VERSION, FIXED IN
-        lines.append(("  ".join(c.ljust(w) for c, w in zip(cells, narrow)) + "  " + cells[2]).rstrip())
+        head = ("  ".join(c.ljust(w) for c, w in zip(cells, narrow)) + "  " + cells[2]).rstrip()
+        if len(head) <= width:
+            lines.append(head)
+        else:  # a long FIXED IN (a union of specifier sets) goes below, wrapped at its spaces
+            lines.append("  ".join(c.ljust(w) for c, w in zip(cells, narrow)).rstrip())
+            lines += wrap(f"fixed in {cells[2]}", width, "      ", first="    ")
         lines += wrap(f"{row[2]}  {row[4]}", width, "      ", first="    ")  # target, then where it is from
         lines += wrap(row[-1], width, "      ", first="    ")
     return lines
