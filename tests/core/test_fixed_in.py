@@ -103,3 +103,20 @@ def test_every_clause_on_one_releases_family_agrees_with_packaging():
             for version in FAMILY:
                 expected = SpecifierSet(f"{op}{wanted}").contains(version, installed=True)
                 assert pep440.version_in(version, f"{op}{wanted}") == expected, (version, op, wanted)
+
+
+def test_a_record_keeps_a_fixed_in_union_and_refuses_a_bad_one_naming_its_key(tmp_path):
+    import json
+
+    from vllm_hotfix_guard.errors import InvalidInput
+    from vllm_hotfix_guard.txn.state import RecordedHotfix, TargetState, parse_state
+
+    union = ">=0.23.0,<0.24.0rc1 || >=0.25.1rc1"
+    recorded = RecordedHotfix(id="va023-fia-v2-contiguous-kv", version=1, applied_at="2026-12-07T07:00:00Z",
+                              source="catalog", patches=(), files=(), fixed_in=union, versions="==0.23.0rc1")
+    data = TargetState(tmp_path, {"root": "/srv/vllm-ascend"}, {recorded.id: recorded}).to_bytes()
+    assert parse_state(data, "state.json")[1][recorded.id].fixed_in == union
+    doc = json.loads(data)
+    doc["series"][0]["fixed_in"] = ">=0.23.0 || <0.20"
+    with pytest.raises(InvalidInput, match=r"series\[0\]\.fixed_in: '<0.20' has no lower bound"):
+        parse_state(json.dumps(doc).encode(), "state.json")

@@ -1,7 +1,7 @@
 """`hotfix port`: make a catalog hotfix apply to published releases where none of its patches does.
 
 For each release (oldest first), judged like `check-catalog` (``flow.releases.on_release``):
-- outside the hotfix's targets -> ``not-applicable``; at or past ``fixed_in`` -> ``fixed-upstream``;
+- outside the hotfix's targets -> ``not-applicable``; in ``fixed_in`` -> ``fixed-upstream``;
 - a variant of the manifest applies -> ``applies``; a variant ported in this run applies -> ``ported``
   (that variant's range grows); the files already hold a variant's post-image -> ``fixed-upstream``
   (by content, the rule of `hotfix contains`; ``fixed_in`` is proposed when the manifest has none);

@@ -4,7 +4,7 @@ The manifest is the record: its target's ``versions`` range and its ``fixed_in``
 catalog has judged. Every published release above the highest release inside the range is new, and is
 judged on its real wheel (cached, never installed), by the rules `check-catalog` and `port` use:
 
-- at or above a declared ``fixed_in``: **fixed upstream** (the applicability rule, as check-catalog says;
+- in a declared ``fixed_in`` (core/pep440.fixed_by): **fixed upstream** (the applicability rule, as check-catalog says;
   no wheel needed) -> propose retiring the hotfix once no host runs an older release;
 - the hotfix's newest patch, its range opened upward, applies there: **still applies** -> propose
   extending the target's and that patch's range over it;
