@@ -255,3 +255,21 @@ def test_a_hotfix_that_bumps_the_version_file_is_not_a_release_change_under_its_
     (root / "scm_demo" / "_version.py").write_text("__version__ = version = '0.30.0'\n")  # a reinstall / a checkout
     word, detail = state()
     assert word == "stale" and "changed from 0.29.0 to 0.30.0" in detail
+
+
+def test_a_checkout_with_tests_beside_its_package_is_named_by_its_project_not_its_folder(tmp_path, run_hotfix):
+    """A vLLM checkout has tests/ (and benchmarks/) beside vllm/: the package a --root without one names is
+    pyproject's [project] name, so the status trailer says `vllm 0.30.0`, never the folder's name."""
+    root = tmp_path / "vllm-src"
+    for package in ("vllm", "tests"):
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text('[project]\nname = "vllm"\nversion = "0.30.0"\n')
+    target = locate_root(root)
+    assert (target.package, target.distribution, target.version) == ("vllm", "vllm", "0.30.0")
+    done = run_hotfix("status", "--root", root, env={"HOTFIX_STATE_DIR": str(tmp_path / "state")})
+    assert done.returncode in (0, 1), done.stderr
+    assert f"vllm 0.30.0 at {root}: version derived from {root / 'pyproject.toml'} [project] version" in done.stdout
+    assert "vllm-src 0.30.0" not in done.stdout
+    (root / "pyproject.toml").write_text('[project]\nname = "other"\nversion = "0.30.0"\n')
+    assert locate_root(root).package == "vllm-src"  # no way to tell: the directory, as before

@@ -319,8 +319,7 @@ def locate_root(root: Path, package: str | None = None) -> Target:
         raise UsageError(f"--root {root}: no such directory")
     root = root.resolve()
     if package is None:
-        candidates = sorted(p.parent.name for p in root.glob("*/__init__.py"))
-        package = candidates[0] if len(candidates) == 1 else None
+        package = checkout_package(root)
     package_dir = root / package if package else root
     distribution = version = None
     dist_info = None
@@ -349,6 +348,21 @@ def locate_root(root: Path, package: str | None = None) -> Target:
         version_file=version_file,
         commit=install_facts.read_head(root) if top is not None else None,
     )
+
+
+def checkout_package(root: Path) -> str | None:
+    """The package a checkout given without one is about: its only top-level package, else the one its
+    pyproject [project] name is (install_facts.distribution_of's rule: a vLLM checkout has tests/ and
+    benchmarks/ beside vllm/), never the checkout folder's name. None: no way to tell."""
+    from vllm_hotfix_guard.core.distname import canonical_name
+    from vllm_hotfix_guard.install.version import project_name
+
+    candidates = sorted(p.parent.name for p in root.glob("*/__init__.py"))
+    if len(candidates) == 1:
+        return candidates[0]
+    project = project_name(root)
+    named = canonical_name(project).replace("-", "_") if project else None
+    return named if named in candidates else None
 
 
 def _metadata_file(meta_dir: Path) -> Path:
