@@ -122,6 +122,10 @@ def test_vendor_bytes_in_a_mount_get_a_hint_that_can_work(vllm_install, run_hotf
         (status,) = json.loads(run_hotfix("status", HOTFIX, *options, "--json").stdout)
         assert status["state"] == ("drifted" if edit == "conflict" else "not-applied"), status
         assert status["detail"].endswith(f"{PATH} is a bind mount from {vendor}")
+        words = {f["path"]: f["state"] for f in status["files"]}  # not RECORD's bytes: what apply and audit say too
+        assert words[PATH] == "changed", status["files"]
+        audit = run_hotfix("audit", "vllm", *options)
+        assert audit.returncode == 1 and "NOT pristine" in audit.stdout, audit.stdout
         assert status["advice"].startswith(f"{PATH} comes from the bind mount of {vendor}, which neither a reinstall "
                                            "nor `hotfix apply` can change: remove the mount")
         verify = run_hotfix("verify", HOTFIX, *options)

@@ -151,3 +151,29 @@ def test_runs_here_is_decided_by_the_interpreter_that_resolves(tmp_path):
     os.symlink(os.path.realpath(sys.executable), other)  # outside the venv: another interpreter
     assert not Resolver(str(other)).runs_here()
     assert not Resolver(root=tmp_path).runs_here()
+
+
+def test_status_words_a_file_not_records_changed_as_apply_refuses_it(tree, tmp_path):
+    """A vendor edit the patch still applies on (a line appended): apply refuses it (baseline not pristine:
+    RECORD's digest differs), so status's file word is `changed`, never `baseline` (flow/baseline_proof.not_pristine
+    decides both); the installed release's own bytes stay `baseline`."""
+    import base64
+    import hashlib
+
+    from vllm_hotfix.flow.baseline_proof import prove_files_pristine
+    from vllm_hotfix.flow.hotfix_status import status_from_files
+
+    dist_info = tree / "pkg-1.0.dist-info"
+    dist_info.mkdir()
+    (tree / "pkg" / "a.py").write_bytes(b"one\nctx\n")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(b"one\nctx\n").digest()).rstrip(b"=").decode()
+    (dist_info / "RECORD").write_text(f"pkg/__init__.py,,\npkg/a.py,sha256={digest},8\npkg-1.0.dist-info/RECORD,,\n")
+    target = replace(wheel_target(tree, "1.0", "pkg"), package="pkg", package_dir=tree / "pkg", kind="wheel",
+                     dist_info=dist_info)
+    hotfix = _adhoc("one-two", b"--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1,2 +1,2 @@\n-one\n+two\n ctx\n")
+    assert [f["state"] for f in status_from_files(hotfix, target, option="--root X").files] == ["baseline"]
+    (tree / "pkg" / "a.py").write_bytes(b"one\nctx\n# vendor build\n")
+    found = status_from_files(hotfix, target, option="--root X")
+    assert found.state == "not-applied" and [f["state"] for f in found.files] == ["changed"], found
+    with pytest.raises(Refused, match="baseline not pristine"):
+        prove_files_pristine(target, None, ["pkg/a.py"])

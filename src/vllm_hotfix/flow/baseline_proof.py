@@ -94,9 +94,7 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
     recorded series changed (``series_paths``) are allowed to be modified."""
     paths = sorted(paths)
     if target.kind == "wheel" and target.dist_info is not None:
-        from vllm_hotfix.install.record import read_record, verify
-
-        differences = verify(target.root, read_record(target.dist_info), paths)
+        differences = record_differences(target, paths)
         if differences:
             d = differences[0]
             why = {"digest": "digest differs from RECORD", "size": "size differs from RECORD",
@@ -117,14 +115,39 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
         top = target.git.root
         mine = tuple(glob_escape(os.path.relpath(Path(target.root) / p, top)) for p in series_paths)
         problems = gitmod.check_baseline(target.root, rev, allow=mine if clean else ("*",))
-        touched = {os.path.relpath(Path(target.root) / p, top) for p in paths}
-        problems += [f"{top}: {line[3:]} is modified (git status: {line[:2].strip()})"
-                     for line in target.git.dirty if line[3:] in touched]
+        problems += list(dirty_lines(target, paths).values())
         if problems:
             raise Refused(f"baseline not pristine: {problems[0]}",
                           hint="restore the checkout (git checkout -- FILE / git stash) and retry")
     else:
         _unproven(target)
+
+
+def record_differences(target: Target, paths: Iterable[str]) -> list:
+    """The files among ``paths`` of a wheel install that are not RECORD's (install/record.verify): what
+    apply refuses as "baseline not pristine" and audit counts; [] for an install without RECORD."""
+    if target.kind != "wheel" or target.dist_info is None:
+        return []
+    from vllm_hotfix.install.record import read_record, verify
+
+    return verify(target.root, read_record(target.dist_info), sorted(paths))
+
+
+def dirty_lines(target: Target, paths: Iterable[str]) -> dict[str, str]:
+    """The files among ``paths`` of a checkout that git status calls modified: path -> the problem."""
+    if target.git is None:
+        return {}
+    top = target.git.root
+    touched = {os.path.relpath(Path(target.root) / p, top): p for p in paths}
+    return {touched[line[3:]]: f"{top}: {line[3:]} is modified (git status: {line[:2].strip()})"
+            for line in target.git.dirty if line[3:] in touched}
+
+
+def not_pristine(target: Target, paths: Iterable[str]) -> set[str]:
+    """The paths apply would refuse as "baseline not pristine" (RECORD for a wheel, git status for a
+    checkout): status words them ``changed``, never ``baseline`` (one rule for status, audit and apply)."""
+    paths = sorted(paths)
+    return {d.path for d in record_differences(target, paths)} | set(dirty_lines(target, paths))
 
 
 def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:

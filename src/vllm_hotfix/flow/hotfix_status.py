@@ -16,8 +16,8 @@ from typing import Sequence
 from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
-from vllm_hotfix_guard.core.verdict import (APPLIED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT, INTERRUPTED, LOST, NOT_APPLICABLE,
-                                     NOT_APPLIED, STALE, STALE_BYTECODE, UNKNOWN, State, bytecode_advice, stale_advice)
+from vllm_hotfix_guard.core.verdict import (APPLIED, BASELINE, CHANGED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT,
+                                            INTERRUPTED, LOST, NOT_APPLICABLE, NOT_APPLIED, STALE, STALE_BYTECODE, UNKNOWN, State, bytecode_advice, stale_advice)
 from vllm_hotfix_guard.errors import HotfixError, Refused
 from vllm_hotfix.flow.applicability import applicability
 from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
@@ -191,9 +191,12 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
     touched = [p for p, _, _ in flatten(found.plan)] if found.plan is not None else []
     owners = tuple(dict.fromkeys(s[0] for p in touched for s in chains.get(p, ())))
     if found.state == APPLICABLE:
+        from vllm_hotfix.flow.baseline_proof import not_pristine
+
+        dirty = not_pristine(target, [p for p in touched if p not in chains])  # the series' own changes are no dirt
         return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",
                       detail=f"applies on top of {', '.join(owners)}" if owners else "",
-                      files=tuple({"path": p, "state": "baseline"} for p in touched), **common)
+                      files=tuple({"path": p, "state": CHANGED if p in dirty else BASELINE} for p in touched), **common)
     if found.state != CONTAINED:  # partly / conflicts
         below = _missing_below(hotfix, view)
         if below:  # written on top of a hotfix that is not applied here: that one goes first
