@@ -135,4 +135,13 @@ def test_vendor_bytes_in_a_mount_get_a_hint_that_can_work(vllm_install, run_hotf
             assert applied.returncode == code, applied.stderr
             assert applied.stderr.splitlines()[0].endswith(f"; {PATH} is a bind mount from {vendor}")
             assert "force-reinstall" not in applied.stderr and "remove the mount" in applied.stderr
+        hint = applied.stderr.splitlines()[-1]
     assert (venv.site_packages / PATH).read_bytes() == pristine
+    assert "ID" not in hint.split("`") and "DIR" not in hint  # the mount removed, the steps run as pasted
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "compose.yaml").write_text("services:\n  vllm:\n    image: vllm/vllm-openai:v0.30.0\n")
+    exported = run_hotfix(*shlex.split(hint.split("`")[1])[1:], cwd=project)
+    assert exported.returncode == 0, exported.stderr
+    composed = run_hotfix(*shlex.split(hint.split("`")[3])[1:], "vllm", cwd=project)
+    assert composed.returncode == 0, composed.stderr

@@ -171,7 +171,7 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
     except (Refused, DoesNotApply) as refused:
         from vllm_hotfix.flow.mounted import refusal_through_mount
 
-        raise refusal_through_mount(refused, target, [f.path for f in hotfix.series.files]) from None
+        raise refusal_through_mount(refused, target, [f.path for f in hotfix.series.files], hotfix.id) from None
     if change.result.bytecode and not dry_run:  # applied, but Python would load stale entries: drop exactly those
         drop_stale_bytecode(change.result.bytecode)
     return ApplyOutcome(change.result, dry_run, change.record_changed, sealed=bool(resealed))

@@ -43,7 +43,7 @@ def mount_sources(mounts: Sequence[MountedFile]) -> str:
     return ", ".join(m.source + (f" (for {quote_path(m.path)})" if len(mounts) > 1 else "") for m in mounts)
 
 
-def refusal_through_mount(exc: HotfixError, target: Target, paths: Iterable[str]) -> HotfixError:
+def refusal_through_mount(exc: HotfixError, target: Target, paths: Iterable[str], hotfix_id: str) -> HotfixError:
     """A refusal to apply (not pristine, does not apply) about a file whose bytes come through a mount:
     the same error, naming the mount, with the one hint that can work (neither `pip install
     --force-reinstall` nor apply can change a mounted file)."""
@@ -52,11 +52,14 @@ def refusal_through_mount(exc: HotfixError, target: Target, paths: Iterable[str]
         return exc
     first = next(iter(mounted.values()))
     return type(exc)(f"{exc.message}; {quote_path(first.path)} is a bind mount from {first.source}",
-                     hint=MOUNT_REMEDY)
+                     hint=mount_remedy(hotfix_id, target))
 
 
-MOUNT_REMEDY = ("remove the mount (and its line in the compose file) to get the installed file back, or mount the "
-                "patched file instead (`hotfix export ID --to DIR` + `hotfix compose`)")
+def mount_remedy(hotfix_id: str, target: Target, catalog: Catalog | None = None) -> str:
+    """The way out of vendor bytes in a mount, in the order it runs: the mount goes first (export reads the
+    installed file, which a mount hides), then the patched file is exported and mounted instead."""
+    return ("remove the mount (and its line in the compose file) to get the installed file back; to mount the "
+            f"patched file instead, then run {export_step(hotfix_id, target, catalog)}, then {compose_step([hotfix_id])}")
 
 
 def export_step(hotfix_id: str, target: Target, catalog: Catalog | None = None) -> str:
@@ -103,5 +106,5 @@ def through_mounts(status: Status, target: Target, catalog: Catalog | None = Non
         first = mounts[0]
         detail = f"{status.detail}; {quote_path(first.path)} is a bind mount from {first.source}".lstrip("; ")
         advice = (f"{quote_path(first.path)} comes from the bind mount of {first.source}, which neither a reinstall nor "
-                  f"`hotfix apply` can change: {MOUNT_REMEDY.replace('ID', status.id)}")
+                  f"`hotfix apply` can change: {mount_remedy(status.id, target, catalog)}")
     return replace(status, files=files, detail=detail, advice=advice, mounts=mounts)
