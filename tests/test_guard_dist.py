@@ -128,6 +128,7 @@ print(json.dumps({"entry_points": [ep.value for ep in found], "new": sorted(set(
 """
 
 
+@pytest.mark.slow
 def test_pip_installs_nothing_else_and_a_process_without_the_guard_settings_imports_nothing(guard_venv):
     python, before = guard_venv
     assert _installed(python) - before == {"vllm-hotfix-guard"}
@@ -137,6 +138,7 @@ def test_pip_installs_nothing_else_and_a_process_without_the_guard_settings_impo
     assert report == {"entry_points": ["vllm_hotfix_guard:register"], "new": ["vllm_hotfix_guard"]}
 
 
+@pytest.mark.slow
 def test_the_built_wheel_with_readiness_on_never_raises_and_records_the_process(guard_venv, tmp_path):
     """Issue 43: with HOTFIX_READY_DIR set (compose / k8s set it by default), the delivered guard in a venv with
     no vllm_hotfix ran `__import__("vllm_hotfix.guard.ready")` and raised ModuleNotFoundError out of vLLM's
@@ -162,6 +164,7 @@ def test_the_built_wheel_with_readiness_on_never_raises_and_records_the_process(
     assert probe.returncode == 1, (probe.stdout, probe.stderr)  # recorded, not in effect: not ready
 
 
+@pytest.mark.slow
 def test_in_container_verify_refuses_as_the_cli_does(guard_venv, tmp_path, run_hotfix):
     python, _ = guard_venv
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOTFIX_") and k != "PYTHONPATH"}
@@ -232,6 +235,7 @@ def test_compose_mounts_the_guard_read_only_and_remove_restores_the_file(tmp_pat
     assert compose.read_text() == LIST_ENV
 
 
+@pytest.mark.tools
 def test_strict_mode_is_refused_where_the_guard_is_not_delivered(tmp_path, run_hotfix):
     from fixtures.composefiles import LIST_ENV
     from fixtures.kube import DEPLOYMENT, make_export

@@ -63,6 +63,7 @@ def test_a_patch_over_the_cap_is_refused_before_it_is_read(tmp_path, target):
     assert done.returncode == 8 and "patch file is 65.0 MiB, over the 64.0 MiB a patch file may be" in error(done)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "link"])
 def test_a_fifo_or_link_in_place_of_a_target_file_never_hangs_status_verify_rollback(tmp_path, target,
                                                                                       _isolated_state, kind):

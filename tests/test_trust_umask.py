@@ -94,6 +94,7 @@ def _plant_journal(tdir: Path, root: Path, *, folder_owner: int, folder_mode: in
         os.chmod(path, folder_mode)
 
 
+@pytest.mark.slow
 @as_root
 @pytest.mark.parametrize("folder_owner, folder_mode, file_owner", [
     (0, 0o777, OTHER_UID),          # the attack of the issue: journal/ made 0777 under umask 000

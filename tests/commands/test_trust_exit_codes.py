@@ -176,6 +176,7 @@ def _abandoned_pipe(args) -> subprocess.CompletedProcess:
         os.close(write)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", ["closed", "full", "abandoned pipe"])
 @pytest.mark.parametrize("as_json", [False, True])
 def test_a_broken_stdout_after_a_committed_apply_and_rollback_is_exit_0(target, broken, as_json):

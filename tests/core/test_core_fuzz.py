@@ -12,6 +12,8 @@ from vllm_hotfix_guard.core.hunk_apply import FileState, detect, plan_patch
 from vllm_hotfix_guard.core.diff import exclude_paths, normalised_diff_bytes, parse_patch, reverse_patch
 from vllm_hotfix_guard.errors import HotfixError
 
+import pytest
+
 NAMES = st.sampled_from([b"x", b"d/x", b"d", b"y", b"/abs/x", b"../x", b"a b", b'"q\\tx"', b"/dev/null", b""])
 PREFIXED = st.builds(lambda p, n: p + n, st.sampled_from([b"a/", b"b/", b"", b"a//"]), NAMES)
 NUMBERS = st.one_of(st.integers(0, 12), st.sampled_from([2000000000, 98765432109876543210, 2**63, 10**40]))
@@ -147,6 +149,7 @@ def _mutated(draw) -> tuple[bytes, dict[str, bytes]]:
     return b"\n".join(lines) + draw(st.sampled_from([b"\n", b"\n", b""])), files
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_mutated(), st.sampled_from([None, 1]))
 def test_mutated_well_formed_patches(case, strip):

@@ -258,6 +258,7 @@ def test_a_name_only_the_git_line_gives_must_agree_after_strip(tmp_path):
     assert compare(tmp_path / "modes-p1", Case({"f": ABC}, modes, strip=1))[0] == "applied"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_hotfix_agrees_with_git_apply(tmp_path, name):
     case = CASES[name]

@@ -53,6 +53,7 @@ def _doctor(tmp_path, pattern: str | None, text: str, *, fallback: bool = True) 
                           text=True, timeout=300, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", REFUSED)
 @pytest.mark.parametrize("fallback", [True, False], ids=["re", "re2"])
 def test_an_ambiguous_repetition_is_refused_at_load_whichever_engine(tmp_path, pattern, fallback):

@@ -78,6 +78,7 @@ def judged(python: str, directory: Path, mode: str) -> dict:
     return ast.literal_eval(done.stdout.strip().split(bytecode.MARKER, 1)[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("python", interpreters())
 def test_stale_exactly_when_the_import_runs_other_code(python, tmp_path):
     disagreements = []

@@ -49,6 +49,7 @@ def test_pth_code_that_puts_an_overlay_first_is_named(vllm_install, tmp_path):
     assert any(f"put on sys.path by code in {pth}" in w and "shadows the installed" in w for w in target.warnings)
 
 
+@pytest.mark.slow
 def test_editable_install_of_a_git_repo_in_another_python(editable_install):
     venv, repo = editable_install
     target = locate_package("tinypkg", str(venv.python), do_import=True)
