@@ -10,7 +10,7 @@ exception strict mode raises. The same folder ships in the vllm-hotfix wheel and
 
 __version__ = "0.1.0"
 
-__all__ = ["HotfixNotInEffect", "register"]
+__all__ = ["HotfixNotInEffect", "preflight", "register"]
 
 
 def register() -> None:
@@ -21,6 +21,13 @@ def register() -> None:
         from vllm_hotfix_guard.plugin import register as guard
 
         guard()
+
+
+def preflight() -> None:
+    """Import now what ``register`` imports in a process with HOTFIX_LOCK / HOTFIX_REQUIRE set (`hotfix guard
+    --check-env` calls it after loading the entry point): a guard missing one of its own modules fails there,
+    not in every vLLM process."""
+    import vllm_hotfix_guard.plugin  # noqa: F401
 
 
 def __getattr__(name: str):

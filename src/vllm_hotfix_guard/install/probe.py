@@ -335,8 +335,10 @@ def guard_facts(path_entries, load=True):
     found = guard_entry_points(path_entries)
     error = None
     if found and load:
-        try:
-            load_entry_point(found[0])
+        try:  # then what register() imports once HOTFIX_LOCK / HOTFIX_REQUIRE is set (the guard's preflight)
+            preflight = getattr(sys.modules.get(getattr(load_entry_point(found[0]), "__module__", None) or ""),
+                                "preflight", None)
+            callable(preflight) and preflight()
         except Exception as exc:  # noqa: BLE001 - exactly what vLLM's loader would hit
             error = "%s: %s" % (type(exc).__name__, exc)
     return {"entry_points": found, "load_error": error, "loaded": bool(found and load)}
