@@ -44,6 +44,38 @@ if os.environ.get("STAY"):
     sys.stdin.read()  # alive until the test closes stdin: its readiness record counts
 '''
 
+# The matrix's processes: vLLM (torch) imported once, then one fork per environment, each calling vLLM's real
+# load_general_plugins() with exactly that environment (a forked child of a parent that never loaded plugins
+# loads them, as vLLM's own forked workers of a library parent would). 32 cold starts took ~17 min at load 9.
+FORKS = r'''
+import json, os, sys, tempfile
+import vllm.plugins
+for line in sys.stdin:
+    env = json.loads(line)
+    fd, out = tempfile.mkstemp()
+    pid = os.fork()
+    if pid == 0:
+        os.environ.clear()
+        os.environ.update(env)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        try:
+            vllm.plugins.load_general_plugins()
+            raised = None
+        except BaseException as exc:  # what would escape into vLLM
+            raised = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+        mods = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0].startswith("vllm_hotfix")})
+        sys.stdout.flush(); sys.stderr.flush()
+        os.write(1, ("\n" + json.dumps({"pid": os.getpid(), "raised": raised, "hotfix_modules": mods}) + "\n").encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(fd)
+    with open(out, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    os.unlink(out)
+    print(json.dumps(text), flush=True)
+'''
+
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory):
@@ -89,6 +121,7 @@ def image(tmp_path_factory):
                                   str(venv.python), "--json"], capture_output=True, text=True)
     assert fingerprint.returncode == 0, fingerprint.stdout + fingerprint.stderr
     (work / "loader.py").write_text(LOADER)
+    (work / "forks.py").write_text(FORKS)
     return {"venv": venv, "work": work, "lock": lock, "unsigned": unsigned, "policy": policy, "target": target,
             "pristine": pristine, "patched": patched, "fingerprint": json.loads(fingerprint.stdout)[0]["fingerprint"]}
 
@@ -107,6 +140,26 @@ def _load(image, **env) -> tuple[dict, str]:
     assert done.returncode == 0, done.stderr[-3000:]
     (report,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return report, done.stdout + done.stderr  # vLLM's logger writes to stdout, the fallback to stderr
+
+
+class _Forks:
+    """One forks.py server: ``load(**env)`` -> (report, output) of one forked process under ``env``."""
+
+    def __init__(self, image):
+        self.image = image
+        self.proc = subprocess.Popen([str(image["venv"].python), str(image["work"] / "forks.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=_env(image), cwd=image["work"])
+
+    def load(self, **env) -> tuple[dict, str]:
+        self.proc.stdin.write(json.dumps(_env(self.image, **env)) + "\n")
+        self.proc.stdin.flush()
+        text = json.loads(self.proc.stdout.readline())
+        (report,) = [json.loads(line) for line in text.splitlines() if line.startswith('{"pid"')]
+        return report, text
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def test_the_venv_has_the_built_guard_and_no_vllm_hotfix(image):
@@ -145,23 +198,33 @@ def _matrix(image):
 def test_nothing_escapes_register_unless_strict_mode_stops_a_process_not_in_effect(image):
     (image["work"] / "ready").mkdir(exist_ok=True)
     seen = []
-    for state in ("patched", "reverted"):
-        image["target"].write_bytes(image[state] if state == "patched" else image["pristine"])
-        for name, env in _matrix(image):
-            report, stderr = _load(image, **env)
-            assert report["hotfix_modules"] == ["vllm_hotfix_guard"], (name, report)  # never the CLI
-            ok = state == "patched" and "unsigned" not in name and "no lock" not in name
-            lines = [line for line in stderr.splitlines() if "vllm-hotfix guard pid=" in line and " fingerprint=" in line]
-            assert len(lines) == 1, (name, state, stderr[-2000:])
-            assert (f"{HOTFIX} [lock] in effect" in lines[0]) is ok, (name, state, lines)
-            if env["HOTFIX_STRICT"] == "1" and not ok:
-                assert (report["raised"] or "").startswith(STOPPED + ": vllm-hotfix: 1 required"), (name, state, report)
-            else:
-                assert report["raised"] is None, (name, state, report)
-            seen.append((name, state, report["raised"] is not None))
+    forks = _Forks(image)
+    cold = {("k8s --trust strict=1", "patched"), ("compose strict=1", "reverted")}  # fresh interpreters too
+    try:
+        for state in ("patched", "reverted"):
+            image["target"].write_bytes(image[state] if state == "patched" else image["pristine"])
+            for name, env in _matrix(image):
+                runs = [forks.load(**env)] + ([_load(image, **env)] if (name, state) in cold else [])
+                for report, stderr in runs:
+                    _judge(name, state, env, report, stderr, seen)
+    finally:
+        forks.close()
     image["target"].write_bytes(image["patched"])
     print("\n".join(f"{name:45} {state:9} {'stopped' if stop else 'runs'}" for name, state, stop in seen))
-    assert len(seen) == 32
+    assert len(seen) == 34
+
+
+def _judge(name, state, env, report, stderr, seen):
+    assert report["hotfix_modules"] == ["vllm_hotfix_guard"], (name, report)  # never the CLI
+    ok = state == "patched" and "unsigned" not in name and "no lock" not in name
+    lines = [line for line in stderr.splitlines() if "vllm-hotfix guard pid=" in line and " fingerprint=" in line]
+    assert len(lines) == 1, (name, state, stderr[-2000:])
+    assert (f"{HOTFIX} [lock] in effect" in lines[0]) is ok, (name, state, lines)
+    if env["HOTFIX_STRICT"] == "1" and not ok:
+        assert (report["raised"] or "").startswith(STOPPED + ": vllm-hotfix: 1 required"), (name, state, report)
+    else:
+        assert report["raised"] is None, (name, state, report)
+    seen.append((name, state, report["raised"] is not None))
 
 
 def test_ready_flips_as_the_locked_file_is_reverted_and_restored(image, tmp_path):
