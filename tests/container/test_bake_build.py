@@ -5,6 +5,8 @@ reverted to the pristine one fails the build at its last step, the guard's verif
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import realdata
@@ -23,7 +25,7 @@ def test_bake_builds_offline_and_a_reverted_file_fails_at_verify(tmp_path, run_h
     assert done.returncode == 0, done.stderr
     done = run_hotfix("bake", "--export-dir", export, "--base", stock_image, "--to", ctx, env=podman.env())
     assert done.returncode == 0, done.stderr
-    tag = f"localhost/vllm-hotfix-test/baked:{tmp_path.name.lower()}"
+    tag = f"localhost/vllm-hotfix-test/baked:{os.getpid()}-{tmp_path.name.lower()}"  # one per run of the suite
     try:
         built = podman.podman("build", "--network", "none", "--layers=false", "-f", ctx / "Containerfile", "-t", tag, ctx,
                               check=False, timeout=900)

@@ -10,6 +10,7 @@ never passes; `hotfix compose --remove` gives back the file byte for byte."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -103,7 +104,8 @@ def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_pat
     assert done.returncode == 0, done.stderr
     generated = (app / "compose.yaml").read_bytes()
     print(generated.decode())
-    project = f"hf{tmp_path.name.replace('_', '').lower()}"[:30]
+    # one project per run: two runs of the suite on one machine (a developer's and CI's) never share a container
+    project = f"hf{os.getpid()}{tmp_path.name.replace('_', '').lower()}"[:30]
     container = f"{project}_vllm_1"
     probes = {path: k8s_probe(tmp_path, run_hotfix, export, stock_image, path) for path in ("/health", "/nope")}
     try:
