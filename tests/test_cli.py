@@ -88,3 +88,17 @@ def test_new_dry_run_writes_nothing(run_hotfix, tmp_path):
                          "release_notes/**", "--target", "vllm-ascend", "--versions", "==0.30.0rc2", "--out", out,
                          "--dry-run", "--json")
     assert json.loads(as_json.stdout)["dry_run"] is True and not out.exists()
+
+
+def test_main_called_with_argv_leaves_the_signal_mask_alone():
+    """Only the process's entry point holds SIGINT/SIGTERM to the end: called in-process with argv, the mask
+    stays as it was (a blocked mask leaked into a test worker, and every http.server it started next ignored
+    its SIGTERM: the suite's TimeoutExpired, 2026-12-07)."""
+    import signal
+
+    from vllm_hotfix.cli import main
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    with pytest.raises(SystemExit):
+        main(["list"])
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before

@@ -342,10 +342,14 @@ cli.add_command(cli_feed.catalog_group)
 
 def main(argv: list[str] | None = None) -> None:
     """Run the command; the exit code is what the command did. Output that cannot be written (a closed,
-    full or abandoned stdout) is lost without changing it (``output.finish_output``)."""
+    full or abandoned stdout) is lost without changing it (``output.finish_output``). As the process's entry
+    point (no ``argv``: the `hotfix` script, ``python -m vllm_hotfix``) it then holds SIGINT / SIGTERM to the
+    end; called with ``argv`` from other code, it leaves the signal mask alone (a blocked mask is inherited by
+    every process its caller starts next, which then cannot be stopped)."""
     code = _run(sys.argv[1:] if argv is None else argv)
     finish_output()
-    hold_signals_to_the_end()  # the code says what the command did to the files: no death by signal now
+    if argv is None:
+        hold_signals_to_the_end()  # the code says what the command did to the files: no death by signal now
     sys.exit(code)
 
 
