@@ -245,4 +245,8 @@ def load_dir(catalog_dir: CatalogDir, files: dict[str, bytes] | None = None) -> 
         hint = "point at its parent directory" if path.name == "manifests" else "a catalog holds manifests/*.toml and patches/"
         raise UsageError(f"{catalog_dir.origin}: {path} is not a catalog: no manifests/ directory in it", hint=hint)
     patches_dir = path / "patches"
-    return [load_manifest(file, patches_dir=patches_dir) for file in sorted(manifests_dir.glob("*.toml"))]
+    try:
+        return [load_manifest(file, patches_dir=patches_dir) for file in sorted(manifests_dir.glob("*.toml"))]
+    except FileNotFoundError as gone:  # removed or swapped between the check above and the read: input, not a bug
+        raise InvalidInput(f"{catalog_dir.origin}: catalog directory {path} changed while it was read "
+                           f"({gone.filename or 'a file'} is gone)") from None
