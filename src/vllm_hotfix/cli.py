@@ -341,11 +341,8 @@ cli.add_command(cli_feed.catalog_group)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the command; the exit code is what the command did. Output that cannot be written (a closed,
-    full or abandoned stdout) is lost without changing it (``output.finish_output``). As the process's entry
-    point (no ``argv``: the `hotfix` script, ``python -m vllm_hotfix``) it then holds SIGINT / SIGTERM to the
-    end; called with ``argv`` from other code, it leaves the signal mask alone (a blocked mask is inherited by
-    every process its caller starts next, which then cannot be stopped)."""
+    """Run the command; the exit code is what the command did (unwritable output is lost, never a code). Only
+    as the entry point (no ``argv``) it holds SIGINT / SIGTERM to the end: a caller's children inherit a mask."""
     code = _run(sys.argv[1:] if argv is None else argv)
     finish_output()
     if argv is None:
