@@ -106,10 +106,10 @@ def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_pat
     print(generated.decode())
     # one project per run: two runs of the suite on one machine (a developer's and CI's) never share a container
     project = f"hf{os.getpid()}{tmp_path.name.replace('_', '').lower()}"[:30]
-    container = f"{project}_vllm_1"
+    container = None
     probes = {path: k8s_probe(tmp_path, run_hotfix, export, stock_image, path) for path in ("/health", "/nope")}
     try:
-        _up_until_healthy(compose_engine, project, app, container, probes)
+        container = _up_until_healthy(compose_engine, project, app, probes)
         _verify_agrees(container, export, vllm_install, run_hotfix)
         _recreated_without_the_fix_refuses(compose_engine, project, app, container, generated)
     finally:  # the container's log stays in the test's directory, which pytest keeps when the test fails
@@ -124,11 +124,12 @@ def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_pat
     assert (app / "compose.yaml").read_bytes() == base
 
 
-def _up_until_healthy(engine, project: str, app: Path, container: str, probes: dict) -> None:
+def _up_until_healthy(engine, project: str, app: Path, probes: dict) -> str:
     """Up; the healthcheck, `ready` and k8s's combined readinessProbe (``probes``: by the base's httpGet path)
     fail while the workers have not checked, though the server answers /health; all pass once they have,
-    except the combined probe whose own httpGet gets a 404."""
+    except the combined probe whose own httpGet gets a 404. The container's name."""
     engine.compose(project, "up", "-d", cwd=app)
+    container = engine.container(project, "vllm")
     config = json.loads(podman.podman("inspect", container, "--format", "{{json .Config.Healthcheck}}").stdout)
     assert config["Test"] == PROBE, config  # the healthcheck compose wrote, as the engine runs it
     # the server and its engine core load vLLM (torch included) and the plugins; the workers wait for a go
@@ -159,6 +160,7 @@ def _up_until_healthy(engine, project: str, app: Path, container: str, probes: d
     assert combined.returncode == 0, combined.stdout + combined.stderr
     combined = podman.podman("exec", container, *probes["/nope"], check=False)
     assert combined.returncode == 1 and ":8000/nope: HTTP 404" in combined.stdout, combined.stdout + combined.stderr
+    return container
 
 
 def _verify_agrees(container: str, export: Path, vllm_install, run_hotfix) -> None:
