@@ -174,10 +174,10 @@ REFUSALS = {
     "tampered-file": (lambda www, files, keys: craft(
         www, files, keys, ("release", "sre"), version=3,
         archive=build_archive({**files, "manifests/team-fix.toml": files["manifests/team-fix.toml"] + b"# x\n"})),
-        13, "manifests/team-fix.toml is not the signed file"),
+        13, "manifests/team-fix.toml changed after signing"),
     "planted-file": (lambda www, files, keys: craft(
         www, files, keys, ("release", "sre"), version=3,
-        archive=build_archive({**files, "patches/planted.patch": b"x"})), 13, "not in the signed metadata"),
+        archive=build_archive({**files, "patches/planted.patch": b"x"})), 13, "not in the signed list"),
 }
 
 

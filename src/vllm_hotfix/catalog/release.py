@@ -19,6 +19,7 @@ import hashlib
 import json
 
 from vllm_hotfix.catalog.release_archive import build_archive, member_problem
+from vllm_hotfix.catalog.sums import tampered_lines
 from vllm_hotfix_guard.core import trust_policy
 from vllm_hotfix_guard.core.docfields import Fields
 from vllm_hotfix_guard.errors import InvalidInput
@@ -131,17 +132,4 @@ def _size(fields: Fields, doc: dict, where: str, cap: int) -> int:
 def check_files(release: Release, files: dict[str, bytes], subject: str) -> list[str]:
     """TAMPERED lines: each archive member missing from the metadata, listed but missing, or with other
     bytes than the metadata's sha256 and size (empty: every file is what was signed)."""
-    listed = release.file_map()
-    lines = []
-    for path in sorted(set(listed) | set(files)):
-        if path not in files:
-            lines.append(f"TAMPERED: {subject}: {path} is listed but not in the archive")
-        elif path not in listed:
-            lines.append(f"TAMPERED: {subject}: {path} is in the archive but not in the signed metadata")
-        else:
-            body = files[path]
-            digest = hashlib.sha256(body).hexdigest()
-            if digest != listed[path].sha256 or len(body) != listed[path].size:
-                lines.append(f"TAMPERED: {subject}: {path} is not the signed file (sha256 {digest[:12]}..., "
-                             f"signed {listed[path].sha256[:12]}...)")
-    return lines
+    return tampered_lines(subject, {path: (f.sha256, f.size) for path, f in release.file_map().items()}, files)

@@ -113,21 +113,32 @@ def catalog_verdict(directory: Path, policy: trust_policy.Policy, *, now: float,
     if not verdict.trusted:
         return verdict
     listed = parse_sums(data, str(sums_path))
-    found = {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
-    lines = []
-    for path in sorted(set(listed) | set(found)):
-        if path not in found:
-            lines.append(f"TAMPERED: {subject}: {path} is listed but missing")
-        elif path not in listed:
-            lines.append(f"TAMPERED: {subject}: {path} is not in the signed list")
-        elif listed[path] != found[path]:
-            lines.append(f"TAMPERED: {subject}: {path} changed after signing (sha256 {found[path][:12]}..., "
-                         f"signed {listed[path][:12]}...)")
+    lines = tampered_lines(subject, {path: (digest, None) for path, digest in listed.items()}, files)
     if not lines:
         return verdict
     return trust_policy.TrustDecision(subject=verdict.subject, signers=verdict.signers, threshold=verdict.threshold,
                          checks=verdict.checks, refusals=tuple(trust_policy.Refusal(trust_policy.TAMPERED, line) for line in lines),
                          warnings=verdict.warnings)
+
+
+def tampered_lines(subject: str, signed: dict[str, tuple[str, Optional[int]]], found: dict[str, bytes]) -> list[str]:
+    """One TAMPERED line per file that is not what was signed: ``signed`` maps each path to its sha256 and
+    size (None: not signed), ``found`` each file read to its bytes. Empty: every file is the signed one.
+    The one rule for a signed catalog directory and a published catalog release alike."""
+    lines = []
+    for path in sorted(set(signed) | set(found)):
+        if path not in found:
+            lines.append(f"TAMPERED: {subject}: {path} is listed but missing")
+        elif path not in signed:
+            lines.append(f"TAMPERED: {subject}: {path} is not in the signed list")
+        else:
+            digest, size = signed[path]
+            body = found[path]
+            got = hashlib.sha256(body).hexdigest()
+            if got != digest or (size is not None and len(body) != size):
+                lines.append(f"TAMPERED: {subject}: {path} changed after signing (sha256 {got[:12]}..., "
+                             f"signed {digest[:12]}...)")
+    return lines
 
 
 def _read_sums(path: Path) -> Optional[bytes]:
