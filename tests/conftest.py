@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import realdata  # noqa: E402
 import tiers  # noqa: E402
+from fixtures.inprocess import run_in_process  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,10 +38,15 @@ def _isolated_state(tmp_path_factory, monkeypatch):
 
 @pytest.fixture
 def run_hotfix():
-    """Run the real ``hotfix`` CLI in a subprocess: ``run_hotfix("status", "--json", env={...})``."""
+    """Run the ``hotfix`` CLI: ``run_hotfix("status", "--json", env={...})`` -> CompletedProcess (returncode,
+    stdout, stderr). In this process (fixtures/inprocess.py), unless the process boundary is the point:
+    ``process=True`` starts ``python -m vllm_hotfix`` (signals, terminals, closed streams, a fresh
+    interpreter's imports), as do ``python=`` (another interpreter) and an ``env`` that sets ``PYTHON*``."""
 
     def run(*args: str, env: dict | None = None, cwd: Path | None = None, input: str | None = None,
-            python: str | None = None) -> subprocess.CompletedProcess:
+            python: str | None = None, process: bool = False) -> subprocess.CompletedProcess:
+        if python is None and not process and not any(k.startswith("PYTHON") for k in env or {}):
+            return run_in_process(list(args), env=env, cwd=cwd, input=input)
         full_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # xdist workers set them
         if env:
             full_env.update(env)
