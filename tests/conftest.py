@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import realdata  # noqa: E402
 import tiers  # noqa: E402
-from fixtures.inprocess import run_in_process  # noqa: E402
+from fixtures.inprocess import needs_process, run_in_process  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,12 +40,13 @@ def _isolated_state(tmp_path_factory, monkeypatch):
 def run_hotfix():
     """Run the ``hotfix`` CLI: ``run_hotfix("status", "--json", env={...})`` -> CompletedProcess (returncode,
     stdout, stderr). In this process (fixtures/inprocess.py), unless the process boundary is the point:
-    ``process=True`` starts ``python -m vllm_hotfix`` (signals, terminals, closed streams, a fresh
-    interpreter's imports), as do ``python=`` (another interpreter) and an ``env`` that sets ``PYTHON*``."""
+    ``process=True`` starts ``python -m vllm_hotfix`` (signals, terminals, closed streams, a new
+    interpreter's imports, what its children inherit), as do ``python=`` (another interpreter) and an ``env``
+    that changes what an interpreter reads as it starts (``PYTHON*``, ``LANG``, ``LC_*``, ``TMPDIR``)."""
 
     def run(*args: str, env: dict | None = None, cwd: Path | None = None, input: str | None = None,
             python: str | None = None, process: bool = False) -> subprocess.CompletedProcess:
-        if python is None and not process and not any(k.startswith("PYTHON") for k in env or {}):
+        if python is None and not process and not needs_process(env):
             return run_in_process(list(args), env=env, cwd=cwd, input=input)
         full_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # xdist workers set them
         if env:

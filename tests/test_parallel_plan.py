@@ -120,7 +120,8 @@ def test_cli_does_not_apply_message_is_the_sequential_one(run_hotfix, real_diff,
     assert file_boundary_near_middle(real_diff, min_bytes=0) < real_diff.index(b"a/vllm/v1/worker/gpu_model_runner.py")
     with pytest.raises(DoesNotApply) as sequential:
         plan_patch(parse_patch(real_diff, strip=1, source=str(diff_file)), Tree(broken_tree).read)
-    done = run_hotfix("apply", "--patch", diff_file, "--root", broken_tree, "--dry-run")
+    done = run_hotfix("apply", "--patch", diff_file, "--root", broken_tree, "--dry-run",
+                      process=True)  # the half-plan forks only in a process of one thread
     assert done.returncode != 0
     assert done.stderr.startswith(f"hotfix: error: {sequential.value.message}\n")
 
@@ -134,6 +135,7 @@ def test_cli_parse_error_names_the_line_of_the_whole_file(run_hotfix, real_diff,
     diff_file.write_bytes(broken)
     with pytest.raises(InvalidInput) as sequential:
         parse_patch(broken, strip=1, source=str(diff_file))
-    done = run_hotfix("apply", "--patch", diff_file, "--root", realdata.vllm_source_tree("0.29.0"), "--dry-run")
+    done = run_hotfix("apply", "--patch", diff_file, "--root", realdata.vllm_source_tree("0.29.0"), "--dry-run",
+                      process=True)  # the half-plan forks only in a process of one thread
     assert done.returncode != 0
     assert done.stderr.startswith(f"hotfix: error: {sequential.value.message}\n")

@@ -61,7 +61,8 @@ def test_stdin_and_gzip_give_the_same_verdict_as_the_file(run_hotfix, tmp_path):
     packed = tmp_path / "server.log.gz"
     packed.write_bytes(gzip.compress(MAMBA_LOGS[0].read_bytes() + MAMBA_LOGS[2].read_bytes()))
     from_file = json.loads(doctor(run_hotfix, packed, "--json").stdout)
-    from_stdin = doctor(run_hotfix, "-", "--json", input=MAMBA_LOGS[0].read_text() + MAMBA_LOGS[2].read_text())
+    from_stdin = doctor(run_hotfix, "-", "--json", input=MAMBA_LOGS[0].read_text() + MAMBA_LOGS[2].read_text(),
+                        process=True)  # a real pipe on stdin
     assert from_stdin.returncode == 1
     piped = json.loads(from_stdin.stdout)
     assert piped["sources"] == ["<stdin>"] and from_file["sources"] == [str(packed)]

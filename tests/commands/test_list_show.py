@@ -34,7 +34,8 @@ def test_list_shows_the_latest_version_of_each_hotfix(run_hotfix, catalog):
 
 
 def test_list_into_a_pipe_is_one_tab_separated_line_per_hotfix(run_hotfix, catalog):
-    result = run_hotfix("list", "--catalog", catalog, env={"COLUMNS": "60"})  # a pipe: whatever COLUMNS says
+    # into a real pipe (process=True), whatever COLUMNS says
+    result = run_hotfix("list", "--catalog", catalog, env={"COLUMNS": "60"}, process=True)
     assert result.returncode == 0, result.stderr
     rows = [line.split("\t") for line in result.stdout.splitlines()]
     ids = [e["id"] for e in json.loads(run_hotfix("list", "--catalog", catalog, "--json").stdout) if e["latest"]]

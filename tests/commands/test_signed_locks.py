@@ -161,7 +161,7 @@ def test_an_encrypted_key_signs_with_its_password_from_a_file_or_the_environment
     assert minisign_run("-V", "-m", signed_dir, "-x", locked.sig(signed_dir), "-p", locked.pub).returncode == 0
     wrong = run_hotfix("sign", signed_dir, "--key", locked.key, env={"HOTFIX_KEY_PASSWORD": "wrong"})
     assert wrong.returncode == 3 and "wrong password for that key" in wrong.stderr
-    nobody = run_hotfix("sign", signed_dir, "--key", locked.key, input="")
+    nobody = run_hotfix("sign", signed_dir, "--key", locked.key, input="", process=True)  # stdin a pipe, no terminal
     assert nobody.returncode == 2 and "no terminal is there to ask its password" in nobody.stderr
 
 
