@@ -248,7 +248,14 @@ def test_strict_mode_is_refused_where_the_guard_is_not_delivered(tmp_path, run_h
     refused = run_hotfix(*args)
     assert refused.returncode == 3 and "carries no guard" in refused.stderr and not (tmp_path / "overlay").exists()
     assert len(refused.stderr.splitlines()) == 2  # the error and its hint
-    assert run_hotfix(*args, "--no-strict").returncode == 0
+    for more in (("--no-strict",), ("--no-guard",)):  # no guard: --no-guard too; --no-guard: strict mode off too
+        again = run_hotfix(*args, *more)
+        assert again.returncode == 3 and "carries no guard" in again.stderr and not (tmp_path / "overlay").exists()
+    assert run_hotfix(*args, "--no-guard", "--no-strict").returncode == 0
+    guarded = make_export(tmp_path / "guarded")  # --no-guard where the export carries it: a usage error, nothing written
+    done = run_hotfix("k8s", "--export-dir", guarded, "--base", base, "--to", tmp_path / "o2", "--workload",
+                      "deployment/vllm", "--container", "vllm", "--no-guard", "--no-strict")
+    assert done.returncode == 2 and "carries the guard" in done.stderr and not (tmp_path / "o2").exists(), done.stderr
     compose = tmp_path / "docker-compose.yml"
     compose.write_text(LIST_ENV)
     strict = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose,

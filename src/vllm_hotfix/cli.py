@@ -285,14 +285,14 @@ def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, co
 @admission_options
 @dry_run_option
 @json_option
-def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, readiness, bundle, bundle_dir, trust_configmap, admission, approve, namespaces, params_namespace, warn_only, trust, dry_run, as_json) -> None:
+def k8s_cmd(export_dir, base, out_dir, workload, kind, name, containers, container_site_packages, strict, max_configmaps, readiness, bundle, bundle_dir, trust_configmap, with_guard, admission, approve, namespaces, params_namespace, warn_only, trust, dry_run, as_json) -> None:
     if admission:
         from vllm_hotfix.commands import admission as command
 
         _exit(command.run(approve=tuple(approve), namespaces=tuple(namespaces), params_namespace=params_namespace, warn_only=warn_only, trust=trust, out_dir=out_dir, overlay_options=given_options(OVERLAY_PARAMS), dry_run=dry_run, as_json=as_json))
     from vllm_hotfix.commands import k8s as command
 
-    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, readiness=readiness, bundle=bundle, bundle_dir=bundle_dir, admission_options=given_options(ADMISSION_PARAMS), dry_run=dry_run, as_json=as_json, trust_configmap=trust_configmap))
+    _exit(command.run(export_dir=export_dir, out_dir=out_dir, base=base, workload=workload, kind=kind, name=name, containers=tuple(containers), container_site_packages=container_site_packages, strict=strict, max_configmaps=max_configmaps, readiness=readiness, bundle=bundle, bundle_dir=bundle_dir, admission_options=given_options(ADMISSION_PARAMS), dry_run=dry_run, as_json=as_json, trust_configmap=trust_configmap, with_guard=with_guard))
 
 
 @cli.command("bake", **texts("bake"))

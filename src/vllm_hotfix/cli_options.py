@@ -12,7 +12,7 @@ def all_targets_option(text: str):
 
 
 OVERLAY_PARAMS = ("export_dir", "base", "workload", "kind", "name", "containers", "container_site_packages", "strict",
-                  "max_configmaps", "readiness", "bundle", "bundle_dir", "trust_configmap")
+                  "max_configmaps", "readiness", "bundle", "bundle_dir", "trust_configmap", "with_guard")
 ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only", "trust")
 readiness_option = click.option("--readiness/--no-readiness", default=True, show_default=True, help="Add `python3 -I -m vllm_hotfix_guard ready` as the readiness check (docs/readiness.md), a memory-backed directory for the guard's records and HOTFIX_READY_DIR.")
 
@@ -37,6 +37,7 @@ def k8s_overlay_options(command):
         click.option("--bundle", metavar="REF@sha256:DIGEST", help="Mount the hotfix bundle `hotfix pack` made, pushed to REF, as an image volume pinned by this digest (no tag) instead of ConfigMaps. Kubernetes >= 1.33, containerd 2.1+ or CRI-O."),
         click.option("--bundle-dir", type=click.Path(file_okay=False, path_type=Path), help="With --bundle: the layout `hotfix pack` wrote, to list the files to mount (checked: its digest must be REF's); else they come from --export-dir."),
         readiness_option,
+        click.option("--guard/--no-guard", "with_guard", default=True, show_default=True, help="The export or bundle must carry the guard, mounted with the files; --no-guard accepts one without it, for an image that has vllm-hotfix-guard installed itself (with --no-strict)."),
         click.option("--trust-configmap", metavar="NAME", help="Mount the trust policy (key trust.toml) from this existing ConfigMap, not the lock's, at /etc/vllm-hotfix-trust/ and set HOTFIX_TRUST (docs/trust-guard.md)."),
     )):
         command = option(command)

@@ -107,20 +107,30 @@ def guard_tree(export: Path) -> dict[str, bytes]:
     return {p.relative_to(site).as_posix(): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
 
 
-def test_strict_mode_refuses_a_bundle_without_the_guard(tmp_path, run_hotfix):
-    """As the ConfigMap route: strict mode with a bundle that carries no guard is exit 3, nothing written;
-    --no-strict writes the overlay (HOTFIX_STRICT=0)."""
-    export = make_export(tmp_path / "export", guard=False)
-    made = pack(run_hotfix, export, tmp_path / "bundle")
+def test_a_bundle_without_the_guard_is_refused_unless_no_guard_says_the_image_has_it(tmp_path, run_hotfix, packed):
+    """Item 2 of issue 43, as the admission route: a bundle packed --no-guard is refused (exit 3, one line and its
+    hint, nothing written) with or without strict mode; --no-guard accepts it only with --no-strict (strict mode
+    would stop nothing); --no-guard with a bundle that carries the guard is a usage error (exit 2)."""
+    export = make_export(tmp_path / "bare-export", guard=False)
+    made = pack(run_hotfix, export, tmp_path / "bare-bundle")
     assert made["guard"] == []
-    ref = f"{REPOSITORY}@{made['digest']}"
-    done, out = overlay(run_hotfix, tmp_path, ref, "--bundle-dir", tmp_path / "bundle")
-    assert done.returncode == 3 and "carries no guard" in done.stderr and not out.exists()
-    assert len(done.stderr.strip().splitlines()) <= 2
-    done, out = overlay(run_hotfix, tmp_path, ref, "--bundle-dir", tmp_path / "bundle", "--no-strict")
+    ref, where = f"{REPOSITORY}@{made['digest']}", ("--bundle-dir", tmp_path / "bare-bundle")
+    for args in ((), ("--no-strict",)):
+        done, out = overlay(run_hotfix, tmp_path, ref, *where, *args)
+        assert done.returncode == 3 and "carries no guard" in done.stderr and not out.exists(), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 2 and "--no-guard --no-strict" in done.stderr
+        assert "hotfix pack" in done.stderr
+    done, out = overlay(run_hotfix, tmp_path, ref, *where, "--no-guard")
+    assert done.returncode == 3 and "strict mode would stop nothing" in done.stderr and not out.exists()
+    done, out = overlay(run_hotfix, tmp_path, ref, *where, "--no-guard", "--no-strict")
     assert done.returncode == 0, done.stderr
     pod = by_kind(render(out), "Deployment")["spec"]["template"]
     assert {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}["HOTFIX_STRICT"] == "0"
+    assert not any("vllm_hotfix_guard" in m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"])
+    shutil.rmtree(out)
+    done, out = overlay(run_hotfix, tmp_path, packed["ref"], "--bundle-dir", packed["bundle"], "--no-guard", "--no-strict")
+    assert done.returncode == 2 and "--no-guard" in done.stderr and "carries the guard" in done.stderr, done.stderr
+    assert not out.exists()
 
 
 def _members(layout: Path):

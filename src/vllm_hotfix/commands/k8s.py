@@ -26,7 +26,7 @@ from vllm_hotfix.txn.exported import read_exported, read_guard, refuse_strict_wi
 from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError, WriteFailed
 from vllm_hotfix_guard.inputs import YAML_LIMIT, read_bounded
-from vllm_hotfix_guard.output import emit_json, note, say
+from vllm_hotfix_guard.output import emit_json, note, quote_path, say
 from vllm_hotfix_guard.paths import make_state_dir  # 0o755 whatever the umask
 
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -39,7 +39,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         name: Optional[str] = None, containers=(), container_site_packages: Optional[str] = None,
         strict: bool = True, max_configmaps: int = k8s_overlay.MAX_CONFIGMAPS, readiness: bool = True, bundle: Optional[str] = None,
         bundle_dir: Optional[Path] = None, admission_options=(), dry_run: bool = False, as_json: bool = False,
-        trust_configmap: Optional[str] = None) -> int:
+        trust_configmap: Optional[str] = None, with_guard: bool = True) -> int:
     if admission_options:
         raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
                          hint="add --admission to write the admission policy instead")
@@ -51,7 +51,8 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         from vllm_hotfix.commands.k8s_bundle import from_options
 
         image = from_options(bundle, bundle_dir, export_dir)
-        refuse_strict_without_guard(image.guard, bundle_dir if bundle_dir is not None else export_dir, strict=strict)
+        refuse_missing_guard(image.guard, bundle_dir if bundle_dir is not None else export_dir, bundled=True, strict=strict,
+                             with_guard=with_guard)
         if not as_json:
             say(f"note: {k8s_image_volume.REQUIREMENTS}")
         lock_bytes, lock, exported = image.lock_bytes, image.lock, {}
@@ -60,7 +61,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         lock_bytes, lock = read_lock(lock_path)
         exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
         guard = read_guard(export_dir, lock)  # checked against its RECORD and the lock; ConfigMap keys like the files
-        refuse_strict_without_guard(guard, export_dir, strict=strict)
+        refuse_missing_guard(guard, export_dir, bundled=False, strict=strict, with_guard=with_guard)
         signatures = _signatures(lock_path)
     out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points
     _refuse_foreign(out_dir)
@@ -114,6 +115,24 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     else:
         say(f"next: kubectl kustomize {out_dir} | kubectl apply -f -   (or: kubectl apply -k {out_dir})")
     return 0
+
+
+def refuse_missing_guard(guard, source: Path, *, bundled: bool, strict: bool, with_guard: bool) -> None:
+    """The guard travels with the files (issue 43): an export or bundle without it is refused (exit 3) unless
+    --no-guard says the image has the guard installed itself, and then only without strict mode
+    (txn/exported.refuse_strict_without_guard); --no-guard with one that carries the guard is a usage error
+    (exit 2): the guard it carries is mounted all the same."""
+    where = quote_path(str(source))
+    if guard is not None and not with_guard:
+        raise UsageError(f"--no-guard: {where} carries the guard, which is mounted with the files",
+                         hint="drop --no-guard")
+    if guard is None and with_guard:
+        again = ("pack it again from an export that has the guard (`hotfix export` without --no-guard, then "
+                 "`hotfix pack`)") if bundled else "re-run `hotfix export` into it (it writes the guard)"
+        raise Refused(f"{where} carries no guard: in a stock image nothing would check the mounted files, and the "
+                      f"readiness probe could not run", hint=f"{again}, or pass --no-guard --no-strict when the image "
+                                                             "has vllm-hotfix-guard installed itself")
+    refuse_strict_without_guard(guard, source, strict=strict)
 
 
 def _signatures(lock_path: Path) -> list:
