@@ -281,9 +281,10 @@ removed and what is kept, and why, and writes nothing.""",
         f"hotfix guard --check-env {PY}")),
     "sign": ("""Sign a lock, a trust policy or a catalog (--catalog DIR) with a minisign secret key.
 
-Writes FILE.<KEYID>.minisig beside FILE (KEYID: the key id minisign prints, 16 hex digits), one
-file per key, so several keys can sign one lock; `minisign -V -m FILE -x FILE.<KEYID>.minisig -p
-KEY.pub` accepts it, and a signature `minisign -S` wrote (FILE.minisig, or -x FILE.<KEYID>.minisig)
+Writes FILE.minisig beside FILE, minisign's default name, so `minisign -V -m FILE -p KEY.pub`
+accepts it as pasted; a further key gets FILE.<KEYID>.minisig (KEYID: the key id minisign prints,
+16 hex digits; `minisign -V -m FILE -x FILE.<KEYID>.minisig -p KEY.pub`), one file per key; the
+command prints the check for the file it wrote. A signature `minisign -S` wrote under either name
 counts the same. The signature is prehashed (BLAKE2b-512, as minisign's default) and its trusted
 comment is signed too. FILE is never changed; re-sign after every `hotfix export`. A catalog gets
 DIR/hotfix-catalog.sha256 (every file of manifests/ and patches/, as sha256sum writes it) and its
@@ -317,8 +318,8 @@ image index. Push it with skopeo; the command prints the line.""",
         "hotfix trust rotate trust-v2.toml --trust /etc/vllm-hotfix/trust.toml --dry-run")),
     "trust rotate": ("""Replace the trust policy (--trust) by NEW, a higher version signed by the policy's keys.
 
-NEW must carry a higher `version`, and signatures (NEW.<KEYID>.minisig, `hotfix sign NEW --key
-...`) by `threshold` keys of the current policy and by `threshold` of its own. Then it replaces
+NEW must carry a higher `version`, and signatures (NEW.minisig, NEW.<KEYID>.minisig: `hotfix sign
+NEW --key ...`) by `threshold` keys of the current policy and by `threshold` of its own. Then it replaces
 the current file (atomically, with its signatures), and the old keys stop counting. --chain DIR
 also writes DIR/policy-<version>.toml: containers whose image pins an older policy walk that
 chain with HOTFIX_TRUST_CHAIN=DIR, each step checked against the one before. Exit 11-14 names

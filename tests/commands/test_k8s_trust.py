@@ -26,7 +26,7 @@ def signed_export(tmp_path, run_hotfix):
     subprocess.run(["minisign", "-G", "-W", "-f", "-p", pub, "-s", key], check=True, capture_output=True)
     done = run_hotfix("sign", export / "hotfix.lock", "--key", key)
     assert done.returncode == 0, done.stderr
-    (signature,) = export.glob("hotfix.lock.*.minisig")
+    (signature,) = export.glob("hotfix.lock*.minisig")  # hotfix.lock.minisig: one signer
     base = tmp_path / "rendered.yaml"
     base.write_text(DEPLOYMENT)
     return export, signature, base, tmp_path / "overlay"

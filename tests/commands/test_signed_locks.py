@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -80,12 +81,18 @@ def verify(run_hotfix, lock: Path, *extra, env=None):
     return run_hotfix("verify", "--lock", lock, "--trust", lock.parent.parent / "trust.toml", *extra, env=env)
 
 
+def printed_check(stdout: str) -> list[str]:
+    """The `check: minisign ...` line `hotfix sign` printed, as the words a shell makes of it."""
+    (line,) = [line for line in stdout.splitlines() if line.startswith("check: ")]
+    return shlex.split(line[len("check: "):])
+
+
 def test_hotfix_signs_what_minisign_verifies_and_the_reverse(run_hotfix, keys, signed_dir):
     done = run_hotfix("sign", signed_dir, "--key", keys["release"].key)
     assert done.returncode == 0, done.stderr
-    sig = keys["release"].sig(signed_dir)
-    assert sig.is_file() and f"-x {sig}" in done.stdout
-    checked = minisign_run("-V", "-H", "-m", signed_dir, "-x", sig, "-p", keys["release"].pub)
+    sig = signed_dir.parent / "hotfix.lock.minisig"  # minisign's default name: one signer
+    assert sig.is_file() and " -x " not in done.stdout
+    checked = minisign_run("-V", "-H", "-m", signed_dir, "-p", keys["release"].pub)  # as the signing issue pastes it
     assert checked.returncode == 0 and "Signature and comment signature verified" in checked.stdout, checked.stderr
     assert "file:hotfix.lock\thashed" in checked.stdout  # minisign's own trusted comment, signed
 
@@ -94,6 +101,57 @@ def test_hotfix_signs_what_minisign_verifies_and_the_reverse(run_hotfix, keys, s
     assert made.returncode == 0, made.stderr
     ok = verify(run_hotfix, signed_dir)
     assert "trusted: " in ok.stdout and "signed by release, sre (2 of threshold 2), version 7" in ok.stdout, ok.stderr
+
+
+def test_a_second_signer_gets_a_file_of_its_own_and_each_printed_check_runs_as_pasted(run_hotfix, keys, signed_dir):
+    """One signer: hotfix.lock.minisig, what `minisign -V -m LOCK -p PUB` reads; a second key: hotfix.lock.<KEYID>.minisig
+    (minisign needs -x for it, and the printed check says so); the first key signing again keeps its file; both
+    count, once each; the lock is never changed."""
+    lock_bytes = signed_dir.read_bytes()
+    checks = []
+    for name in ("release", "sre", "release"):
+        done = run_hotfix("sign", signed_dir, "--key", keys[name].key)
+        assert done.returncode == 0, done.stderr
+        checks.append(printed_check(done.stdout))
+    assert sorted(p.name for p in signed_dir.parent.iterdir()) == ["hotfix.lock", f"hotfix.lock.{keys['sre'].id}.minisig",
+                                                                   "hotfix.lock.minisig"]
+    assert "-x" not in checks[0] and checks[1][checks[1].index("-x") + 1] == str(keys["sre"].sig(signed_dir))
+    for words in checks:
+        assert words[0] == "minisign"
+        ran = subprocess.run(words, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0 and "Signature and comment signature verified" in ran.stdout, ran.stderr
+    assert minisign_run("-V", "-m", signed_dir, "-p", keys["sre"].pub).returncode == 1  # hotfix.lock.minisig is release's
+    ok = verify(run_hotfix, signed_dir)  # trusted; then exit 3 as no vLLM is there to check it against
+    assert ok.stdout.startswith("trusted: ") and "signed by release, sre (2 of threshold 2)" in ok.stdout, ok.stdout
+    assert "does not count" not in ok.stderr and signed_dir.read_bytes() == lock_bytes
+
+
+def test_an_old_per_key_signature_counts_and_moves_to_the_default_name_when_its_key_signs_again(run_hotfix, keys,
+                                                                                                 signed_dir):
+    """Signatures named as `hotfix sign` named them before (hotfix.lock.<KEYID>.minisig) still count; the same
+    key signing again writes hotfix.lock.minisig and removes its old file (a dry run says so, changes nothing)."""
+    for name in ("release", "sre"):
+        assert minisign_run("-S", "-s", keys[name].key, "-m", signed_dir, "-x", keys[name].sig(signed_dir)).returncode == 0
+    assert verify(run_hotfix, signed_dir).stdout.startswith("trusted: ")
+    before = {p.name: p.read_bytes() for p in signed_dir.parent.iterdir()}
+    dry = run_hotfix("sign", signed_dir, "--key", keys["release"].key, "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["replaced"] == str(keys["release"].sig(signed_dir))
+    assert {p.name: p.read_bytes() for p in signed_dir.parent.iterdir()} == before
+    done = run_hotfix("sign", signed_dir, "--key", keys["release"].key)
+    assert done.returncode == 0 and "removed " in done.stdout, done.stdout + done.stderr
+    assert sorted(p.name for p in signed_dir.parent.iterdir()) == ["hotfix.lock", f"hotfix.lock.{keys['sre'].id}.minisig",
+                                                                   "hotfix.lock.minisig"]
+    assert minisign_run("-V", "-m", signed_dir, "-p", keys["release"].pub).returncode == 0
+    after = verify(run_hotfix, signed_dir)
+    assert after.stdout.startswith("trusted: ") and "does not count" not in after.stderr
+
+
+def test_a_default_signature_file_that_is_not_one_is_never_overwritten(run_hotfix, keys, signed_dir):
+    junk = signed_dir.parent / "hotfix.lock.minisig"
+    junk.write_bytes(b"not a signature\n")
+    done = run_hotfix("sign", signed_dir, "--key", keys["release"].key)
+    assert done.returncode == 0 and junk.read_bytes() == b"not a signature\n"
+    assert keys["release"].sig(signed_dir).is_file() and " -x " in done.stdout
 
 
 @pytest.mark.parametrize("case, code, words", [
@@ -158,7 +216,7 @@ def test_an_encrypted_key_signs_with_its_password_from_a_file_or_the_environment
     password_file.write_text("correct horse\n")
     done = run_hotfix("sign", signed_dir, "--key", locked.key, env={"HOTFIX_KEY_PASSWORD_FILE": str(password_file)})
     assert done.returncode == 0, done.stderr
-    assert minisign_run("-V", "-m", signed_dir, "-x", locked.sig(signed_dir), "-p", locked.pub).returncode == 0
+    assert minisign_run("-V", "-m", signed_dir, "-p", locked.pub).returncode == 0
     wrong = run_hotfix("sign", signed_dir, "--key", locked.key, env={"HOTFIX_KEY_PASSWORD": "wrong"})
     assert wrong.returncode == 3 and "wrong password for that key" in wrong.stderr
     nobody = run_hotfix("sign", signed_dir, "--key", locked.key, input="", process=True)  # stdin a pipe, no terminal
@@ -175,8 +233,7 @@ def test_a_signed_catalog_is_refused_once_changed(run_hotfix, keys, tmp_path):
     assert run_hotfix("sign", "--catalog", catalog, "--key", keys["release"].key).returncode == 0
     sums = catalog / "hotfix-catalog.sha256"
     assert subprocess.run(["sha256sum", "-c", "--strict", "--quiet", sums.name], cwd=catalog).returncode == 0
-    sig = keys["release"].sig(sums)
-    assert minisign_run("-V", "-m", sums, "-x", sig, "-p", keys["release"].pub).returncode == 0
+    assert minisign_run("-V", "-m", sums, "-p", keys["release"].pub).returncode == 0  # hotfix-catalog.sha256.minisig
     listed = run_hotfix("list", "--catalog", catalog, env=trust_env)
     assert listed.returncode == 0 and "demo-fix" in listed.stdout, listed.stderr
     assert run_hotfix("list", "--catalog", catalog).returncode == 0  # no policy: as before
@@ -209,7 +266,7 @@ def test_rotation_replaces_the_policy_and_the_old_keys_stop_counting(run_hotfix,
     assert current.read_bytes() == new.read_bytes() and "keys that stop counting: release, sre" in done.stdout
     assert (chain / "policy-2.toml").read_bytes() == new.read_bytes()
     assert sorted(p.name for p in chain.iterdir()) == sorted(
-        ["policy-2.toml"] + [f"policy-2.toml.{keys[n].id}.minisig" for n in ("release", "sre", "other")])
+        ["policy-2.toml", "policy-2.toml.minisig"] + [f"policy-2.toml.{keys[n].id}.minisig" for n in ("sre", "other")])
 
     for name in ("release", "sre"):
         run_hotfix("sign", signed_dir, "--key", keys[name].key)

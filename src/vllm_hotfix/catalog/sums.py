@@ -1,9 +1,9 @@
 """A signed catalog: ``hotfix-catalog.sha256`` lists every file under its ``manifests/`` and ``patches/``
 with its sha256, in the format ``sha256sum`` writes (``<64 hex>  <relative path>``, one a line, sorted
-by path as UTF-8 bytes), and minisign signature files sign that list (core.minisign.signature_name).
+by path as UTF-8 bytes), and minisign signature files sign that list (core.minisign.placed_name).
 
-So a catalog can be checked with standard tools too: ``minisign -V -m DIR/hotfix-catalog.sha256 -x
-DIR/hotfix-catalog.sha256.<KEYID>.minisig -p KEY.pub`` and ``(cd DIR && sha256sum -c --strict
+So a catalog can be checked with standard tools too: ``minisign -V -m DIR/hotfix-catalog.sha256 -p KEY.pub``
+(a further key's: ``-x DIR/hotfix-catalog.sha256.<KEYID>.minisig``) and ``(cd DIR && sha256sum -c --strict
 hotfix-catalog.sha256)``; hotfix also refuses files the list does not name. Paths holding a newline,
 a backslash or a control character cannot be listed (sha256sum would escape them): such a catalog
 cannot be signed.

@@ -1,14 +1,17 @@
 """`hotfix sign`: a minisign signature of a lock, a trust policy or a catalog, by one key.
 
-Writes ``FILE.<KEYID>.minisig`` beside the file (catalog: ``DIR/hotfix-catalog.sha256`` and its
-signature), atomically, mode 0644; `minisign -V -m FILE -x FILE.<KEYID>.minisig -p KEY.pub` accepts it.
-The file itself is never changed: the signature covers its exact bytes. A second signer runs the same
-command with their key: one signature file per key.
+Writes minisign's default ``FILE.minisig`` beside the file (catalog: ``DIR/hotfix-catalog.sha256`` and
+its signature), atomically, mode 0644, so that `minisign -V -m FILE -p KEY.pub` accepts it as pasted. A
+further signer runs the same command with their key and gets ``FILE.<KEYID>.minisig`` (`minisign -V -m FILE
+-x FILE.<KEYID>.minisig -p KEY.pub`): one signature file per key, where core.minisign.placed_name puts it;
+a key signing again replaces its own file (and its older ``FILE.<KEYID>.minisig`` once it moves to
+``FILE.minisig``). The file itself is never changed: the signature covers its exact bytes.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Mapping, Optional
@@ -39,30 +42,71 @@ def run(*, file: Optional[Path], catalog: Optional[Path], key: Path, password_fi
     signing_key = unsealed_key(key, password_file, env)
     comment = trusted_comment if trusted_comment is not None else signing.default_trusted_comment(target.name)
     signature = signing.sign(data, signing_key, trusted_comment=comment)
-    sig_path = target.parent / minisign.signature_name(target.name, signing_key.key_id)
-    stale = [n for n in _stale_signatures(target, data) if n != sig_path.name] if kind == "catalog" else []
+    sig_path, replaced = _placed(target, signing_key.key_id)
+    stale = [n for n in _stale_signatures(target, data) if n not in (sig_path.name, replaced and replaced.name)] \
+        if kind == "catalog" else []
     if not dry_run:
-        from vllm_hotfix_guard.txn.atomic import atomic_write
-
-        try:
-            if kind == "catalog":
-                atomic_write(target, data, 0o644)
-            atomic_write(sig_path, minisign.format_signature(signature), 0o644)
-        except OSError as exc:
-            raise WriteFailed(f"{getattr(exc, 'filename', None) or sig_path}: cannot write the signature: "
-                              f"{exc.strerror}", hint="nothing that was signed before changed") from None
+        _write(target, data if kind == "catalog" else None, sig_path, minisign.format_signature(signature), replaced)
     if as_json:
         emit_json({"kind": kind, "signed": str(target), "signature": str(sig_path), "key_id": signing_key.public_key.id_text,
                    "public_key": signing_key.public_key.line, "trusted_comment": comment, "dry_run": dry_run,
-                   "stale": stale})
+                   "stale": stale, "replaced": str(replaced) if replaced else None})
         return 0
     for name in stale:
         note(f"{quote_path(name)} no longer verifies: the catalog changed since that key signed it; its holder must "
              f"sign again")
     verb = "would write" if dry_run else "wrote"
     say(f"{verb} {quote_path(str(sig_path))} ({kind}, key {signing_key.public_key.id_text})")
-    say(f"check: minisign -V -m {quote_path(str(target))} -x {quote_path(str(sig_path))} -P {signing_key.public_key.line}")
+    if replaced:
+        say(f"{'would remove' if dry_run else 'removed'} {quote_path(str(replaced))} (this key's older signature file)")
+    beside = "" if sig_path.name == minisign.signature_name(target.name) else f" -x {shlex.quote(str(sig_path))}"
+    say(f"check: minisign -V -m {shlex.quote(str(target))}{beside} -P {signing_key.public_key.line}")
     return 0
+
+
+def _placed(target: Path, key_id: bytes) -> tuple[Path, Optional[Path]]:
+    """(where this key's signature goes, the older file of this key it replaces): core.minisign.placed_name,
+    the holder of ``FILE.minisig`` read from its content; what it replaces is this key's ``FILE.<KEYID>.minisig``
+    (the name `hotfix sign` gave every signature before) once the signature moves to ``FILE.minisig``."""
+    from vllm_hotfix_guard.core import minisign
+
+    default = target.parent / minisign.signature_name(target.name)
+    path = target.parent / minisign.placed_name(target.name, key_id, _holder(default))
+    own = target.parent / minisign.signature_name(target.name, key_id)
+    return path, (own if path == default and _holder(own) == key_id else None)
+
+
+def _holder(path: Path) -> Optional[bytes]:
+    """The key id of the signature file at ``path``; None when there is none; b"" for a file that is not a
+    readable signature (never overwritten, never removed)."""
+    from vllm_hotfix_guard.core import minisign
+
+    try:
+        return minisign.parse_signature(read_bounded(path, cap=minisign.SIGNATURE_FILE_LIMIT, what="signature file"),
+                                        str(path)).key_id
+    except FileNotFoundError:
+        return None
+    except (OSError, InvalidInput):
+        return b""
+
+
+def _write(target: Path, sums: Optional[bytes], sig_path: Path, signature: bytes, replaced: Optional[Path]) -> None:
+    """The catalog's list of sums (``sums``) and the signature, each atomically; then this key's older file."""
+    from vllm_hotfix_guard.txn.atomic import atomic_write, unlink_if_present
+
+    try:
+        if sums is not None:
+            atomic_write(target, sums, 0o644)
+        atomic_write(sig_path, signature, 0o644)
+    except OSError as exc:
+        raise WriteFailed(f"{getattr(exc, 'filename', None) or sig_path}: cannot write the signature: "
+                          f"{exc.strerror}", hint="nothing that was signed before changed") from None
+    if replaced is not None:
+        try:
+            unlink_if_present(replaced)
+        except OSError as exc:
+            note(f"{quote_path(str(replaced))}: cannot remove this key's older signature file ({exc.strerror}); "
+                 f"it still counts once with the new one, or as a warning if it no longer verifies")
 
 
 def unsealed_key(key: Path, password_file: Optional[Path], env: Mapping[str, str]):

@@ -173,6 +173,15 @@ def signature_name(signed_name: str, key_id: bytes | None = None) -> str:
     return f"{signed_name}.{key_id_text(key_id)}{SUFFIX}" if key_id is not None else signed_name + SUFFIX
 
 
+def placed_name(signed_name: str, key_id: bytes, default_holder: bytes | None) -> str:
+    """Where key ``key_id``'s signature of ``signed_name`` goes (`hotfix sign`): minisign's default
+    ``NAME.minisig`` when it is free (``default_holder`` None) or already this key's, so that `minisign -V -m
+    NAME -p KEY.pub` reads it as pasted; else ``NAME.<KEYID>.minisig`` (a further signer; minisign reads it
+    with ``-x``). ``default_holder``: the key id inside the ``NAME.minisig`` there (any other bytes for one
+    that cannot be read: never overwritten)."""
+    return signature_name(signed_name) if default_holder in (None, key_id) else signature_name(signed_name, key_id)
+
+
 def is_signature_name(name: str, signed_name: str) -> bool:
     """``name`` is one of ``signature_name(signed_name, ...)``, or names the key id as minisign 0.11 prints it
     in a .pub file's comment: without its leading zeros (0.12 pads it to 16 digits, as we do)."""
