@@ -36,7 +36,7 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
     if as_json:
         emit_json({
             "to": str(out_dir), "dry_run": dry_run, "lock": str(lock_path), "site_packages": lock.site_packages,
-            "lock_version": lock.version, "expires": lock.expires,
+            "lock_version": lock.version, "expires": lock.expires, "held": list(export.held),
             "guard": {"version": guard.version, "site_packages": str(out_dir / "guard" / "site-packages"),
                       "wheel": str(out_dir / "guard" / guard.wheel_name)} if guard is not None else None,
             "hotfixes": [{"id": h.id, "version": h.version, "baseline_version": h.baseline_version,
@@ -53,6 +53,9 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
             say(f"  {out_dir / f.export}{shared}")
             if f.code is not None:
                 say(f"    {f.code.describe()}")
+            if f.path in export.held:
+                say("    the installed file holds this change already (a bind mount or a hand apply): exported as it "
+                    "is, its baseline (the patch reversed) proven against RECORD")
     if dry_run:
         say(f"dry run: would write {lock_path}; nothing was written")
         return 0

@@ -20,7 +20,7 @@ from vllm_hotfix_guard.txn import lockcode, hotfix_lock
 from vllm_hotfix_guard.core.hunk_apply import FileState, plan_patch
 from vllm_hotfix_guard.core.diff import Patch
 from vllm_hotfix.core.regions import Overlaps, spans_of
-from vllm_hotfix_guard.errors import FixedUpstream, Refused, WriteFailed
+from vllm_hotfix_guard.errors import DoesNotApply, FixedUpstream, Refused, WriteFailed
 from vllm_hotfix.flow.applicability import check_applicable
 from vllm_hotfix.flow.hotfix import catalog_hotfix, sha256
 from vllm_hotfix.flow.baseline_proof import prove_bytes_pristine, prove_files_pristine
@@ -40,6 +40,7 @@ class Export:
     lock: hotfix_lock.Lock
     outputs: dict
     lock_path: Path | None  # where `hotfix export` writes it (None: not written)
+    held: tuple = ()  # site-packages paths whose installed bytes held the change already (a mount, a hand apply)
 
 
 class _Pristine:
@@ -51,8 +52,11 @@ class _Pristine:
         state = TargetState.for_root(target.root)
         self.series = Series(state, self.tree)
         self.derived: dict[str, bytes | None] = {}
+        self.held: dict[str, FileState | None] = {}  # unrecorded files that hold a hotfix: the bytes before it
 
     def __call__(self, path: str):
+        if path in self.held:
+            return self.held[path]
         if path in self.series.chains:
             if path not in self.derived:
                 self.derived[path] = self.series.pristine([path])[path]
@@ -85,7 +89,7 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
             return files[path] if path in files else pristine(path)
 
         series = catalog_hotfix(manifest, target).series
-        plan = plan_patch(series, read)
+        plan = _planned(manifest.id, series, read, pristine, files, target)
         mine = []
         for edit in plan.edits:
             if edit.action not in ("modify", "create") or edit.after is None:
@@ -106,10 +110,15 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
     for package, reader in readers.items():  # every path's bytes before the series: pristine, proven
         paths = {path for (pkg, path) in chains if pkg == package}
         target = targets[package]
-        prove_files_pristine(target, None, sorted(p for p in paths if p not in reader.series.chains))
-        derived = {p: reader(p) for p in paths if p in reader.series.chains}
-        if derived:
-            prove_bytes_pristine(target, None, {p: f.data if f else None for p, f in derived.items()})
+        try:
+            prove_files_pristine(target, None, sorted(p for p in paths if p not in reader.series.chains
+                                                      and p not in reader.held))
+            derived = {p: reader(p) for p in paths if p in reader.series.chains or p in reader.held}
+            if derived:
+                prove_bytes_pristine(target, None, {p: f.data if f else None for p, f in derived.items()})
+        except Refused as exc:  # reinstalling cannot change a file a mount hides: its hint names the mount
+            owners = {path: chain[0][0] for (pkg, path), chain in chains.items() if pkg == package}
+            raise _through_mount(exc, target, owners) from None
     outputs: dict[str, bytes] = {}
     top_of: dict[tuple[str, str], str] = {}
     for (package, path), chain in chains.items():
@@ -125,7 +134,50 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
     version = _next_version(lock_path, previous, lock_version)
     lock = hotfix_lock.Lock(site_packages=site_packages, hotfixes=_merge(lock_path, site_packages, final, previous),
                          generator=f"vllm-hotfix {__version__}", version=version, expires=expires, guard=guard)
-    return Export(lock, outputs, lock_path)
+    held = tuple(sorted(p for reader in readers.values() for p in reader.held))
+    return Export(lock, outputs, lock_path, held)
+
+
+def _planned(hotfix_id: str, series: Patch, read, pristine: _Pristine, files: dict, target):
+    """The plan of ``series`` on what ``read`` gives, judged by core/presence.presence (the rule `status` and
+    `apply` judge an unrecorded file by). Where the installed files already hold its change -- the patched
+    file of an earlier export bind-mounted over site-packages, or applied by hand -- the bytes before it are
+    its reverse: they become the pristine reader's (proven against RECORD like any other), and the plan from
+    them must give the very bytes on disk, which are then exported as they are (issue 45). Anything else
+    that does not apply is refused as before, naming a mount it comes through."""
+    from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
+    from vllm_hotfix.flow.plan import flatten
+
+    found = presence(series, read)
+    if found.state == APPLICABLE:
+        return found.plan
+    held = flatten(found.plan) if found.state == CONTAINED else []
+    if not held or any(p in files or p in pristine.series.chains for p, _, _ in held):
+        error = found.error or DoesNotApply(f"{hotfix_id}: {found.detail}", hint="nothing was written")
+        raise _through_mount(error, target, {f.new_path or f.old_path: hotfix_id for f in series.files})
+    on_disk = {}
+    for path, now, before in held:
+        found_file = pristine.tree.read(path)
+        on_disk[path] = now
+        pristine.held[path] = None if before is None else FileState(before, found_file.mode if found_file else 0o100644)
+    plan = plan_patch(series, read)
+    if any(edit.after != on_disk.get(edit.path) for edit in plan.edits):  # pragma: no cover - reverse, then forward
+        raise DoesNotApply(f"{hotfix_id}: the installed files hold its change, but not as the patch writes it",
+                           hint="reinstall the package (its files come back pristine), then export")
+    return plan
+
+
+def _through_mount(exc, target, owners: dict):
+    """``exc`` naming the bind mount the first mounted file of ``owners`` (path -> the hotfix exported on
+    it) comes through, with flow/mounted's remedy; ``exc`` itself when none is mounted."""
+    from vllm_hotfix.flow.mounted import refusal_through_mount
+    from vllm_hotfix_guard.install.mounts import mounted_files
+
+    mounted = mounted_files(target.root, [p for p in owners if p])
+    if not mounted:
+        return exc
+    path = next(iter(mounted))
+    return refusal_through_mount(exc, target, [path], owners[path])
 
 
 def _exportable(manifest, resolver: Resolver):
