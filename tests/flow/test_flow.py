@@ -155,7 +155,7 @@ def test_runs_here_is_decided_by_the_interpreter_that_resolves(tmp_path):
 
 def test_status_words_a_file_not_records_changed_as_apply_refuses_it(tree, tmp_path):
     """A vendor edit the patch still applies on (a line appended): apply refuses it (baseline not pristine:
-    RECORD's digest differs), so status's file word is `changed`, never `baseline` (flow/baseline_proof.not_pristine
+    RECORD's digest differs), so status's file word is `changed`, never `baseline` (flow/restore.not_pristine
     decides both); the installed release's own bytes stay `baseline`."""
     import base64
     import hashlib

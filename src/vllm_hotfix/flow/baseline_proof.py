@@ -16,6 +16,7 @@ from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix_guard.output import note, quote_path
 from vllm_hotfix.flow.plan import Proposal
+from vllm_hotfix.flow.restore import dirty_lines, record_differences
 from vllm_hotfix_guard.txn.state import TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
@@ -121,33 +122,6 @@ def prove_files_pristine(target: Target, spec: TargetSpec | None, paths: Iterabl
                           hint="restore the checkout (git checkout -- FILE / git stash) and retry")
     else:
         _unproven(target)
-
-
-def record_differences(target: Target, paths: Iterable[str]) -> list:
-    """The files among ``paths`` of a wheel install that are not RECORD's (install/record.verify): what
-    apply refuses as "baseline not pristine" and audit counts; [] for an install without RECORD."""
-    if target.kind != "wheel" or target.dist_info is None:
-        return []
-    from vllm_hotfix.install.record import read_record, verify
-
-    return verify(target.root, read_record(target.dist_info), sorted(paths))
-
-
-def dirty_lines(target: Target, paths: Iterable[str]) -> dict[str, str]:
-    """The files among ``paths`` of a checkout that git status calls modified: path -> the problem."""
-    if target.git is None:
-        return {}
-    top = target.git.root
-    touched = {os.path.relpath(Path(target.root) / p, top): p for p in paths}
-    return {touched[line[3:]]: f"{top}: {line[3:]} is modified (git status: {line[:2].strip()})"
-            for line in target.git.dirty if line[3:] in touched}
-
-
-def not_pristine(target: Target, paths: Iterable[str]) -> set[str]:
-    """The paths apply would refuse as "baseline not pristine" (RECORD for a wheel, git status for a
-    checkout): status words them ``changed``, never ``baseline`` (one rule for status, audit and apply)."""
-    paths = sorted(paths)
-    return {d.path for d in record_differences(target, paths)} | set(dirty_lines(target, paths))
 
 
 def check_after(proposal: Proposal, spec: TargetSpec | None) -> None:

@@ -9,6 +9,7 @@ flow/survey.py gathers these over the targets asked about.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -16,14 +17,17 @@ from typing import Sequence
 from vllm_hotfix.catalog.index import Catalog, same_version
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
+from vllm_hotfix_guard.core.diff import Patch
 from vllm_hotfix_guard.core.verdict import (APPLIED, BASELINE, CHANGED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT,
-                                            INTERRUPTED, LOST, NOT_APPLICABLE, NOT_APPLIED, STALE, STALE_BYTECODE, UNKNOWN, State, bytecode_advice, stale_advice)
+                                            INTERRUPTED, LOST, MISSING, NOT_APPLICABLE, NOT_APPLIED, STALE, STALE_BYTECODE,
+                                            UNKNOWN, State, bytecode_advice, stale_advice)
 from vllm_hotfix_guard.errors import HotfixError, Refused
 from vllm_hotfix.flow.applicability import applicability
-from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem
+from vllm_hotfix.flow.hotfix import Hotfix, catalog_hotfix, pin_problem, sha256
 from vllm_hotfix.flow.plan import flatten
-from vllm_hotfix.flow.series import judge_recorded, steps_by_path
+from vllm_hotfix.flow.series import judge_recorded, level, steps_by_path
 from vllm_hotfix.flow.resolve import target_option
+from vllm_hotfix.flow.restore import not_pristine, record_differences, restore_advice, restore_command
 from vllm_hotfix.install.in_target import in_interpreter
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix_guard.install.mounts import MountedFile
@@ -150,10 +154,19 @@ def status_from_record(view: SeriesView, recorded: RecordedHotfix) -> Status:
                       "restore the files (reinstall the package / git checkout) and move the state folder aside "
                       f"({view.state.directory})" if j.detail.startswith("the record") else
                       "see `hotfix where` and the record; restore the files, then apply again", **common)
-    first = quote_path(next((c.path for c in j.files if c.state != "patched"), "the files"))
-    return Status(state=DRIFTED, detail=j.detail,
-                  advice=f"restore {first} (reinstall the package / git checkout, or `hotfix rollback {recorded.id} "
-                         f"{option}` if only baseline files differ), then `{redo}`", **common)
+    return Status(state=DRIFTED, detail=j.detail, advice=drifted_advice(view, recorded, j.files), **common)
+
+
+def drifted_advice(view: SeriesView, recorded: RecordedHotfix, checks) -> str:
+    """What puts a drifted record back in effect, as it runs: a file missing or neither baseline nor patched
+    comes back from the release (flow/restore: rollback refuses it), then the applies; a hotfix only partly
+    back to its baseline is rolled back, then applied again."""
+    odd = [c.path for c in checks if c.state in (CHANGED, MISSING)]
+    if odd:
+        return _restore_then(view, odd, [], view.option(recorded), recorded.id)
+    option = view.option(recorded)
+    return (f"`hotfix rollback {recorded.id} {option}` takes out what is left of it, then "
+            f"`{_apply_command(view, recorded, option)}`")
 
 
 def _restore_first(view: SeriesView, recorded: RecordedHotfix, release: str | None) -> str:
@@ -161,24 +174,17 @@ def _restore_first(view: SeriesView, recorded: RecordedHotfix, release: str | No
     left in place: RECORD says otherwise), the step that puts them back first, as it runs: apply would be
     refused (baseline not pristine) and rollback only forgets the record (issue 45). '' otherwise."""
     target = view.target
-    if target.kind != "wheel" or target.dist_info is None or not target.distribution or not target.version:
+    if not target.distribution or not target.version:
         return ""
-    from vllm_hotfix.install.record import read_record, verify_bytes
-
-    tree = Tree(target.root)
     try:
-        found = {f.path: (lambda read: read.data if read else None)(tree.read(f.path)) for f in recorded.files}
-        foreign = verify_bytes(read_record(target.dist_info), found)
+        foreign = [d.path for d in record_differences(target, [f.path for f in recorded.files])]
     except HotfixError:
         return ""
-    if not foreign:
+    command = restore_command(target, foreign) if foreign else None
+    if command is None:
         return ""
-    import shlex
-
-    into = f" --python {shlex.quote(str(target.python))}" if target.python else ""  # pip >= 22.3: a venv without pip
-    return (f"{quote_path(foreign[0].path)} is not {release or 'the installed release'}'s own file: first "
-            f"`python3 -m pip{into} install --force-reinstall --no-deps {target.distribution}=={target.version}` "
-            f"puts its files back; then ")
+    return (f"{quote_path(foreign[0])} is not {release or 'the installed release'}'s own file: first "
+            f"`{command}` puts its files back; then ")
 
 
 def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = None, option: str | None = None) -> Status:
@@ -191,27 +197,12 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
     touched = [p for p, _, _ in flatten(found.plan)] if found.plan is not None else []
     owners = tuple(dict.fromkeys(s[0] for p in touched for s in chains.get(p, ())))
     if found.state == APPLICABLE:
-        from vllm_hotfix.flow.baseline_proof import not_pristine
-
         dirty = not_pristine(target, [p for p in touched if p not in chains])  # the series' own changes are no dirt
         return Status(state=NOT_APPLIED, advice=f"`hotfix apply {hotfix.id} {option}`",
                       detail=f"applies on top of {', '.join(owners)}" if owners else "",
                       files=tuple({"path": p, "state": CHANGED if p in dirty else BASELINE} for p in touched), **common)
     if found.state != CONTAINED:  # partly / conflicts
-        below = _missing_below(hotfix, view)
-        if below:  # written on top of a hotfix that is not applied here: that one goes first
-            return Status(state=NOT_APPLIED, detail=f"goes on top of {', '.join(below)} (its manifest's `after`), "
-                          "which is not applied here", advice=f"`hotfix apply {below[0]} {option}` first", **common)
-        hit = next((f.path for f in found.files if f.state != CONTAINED and f.path in chains), None)
-        if hit is not None:
-            names = ", ".join(s[0] for s in chains[hit])
-            return Status(state=NOT_APPLIED, detail=f"does not apply on top of {names} (recorded): {found.detail}",
-                          advice=f"it conflicts with {names}: roll back {names} first, or make one hotfix of both",
-                          **common)
-        return Status(state=DRIFTED, detail=found.detail,
-                      advice="the file is neither baseline nor patched: restore it, then apply",
-                      files=tuple({"path": f.path, "state": "changed"} for f in found.files if f.state != CONTAINED),
-                      **common)
+        return _does_not_apply(hotfix, target, view, option, found, common)
     files = tuple({"path": p, "state": "patched"} for p in touched)
     if owners:
         return Status(state=APPLIED, detail=f"its change is in effect as part of what the recorded series "
@@ -220,6 +211,98 @@ def status_from_files(hotfix: Hotfix, target: Target, view: SeriesView | None = 
     return Status(state=APPLIED, detail="the files hold the patch, but it is not recorded here (applied by hand?); "
                                         f"`hotfix apply {hotfix.id} {option}` records it without changing a file",
                   files=files, **common)
+
+
+def _does_not_apply(hotfix: Hotfix, target: Target, view: SeriesView | None, option: str, found, common: dict
+                    ) -> Status:
+    """An unrecorded hotfix whose series does not apply to the files as they are: the hotfix it waits for, or
+    the file that stops it, with a next step that runs as printed. Only what the files say: a file deleted
+    under a series is `drifted` (missing), not `not-applied` with an apply that exits 4 (issue 45)."""
+    below = _missing_below(hotfix, view)
+    stacked = _with_below(hotfix, view, below) if below else None
+    if below and (stacked is None or stacked.state == APPLICABLE):  # on top of a hotfix not applied here
+        return Status(state=NOT_APPLIED, detail=f"goes on top of {', '.join(below)} (its manifest's `after`), "
+                      "which is not applied here", advice=f"`hotfix apply {below[0]} {option}` first", **common)
+    looked = stacked if stacked is not None and stacked.state != CONTAINED else found
+    chains = steps_by_path(view.state) if view is not None else {}
+    tree, odd = Tree(target.root), {}
+    for f in (f for f in looked.files if f.state not in (APPLICABLE, CONTAINED)):
+        try:
+            read = tree.read(f.path)
+        except HotfixError:  # a link, a special file: not the release's file either
+            odd[f.path] = CHANGED
+            continue
+        at = level(chains[f.path], sha256(read.data if read else None)) if f.path in chains else None
+        if at is not None and at == len(chains[f.path]):  # the top of the recorded series: a real conflict with it
+            names = ", ".join(s[0] for s in chains[f.path])
+            return Status(state=NOT_APPLIED, detail=f"does not apply on top of {names} (recorded): {found.detail}",
+                          advice=f"it conflicts with {names}: roll back {names} first, or make one hotfix of both",
+                          **common)
+        if at is not None:  # an earlier state of the recorded series: what is not in effect goes back first
+            lost = status_from_record(view, view.state.hotfixes[chains[f.path][at][0]])
+            return Status(state=NOT_APPLIED, detail=f"goes on top of {lost.id}, which is recorded but {lost.state} "
+                          f"in {quote_path(f.path)}", advice=f"first {lost.id}: {lost.advice}", **common)
+        odd[f.path] = CHANGED if read is not None else MISSING
+    files = tuple({"path": p, "state": word} for p, word in odd.items())
+    if _fits_not(target, odd):  # as for a release the catalog has no patch for: unknown, never ruled out
+        return Status(state=UNKNOWN, files=files, detail=f"its patch does not apply to {_release(target)}'s own "
+                      f"{', '.join(quote_path(p) for p in odd)}: {looked.detail}",
+                      advice=f"no step here makes it apply (its patch does not fit this release's file): "
+                             f"`hotfix contains {hotfix.id} {option}` shows its hunks", **common)
+    missing = [p for p, word in odd.items() if word == MISSING]
+    detail = f"{', '.join(quote_path(p) for p in missing)}: missing" if missing else looked.detail
+    advice = _restore_then(view, sorted(odd), [*below, hotfix.id], option, hotfix.id) if view is not None and odd else \
+        "the file is neither baseline nor patched: restore it, then apply"
+    return Status(state=DRIFTED, detail=detail, advice=advice, files=files, **common)
+
+
+def _release(target: Target) -> str:
+    return f"{target.distribution or target.package} {target.version}" if target.version else str(target.root)
+
+
+def _fits_not(target: Target, odd: dict) -> bool:
+    """Every file that stops the patch is present and the release's own (RECORD / git): no restore helps."""
+    if not odd or MISSING in odd.values() or not ((target.kind == "wheel" and target.dist_info) or target.git):
+        return False
+    return not not_pristine(target, odd)
+
+
+def _with_below(hotfix: Hotfix, view: SeriesView | None, below: list[str]):
+    """The presence of the hotfixes ``hotfix`` goes on top of (not applied here) and its own series, in that
+    order, on the files as they are (core/presence); None when the catalog does not give their series."""
+    if view is None or view.catalog is None:
+        return None
+    try:
+        series = [catalog_hotfix(view.catalog.get(ref), view.target).series for ref in below]
+    except HotfixError:
+        return None
+    stack = Patch(tuple(f for s in series for f in s.files) + hotfix.series.files, hotfix.ref)
+    return presence(stack, Tree(view.target.root).read)
+
+
+def _restore_then(view: SeriesView, paths: list[str], applies: list[str], option: str, subject: str) -> str:
+    """The restore of ``paths`` (flow/restore), then what brings back the recorded hotfixes it undoes, in series
+    order, then ``applies`` (catalog ids): each step as it runs. A checkout's restore takes every file of the
+    recorded hotfixes it touches, so each is whole `lost` and applies again; where the series created a file
+    (no restore removes it), the steps after the restore are `hotfix status`'s."""
+    target, chains = view.target, steps_by_path(view.state)
+    reinstall = (restore_command(target, paths) or "").startswith("python3 -m pip")
+    package = os.path.relpath(target.package_dir, target.root).rstrip("/") + "/"
+    touched, undone = set(paths), []
+    while True:
+        undone = [r for r in view.state.hotfixes.values() if any(
+            f.path.startswith(package) if reinstall else f.path in touched for f in r.files)]
+        more = {f.path for r in undone for f in r.files} - touched
+        if reinstall or not more:
+            break
+        touched |= more
+    created = any(chains[f.path][0][1] is None for r in undone for f in r.files if f.path in chains)
+    then = [_apply_command(view, r, view.option(r)) for r in undone]
+    then += [f"hotfix apply {ref} {option}" for ref in applies if ref not in view.state.hotfixes]
+    if created:
+        then = [f"hotfix status {option}"]
+    return restore_advice(target, paths if reinstall else sorted(touched), then,
+                          undoes=[r.id for r in undone if r.id != subject])
 
 
 def _missing_below(hotfix: Hotfix, view: SeriesView | None) -> list[str]:

@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING
 
 from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan, detect, plan_patch
 from vllm_hotfix_guard.core.diff import Patch, reverse_patch
-from vllm_hotfix_guard.core.verdict import APPLIED, DRIFTED, LOST, STALE_BYTECODE, UNKNOWN
-from vllm_hotfix_guard.errors import DoesNotApply, InvalidInput, Refused
+from vllm_hotfix_guard.core.verdict import APPLIED, CHANGED, DRIFTED, LOST, MISSING, STALE_BYTECODE, UNKNOWN
+from vllm_hotfix_guard.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow.hotfix import Hotfix, sha256
 from vllm_hotfix.flow.series import Series, judge_recorded, level, release_changed, steps_by_path
 from vllm_hotfix.flow.resolve import target_option
+from vllm_hotfix.flow.restore import not_pristine, restore_advice
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
+from vllm_hotfix_guard.output import quote_path
 from vllm_hotfix_guard.txn.state import RecordedFile, RecordedHotfix, TargetState
 
 if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (packaging costs 25 ms)
@@ -77,10 +79,16 @@ def _supersedes(hotfix: Hotfix, recorded: RecordedHotfix) -> bool:
     return hotfix.manifest is not None and any(_same_version(recorded.version, v) for v in hotfix.manifest.supersedes)
 
 
-def refuse_drifted(hotfix_id: str, detail: str, target: Target) -> Refused:
-    return Refused(f"{hotfix_id} is drifted on {target.root}: {detail}",
-                   hint=f"restore those files (reinstall the package / git checkout, or `hotfix rollback {hotfix_id} "
-                        f"{target_option(target)}` when only baseline files differ), then apply again")
+def refuse_drifted(hotfix_id: str, detail: str, target: Target, checks=(), option: str | None = None) -> Refused:
+    """A drifted record is not planned on: a file missing or neither baseline nor patched comes back from the
+    release first (flow/restore, as `hotfix status` advises), one only partly back to baseline is rolled back."""
+    option = option if option is not None else target_option(target)
+    odd = [c.path for c in checks if c.state in (CHANGED, MISSING)]
+    if odd:
+        hint = f"{restore_advice(target, odd)}; then `hotfix status {option}` names what to apply again, in order"
+    else:
+        hint = f"`hotfix rollback {hotfix_id} {option}` takes out what is left of it, then apply again"
+    return Refused(f"{hotfix_id} is drifted on {target.root}: {detail}", hint=hint)
 
 
 def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | None = None, *, catalog=None) -> Proposal:
@@ -114,7 +122,8 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     if recorded is not None:
         word, detail = verdicts[hotfix.id].state, verdicts[hotfix.id].detail
         if word == DRIFTED:
-            raise refuse_drifted(hotfix.id, detail, target)
+            raise refuse_drifted(hotfix.id, detail, target, verdicts[hotfix.id].files,
+                                 target_option(target, catalog, (recorded.catalog,)))
         uppers = sorted({u for c in checks.get(hotfix.id, ()) for u in c.above})
         if word in (APPLIED, STALE_BYTECODE) and _same_version(recorded.version, hotfix.version):
             return Proposal(hotfix, target, Plan((), False), True, {},
@@ -136,14 +145,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     detection = detect(series, tree.read)
     shared = shared_with_series(hotfix.id, detection.plan, chains, tree, target)
     if detection.state == "conflict":
-        error = detection.error
-        hit = next((p for p in chains if error.message.startswith(p + ":")), None)
-        if hit is not None:
-            names = ", ".join(s[0] for s in chains[hit])
-            raise DoesNotApply(f"{hotfix.ref} does not apply on top of {names} (recorded on {target.root}): "
-                               f"{error.message}", hint=f"it conflicts with {names}: roll back {names} first, or make "
-                                                        "one hotfix of both") from None
-        raise error
+        raise does_not_apply(hotfix, target, detection.error, chains, tree, catalog) from None
     if detection.state == "applied":
         if shared:  # its change is what the recorded series already wrote: nothing of its own to record
             owners = tuple(dict.fromkeys(s[0] for p in shared for s in chains[p]))
@@ -153,6 +155,36 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     refuse_overlaps(hotfix.id, series, frozenset(_declared(hotfix.manifest, "after")), below, tree, shared, target)
     return Proposal(hotfix, target, detection.plan, False, {p: before for p, before, _ in flatten(detection.plan)},
                     in_series=frozenset(shared), dropped=dropped, reset=reset)
+
+
+def does_not_apply(hotfix: Hotfix, target: Target, error: DoesNotApply, chains: dict, tree: Tree,
+                   catalog=None) -> DoesNotApply:
+    """Why a new hotfix does not apply, as `hotfix status` words it (flow/hotfix_status): on top of what the
+    recorded series wrote it conflicts with those hotfixes; a file back to an earlier state of the series waits
+    for the ones not in effect; a file missing or changed comes back from the release first (flow/restore)."""
+    option = target_option(target, catalog)
+    paths = dict.fromkeys(p for fp in hotfix.series.files for p in (fp.old_path, fp.new_path) if p)
+    hit = next((p for p in paths if error.message.startswith(quote_path(p) + ":")), None)
+    if hit is None:
+        return error
+    try:
+        read = tree.read(hit)
+    except HotfixError:
+        return error
+    data = read.data if read is not None else None
+    at = level(chains[hit], sha256(data)) if hit in chains else None
+    status = f"`hotfix status {hotfix.id if hotfix.manifest is not None else ''} {option}`".replace("  ", " ")
+    if at is not None and at == len(chains[hit]):
+        names = ", ".join(s[0] for s in chains[hit])
+        return DoesNotApply(f"{hotfix.ref} does not apply on top of {names} (recorded on {target.root}): "
+                            f"{error.message}", hint=f"it conflicts with {names}: roll back {names} first, or make "
+                                                     "one hotfix of both")
+    if at is not None:
+        return DoesNotApply(f"{hotfix.ref} goes on top of {chains[hit][at][0]}, which is recorded but not in effect "
+                            f"in {quote_path(hit)}: {error.message}", hint=f"{status} says how to bring it back first")
+    if data is not None and hit not in chains and hit not in not_pristine(target, [hit]):
+        return error  # the release's own file: the patch does not fit it
+    return DoesNotApply(error.message, hint=f"{restore_advice(target, [hit])}; then {status} names what to apply, in order")
 
 
 def _propose_upgrade(hotfix: Hotfix, target: Target, state: TargetState, recorded: RecordedHotfix,
