@@ -16,7 +16,7 @@ from vllm_hotfix.cli_help import EXIT_CODES_HELP, GROUP_HELP, texts
 from vllm_hotfix.cli_options import (
     ADMISSION_PARAMS, OVERLAY_PARAMS, admission_options, all_targets_option, catalog_option, complete_ids, dry_run_option,
     given_options, guard_options, json_option, tags_repo_option, k8s_overlay_options, compose_edit_options, lock_fields_options, python_option, root_option,
-    runtime_options,
+    runtime_options, to_version_option,
 )
 from vllm_hotfix_guard.errors import ExitCode, HotfixError
 from vllm_hotfix_guard.txn.fsops import hold_signals_to_the_end
@@ -106,13 +106,14 @@ def verify_cmd(hotfix_ids, python, root, lock_file, catalogs, as_json) -> None:
 @click.argument("hotfix_id", metavar="ID", shell_complete=complete_ids)
 @python_option
 @root_option("to roll the hotfix back in")
+@to_version_option
 @dry_run_option
 @catalog_option
 @json_option
-def rollback_cmd(hotfix_id, python, root, dry_run, catalogs, as_json) -> None:
+def rollback_cmd(hotfix_id, python, root, to_version, dry_run, catalogs, as_json) -> None:
     from vllm_hotfix.commands import rollback as command
 
-    _exit(command.run(hotfix_id=hotfix_id, python=python, root=root, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
+    _exit(command.run(hotfix_id=hotfix_id, python=python, root=root, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json, to_version=to_version))
 
 
 @cli.command("recover", **texts("recover"))

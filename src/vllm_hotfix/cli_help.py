@@ -105,11 +105,16 @@ the files `hotfix export` wrote are checked against that lock: use it as a conta
         f"hotfix verify {ASCEND} --json",
         f"hotfix verify --lock /etc/vllm-hotfix/hotfix.lock {PY}",
         "hotfix verify --lock hotfix-export/hotfix.lock --trust trust.toml")),
-    "rollback": ("Take a hotfix out of the files, byte for byte, wherever it sits in the series (hotfix status "
-                 "lists it).", None, examples(
+    "rollback": ("""Take a hotfix out of the files, byte for byte, wherever it sits in the series (hotfix status
+lists it): the files go back to their baseline, the record goes.
+
+After an upgrade (v5 -> v6, `hotfix apply ID`), rollback still returns to the baseline, not to v5, and
+says so; --to-version 5 goes back to v5 instead: v6 reversed and v5 applied, files and record in one
+transaction (the catalog must still have v5).""", "Take a hotfix out of the files, byte for byte.", examples(
         f"hotfix rollback mamba-align-block-size {PY} --dry-run",
         f"hotfix rollback mamba-align-block-size {PY}",
-        f"hotfix rollback glm-conv-null-slot {ASCEND}")),
+        f"hotfix rollback glm-conv-null-slot {ASCEND}",
+        f"hotfix rollback qwen38-flash-next --to-version 5 --root /vllm-workspace/vllm-ascend --dry-run")),
     "recover": ("Finish or undo an apply that was interrupted (kill -9, power loss).\n\n"
                 "status and verify report such a target as interrupted (exit 1) and leave it so; this command "
                 "finishes it.", None, examples(

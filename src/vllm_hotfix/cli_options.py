@@ -76,6 +76,9 @@ tags_repo_option = click.option(
     "--repo", "repo", type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Read each release from its tag (v0.23.0) in this local git clone instead of the index's wheel or sdist.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+to_version_option = click.option(  # `hotfix rollback ID --to-version V`
+    "--to-version", "to_version", metavar="V", help="Instead of taking the hotfix out, go back to version V of "
+    "the catalog (the version an upgrade replaced): the recorded version reversed and V applied, in one transaction.")
 python_option = click.option(
     "--python",
     "python",

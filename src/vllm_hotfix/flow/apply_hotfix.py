@@ -15,7 +15,7 @@ from vllm_hotfix_guard.core.hunk_apply import Plan, plan_patch
 from vllm_hotfix_guard.core.diff import DiffStat, Patch, parse_patch
 from vllm_hotfix_guard.errors import DoesNotApply, HotfixError, InvalidInput, Refused
 from vllm_hotfix.flow import transaction
-from vllm_hotfix.flow.history_line import Event
+from vllm_hotfix.flow.history_line import Event, superseded_detail
 from vllm_hotfix.flow.hotfix import Hotfix, read_patch_file, sha256
 from vllm_hotfix.flow.parallel_plan import ForkedHalf
 from vllm_hotfix.flow.baseline_proof import check_after, prove_baseline, prove_bytes_pristine
@@ -130,15 +130,17 @@ def applied_under(hotfix: Hotfix, spec: TargetSpec | None, catalog_dir: str | No
 
 
 def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: bool,
-                 lock_timeout: float | None = None, catalog=None, catalog_dir: str | None = None) -> ApplyOutcome:
+                 lock_timeout: float | None = None, catalog=None, catalog_dir: str | None = None,
+                 back_to: bool = False) -> ApplyOutcome:
     """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing on top of the target's series,
     recorded in the same transaction. ``catalog``: the one the command loaded (the pins the recorded
-    hotfixes are judged by, as `hotfix status` judges them; their manifests' ``conflicts`` / ``after``)."""
+    hotfixes are judged by, as `hotfix status` judges them; their manifests' ``conflicts`` / ``after``).
+    ``back_to``: `rollback ID --to-version V` (flow/plan.propose): the recorded version replaced by this one."""
 
     resealed: list = []
 
     def prepare(state: TargetState, tree: Tree) -> transaction.Change:
-        proposal = propose(hotfix, target, state, tree, catalog=catalog)
+        proposal = propose(hotfix, target, state, tree, catalog=catalog, back_to=back_to)
         if proposal.already and ((hotfix.id in state.hotfixes and not proposal.reset) or proposal.contained_in):
             sealed = _sealed(state, hotfix, spec, catalog_dir) if hotfix.id in state.hotfixes else None
             if sealed is not None:  # a record from before seals, just derived in full: it gets its seal
@@ -158,12 +160,14 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
             baseline=proposal.baseline, current=current, package=hotfix.package, target_doc=target_summary(target),
             applied_under=applied_under(hotfix, spec, catalog_dir))
         plan = Plan((), False) if proposal.already else proposal.plan
-        outcome = "adopted" if proposal.already else "upgraded" if proposal.superseded is not None else "applied"
-        detail = (f"upgraded from {hotfix.id}@{proposal.superseded.version}; " if proposal.superseded else "") + (
+        outcome = "adopted" if proposal.already else "applied" if proposal.superseded is None else \
+            "rolled-back" if back_to else "upgraded"
+        detail = (f"{superseded_detail(outcome, hotfix.id, proposal.superseded.version, hotfix.version)}; "
+                  if proposal.superseded else "") + (
             f"dropped the records of another release: {', '.join(proposal.dropped)}" if proposal.dropped else "")
         return transaction.Change(plan, new_state, True, keep, proposal,
-                                  event=Event(outcome=outcome, hotfix=hotfix.id, version=hotfix.version,
-                                              detail=detail.rstrip("; ")))
+                                  event=Event(outcome=outcome, hotfix=hotfix.id, detail=detail.rstrip("; "),
+                                              version=proposal.superseded.version if back_to else hotfix.version))
 
     try:
         change = transaction.run(target.root, prepare, dry_run=dry_run, lock_timeout=lock_timeout,

@@ -130,6 +130,23 @@ def entry(event: Event, state: TargetState, plan: Plan, tree: Tree, root: str) -
         detail=event.detail)
 
 
+def superseded_detail(outcome: str, hotfix_id: str, old: int | str, new: int | str) -> str:
+    """The detail of an upgrade's line (``upgraded from ID@OLD``) or of `rollback --to-version`'s (``back to
+    ID@NEW``); ``upgraded_from`` reads the first back."""
+    return f"upgraded from {hotfix_id}@{old}" if outcome == "upgraded" else f"back to {hotfix_id}@{new}"
+
+
+def upgraded_from(entries: list[history.Entry], hotfix_id: str, version: int | str) -> str | None:
+    """The version ``hotfix_id``@``version`` was upgraded from, when the last line that put it in place is
+    that upgrade (``superseded_detail``); None otherwise (applied afresh, adopted, no history)."""
+    last = next((e for e in reversed(entries) if e.hotfix == hotfix_id and e.outcome != "forgotten"), None)
+    prefix = superseded_detail("upgraded", hotfix_id, "", "")
+    if last is None or last.outcome != "upgraded" or str(last.version) != str(version) or \
+            not last.detail.startswith(prefix):
+        return None
+    return last.detail[len(prefix):].split(";", 1)[0].strip() or None
+
+
 def histories(*, python: str | None, root, everything: bool, catalogs=()) -> list[tuple[str, list[history.Entry]]]:
     """(target root, its entries oldest first) for every target of this `--python` / `--root`, or of the
     whole state directory (``everything``); InvalidInput (exit 8) names a broken file or line."""

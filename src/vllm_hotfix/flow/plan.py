@@ -91,7 +91,8 @@ def refuse_drifted(hotfix_id: str, detail: str, target: Target, checks=(), optio
     return Refused(f"{hotfix_id} is drifted on {target.root}: {detail}", hint=hint)
 
 
-def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | None = None, *, catalog=None) -> Proposal:
+def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | None = None, *, catalog=None,
+            back_to: bool = False) -> Proposal:
     """Plan the hotfix on the current files, on top of the target's series: forward, 'already applied',
     re-applied in place (lost), or an upgrade in one plan.
 
@@ -100,7 +101,9 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
     top: the files it shares with the series must hold the series' bytes, its hunks must not meet the
     lines of the hotfixes below (unless its manifest's ``after`` names them), and neither side may
     declare the other in ``conflicts``. ``catalog``: the one the command loaded (the pins of recorded catalog
-    hotfixes, as `hotfix status` judges them; the manifests of recorded ids)."""
+    hotfixes, as `hotfix status` judges them; the manifests of recorded ids). ``back_to``: `rollback ID
+    --to-version V` -- the recorded version is replaced by this one (``hotfix``, version V) in one plan,
+    whichever supersedes which; a target with no record of it for this release is refused."""
     tree = tree if tree is not None else Tree(target.root)
     verdicts = judge_recorded(state, target, tree=tree, catalog=catalog)  # the verdict `hotfix status` shows
     broken = next((j.detail for j in verdicts.values() if j.state == UNKNOWN), None)
@@ -119,6 +122,10 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
         state = TargetState(state.directory, dict(state.target), {})
         verdicts, checks, recorded = {}, {}, None
     below = state  # the series this hotfix goes on top of (without its own record when it is planned again)
+    if back_to and recorded is None:
+        raise Refused(f"{hotfix.id}: no version of it is recorded for this release at {target.root}"
+                      + (" (the record was made on another release)" if reset else ""),
+                      hint=f"`hotfix apply {hotfix.ref} {target_option(target)}` applies that version")
     if recorded is not None:
         word, detail = verdicts[hotfix.id].state, verdicts[hotfix.id].detail
         if word == DRIFTED:
@@ -139,7 +146,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
             else:  # under others: again at its place, which needs exactly the bytes it recorded
                 return _propose_in_place(hotfix, target, state, recorded, tree, uppers)
     if recorded is not None and not _same_version(recorded.version, hotfix.version):
-        return _propose_upgrade(hotfix, target, state, recorded, tree)
+        return _propose_upgrade(hotfix, target, state, recorded, tree, back_to=back_to)
     _refuse_conflicts(hotfix, below, catalog)
     chains = steps_by_path(below)
     detection = detect(series, tree.read)
@@ -188,11 +195,12 @@ def does_not_apply(hotfix: Hotfix, target: Target, error: DoesNotApply, chains: 
 
 
 def _propose_upgrade(hotfix: Hotfix, target: Target, state: TargetState, recorded: RecordedHotfix,
-                     tree: Tree) -> Proposal:
-    """Another version of a recorded hotfix that declares it supersedes it: one plan that reverses the
-    applied version's recorded patch and applies the new series."""
+                     tree: Tree, *, back_to: bool = False) -> Proposal:
+    """Another version of a recorded hotfix that declares it supersedes it (or any other version, ``back_to``:
+    `rollback --to-version`): one plan that reverses the applied version's recorded patch and applies the
+    new series."""
     series = hotfix.series
-    if not _supersedes(hotfix, recorded):
+    if not back_to and not _supersedes(hotfix, recorded):
         raise Refused(f"{hotfix.id}: version {recorded.version} is applied to {target.root}; "
                       f"{hotfix.ref} does not declare that it supersedes it",
                       hint=f"roll it back first: hotfix rollback {hotfix.id} {target_option(target)}")
