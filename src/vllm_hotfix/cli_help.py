@@ -114,7 +114,7 @@ transaction (the catalog must still have v5).""", "Take a hotfix out of the file
         f"hotfix rollback mamba-align-block-size {PY} --dry-run",
         f"hotfix rollback mamba-align-block-size {PY}",
         f"hotfix rollback glm-conv-null-slot {ASCEND}",
-        f"hotfix rollback qwen38-flash-next --to-version 5 --root /vllm-workspace/vllm-ascend --dry-run")),
+        f"hotfix rollback vendor-fix --to-version 5 --catalog ./team {PY}")),
     "recover": ("Finish or undo an apply that was interrupted (kill -9, power loss).\n\n"
                 "status and verify report such a target as interrupted (exit 1) and leave it so; this command "
                 "finishes it.", None, examples(

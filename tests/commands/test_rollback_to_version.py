@@ -136,3 +136,13 @@ def test_to_version_refusals_change_nothing(upgraded, run_hotfix, case, code):
         applied = run_hotfix(*step(hint, "from: "), env=env)  # the hint runs as pasted
         assert applied.returncode == 0, applied.stderr
         assert target.read_bytes() != pristine
+
+
+def test_an_upgrade_from_a_version_the_catalog_no_longer_has_is_said_without_a_step_that_cannot_run(upgraded,
+                                                                                                     run_hotfix):
+    venv, env, _, _, v6 = upgraded
+    (Path(env["HOTFIX_CATALOG"]) / "manifests" / f"{ID}-v5.toml").unlink()
+    dry = run_hotfix("rollback", ID, "--python", venv.python, "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert f"was an upgrade from {ID}@5, which the catalog no longer has" in dry.stderr
+    assert "--to-version" not in dry.stdout and (venv.site_packages / MAMBA).read_bytes() == v6

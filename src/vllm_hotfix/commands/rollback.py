@@ -7,7 +7,7 @@ from typing import Sequence
 
 from vllm_hotfix.catalog.index import Catalog, parse_ref
 from vllm_hotfix_guard.errors import Refused
-from vllm_hotfix_guard.output import emit_json, quote_path, say
+from vllm_hotfix_guard.output import emit_json, note, quote_path, say
 
 
 def run(*, hotfix_id: str, python: str | None, root: Path | None, dry_run: bool, catalogs: Sequence[Path],
@@ -82,11 +82,16 @@ def _upgraded_from(survey, target, hotfix_id: str, version) -> str | None:
 
     try:
         earlier = upgraded_from(read_history(TargetDir.of(target.root)), hotfix_id, version)
+    except HotfixError:  # a history line that does not read: no way to offer
+        return None
+    try:
         if earlier is not None:
             survey.catalog.get(hotfix_id, earlier)
-        return earlier
-    except HotfixError:  # a history line that does not read, a version the catalog no longer has: no way to offer
+    except HotfixError:
+        note(f"{hotfix_id}@{version} was an upgrade from {hotfix_id}@{earlier}, which the catalog no longer has: "
+             f"add its manifest (--catalog DIR) to go back to it")
         return None
+    return earlier
 
 
 def _nothing_to_roll_back(survey, hotfix_id: str, not_recorded: Refused, dry_run: bool, as_json: bool) -> int:
