@@ -142,7 +142,9 @@ def kept_patch(record: dict) -> bytes:
 
 def write_state(site_packages: Path, files_by_id: dict[str, list[dict]]) -> Path:
     """The record `hotfix apply` writes, as an older vllm-hotfix wrote it (schema 1, no seal): its kept
-    patches really give the recorded bytes, as the guard derives them (txn/judgement)."""
+    patches really give the recorded bytes, as the guard derives them (txn/judgement). ``code``: the code
+    names of each Python file, none kept here (the code check of a record: tests/test_guard_record_code.py;
+    without the key the guard says unknown)."""
     directory = TargetDir.of(site_packages).directory
     directory.mkdir(parents=True, exist_ok=True)
     for hid, files in files_by_id.items():
@@ -154,7 +156,7 @@ def write_state(site_packages: Path, files_by_id: dict[str, list[dict]]) -> Path
         "hotfixes": {hid: {"version": 1, "applied_at": "2026-11-29T10:00:00Z", "source": "catalog",
                            "patches": [f"patches/{hid}/1.patch"],
                            "files": [{k: v for k, v in f.items() if k != "_bytes"} for f in files],
-                           "backups": f"backups/{hid}"} for hid, files in files_by_id.items()},
+                           "backups": f"backups/{hid}", "code": {}} for hid, files in files_by_id.items()},
     }
     (directory / "state.json").write_text(json.dumps(state))
     return directory / "state.json"

@@ -52,7 +52,8 @@ def start(checks, plugins=()) -> None:
             if locked.code is None or not locked.path.endswith(".py") or file.where is None \
                     or file.sha256 is None or file.sha256 != file.expected:
                 continue
-            usable.append(locked.code.interpreter == interpreter)
+            if locked.code.interpreter:  # a record's names ("") carry no fingerprints: compiled here
+                usable.append(locked.code.interpreter == interpreter)
             module = module_name(locked.path)
             for name in locked.code.names:
                 _by_module.setdefault(module, []).append(

@@ -24,7 +24,7 @@ from vllm_hotfix_guard.process import (  # noqa: F401
 from vllm_hotfix_guard.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STATE_DIR_ENV, required_ids
 
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
-_code_checks: list = []  # the lock's checks of this process: their files' code names (points.py)
+_code_checks: list = []  # the lock's checks and the required records' of this process: their code names (points.py)
 _fork_hook_installed = False
 
 
@@ -115,6 +115,7 @@ def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Ver
 
     results: list[tuple[Verdict, tuple]] = []  # (verdict, (hotfix id, its FileChecks) or None)
     entries: dict = {}  # hotfix id -> core.fingerprint.Entry
+    _code_checks[:] = ()
     if lock:
         locked, checks = _check_lock(Path(lock))
         results.extend(locked)
@@ -126,6 +127,10 @@ def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Ver
     if require:
         required, judged = _check_required_ids(require)
         results.extend(required)
+        from vllm_hotfix_guard.recorded import CHECKS  # the required records' code names (recorded.py)
+
+        locked_ids = {c.hotfix.id for c in _code_checks if any(f.code is not None for f in c.hotfix.files)}
+        _code_checks.extend(c for c in CHECKS if c.hotfix.id not in locked_ids)
         from vllm_hotfix_guard.txn.judgement import fingerprint_entries as record_entries
 
         for entry in record_entries(judged):
@@ -188,9 +193,11 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
     from vllm_hotfix_guard.core.docfields import is_record_id
     from vllm_hotfix_guard.errors import HotfixError
     from vllm_hotfix_guard.paths import TargetDir, all_target_dirs, state_dir, targets_dir
+    from vllm_hotfix_guard.recorded import CHECKS, judge, with_code
     from vllm_hotfix_guard.txn.state import TargetState
 
     states, unreadable = [], []
+    CHECKS[:] = ()
     try:
         tdirs = all_target_dirs()
     except OSError as exc:
@@ -247,16 +254,12 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
                 f"(`hotfix apply {hotfix_id} --root {installed.root}`)", "require"), None))
             continue
         if here.directory not in judged_by_dir:
-            from vllm_hotfix_guard.txn.judgement import bounded_reader, judge_record
-            from vllm_hotfix_guard.txn.lock_check import TARGET_FILE_LIMIT
-
-            judged_by_dir[here.directory] = judge_record(  # a pending journal: interrupted, whatever the record says
-                here, installed, read=bounded_reader(installed.root, TARGET_FILE_LIMIT), pending=installed.pending,
-                derive=False, bytecode=_stale_here)
+            judged_by_dir[here.directory] = judge(here, installed, bytecode=_stale_here)
         j = judged_by_dir[here.directory][hotfix_id]
         judged.append(j)
-        results.append((_verdict(hotfix_id, package, j.state, j.detail, j.files, j.installed, "require",
-                                 _option(here.hotfixes[hotfix_id].catalog)), (hotfix_id, j.files)))
+        option = _option(here.hotfixes[hotfix_id].catalog)
+        result = _verdict(hotfix_id, package, j.state, j.detail, j.files, j.installed, "require", option)
+        results.append((with_code(result, here, hotfix_id, j, option=option), (hotfix_id, j.files)))
     return results, judged
 
 
@@ -267,10 +270,10 @@ def _apply_unrecorded(hotfix_id: str) -> str:
 def _catalog_command(hotfix_id: str, command: str) -> str:
     """A command about an id no record names the catalog of: backticked (to paste) when this environment's
     hotfix finds the id (the built-in catalog, or HOTFIX_CATALOG set here), else the form to complete."""
-    site = Path(__file__).resolve().parents[1]  # site-packages (or src/ of a checkout, whose parent is a catalog)
+    from vllm_hotfix_guard.pins import builtin_dirs
+
     plain = hotfix_id.replace("-", "").isalnum() and hotfix_id.isascii() and hotfix_id == hotfix_id.lower()
-    builtin = plain and any((folder / "manifests" / f"{hotfix_id}.toml").is_file()
-                            for folder in (site / "vllm_hotfix" / "_catalog", site.parent))
+    builtin = plain and any((folder / "manifests" / f"{hotfix_id}.toml").is_file() for folder in builtin_dirs())
     if builtin or os.environ.get("HOTFIX_CATALOG", "").strip():
         return f"`{command}`"
     return f"{command} --catalog DIR (the catalog that has it)"

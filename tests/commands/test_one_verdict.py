@@ -1,5 +1,6 @@
 """One verdict (issue 45): `audit` and `apply` (--dry-run too) ask the judgement `status` gives, the catalog's
-pin included, on a real vLLM 0.30.0 install. Each test plays the state, checks every reader's exit code and
+pin included, on a real vLLM 0.30.0 install; and the guard under HOTFIX_REQUIRE alone, with the catalog's pin
+where the catalog is at hand (issue 43). Each test plays the state, checks every reader's exit code and
 that no file changed (the install's file and the state directory, byte for byte)."""
 
 from __future__ import annotations
@@ -49,6 +50,26 @@ def forge_over_a_file_without_the_fix(tdir: TargetDir, target: Path, pristine: b
         tdir.state_file.write_text(json.dumps(doc))
 
 
+GUARD = r'''
+import json
+from vllm_hotfix_guard import plugin
+(v,) = plugin.check(lock=None, require=("mamba-align-block-size",))
+print(json.dumps({"in_effect": v.in_effect, "detail": v.detail}))
+'''
+
+
+def guard_verdict(site_packages: Path) -> dict:
+    """The guard's verdict under HOTFIX_REQUIRE alone, in a process that imports vLLM from ``site_packages``
+    and has vllm-hotfix's built-in catalog beside the guard (this checkout)."""
+    import os
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", GUARD], capture_output=True, text=True, check=True,
+                          env={**{k: v for k, v in os.environ.items() if k not in ("HOTFIX_LOCK", "HOTFIX_CATALOG")},
+                               "PYTHONPATH": str(site_packages)})
+    return json.loads(done.stdout)
+
+
 @pytest.mark.parametrize("sealed", [True, False], ids=["resealed", "seal-removed"])
 def test_a_record_forged_over_a_file_without_the_fix_is_unknown_to_every_reader(vllm_install, run_hotfix, sealed):
     venv = vllm_install("0.30.0")
@@ -67,6 +88,9 @@ def test_a_record_forged_over_a_file_without_the_fix_is_unknown_to_every_reader(
     assert audit.returncode == 1 and f"recorded: {HOTFIX}@" in audit.stdout and " unknown: " in audit.stdout, audit.stdout
     audit_json = json.loads(run_hotfix("audit", "vllm", "--python", venv.python, "--json").stdout)
     assert [r["state"] for r in audit_json["recorded"]] == ["unknown"]
+    guard = guard_verdict(venv.site_packages)  # HOTFIX_REQUIRE alone: the catalog's pin at hand (issue 43)
+    assert not guard["in_effect"] and guard["detail"].startswith("unknown: ") and "the catalog's pin of " \
+        f"{HOTFIX}@" in guard["detail"], guard
     for dry in (("--dry-run",), ()):
         done = run_hotfix("apply", HOTFIX, "--python", venv.python, *dry)
         assert done.returncode == 8 and "already applied" not in done.stdout, (dry, done.stdout, done.stderr)

@@ -82,8 +82,10 @@ def _backups(state: TargetState, tree: Tree, hotfix_id: str, baseline: dict[str,
 
 def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: str, patches: list[tuple[bytes, int, tuple]],
             files: tuple[RecordedFile, ...], baseline: dict[str, bytes | None], current: dict[str, bytes | None],
-            package: str | None, target_doc: dict, applied_under: dict | None = None) -> tuple[TargetState, dict[str, bytes | str]]:
-    """The record after applying, and the files to keep for it (patch bytes, backups)."""
+            package: str | None, target_doc: dict, applied_under: dict | None = None,
+            code: tuple = ()) -> tuple[TargetState, dict[str, bytes | str]]:
+    """The record after applying, and the files to keep for it (patch bytes, backups); ``code``: the names
+    its Python files' changes touch (flow/codenames.step_names), which the guard checks live."""
     keep: dict[str, bytes | str] = {}
     rels = []
     for index, (data, _, _) in enumerate(patches):
@@ -95,27 +97,42 @@ def _record(state: TargetState, tree: Tree, *, hotfix_id: str, version, source: 
         id=hotfix_id, version=version, applied_at=now(), source=source, patches=tuple(rels), files=files,
         strip=tuple(p[1] for p in patches), exclude=tuple(p[2] for p in patches), backups=TargetDir.backups_rel(hotfix_id),
         package=package, backup_names="flat", patch_sha256=tuple(sha256(p[0]) for p in patches), **(applied_under or {}),
+        code=code,
     )
     return _next_state(state, target_doc, entry), keep
 
 
-def _sealed(state: TargetState, hotfix: Hotfix, spec: TargetSpec | None, catalog_dir: str | None) -> TargetState | None:
-    """The record with its seal, for a record written before seals whose kept patches are exactly the bytes
-    this apply loaded (so pinned, for a catalog hotfix): ``propose`` derived its series in full. None when
-    it is sealed already, or its kept patches are other bytes."""
+def _sealed(state: TargetState, tree: Tree, hotfix: Hotfix, spec: TargetSpec | None,
+            catalog_dir: str | None) -> TargetState | None:
+    """The record with its seal and its code names, for a record written before them whose kept patches
+    are exactly the bytes this apply loaded (so pinned, for a catalog hotfix): ``propose`` derived its
+    series in full. None when it has both already, or its kept patches are other bytes."""
     from dataclasses import replace
 
+    from vllm_hotfix.flow.codenames import names_in
+
     recorded = state.hotfixes[hotfix.id]
-    if recorded.seal is not None or len(recorded.patches) != len(hotfix.patches):
+    if (recorded.seal is not None and recorded.code is not None) or len(recorded.patches) != len(hotfix.patches):
         return None
     pins = tuple(sha256(p.data) for p in hotfix.patches)
     if any(sha256(state.read_patch(rel)) != pin for rel, pin in zip(recorded.patches, pins)):
         return None
     fields = applied_under(hotfix, spec, catalog_dir)
     hotfixes = dict(state.hotfixes)
-    hotfixes[hotfix.id] = replace(recorded, patch_sha256=pins, **{k: v for k, v in fields.items()
-                                                                   if getattr(recorded, k) is None})
+    code = recorded.code if recorded.code is not None else names_in(state, tree, hotfix.id)
+    hotfixes[hotfix.id] = replace(recorded, patch_sha256=pins, code=code, **{k: v for k, v in fields.items()
+                                                                             if getattr(recorded, k) is None})
     return TargetState(state.directory, dict(state.target), hotfixes)
+
+
+def _code_of(patch, proposal: Proposal) -> tuple:
+    """flow/codenames.step_names of this hotfix's step of each file (adopted: the plan is its reverse)."""
+    from vllm_hotfix.flow.codenames import step_names
+
+    if proposal.already:
+        return step_names(patch, [(p, after, before) for p, before, after in flatten(proposal.plan)])
+    after = proposal.after
+    return step_names(patch, [(p, proposal.baseline.get(p), after[p]) for p in after])
 
 
 def applied_under(hotfix: Hotfix, spec: TargetSpec | None, catalog_dir: str | None) -> dict:
@@ -142,8 +159,8 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
     def prepare(state: TargetState, tree: Tree) -> transaction.Change:
         proposal = propose(hotfix, target, state, tree, catalog=catalog, back_to=back_to)
         if proposal.already and ((hotfix.id in state.hotfixes and not proposal.reset) or proposal.contained_in):
-            sealed = _sealed(state, hotfix, spec, catalog_dir) if hotfix.id in state.hotfixes else None
-            if sealed is not None:  # a record from before seals, just derived in full: it gets its seal
+            sealed = _sealed(state, tree, hotfix, spec, catalog_dir) if hotfix.id in state.hotfixes else None
+            if sealed is not None:  # a record from before seals / code names, just derived in full: it gets them
                 resealed.append(hotfix.id)
                 return transaction.Change(Plan((), False), sealed, record_changed=True, result=proposal)
             return transaction.Change(Plan((), False), state, record_changed=False, result=proposal)
@@ -158,7 +175,7 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
             base, tree, hotfix_id=hotfix.id, version=hotfix.version, source=hotfix.source,
             patches=[(p.data, p.strip, p.exclude) for p in hotfix.patches], files=proposal.recorded_files(),
             baseline=proposal.baseline, current=current, package=hotfix.package, target_doc=target_summary(target),
-            applied_under=applied_under(hotfix, spec, catalog_dir))
+            applied_under=applied_under(hotfix, spec, catalog_dir), code=_code_of(hotfix.series, proposal))
         plan = Plan((), False) if proposal.already else proposal.plan
         outcome = "adopted" if proposal.already else "applied" if proposal.superseded is None else \
             "rolled-back" if back_to else "upgraded"
@@ -260,7 +277,9 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
                 return transaction.Change(Plan((), True) if already else plan, new_state, forget, result=summary,
                                           event=event if forget or not already else None)
             if already and recorded is not None:
-                return transaction.Change(Plan((), False), state, record_changed=False, result=summary)
+                named = _with_names(state, tree, target, hotfix_id)
+                return transaction.Change(Plan((), False), named or state, record_changed=named is not None,
+                                          result=summary)
             shared = shared_with_series(hotfix_id, plan, others if recorded is not None else chains, tree, target)
             if already and shared:  # what the recorded series already wrote: nothing of its own to record
                 return transaction.Change(Plan((), False), state, record_changed=False, result=summary)
@@ -278,7 +297,8 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
                 baseline = current = {p: before for p, before, _ in flat}
             new_state, keep = _record(state, tree, hotfix_id=hotfix_id, version=version, source="adhoc",
                                       patches=[(data, as_recorded, ())], files=files, baseline=baseline, current=current,
-                                      package=None, target_doc=target_summary(target))
+                                      package=None, target_doc=target_summary(target),
+                                      code=_raw_code(patch, data, strip, child, flat, already))
             return transaction.Change(Plan((), False) if already else plan, new_state, True, keep, summary,
                                       event=Event(outcome="adopted" if already else "applied", hotfix=hotfix_id,
                                                   version=version))
@@ -290,6 +310,29 @@ def apply_raw(patch_file: Path, root: Path, *, strip: int | None, reverse: bool,
     plan, stats, already = change.result
     return RawOutcome(hotfix_id, plan, stats, patch.source, already, reverse, dry_run, change.record_changed,
                       tuple(patch.warnings))
+
+
+def _with_names(state: TargetState, tree: Tree, target, hotfix_id: str) -> TargetState | None:
+    """The record with the code names of ``hotfix_id`` for a record from before they were kept, once its
+    series derives in full (flow/series.distrust: a record that does not is never sealed anew); else None."""
+    from dataclasses import replace
+
+    from vllm_hotfix.flow.codenames import names_in
+    from vllm_hotfix.flow.series import distrust
+
+    if state.hotfixes[hotfix_id].code is not None or distrust(state, tree, target) is not None:
+        return None
+    hotfixes = dict(state.hotfixes)
+    hotfixes[hotfix_id] = replace(hotfixes[hotfix_id], code=names_in(state, tree, hotfix_id))
+    return TargetState(state.directory, dict(state.target), hotfixes)
+
+
+def _raw_code(patch: Patch, data: bytes, strip: int | None, child, flat: list, already: bool) -> tuple:
+    """flow/codenames.step_names of a raw diff's step (the whole diff, not a parsed half)."""
+    from vllm_hotfix.flow.codenames import step_names
+
+    whole = patch if child is None else parse_patch(data, strip=strip, source=patch.source)
+    return step_names(whole, [(p, after, before) if already else (p, before, after) for p, before, after in flat])
 
 
 def _parse_raw(data: bytes, strip: int | None, source: str, child: ForkedHalf | None

@@ -1,4 +1,5 @@
-"""The functions, methods and classes a recorded hotfix's hunks touch (for `hotfix status`).
+"""The functions, methods and classes a hotfix's hunks touch: kept in its record by `hotfix apply`
+(``step_names``: what the guard checks under HOTFIX_REQUIRE, txn/lockcode.RecordCode) and shown by `hotfix status`.
 
 The same rule as the lock's names (`hotfix export`): each step of a file's series is the hotfix's
 recorded patch placed on the bytes the steps below it left (flow/series: every state re-derived and
@@ -19,6 +20,34 @@ from vllm_hotfix.install.tree import Tree
 from vllm_hotfix_guard.txn.state import TargetState
 
 
+def step_names(patch, steps) -> tuple:
+    """txn/lockcode.RecordCode of one hotfix's step of each file: ``steps`` are (path, bytes before it,
+    bytes after it); ``patch`` its parsed patch. A Python file whose step cannot be placed again or that
+    does not parse has no names (Python would not import it either)."""
+    from vllm_hotfix_guard.core.diff import Patch
+    from vllm_hotfix_guard.txn.lockcode import LockedName
+
+    out = []
+    for path, before, after in steps:
+        if not path.endswith(".py") or after is None:
+            continue
+        part = Patch(tuple(fp for fp in patch.files if path in (fp.old_path, fp.new_path)), patch.source)
+        names = _names(part, path, before, after, 0o100644)
+        if names is not None:
+            out.append((path, tuple(LockedName(name, kind, None) for name, kind in names)))
+    return tuple(out)
+
+
+def _names(part, path: str, before, after: bytes, mode: int):
+    """[(qualified name, kind)] one step's hunks touch in the file it leaves (the lock's rule), or None."""
+    try:
+        _, placed = apply_part(part, path, before, mode)
+        regions = changed_ranges([spans_of(fp.hunks, placements) for fp, placements in placed])
+        return codeprint.touched(after, regions, path)
+    except (HotfixError, SyntaxError, ValueError):
+        return None
+
+
 def recorded_names(root: Path, hotfix_ids) -> dict[str, dict[str, list[tuple[str, str]]]]:
     """hotfix id -> path -> [(qualified name, kind)] for the Python files these recorded hotfixes change
     on ``root`` (a path whose series cannot be re-derived, or that does not parse, is left out)."""
@@ -26,8 +55,21 @@ def recorded_names(root: Path, hotfix_ids) -> dict[str, dict[str, list[tuple[str
         state = TargetState.for_root(root)
     except HotfixError:
         return {}
-    wanted = set(hotfix_ids)
-    series = Series(state, Tree(root))
+    return _derived(state, Tree(root), set(hotfix_ids))
+
+
+def names_in(state: TargetState, tree: Tree, hotfix_id: str) -> tuple:
+    """txn/lockcode.RecordCode of one recorded hotfix, re-derived from its record (a record from before
+    `hotfix apply` kept them gets them at its next apply)."""
+    from vllm_hotfix_guard.txn.lockcode import LockedName
+
+    found = _derived(state, tree, {hotfix_id}).get(hotfix_id, {})
+    return tuple((f.path, tuple(LockedName(n, k, None) for n, k in found[f.path]))
+                 for f in state.hotfixes[hotfix_id].files if f.path in found)
+
+
+def _derived(state: TargetState, tree: Tree, wanted: set) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    series = Series(state, tree)
     found: dict[str, dict[str, list[tuple[str, str]]]] = {}
     for path, chain in series.chains.items():
         if not path.endswith(".py") or not wanted.intersection(step[0] for step in chain):
@@ -42,10 +84,10 @@ def recorded_names(root: Path, hotfix_ids) -> dict[str, dict[str, list[tuple[str
             if hotfix_id not in wanted or after is None:
                 continue
             try:
-                _, placed = apply_part(series.part(hotfix_id, path), path, before, mode)
-                regions = changed_ranges([spans_of(fp.hunks, placements) for fp, placements in placed])
-                names = codeprint.touched(after, regions, path)
-            except (HotfixError, SyntaxError, ValueError):
+                part = series.part(hotfix_id, path)
+            except HotfixError:
                 continue
-            found.setdefault(hotfix_id, {})[path] = names
+            names = _names(part, path, before, after, mode)
+            if names is not None:
+                found.setdefault(hotfix_id, {})[path] = names
     return found

@@ -129,7 +129,6 @@ def pin_problem(manifest: Manifest, recorded: RecordedHotfix, state: TargetState
     bytes kept in the state directory must be exactly the pinned ones), or None. Another version recorded
     (an upgrade pending) is not judged here."""
     from vllm_hotfix.catalog.index import same_version
-    from vllm_hotfix.catalog.model import verify_patch_bytes
 
     if recorded.source != "catalog" or not same_version(recorded.version, manifest.version):
         return None
@@ -137,14 +136,6 @@ def pin_problem(manifest: Manifest, recorded: RecordedHotfix, state: TargetState
         specs = manifest.patches_for(state.target.get("version") or target.version)
     except Refused:
         return None  # no patch for this release: applicability says why
-    if len(specs) != len(recorded.patches):
-        return f"{recorded.id}: the record keeps {len(recorded.patches)} patch(es), {manifest.ref} pins {len(specs)}"
-    for spec, rel in zip(specs, recorded.patches):
-        data = state.read_patch(rel)
-        if data is None:
-            return f"{state.directory / rel}: the recorded patch of {recorded.id} is gone"
-        try:
-            verify_patch_bytes(spec, data, str(state.directory / rel))
-        except Refused as exc:
-            return f"{exc.message} (the catalog's pin of {manifest.ref})"
-    return None
+    from vllm_hotfix_guard.txn.judgement import pin_problem as kept_problem
+
+    return kept_problem(state, recorded, [(spec.md5, spec.sha256) for spec in specs], manifest.ref)

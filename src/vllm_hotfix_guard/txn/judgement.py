@@ -10,7 +10,8 @@ first problem makes every hotfix of the target ``unknown``):
 3. the seal: a record hotfix wrote carries ``txn.state.seal_of`` its claims; a hand edit breaks it;
 4. the kept patches: each one's bytes have the sha256 the record names;
 5. the origin: on the recorded release of a wheel, each file's first step starts from pip's RECORD;
-6. the pin (``pinned``, the commands only: the catalog's md5 / sha256 of the patches);
+6. the pin (``pinned``: the catalog's md5 / sha256 of the patches, ``pin_problem``; the commands pass the
+   catalog they loaded, the guard the one at hand in its process: vllm_hotfix_guard/pins.py);
 7. the derivation (txn/derive.py): the kept originals and recorded patches give every recorded state of
    every file, the top included. The commands derive always (``derive=True``); the guard derives only
    records without a seal (written before seals), and otherwise relies on 3 + 4 -- the engine it would
@@ -79,6 +80,27 @@ def _sha256(data: Optional[bytes]) -> Optional[str]:
     import hashlib
 
     return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def pin_problem(state: TargetState, recorded, pins, ref: str) -> Optional[str]:
+    """Why a catalog hotfix's record does not keep exactly the patch bytes its manifest pins (check 6), or
+    None: ``pins`` are the manifest's (md5 or None, sha256 or None) of the patches for the release the
+    record was made on, ``ref`` its name. `status` (flow/hotfix.pin_problem, from the catalog it loaded) and
+    the guard (vllm_hotfix_guard/pins.py, from the catalog at hand in the process) both ask this."""
+    import hashlib
+
+    if len(pins) != len(recorded.patches):
+        return f"{recorded.id}: the record keeps {len(recorded.patches)} patch(es), {ref} pins {len(pins)}"
+    for (md5, sha256), rel in zip(pins, recorded.patches):
+        data = state.read_patch(rel)
+        if data is None:
+            return f"{state.directory / rel}: the recorded patch of {recorded.id} is gone"
+        for kind, wanted, actual in (("md5", md5, lambda: hashlib.md5(data, usedforsecurity=False).hexdigest()),
+                                     ("sha256", sha256, lambda: _sha256(data))):
+            if wanted is not None and actual() != wanted:
+                return (f"{state.directory / rel}: {kind} mismatch: expected {wanted}, got {actual()} "
+                        f"(the catalog's pin of {ref})")
+    return None
 
 
 def record_problem(state: TargetState, install, read: Callable, *, derive: bool,

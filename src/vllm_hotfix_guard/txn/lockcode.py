@@ -50,14 +50,20 @@ def read_code(f: Fields, doc: Any, where: str, path: str) -> LockedCode:
     interpreter = f.text(doc, where, "interpreter", limit=32)
     if not interpreter or not all(c.isascii() and (c.isalnum() or c in "_.-") for c in interpreter):
         raise f.fail(f.at(where, "interpreter"), f"not an interpreter cache tag: {interpreter!r}")
-    items = f.items(f.get(doc, where, "names", list), f.at(where, "names"))
     if not path.endswith(".py"):
         raise f.fail(where, f"{path!r} is not a Python file: it has no code names")
+    return LockedCode(interpreter, read_names(f, f.get(doc, where, "names", list), f.at(where, "names")))
+
+
+def read_names(f: Fields, items: Any, where: str) -> tuple[LockedName, ...]:
+    """A list of touched names (a lock's ``code.names``, a record's ``code[path]``): each a qualified
+    name once, with a kind and a fingerprint (64 hex) or none."""
+    items = f.items(items, where)
     if len(items) > CODE_NAMES_LIMIT:
-        raise f.fail(f.at(where, "names"), f"{len(items)} names, at most {CODE_NAMES_LIMIT}")
+        raise f.fail(where, f"{len(items)} names, at most {CODE_NAMES_LIMIT}")
     names, seen = [], set()
     for i, item in enumerate(items):
-        at = f"{f.at(where, 'names')}[{i}]"
+        at = f"{where}[{i}]"
         item = f.mapping(item, at)
         name = f.text(item, at, "name", limit=512)
         if not all(is_identifier(part) for part in name.split(".")):
@@ -71,4 +77,61 @@ def read_code(f: Fields, doc: Any, where: str, path: str) -> LockedCode:
         if kind == "method" and "." not in name:
             raise f.fail(f.at(at, "kind"), f"a method is named Class.method, got {name!r}")
         names.append(LockedName(name, kind, f.sha256(item, at, "fingerprint", required=False)))
-    return LockedCode(interpreter, tuple(names))
+    return tuple(names)
+
+
+# -- a record's code (txn/state.py): the names only; the guard fingerprints the verified file itself ----
+
+RecordCode = tuple  # ((path, (LockedName, ...)), ...) in the record's file order: what `hotfix apply` named
+
+
+def read_record_code(f: Fields, doc: Any, where: str, paths: tuple) -> Optional[RecordCode]:
+    """A record's ``code`` ({path: [{name, kind}]} for the Python files of its hotfix that parse), or None
+    for a record written before it was kept. Each path is one of the record's own files."""
+    if doc is None:
+        return None
+    doc = f.mapping(doc, where)
+    out = []
+    for path in paths:
+        if path in doc:
+            names = read_names(f, doc[path], f.at(where, path))
+            out.append((path, tuple(LockedName(n.name, n.kind, None) for n in names)))
+    for path in doc:
+        if path not in paths or not str(path).endswith(".py"):
+            raise f.fail(f.at(where, path), f"{path!r} is not a Python file this hotfix changed")
+    return tuple(out)
+
+
+def record_code_json(code: Optional[RecordCode]) -> Optional[dict]:
+    """A record's ``code`` as state.json holds it (None: not kept)."""
+    if code is None:
+        return None
+    return {path: [{"name": n.name, "kind": n.kind} for n in names] for path, names in code}
+
+
+class CodeFile(Value):
+    """A file of a code check (the shape of txn/hotfix_lock.LockedFile that the guard's code check reads)."""
+
+    path: str
+    code: Optional[LockedCode]
+
+
+class CodeHotfix(Value):
+    id: str
+    files: tuple  # CodeFile, in the order of the check's files
+
+
+class CodeCheck(Value):
+    """A recorded hotfix's names as the guard's code check takes them (vllm_hotfix_guard/code.start, as
+    for txn/lock_check.HotfixCheck): the names of each file, and each file as judged now (core.verdict.FileCheck)."""
+
+    hotfix: CodeHotfix
+    files: tuple
+
+
+def record_check(hotfix_id: str, code: RecordCode, files: tuple) -> CodeCheck:
+    """The code check of a recorded hotfix judged in effect: its kept names, no fingerprints (the guard
+    compiles the verified file itself: code.py's rule when a lock's fingerprints are not for this interpreter)."""
+    by_path = dict(code)
+    return CodeCheck(CodeHotfix(hotfix_id, tuple(CodeFile(f.path, LockedCode("", by_path[f.path]) if f.path in by_path
+                                                         else None) for f in files)), tuple(files))

@@ -17,6 +17,7 @@ from pathlib import Path
 from vllm_hotfix_guard.core.data import load_json
 from vllm_hotfix_guard.core.docfields import Fields, is_hex64
 from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.txn.lockcode import read_record_code, record_code_json
 from vllm_hotfix_guard.paths import STATE_LIMIT, TargetDir, flat_name, read_own_file, trust_problem
 
 SCHEMA = 2  # 2: "series", an ordered list (1: "hotfixes", an object keyed by id; still read)
@@ -56,6 +57,7 @@ class RecordedHotfix:
     fixed_in: str | None = None  # the manifest's release with the fix, for this distribution (judged without a catalog)
     versions: str | None = None  # the manifest's PEP 440 range for this distribution
     catalog: str | None = None  # the --catalog / HOTFIX_CATALOG directory its manifest came from (None: built-in)
+    code: tuple | None = None  # txn/lockcode.RecordCode: the code names of its Python files (None: older records)
     seal: str | None = field(default=None, compare=False)  # as read: ``seal_of`` when hotfix wrote it (None: older)
 
     def to_json(self) -> dict:
@@ -63,6 +65,7 @@ class RecordedHotfix:
         file's record recursively: ~1,100 files take it several ms)."""
         doc = {f.name: getattr(self, f.name) for f in fields(self)}
         doc["files"] = tuple({name: getattr(f, name) for name in _FILE_FIELDS} for f in self.files)
+        doc["code"] = record_code_json(self.code)
         return doc
 
     def steps(self) -> tuple[tuple[str, str | None, str | None], ...]:
@@ -239,6 +242,8 @@ def seal_of(target: dict, recorded: RecordedHotfix) -> str:
                "strip": list(recorded.strip), "exclude": [list(g) for g in recorded.exclude],
                "fixed_in": recorded.fixed_in, "versions": recorded.versions,
                "files": [[f.path, f.before_sha256, f.after_sha256] for f in recorded.files]}]
+    if recorded.code is not None:  # sealed when kept (a record from before it keeps its seal)
+        claims[2]["code"] = record_code_json(recorded.code)
     text = json.dumps(claims, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
@@ -344,7 +349,8 @@ def _hotfix(f: Fields, entry, where: str) -> RecordedHotfix:
         source=source, patches=tuple(patches), files=tuple(files), strip=strip, exclude=tuple(exclude),
         backups=backups, package=f.package(entry, where, "package", required=False), backup_names=backup_names,
         patch_sha256=pins, fixed_in=_release(f, entry, where, "fixed_in"), versions=_range(f, entry, where),
-        catalog=catalog, seal=f.sha256(entry, where, "seal", required=False) if seal is not None else None,
+        catalog=catalog, code=read_record_code(f, entry.get("code"), f.at(where, "code"), tuple(x.path for x in files)),
+        seal=f.sha256(entry, where, "seal", required=False) if seal is not None else None,
     )
 
 

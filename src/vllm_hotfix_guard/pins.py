@@ -1,0 +1,126 @@
+"""The catalog's pin of a recorded hotfix, where a catalog is at hand in this process (issue 43: one
+verdict in every mode). `hotfix status` judges a catalog hotfix's record against the pin of the catalog it
+loads (the md5 / sha256 of the manifest's patches for the recorded release); the guard under HOTFIX_REQUIRE
+asks the same question (txn/judgement.pin_problem, check 6 of record_problem) of the catalogs this process
+can read without vllm-hotfix's CLI:
+
+- the built-in catalog, when vllm-hotfix is installed beside the guard (``vllm_hotfix/_catalog`` in the same
+  site-packages, or a source checkout's root): its manifests are named ``<id>.toml``;
+- each ``HOTFIX_CATALOG`` directory set in the process's environment (every ``manifests/*.toml`` read).
+
+The first manifest with the record's id and version is the pin, built-in first (a user catalog cannot
+redefine a built-in id: catalog/index.py). No manifest of that id and version at hand: nothing to pin by,
+as in `status`. Only the fields the pin needs are read (``id``, ``version``, ``kind``, each patch's ``md5``,
+``sha256``, ``versions``), with core/data.load_toml (``tomllib``; ``tomli`` on Python 3.10, which
+vllm-hotfix installs there; neither: no catalog at hand). A manifest that does not read is not at hand:
+the CLI refuses it as a whole, the guard says nothing new. Stdlib only; imported only for a record under
+HOTFIX_REQUIRE, and reads a manifest only for a catalog hotfix's record.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+MANIFEST_CAP = 1024 * 1024  # catalog/manifest.py's cap
+
+
+def builtin_dirs() -> tuple[Path, ...]:
+    """Where the built-in catalog is when vllm-hotfix is installed beside the guard (its wheel's
+    ``vllm_hotfix/_catalog``), or the guard runs from a source checkout (whose root is a catalog)."""
+    site = Path(__file__).resolve().parents[1]  # site-packages, or src/ of a checkout
+    return (site / "vllm_hotfix" / "_catalog", site.parent)
+
+
+def catalog_dirs(environ=None) -> list[tuple[Path, bool]]:
+    """(catalog directory, built-in) in the order `hotfix` reads them: built-in, then HOTFIX_CATALOG."""
+    environ = os.environ if environ is None else environ
+    dirs = [(d, True) for d in builtin_dirs() if (d / "manifests").is_dir() and (d / "patches").is_dir()][:1]
+    return dirs + [(Path(d), False) for d in environ.get("HOTFIX_CATALOG", "").split(os.pathsep) if d]
+
+
+def pinned(state, release: Optional[str], environ=None) -> Optional[Callable]:
+    """txn/judgement's ``pinned`` for the records of ``state``: the catalog's pin of each catalog hotfix
+    (None: no catalog hotfix recorded, nothing to read)."""
+    from vllm_hotfix_guard.txn.judgement import pin_problem
+
+    if not any(r.source == "catalog" for r in state.hotfixes.values()):
+        return None
+
+    def problem(recorded) -> Optional[str]:
+        if recorded.source != "catalog":
+            return None
+        found = manifest_pins(recorded.id, recorded.version, state.target.get("version") or release, environ)
+        return None if found is None else pin_problem(state, recorded, found[1], found[0])
+    return problem
+
+
+def manifest_pins(hotfix_id: str, version, release: Optional[str], environ=None) -> Optional[tuple[str, list]]:
+    """(the manifest's ref, [(md5, sha256)] of its patches for ``release``) of the first manifest at hand
+    with this id and version, or None (none at hand; an advisory; no patch for this release)."""
+    for folder, builtin in catalog_dirs(environ):
+        names = [folder / "manifests" / f"{hotfix_id}.toml"] if builtin else _manifests(folder)
+        for path in names:
+            doc = _read(path)
+            if doc is None or doc.get("id") != hotfix_id or not _same_version(doc.get("version"), version):
+                continue
+            if doc.get("kind") == "advisory":
+                return None
+            chosen = _for_release(doc.get("patches"), release)
+            return (f"{hotfix_id}@{doc.get('version')}", chosen) if chosen else None  # none: applicability says why
+    return None
+
+
+def _manifests(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in (folder / "manifests").iterdir() if p.suffix == ".toml")
+    except OSError:
+        return []
+
+
+def _read(path: Path) -> Optional[dict]:
+    """The manifest's TOML as a dict, or None when it is not there or does not read (not at hand)."""
+    from vllm_hotfix_guard.errors import InvalidInput
+    from vllm_hotfix_guard.inputs import read_bounded
+
+    try:
+        data = read_bounded(path, cap=MANIFEST_CAP, what="manifest")
+    except (InvalidInput, OSError):
+        return None
+    from vllm_hotfix_guard.core.data import load_toml  # tomllib (tomli on 3.10)
+
+    try:
+        doc = load_toml(data, str(path))
+    except (InvalidInput, ImportError):  # 3.10 without tomli: no catalog at hand
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _same_version(a, b) -> bool:
+    """catalog/index.same_version on the stdlib: equal as written, or as PEP 440 versions."""
+    from vllm_hotfix_guard.core.pep440 import normal_form
+
+    if a is None or isinstance(a, bool):
+        return False
+    if str(a) == str(b):
+        return True
+    return normal_form(str(a)) is not None and normal_form(str(a)) == normal_form(str(b))
+
+
+def _for_release(patches, release: Optional[str]) -> list:
+    """catalog/model.Manifest.patches_for's choice: unranged patches always, ranged ones when they match."""
+    from vllm_hotfix_guard.core.pep440 import version_in
+
+    out = []
+    for p in patches if isinstance(patches, list) else ():
+        if not isinstance(p, dict):
+            continue
+        versions = p.get("versions")
+        if versions is None or (release is not None and isinstance(versions, str) and version_in(release, versions)):
+            out.append((_text(p.get("md5")), _text(p.get("sha256"))))
+    return out
+
+
+def _text(value) -> Optional[str]:
+    return value if isinstance(value, str) else None
