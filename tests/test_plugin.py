@@ -153,7 +153,7 @@ def write_state(site_packages: Path, files_by_id: dict[str, list[dict]]) -> Path
     state = {
         "schema": 1,
         "target": {"root": str(site_packages), "package": "vllm", "distribution": "vllm", "version": "0.30.0", "kind": "wheel"},
-        "hotfixes": {hid: {"version": 1, "applied_at": "2026-11-29T10:00:00Z", "source": "catalog",
+        "hotfixes": {hid: {"version": 1, "applied_at": "2026-11-29T10:00:00Z", "source": "adhoc",
                            "patches": [f"patches/{hid}/1.patch"],
                            "files": [{k: v for k, v in f.items() if k != "_bytes"} for f in files],
                            "backups": f"backups/{hid}", "code": {}} for hid, files in files_by_id.items()},

@@ -188,7 +188,7 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
 
     try:
         change = transaction.run(target.root, prepare, dry_run=dry_run, lock_timeout=lock_timeout,
-                                 after=lambda c: check_after(c.result, spec))
+                                 after=lambda c: None if resealed else check_after(c.result, spec))  # resealed: no file
     except (Refused, DoesNotApply) as refused:
         from vllm_hotfix.flow.mounted import refusal_through_mount
 
