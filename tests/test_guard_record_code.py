@@ -17,13 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.smalltree import DIFF, apply_small_tree
 from vllm_hotfix_guard.errors import InvalidInput
-from vllm_hotfix_guard.paths import TargetDir
 from vllm_hotfix_guard.txn.state import TargetState, parse_state, seal_of
-
-ORIGINAL = "def f():\n    return 1\n\n\ndef g():\n    return 2\n"
-DIFF = (b"--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1,5 +1,5 @@\n def f():\n-    return 1\n+    return 10\n \n \n"
-        b" def g():\n")
 
 GUARD = r'''
 import json, os, sys
@@ -41,14 +37,7 @@ print(json.dumps([[v.hotfix_id, v.detail, v.remedy] for v in failing]))
 
 @pytest.fixture
 def applied(tmp_path, run_hotfix):
-    root = tmp_path / "tree"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "mod.py").write_text(ORIGINAL)
-    (tmp_path / "fix.diff").write_bytes(DIFF)
-    done = run_hotfix("apply", "--patch", tmp_path / "fix.diff", "--root", root, "--id", "fix")
-    assert done.returncode == 0, done.stderr
-    return root, TargetDir.of(root)
+    return apply_small_tree(tmp_path, run_hotfix)
 
 
 def guard(root: Path, tmp_path: Path, **env) -> list:

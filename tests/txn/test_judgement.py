@@ -13,27 +13,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from fixtures.smalltree import DIFF, ORIGINAL, PATCHED, apply_small_tree
 from vllm_hotfix_guard.paths import TargetDir
 from vllm_hotfix_guard.txn.judgement import bounded_reader, judge_record
 from vllm_hotfix_guard.txn.state import TargetState
 
-ORIGINAL = "def f():\n    return 1\n\n\ndef g():\n    return 2\n"
-PATCHED = ORIGINAL.replace("return 1", "return 10")
-DIFF = (b"--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1,5 +1,5 @@\n def f():\n-    return 1\n+    return 10\n \n \n"
-        b" def g():\n")
 REVERTED = PATCHED.replace("return 10", "return 1  # reverted by hand")
 
 
 @pytest.fixture
 def applied(tmp_path, run_hotfix):
-    root = tmp_path / "tree"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "mod.py").write_text(ORIGINAL)
-    (tmp_path / "fix.diff").write_bytes(DIFF)
-    done = run_hotfix("apply", "--patch", tmp_path / "fix.diff", "--root", root, "--id", "fix")
-    assert done.returncode == 0, done.stderr
-    return root, TargetDir.of(root)
+    return apply_small_tree(tmp_path, run_hotfix)
 
 
 def edit(tdir: TargetDir, change) -> None:
