@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-pytestmark = pytest.mark.real
+pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 HOTFIX = "mamba-align-block-size"
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
