@@ -193,8 +193,9 @@ lock_fields_options = _stack(  # `hotfix export`'s: the lock's fields, and the g
 
 runtime_options = _stack(  # `hotfix status --runtime [--lock FILE]`
     click.option("--runtime", is_flag=True, help="Load vLLM's plugins and the platform's patches in the interpreter "
-                 "that runs vLLM (this environment's VLLM_PLUGINS) and list every vLLM function they rebind, naming "
-                 "those that touch a hotfix (exit 1 if any does)."),
+                 "that runs vLLM (this environment's VLLM_PLUGINS), list every vLLM function they rebind, naming "
+                 "those that touch a hotfix, and give the guard's verdicts there after them (stale bytecode, stale "
+                 "aliases; exit 1 if a rebinding touches a hotfix or one is not in effect)."),
     click.option("--lock", "lock_file", type=click.Path(dir_okay=False, path_type=Path),
                  help="With --runtime: the fixed names of this lock (written by `hotfix export`), not the record's."),
 )

@@ -130,11 +130,12 @@ def _like(wrapper, func):
 _started = {}  # "pid": the process that took the names (a forked child inherits it: its first check is at fork)
 
 
-def start(checks) -> tuple[tuple, frozenset]:
+def start(checks, plugins=()) -> tuple[tuple, frozenset]:
     """From ``register()`` (or the fork hook): take the lock's names (guard_code.start), arrange the
     checkpoints, and judge what is loaded now. Returns verdicts.Verdicts of the names not in effect
     (they join the summary line; strict mode stops there as for a file) and the modules already
-    imported whose every locked name is proven (the import watch need not call them unchecked)."""
+    imported whose every locked name is proven (the import watch need not call them unchecked).
+    ``plugins``: vLLM's plugin callables when not called from its loader (plugin.judge_process)."""
     import os
 
     if not any(f.code is not None for check in checks for f in check.hotfix.files):
@@ -142,7 +143,7 @@ def start(checks) -> tuple[tuple, frozenset]:
     forked = _started.get("pid") not in (None, os.getpid())
     _started["pid"] = os.getpid()
     loop = None if forked else plugin_loop()
-    guard_code.start(checks, plugins=loop[0].values() if loop else ())
+    guard_code.start(checks, plugins=loop[0].values() if loop else plugins)
     if not guard_code.active():
         return (), frozenset()
     install()

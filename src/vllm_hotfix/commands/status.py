@@ -130,33 +130,48 @@ def code_names(statuses) -> dict:
 
 def run_runtime(*, hotfix_ids: Sequence[str], python: str | None, lock_file: Path | None, as_json: bool) -> int:
     """`status --runtime`: flow/runtime.py in the interpreter --python names (as every command resolves it);
-    exit 1 when a rebinding touches a hotfix."""
+    exit 1 when a rebinding touches a hotfix or the guard's check there finds one not in effect (a stale
+    .pyc Python would load, a stale alias or a shadowed function, a file without its fix)."""
+    import tempfile
+
     from vllm_hotfix_guard.errors import NotInEffect
     from vllm_hotfix.flow.resolve import Resolver
-    from vllm_hotfix.flow.runtime import fixed_names_of_lock, fixed_names_of_record, survey
+    from vllm_hotfix.flow.runtime import fixed_names_of_lock, fixed_names_of_record, names_lock, survey
     from vllm_hotfix_guard.output import note
 
     target = Resolver(python).package("vllm")
-    if lock_file is not None:
-        from vllm_hotfix_guard.txn.hotfix_lock import load_lock
+    require: tuple = ()
+    with tempfile.TemporaryDirectory(prefix="hotfix-runtime-") as work:
+        names_file = None
+        if lock_file is not None:
+            from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 
-        lock = load_lock(Path(lock_file))
-        names = fixed_names_of_lock(lock)
-    else:
-        from vllm_hotfix_guard.txn.state import TargetState
+            lock = load_lock(Path(lock_file))
+            names = fixed_names_of_lock(lock)
+        else:
+            from vllm_hotfix_guard.txn.state import TargetState
 
-        names = fixed_names_of_record(Path(target.root), list(TargetState.for_root(Path(target.root)).hotfixes))
-    if hotfix_ids:
-        names = {h: n for h, n in names.items() if h in hotfix_ids}
-    interpreter = target.python or python or "python"
-    if not as_json:
-        note(f"loading vLLM's plugins and the platform's patches with {quote_path(str(interpreter))} "
-             "(this imports vLLM)...")
-    found = survey(str(interpreter), names)
+            state = TargetState.for_root(Path(target.root))
+            checked = [h for h in state.hotfixes if not hotfix_ids or h in hotfix_ids]
+            names = fixed_names_of_record(Path(target.root), checked)
+            require, data = tuple(checked), names_lock(target, state, checked) if checked else None
+            if data is not None:
+                names_file = Path(work) / "names.lock"
+                names_file.write_bytes(data)
+        if hotfix_ids:
+            names = {h: n for h, n in names.items() if h in hotfix_ids}
+        interpreter = target.python or python or "python"
+        if not as_json:
+            note(f"loading vLLM's plugins and the platform's patches with {quote_path(str(interpreter))} "
+                 "(this imports vLLM)...")
+        found = survey(str(interpreter), names, lock=lock_file, require=require, names_file=names_file)
+    shown = [v for v in found.verdicts if not hotfix_ids or v["hotfix_id"] in hotfix_ids]
     touching = [r for r in found.rebinds if r.touches]
+    failing = [v for v in shown if not v["in_effect"]]
+    code = int(NotInEffect.exit_code) if touching or failing else 0
     if as_json:
-        emit_json(found.to_json())
-        return int(NotInEffect.exit_code) if touching else 0
+        emit_json({**found.to_json(), "verdicts": shown})
+        return code
     plugins = "every installed plugin (VLLM_PLUGINS unset)" if found.plugins is None else f"VLLM_PLUGINS={found.plugins!r}"
     say(f"runtime of {quote_path(found.python)}: {plugins}; plugin packages: "
         f"{', '.join(quote_path(p) for p in found.packages) or '(none)'}; platform {quote_path(str(found.platform))}")
@@ -172,7 +187,22 @@ def run_runtime(*, hotfix_ids: Sequence[str], python: str | None, lock_file: Pat
     if touching:
         say("  to do: the fix does not run where a plugin rebinds it: remove or update that plugin (or make it call "
             "the fixed function); the guard stops such a process under HOTFIX_STRICT=1")
-    return int(NotInEffect.exit_code) if touching else 0
+    _say_guard(shown, failing, found.fingerprint)
+    return code
+
+
+def _say_guard(shown: list, failing: list, fingerprint: str | None) -> None:
+    """The guard's verdicts in that interpreter, after its plugins: one line per hotfix not in effect."""
+    if not shown:
+        say("the guard there: no hotfix to check")
+        return
+    ok = sorted({v["hotfix_id"] for v in shown} - {v["hotfix_id"] for v in failing})
+    say(f"the guard there, after the plugins: {len(failing)} verdict(s) not in effect"
+        + (f"; in effect: {', '.join(ok)}" if ok else "") + (f" (fingerprint {fingerprint})" if fingerprint else ""))
+    for v in failing:
+        say(f"  {v['hotfix_id']} NOT IN EFFECT [{v['source']}]: {v['detail']}")
+        if v["remedy"]:
+            say(f"     to do: {v['remedy']}")
 
 
 def say_status(s, width: int, *, indent: str = "", target: bool = True) -> None:

@@ -1,7 +1,7 @@
 """What vLLM's plugins and its platform's patches rebind, in the interpreter that runs vLLM.
 
 Self-contained and stdlib only: `hotfix status --runtime` runs this file's source there (``PY -c
-SOURCE``, the request literal on stdin, one answer literal after a marker), with that environment
+SOURCE``, the request literal as its argument, one answer literal after a marker), with that environment
 (``VLLM_PLUGINS``, ``VLLM_TARGET_DEVICE``, the installed plugins) minus hotfix's own variables. It imports
 vLLM's plugin module, notes what every loaded ``vllm`` module binds (module globals, and the attributes of
 the classes each defines), calls vLLM's own ``load_general_plugins()``, then the current platform's
@@ -10,6 +10,12 @@ step: a binding that now holds another function, class or method is a rebinding,
 and line of what is bound now. In modules those steps imported, a function defined by a plugin's package
 bound under a vLLM name counts too. Worker patches (applied in a worker's ``__init__``) need a worker and
 are not run here: the guard reports them in the worker (its ``code after the worker's init`` line).
+
+Then, when the request (a literal in ``argv[1]``) names hotfix's guard package, the guard's own verdicts
+at that point (``vllm_hotfix_guard.plugin.judge_process``: the lock's or the records' files with their
+bytecode, the code check of the fixed names, stale aliases in the plugins' modules): that package is
+imported from the folder named, under its own name, before vLLM's plugins load (so a guard installed as a
+plugin there is the same code, and does nothing: no HOTFIX_LOCK / HOTFIX_REQUIRE in this environment).
 """
 
 import os
@@ -104,8 +110,41 @@ def changes(before, after, phase, packages):
     return out
 
 
-def survey():
-    """Run vLLM's plugin loading and the platform's pre_register_and_update here; the rebindings each did."""
+def load_guard(folder):
+    """hotfix's guard package from ``folder`` (its vllm_hotfix_guard directory), as ``vllm_hotfix_guard``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vllm_hotfix_guard", os.path.join(folder, "__init__.py"),
+                                                  submodule_search_locations=[folder])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vllm_hotfix_guard"] = module
+    spec.loader.exec_module(module)
+
+
+def guard_verdicts(request):
+    """The guard's verdicts here and now, and its fingerprint (plugin.judge_process)."""
+    import vllm.plugins
+    from vllm_hotfix_guard import plugin
+
+    if request.get("state_dir"):
+        os.environ["HOTFIX_STATE_DIR"] = request["state_dir"]  # the records `hotfix status` reads
+    try:
+        plugins = list(vllm.plugins.load_plugins_by_group(vllm.plugins.DEFAULT_PLUGINS_GROUP).values())
+    except Exception:  # another vLLM: the entry points themselves
+        from importlib.metadata import entry_points
+
+        plugins = [ep.load() for ep in entry_points(group=GROUPS[0])]
+    verdicts, fingerprint = plugin.judge_process(lock=request.get("lock"), require=tuple(request.get("require", ())),
+                                                 names=request.get("names"), plugins=plugins)
+    return [v.as_dict() for v in verdicts], fingerprint
+
+
+def survey(request=None):
+    """Run vLLM's plugin loading and the platform's pre_register_and_update here; the rebindings each did
+    (and, asked for, the guard's verdicts after them)."""
+    request = request or {}
+    if request.get("guard"):
+        load_guard(request["guard"])
     packages = plugin_packages()
     import vllm.plugins
 
@@ -127,13 +166,18 @@ def survey():
     for key, value, old, phase in found:
         out.append({"module": key[0], "name": key[1], "phase": phase, "now": where(value),
                     "was": where(old) if old is not None else None})
-    return {"python": sys.executable, "plugins": os.environ.get("VLLM_PLUGINS"), "packages": sorted(packages),
-            "platform": platform, "rebinds": out}
+    answer = {"python": sys.executable, "plugins": os.environ.get("VLLM_PLUGINS"), "packages": sorted(packages),
+              "platform": platform, "rebinds": out}
+    if request.get("guard"):
+        answer["verdicts"], answer["fingerprint"] = guard_verdicts(request)
+    return answer
 
 
 def _main():
+    import ast
+
     try:
-        answer = survey()
+        answer = survey(ast.literal_eval(sys.argv[1]) if len(sys.argv) > 1 else None)
     except Exception as exc:
         answer = {"error": f"{type(exc).__name__}: {exc}"}
     sys.stdout.flush()
