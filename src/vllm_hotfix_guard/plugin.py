@@ -73,18 +73,15 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
     return [v for v in verdicts if not v.in_effect]
 
 
-def judge_process(*, lock: str | None, require: tuple[str, ...], names: str | None = None,
-                  plugins=()) -> tuple[tuple[Verdict, ...], str]:
-    """``register()``'s verdicts here and now (the lock's and the records' files with their bytecode, then
-    the code check of the lock's names) and the fingerprint, not logged: `hotfix status --runtime` asks it
-    after vLLM's plugins ran. ``names``: a lock read for its code names only (a record's); ``plugins``:
-    vLLM's plugin callables (their packages are scanned for stale aliases, as from its loader)."""
+def judge_process(*, lock: str | None, require: tuple, names: str | None = None, plugins=()) -> tuple:
+    """``register()``'s verdicts here and now (the lock's and the records' files with their bytecode, then the
+    code check of the lock's names) and the fingerprint, not logged: `hotfix status --runtime` asks it after
+    vLLM's plugins ran. ``names``: a lock read for its code names only (a record's); ``plugins``: vLLM's
+    plugin callables (their packages are scanned for stale aliases, as from its loader)."""
     verdicts, _, fingerprint = _check_all(lock=lock, require=require)
     checks = _code_checks if lock or not names else (_check_lock(Path(names))[1] or [])
     if any(f.code is not None for check in checks for f in check.hotfix.files):
-        from vllm_hotfix_guard import points as guard_points
-
-        verdicts += guard_points.start(checks, plugins)[0]
+        verdicts += __import__("vllm_hotfix_guard.points", fromlist=["start"]).start(checks, plugins)[0]
     return verdicts, fingerprint
 
 
