@@ -29,6 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 ON_TOP = "divisor-on-top"
 NULL_SLOT, ZERO_ROW = "glm-conv-null-slot", "glm-conv-null-slot-zero-row"
 CAUSAL = "vllm_ascend/models/glm5next/ops/causal_conv1d.py"
+LOGS = REPO / "tests" / "doctor" / "logs"
+MAMBA_LOGS = (LOGS / "001-mamba-align.log", LOGS / "001-dmesg.txt", LOGS / "001-cuda-gdb.txt")  # seed-001 shape
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +111,8 @@ def test_a_file_deleted_under_the_series_on_a_real_vllm_install(vllm_install, ca
 
 def test_nothing_recorded_and_the_file_deleted(vllm_install, catalog, run_hotfix, _isolated_state):
     """The series' file deleted with nothing recorded: the hotfix on top is `drifted` too (not `not-applied`,
-    `hotfix apply mamba-align-block-size` first, which exits 4); every reader exits as it says, nothing
-    written."""
+    `hotfix apply mamba-align-block-size` first, which exits 4); every reader exits as it says (doctor's next
+    step is the restore status prints first, not an apply), nothing written."""
     venv = vllm_install("0.30.0")
     options = ("--python", str(venv.python), "--catalog", str(catalog))
     (venv.site_packages / MAMBA).unlink()
@@ -124,6 +126,9 @@ def test_nothing_recorded_and_the_file_deleted(vllm_install, catalog, run_hotfix
         assert run_hotfix("contains", hotfix_id, *options).returncode == 4
     done = run_hotfix("verify", ON_TOP, *options)
     assert done.returncode == 1 and "drifted" in done.stdout, done.stdout
+    done = run_hotfix("doctor", *MAMBA_LOGS, *options, "--json")  # its next step: the status's first, the restore
+    (named,) = [v for v in json.loads(done.stdout)["verdicts"] if v["id"] == MAMBA_ID]
+    assert (done.returncode, named["state"], named["next"]) == (1, "drifted", steps(found[MAMBA_ID]["advice"])[0]), named
     assert snapshot(venv.site_packages / "vllm", _isolated_state) == before
 
 

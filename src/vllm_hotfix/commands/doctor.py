@@ -93,7 +93,7 @@ def _target_state(manifest, *, python: str | None, root: Path | None, catalog,
         return status.state, status.detail or "", apply
     import re
 
-    first = re.search(r"`(hotfix [^`]+)`", status.advice or "")  # the status's own next step (stale, interrupted, ...)
+    first = re.search(r"`([^`]+)`", status.advice or "")  # the status's own first step (stale, interrupted, a restore, ...)
     return status.state, status.detail, first.group(1) if first else (status.advice or "").replace("`", "") or None
 
 
