@@ -2,7 +2,8 @@
 fingerprint, and no reader exits 0 while a recorded file does not hold its fix -- on real vLLM installs.
 
 Readers: `status` (text, --json, --all), `verify` (all, ID), `verify --lock` and the guard with that lock,
-the guard with HOTFIX_REQUIRE, doctor's join with the target, `contains` and `audit`. A record and a lock
+the guard with HOTFIX_REQUIRE (the test catalog at hand: HOTFIX_CATALOG), doctor's join with the target, `contains`
+and `audit`. A record and a lock
 are two claims: the record's readers (status, verify, the guard's HOTFIX_REQUIRE, doctor) give one word,
 the lock's readers (verify --lock, the guard with the lock) another one, and where the lock holds exactly
 the recorded hotfixes the fingerprints of all of them agree. `contains` answers by content (`applied` by
@@ -66,6 +67,7 @@ ROWS = {
     "forged-top":          ("0.30.0", "unknown", "drifted", (A,)),
     "forged-top-and-patch": ("0.30.0", "unknown", "drifted", (A,)),
     "forged-unsealed":     ("0.30.0", "unknown", "drifted", (A,)),
+    "forged-resealed":     ("0.30.0", "unknown", "drifted", (A,)),  # the catalog's pin (issue 43)
     "forged-garbage":      ("0.30.0", "unknown", "applied", (A,)),
     "forged-no-change":    ("0.30.0", "unknown", "lost", (A,)),
     "stale-bytecode":      ("0.30.0", "stale-bytecode", "stale-bytecode", (A,)),
@@ -209,11 +211,13 @@ def make_row(row: str, world, tmp_path: Path) -> dict:
         ok(_hotfix("rollback", B, *options))
         assert crash.run_with(argv, "rename", at, "signal=SIGKILL").returncode != 0
     reverted = (sp / ENVS).read_bytes().replace(b"# hotfix: two-file test, marker one\n", b"# reverted by hand\n")
-    if row.startswith("forged-top"):  # a hand edit that reverts the fix, and a record that calls it the top
+    if row.startswith("forged-top") or row == "forged-resealed":  # a hand edit that reverts the fix, and a record that calls it the top
         (sp / ENVS).write_bytes(reverted)
         edit_record(lambda doc: doc["series"][0]["files"][0].update(after_sha256=sha256(reverted)))
-    if row == "forged-top-and-patch":  # ... and the kept patch rewritten to give exactly those bytes
+    if row in ("forged-top-and-patch", "forged-resealed"):  # ... and the kept patch rewritten to give exactly those bytes
         _rewrite_kept_patch(pristine[ENVS], reverted, pristine[VERSION], (sp / VERSION).read_bytes())
+    if row == "forged-resealed":  # ... and its sha256 and the seal recomputed: only the catalog's pin tells
+        _reseal()
     if row == "forged-unsealed":  # the first one as a record from before seals: the guard derives it in full
         (sp / ENVS).write_bytes(reverted)
 
@@ -230,6 +234,15 @@ def make_row(row: str, world, tmp_path: Path) -> dict:
     if row == "stale-bytecode":  # a pyc of the pre-fix code, whose header names the patched file's mtime and size
         _stale_pyc(venv.python, sp / ENVS, pristine[ENVS])
     return {"options": options, "env": {}, "python": str(venv.python), "root": sp, "files": sp, "venv": venv}
+
+
+def _reseal() -> None:
+    from vllm_hotfix_guard.txn.state import TargetState, seal_of
+
+    (kept,) = (state_file().parent / "patches" / A).glob("*.patch")
+    edit_record(lambda doc: doc["series"][0].update(patch_sha256=[sha256(kept.read_bytes())]))
+    state = TargetState.load(state_file().parent)
+    edit_record(lambda doc: doc["series"][0].update(seal=seal_of(state.target, state.hotfixes[A])))
 
 
 def _rewrite_kept_patch(envs_before: bytes, envs_after: bytes, version_before: bytes, version_after: bytes) -> None:
@@ -303,7 +316,7 @@ def read_everything(row: str, made: dict, world) -> dict:
         done = _hotfix("verify", "--lock", lock, *python, env=env)
         fp = re.search(r"^fingerprint: (\S+)", done.stdout, re.M)
         out["verify --lock (text)"] = (None, done.returncode, fp.group(1) if fp else None, advice_of(done.stdout))
-    guard = guard_verdicts(made["python"], lock, recorded or (main,), env)
+    guard = guard_verdicts(made["python"], lock, recorded or (main,), {**env, "HOTFIX_CATALOG": str(world["catalog"])})
     if lock is not None:
         (verdict,) = [v for v in guard["lock"]["verdicts"] if v["hotfix_id"] == main]
         out["guard lock"] = ("applied" if verdict["in_effect"] and not verdict["detail"] else word_of(verdict["detail"]),
@@ -367,8 +380,11 @@ def test_every_reader_gives_one_verdict(row, world, tmp_path):
         assert seen["doctor"][1] == 1, seen["doctor"]
     steps = {line: reader for reader, (_, _, _, lines) in seen.items() for line in lines}
     for step, reader in sorted(steps.items()):  # every next step it printed runs as pasted: never a usage error, never an unknown id
+        env = {**os.environ, **made["env"]}
+        if reader.startswith("guard") and "--catalog" not in step:  # printed in the guard's environment
+            env["HOTFIX_CATALOG"] = str(world["catalog"])
         done = subprocess.run([sys.executable, "-m", "vllm_hotfix", *shlex.split(step)[1:]], capture_output=True,
-                              text=True, env={**os.environ, **made["env"]}, timeout=600, cwd=tmp_path)
+                              text=True, env=env, timeout=600, cwd=tmp_path)
         assert done.returncode != 2 and "unknown hotfix" not in done.stderr and "No such option" not in done.stderr, \
             (row, reader, step, done.stderr)
 
