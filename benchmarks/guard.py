@@ -3,10 +3,11 @@ cached ~9 GB venv of tests/realdata.py: built on first use, minutes).
 
     python benchmarks/guard.py [--rounds 9] [--vs main] [--part all|code|record|ready]
 
-``--part ready`` (issue 43): the guard as compose / k8s deploy it -- HOTFIX_LOCK and HOTFIX_READY_DIR set --
-side by side with no guard at all (the same vLLM, the guard's folder not on the path), in alternating
-processes: vLLM's ``load_general_plugins()`` as a whole in both, their difference, the guard's own import +
-register(), and the guard modules that hot path imports.
+``--part ready`` (issue 43; benchmarks/guard_ready.py): the guard as compose and k8s deploy it (HOTFIX_LOCK +
+HOTFIX_READY_DIR; with k8s --trust also HOTFIX_TRUST, HOTFIX_STRICT and HOTFIX_EXPECT_FINGERPRINT), side by side
+with no guard at all and with ``--vs REF``'s guard, in alternating processes: the guard's own import +
+register() per process, ``load_general_plugins()`` as a whole against the no-guard baseline and their ratio,
+and the modules that hot path imports. ``--vs ''``: no REF arm.
 
 Each round starts a fresh process that imports vLLM's plugin module and calls vLLM's own
 ``load_general_plugins()`` with ``HOTFIX_LOCK`` set (tests/fixtures/vllmfull.py: a patched copy of the
@@ -46,7 +47,7 @@ from fixtures.vllmfull import legit_pyc, record_setup, run  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 TIMER = r'''
-import importlib.metadata, json, time
+import importlib.metadata, json, sys, time
 import vllm.plugins
 from vllm.plugins import load_general_plugins
 
@@ -54,7 +55,11 @@ spent = {}  # entry point name -> [wall, cpu] of its load() and, for the guard, 
 real_load = importlib.metadata.EntryPoint.load
 
 
+other_imports = set()  # modules (not the guard's) first loaded while the guard was imported or registered
+
+
 def timed_load(self):
+    before = set(sys.modules)
     wall, cpu = time.perf_counter(), time.process_time()
     try:
         return real_load(self)
@@ -62,6 +67,8 @@ def timed_load(self):
         spent.setdefault(self.name, [0.0, 0.0])
         spent[self.name][0] += time.perf_counter() - wall
         spent[self.name][1] += time.process_time() - cpu
+        if self.name == "vllm_hotfix_guard":
+            other_imports.update(set(sys.modules) - before)
 
 
 importlib.metadata.EntryPoint.load = timed_load
@@ -74,11 +81,13 @@ def timed_group(group):
         func = plugins["vllm_hotfix_guard"]
 
         def timed():
+            before = set(sys.modules)
             wall, cpu = time.perf_counter(), time.process_time()
             try:
                 func()
             finally:
                 spent["register"] = [time.perf_counter() - wall, time.process_time() - cpu]
+                other_imports.update(set(sys.modules) - before)
         plugins["vllm_hotfix_guard"] = timed
     return plugins
 
@@ -90,6 +99,7 @@ spent["load_general_plugins"] = [time.perf_counter() - start, 0.0]
 import os, statistics, sys
 spent["modules"] = sum(1 for name in sys.modules if name.split(".")[0] in ("vllm_hotfix", "vllm_hotfix_guard"))
 spent["module_names"] = sorted(name for name in sys.modules if name.split(".")[0] in ("vllm_hotfix", "vllm_hotfix_guard"))
+spent["other_imports"] = sorted(name for name in other_imports if name.split(".")[0] not in ("vllm_hotfix", "vllm_hotfix_guard"))
 if os.environ.get("CHECKPOINT"):  # the check at a checkpoint, once the fixed modules are imported (through the watch)
     import vllm.v1.worker.gpu.model_states.mamba_hybrid  # noqa: F401 - imports mamba_utils too
     from vllm_hotfix_guard import code as guard_code
@@ -273,43 +283,6 @@ def code_report(rows: dict, checkpoint: list, vs: str, count: int) -> None:
     print(f"for scale: load_general_plugins() as a whole: {statistics.median(r['load_general_plugins'][0] for r in any_rows) * 1e3:.1f} ms")
 
 
-def ready_part(scratch: Path, count: int) -> None:
-    """A lock and readiness on (what compose / k8s set) against no guard, alternating processes."""
-    from fixtures.vllmfull import guard_setup
-
-    full = guard_setup(scratch / "work")
-    script = full["work"] / "timer.py"
-    script.write_text(TIMER)
-    where = scratch / "ready"
-    where.mkdir(mode=0o700)
-    rows: dict[str, list[dict]] = {"no guard": [], "guard: lock + readiness": []}
-    for round_no in range(count + 1):
-        for name in (list(rows) if round_no % 2 else list(rows)[::-1]):
-            env = {} if name == "no guard" else {"HOTFIX_LOCK": str(full["lock"]), "HOTFIX_READY_DIR": str(where)}
-            path = [full["patched"]] if name == "no guard" else [full["hotfix"], full["patched"]]
-            done = run(full, [str(full["venv"].python), str(script)], pythonpath=path, **env)
-            found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-            if done.returncode != 0 or not found:
-                sys.exit(f"{name}: exit {done.returncode}: {done.stdout[-600:]} {done.stderr[-600:]}")
-            if name != "no guard" and "register" not in found[-1]:
-                sys.exit(f"{name}: the guard did not run: {done.stdout[-600:]}")
-            if round_no:  # the first process warms caches and bytecode
-                rows[name].append(found[-1])
-    plugins = {name: statistics.median(r["load_general_plugins"][0] for r in found) * 1e3 for name, found in rows.items()}
-    guarded = rows["guard: lock + readiness"]
-    own = statistics.median(r["vllm_hotfix_guard"][0] + r["register"][0] for r in guarded) * 1e3
-    own_cpu = statistics.median(r["vllm_hotfix_guard"][1] + r["register"][1] for r in guarded) * 1e3
-    print(f"{count} rounds, alternating, medians (HOTFIX_LOCK + HOTFIX_READY_DIR, as compose / k8s set them):")
-    for name, value in plugins.items():
-        print(f"  load_general_plugins() {name:26} {value:7.2f} ms")
-    print(f"  difference: {plugins['guard: lock + readiness'] - plugins['no guard']:+.2f} ms; the guard's own import + "
-          f"register(): {own:.2f} ms (cpu {own_cpu:.2f} ms); budget 5 ms: {'met' if own <= 5 else 'NOT met'}")
-    names = guarded[-1]["module_names"]
-    print(f"  the hot path imports {len(names)} guard modules: {', '.join(names)}")
-    if any(n.split(".")[0] == "vllm_hotfix" for n in names):
-        print("  NOTE: the CLI package (vllm_hotfix) was imported on the hot path")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=9)
@@ -320,8 +293,10 @@ def main() -> int:
     args = parser.parse_args()
     modules = None
     if args.part == "ready":
+        from guard_ready import ready_part
+
         with tempfile.TemporaryDirectory(prefix="guard-bench-") as scratch:
-            ready_part(Path(scratch), args.rounds)
+            ready_part(Path(scratch), args.rounds, args.vs or None, TIMER, install_ref)
         return 0
     with tempfile.TemporaryDirectory(prefix="guard-bench-") as scratch:
         full = rebinding_setup(Path(scratch) / "work")
