@@ -118,16 +118,36 @@ def test_a_signed_lock_passes_and_the_next_check_reuses_the_verdict(setup):
 
 
 def test_a_second_process_imports_no_verifier(setup):
+    """Nor the policy's parser or the signature format (issue 43's budget: core/signames.py names the files)."""
     sign(setup, "release", "sre")
+    verifier = [f"vllm_hotfix_guard.core.{m}" for m in ("ed25519", "minisign", "trust_policy", "policytoml")]
     script = ("import sys; from vllm_hotfix_guard import plugin; "
               f"v = plugin.check(lock={str(setup['lock'])!r}, require=()); "
-              "print(v[0].detail); print('vllm_hotfix_guard.core.ed25519' in sys.modules)")
+              f"print(v[0].detail); print([m for m in {verifier!r} if m in sys.modules])")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     first, second = (subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
                      for _ in range(2))
-    assert first.stdout.splitlines()[1] == "True" and "signed by release, sre" in first.stdout, first.stderr
+    assert first.stdout.splitlines()[1] == repr(verifier) and "signed by release, sre" in first.stdout, first.stderr
     assert second.stdout.splitlines() == [f"trusted: verified by an earlier process of this container (cache "
-                                          f"{setup['ready'] / guard_trust.CACHE_DIR})", "False"], second.stderr
+                                          f"{setup['ready'] / guard_trust.CACHE_DIR})", "[]"], second.stderr
+
+
+def test_the_readiness_record_names_the_lock_bytes_judged_without_reading_them_again(setup, monkeypatch):
+    """Issue 43's budget: the lock is read once per process; its record carries the sha256 of those bytes."""
+    import hashlib
+
+    from vllm_hotfix_guard import ready
+
+    sign(setup, "release", "sre")
+    monkeypatch.setattr(ready, "lock_digest", lambda: pytest.fail("the lock was read again for the record"))
+    monkeypatch.setattr(plugin, "_last_check", None)
+    monkeypatch.setenv("HOTFIX_LOCK", str(setup["lock"]))
+    for name in ("HOTFIX_REQUIRE", "HOTFIX_STRICT"):
+        monkeypatch.delenv(name, raising=False)
+    plugin.register()
+    name = f"{os.getpid()}{ready.SUFFIX}"
+    record = ready.parse(name, (setup["ready"] / name).read_bytes())
+    assert record.lock == hashlib.sha256(setup["lock"].read_bytes()).hexdigest()
 
 
 def forge(setup, how):

@@ -115,11 +115,13 @@ def _why(exc: OSError) -> str:
 _this: dict = {}  # pid -> {"role": ..., "failed": {id: None}}: what this process recorded (a fork starts afresh)
 
 
-def record(verdicts, *, role: str | None = None) -> None:
+def record(verdicts, *, role: str | None = None, lock_sha256: str | None = None) -> None:
     """This serving process's verdict (the guard's verdicts, each ``.in_effect`` or not) into the directory,
     when HOTFIX_READY_DIR is set (plugin._check_here, once per process: register and the fork hook). Never
-    raises, never changes the verdict: a problem is one WARNING line. ``role``: for tests. A hotfix this
-    process once found not in effect stays in its record (``failed``): a process that failed is never ready."""
+    raises, never changes the verdict: a problem is one WARNING line. ``role``: for tests. ``lock_sha256``:
+    of the lock bytes the guard judged (not read again), else ``lock_digest()``. A hotfix this process once
+    found not in effect stays in its record (``failed``): a process that failed is never ready."""
+    _this.setdefault(os.getpid(), {"role": role, "failed": {}})["lock"] = lock_sha256
     _record([_clean_id(v.hotfix_id) for v in verdicts if not v.in_effect], role)
 
 
@@ -151,7 +153,8 @@ def _record(failing: list[str], role: str | None) -> None:
             raise Unusable(f"cannot read /proc/{pid}/stat (the start time that tells this process from a recycled pid)")
         kind, ranks = classify(role)
         ids = tuple(mine["failed"])
-        write(base, Record(pid, start, os.getppid(), kind, _clean_role(role), ranks, lock_digest(), not ids, ids))
+        lock = mine.get("lock") or lock_digest()
+        write(base, Record(pid, start, os.getppid(), kind, _clean_role(role), ranks, lock, not ids, ids))
     except (Unusable, OSError) as exc:
         _warn(f"vllm-hotfix guard pid={os.getpid()}: readiness not recorded: {exc}")
 

@@ -48,9 +48,10 @@ REMEDY = ("sign the lock with enough keys the policy lists (`hotfix sign LOCK --
 
 
 def read_lock_here(path: Path) -> tuple:
-    """HOTFIX_LOCK as the guard reads it: (the lock, or None when it cannot be used, and its lines as
-    [(Verdict, None)]): `(lock)` for a file that does not read or parse; `(trust)` for the policy's verdict
-    on its very bytes (``lock_trust``); [] for a lock read without a policy."""
+    """HOTFIX_LOCK as the guard reads it: (the lock, or None when it cannot be used, its lines as
+    [(Verdict, None)], the sha256 of the bytes judged or None): `(lock)` for a file that does not read or
+    parse; `(trust)` for the policy's verdict on its very bytes (``lock_trust``); [] for a lock read without a
+    policy. The digest is what the process's readiness record names (ready.record): the lock is read once."""
     from vllm_hotfix_guard.errors import InvalidInput
     from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 
@@ -62,9 +63,11 @@ def read_lock_here(path: Path) -> tuple:
         message = visible(exc.message)  # one line, no escapes (emit sanitises the whole line too)
         return None, [(Verdict("(lock)", False, f"cannot use HOTFIX_LOCK: {message}",
                                exc.hint or "mount the hotfix.lock written by `hotfix export` there, or fix HOTFIX_LOCK",
-                               "lock"), None)]
+                               "lock"), None)], None
+    import hashlib
+
     verdict = lock_trust(path, data, lock)
-    return lock, [] if verdict is None else [(verdict, None)]
+    return lock, [] if verdict is None else [(verdict, None)], hashlib.sha256(data).hexdigest()
 
 
 def lock_trust(path: Path, data: bytes, lock) -> Optional[Verdict]:
@@ -107,7 +110,7 @@ def lock_trust(path: Path, data: bytes, lock) -> Optional[Verdict]:
 def _unexpired(lock, now: float) -> bool:
     if not lock.expires:
         return True
-    from vllm_hotfix_guard.core.trust_policy import parse_utc
+    from vllm_hotfix_guard.core.utctime import parse_utc
 
     limit = parse_utc(lock.expires)
     return limit is not None and now < limit

@@ -20,15 +20,14 @@ from __future__ import annotations
 import base64
 import binascii
 
+from vllm_hotfix_guard.core.signames import SIGNATURE_FILE_LIMIT, SUFFIX, is_signature_name  # noqa: F401 - minisign's API too
 from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix_guard.values import Value
 
 UNTRUSTED_PREFIX = "untrusted comment: "
 TRUSTED_PREFIX = "trusted comment: "
-SUFFIX = ".minisig"
 COMMENT_LIMIT = 1024 - len(UNTRUSTED_PREFIX)  # minisign's COMMENTMAXBYTES
 TRUSTED_LIMIT = 8192 - len(TRUSTED_PREFIX) - 1  # TRUSTEDCOMMENTMAXBYTES, with its NUL
-SIGNATURE_FILE_LIMIT = 4 + 2 * 1024 + 8192 + 200  # the four lines at their longest
 
 # outcomes of checking one signature file against one key
 VALID = "valid"
@@ -181,13 +180,3 @@ def placed_name(signed_name: str, key_id: bytes, default_holder: bytes | None) -
     that cannot be read: never overwritten)."""
     return signature_name(signed_name) if default_holder in (None, key_id) else signature_name(signed_name, key_id)
 
-
-def is_signature_name(name: str, signed_name: str) -> bool:
-    """``name`` is one of ``signature_name(signed_name, ...)``, or names the key id as minisign 0.11 prints it
-    in a .pub file's comment: without its leading zeros (0.12 pads it to 16 digits, as we do)."""
-    if name == signed_name + SUFFIX:
-        return True
-    if not name.startswith(signed_name + ".") or not name.endswith(SUFFIX):
-        return False
-    middle = name[len(signed_name) + 1:-len(SUFFIX)]
-    return 0 < len(middle) <= 16 and all(c in "0123456789ABCDEF" for c in middle)

@@ -14,19 +14,27 @@ empty, ``.`` or ``..`` component, and no component that a file system could take
 
 from __future__ import annotations
 
-import re
-
 from vllm_hotfix_guard.errors import Refused
-from vllm_hotfix_guard.output import quote_path
 
 _HINT = "patches may only name files under the target root, outside .git; check where this patch came from"
 
 # utf8.c next_hfs_char: code points HFS+ drops when it compares names.
 _HFS_IGNORED = dict.fromkeys((0x200C, 0x200D, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E,
                               0x206A, 0x206B, 0x206C, 0x206D, 0x206E, 0x206F, 0xFEFF))
-# path.c is_ntfs_dotgit: '.git' or 'git~1', then only dots and spaces up to the end or a ':' stream.
-_NTFS_DOTGIT = re.compile(r"(?:\.git|git~1)[. ]*(?::|\Z)", re.IGNORECASE | re.ASCII)
-_NTFS_SUSPECT = re.compile(r"\.git|git~1", re.IGNORECASE | re.ASCII)
+# path.c is_ntfs_dotgit: '.git' or 'git~1', then only dots and spaces up to the end or a ':' stream. Compiled on
+# first use (_ntfs): the guard checks every locked path in every vLLM process, and no vLLM path holds "git".
+_NTFS_DOTGIT = r"(?:\.git|git~1)[. ]*(?::|\Z)"
+_NTFS_SUSPECT = r"\.git|git~1"
+_compiled: list = []
+
+
+def _ntfs():
+    """(suspect, dotgit): the two patterns above, compiled once (ASCII, ignoring case)."""
+    if not _compiled:
+        import re
+
+        _compiled.extend(re.compile(p, re.IGNORECASE | re.ASCII) for p in (_NTFS_SUSPECT, _NTFS_DOTGIT))
+    return _compiled
 
 
 def _is_hfs_dotgit(component: str) -> bool:
@@ -62,9 +70,10 @@ def invalid_path_reason(path: str) -> str | None:
             return f"a '{component}' component"
         if len(component) == 4 and component.isascii() and component.lower() == ".git":
             return "a '.git' component"
-        if _NTFS_SUSPECT.search(component):
+        # both patterns hold "git" (ASCII letters, any case): a component without it in any case cannot match
+        if "git" in component.lower() and _ntfs()[0].search(component):
             for piece in component.split("\\"):
-                if _NTFS_DOTGIT.match(piece):
+                if _ntfs()[1].match(piece):
                     return f"'{piece}' is '.git' on NTFS"
         if "." in component and not component.isascii() and _is_hfs_dotgit(component):
             return "a component that is '.git' on HFS+ (it holds characters HFS+ ignores)"
@@ -87,5 +96,7 @@ def check_patch_path(path: str) -> None:
 
 
 def _shown(path: str) -> str:
+    from vllm_hotfix_guard.output import quote_path  # a refusal only: the guard's path never needs it
+
     quoted = quote_path(path)
     return quoted if quoted.startswith('"') else f"'{quoted}'"

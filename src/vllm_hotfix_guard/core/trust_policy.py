@@ -29,12 +29,13 @@ from typing import Optional, Sequence
 
 from vllm_hotfix_guard.core import minisign
 from vllm_hotfix_guard.core.policytoml import loads
+from vllm_hotfix_guard.core.signames import MAX_SIGNATURES
+from vllm_hotfix_guard.core.utctime import format_utc, parse_utc  # noqa: F401 - trust_policy's API too
 from vllm_hotfix_guard.errors import ExitCode, InvalidInput
 from vllm_hotfix_guard.values import Value
 
 POLICY_LIMIT = 64 << 10  # a policy lists a few keys; 64 KiB is far more than any
 MAX_KEYS = 64
-MAX_SIGNATURES = 32  # signature files considered beside one signed file
 
 UNSIGNED = "unsigned"
 UNTRUSTED = "untrusted"
@@ -232,55 +233,6 @@ def parse_duration(text: str) -> Optional[int]:
     if unit not in _UNITS or not number.isdigit() or not number.isascii() or len(number) > 9:
         return None
     return int(number) * _UNITS[unit]
-
-
-# -- times: RFC 3339 in UTC, on the stdlib without datetime ---------------------------------------
-
-
-def parse_utc(text: str) -> Optional[int]:
-    """``YYYY-MM-DDTHH:MM:SSZ`` -> seconds since the epoch; None when ``text`` is not exactly that."""
-    if len(text) != 20 or text[4] != "-" or text[7] != "-" or text[10] != "T" or text[13] != ":" \
-            or text[16] != ":" or text[19] != "Z":
-        return None
-    parts = (text[0:4], text[5:7], text[8:10], text[11:13], text[14:16], text[17:19])
-    if not all(p.isascii() and p.isdigit() for p in parts):
-        return None
-    year, month, day, hour, minute, second = (int(p) for p in parts)
-    if not (1970 <= year <= 9999 and 1 <= month <= 12 and hour < 24 and minute < 60 and second < 60):
-        return None
-    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
-    if not 1 <= day <= (31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)[month - 1]:
-        return None
-    return _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
-
-
-def format_utc(seconds: int) -> str:
-    """Seconds since the epoch -> ``YYYY-MM-DDTHH:MM:SSZ``."""
-    days, rest = divmod(int(seconds), 86400)
-    year, month, day = _civil_from_days(days)
-    return f"{year:04d}-{month:02d}-{day:02d}T{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}Z"
-
-
-def _days_from_civil(year: int, month: int, day: int) -> int:
-    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
-    year -= month <= 2
-    era = year // 400
-    yoe = year - era * 400
-    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
-def _civil_from_days(days: int) -> tuple[int, int, int]:
-    days += 719468
-    era = days // 146097
-    doe = days - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + (3 if mp < 10 else -9)
-    return yoe + era * 400 + (month <= 2), month, day
 
 
 # -- the verdict -----------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from vllm_hotfix_guard.install.worktree import find_work_tree  # noqa: F401 - the one rule, used here and re-exported
 
 WHEEL, EDITABLE, GIT, DIRECTORY = "wheel", "editable", "git", "directory"
 
@@ -38,6 +37,16 @@ class Decided:
         return self.dist.get("version") if self.dist else None
 
 
+def __getattr__(name: str):
+    """``find_work_tree`` (install/worktree.py), the one rule, re-exported: imported on first use, as a wheel
+    install (the guard's common case) never looks for a work tree."""
+    if name == "find_work_tree":
+        from vllm_hotfix_guard.install.worktree import find_work_tree
+
+        return find_work_tree
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class NotImportable(Exception):
     """The facts show no importable package with files on disk (the message says why)."""
 
@@ -53,6 +62,8 @@ def read_head(path: Path) -> Optional[str]:
     a repository another user owns). None when there is no work tree, HEAD is unborn, or anything read is
     not what git writes (a symbolic link, an oversized file, a ref outside refs/): then the version decides.
     Every file is read by paths.read_small_file (no link followed, regular files, capped)."""
+    from vllm_hotfix_guard.install.worktree import find_work_tree
+
     top = find_work_tree(path)
     if top is None:
         return None
@@ -211,6 +222,8 @@ def decide(facts: dict[str, Any]) -> Decided:
     elif dist is not None and dist["has_record"] and dist_info is not None and under(package_dir, dist_info.parent):
         kind, root = WHEEL, dist_info.parent
     else:
+        from vllm_hotfix_guard.install.worktree import find_work_tree
+
         top = find_work_tree(package_dir)
         kind, root = (GIT, top) if top is not None else (DIRECTORY, package_dir.parent)
     return Decided(kind, Path(root), package_dir, origin, dist, dist_info)

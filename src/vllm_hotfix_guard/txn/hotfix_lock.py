@@ -188,7 +188,7 @@ def _read_guard(f: Fields, doc: Any) -> Optional[tuple[tuple[str, str], ...]]:
 
 
 def _utc(text: str) -> Optional[int]:
-    from vllm_hotfix_guard.core.trust_policy import parse_utc  # here: a lock without `expires` costs the guard nothing more
+    from vllm_hotfix_guard.core.utctime import parse_utc  # here: a lock without `expires` costs the guard nothing more
 
     return parse_utc(text)
 

@@ -80,21 +80,21 @@ def read_policy_bytes(path: Path) -> bytes:
 
 def signature_files(signed: Path, *, follow_symlinks: bool = True) -> list[tuple[str, bytes]]:
     """(base name, bytes) of every signature file of ``signed`` in its directory: ``NAME.minisig`` and
-    ``NAME.<KEYID>.minisig`` (core.minisign.signature_name), by name; links followed (a ConfigMap's
+    ``NAME.<KEYID>.minisig`` (core.minisign.signature_name; core/signames.py), by name; links followed (a ConfigMap's
     files are links) unless ``follow_symlinks`` is False (`hotfix pack`), each a regular file of at most a few KB."""
-    from vllm_hotfix_guard.core import minisign, trust_policy
+    from vllm_hotfix_guard.core.signames import MAX_SIGNATURES, SIGNATURE_FILE_LIMIT, is_signature_name
 
     directory = signed.parent
     try:
-        names = sorted(n for n in os.listdir(directory) if minisign.is_signature_name(n, signed.name))
+        names = sorted(n for n in os.listdir(directory) if is_signature_name(n, signed.name))
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise InvalidInput(f"{directory}: cannot list the signature files of {signed.name}: {exc.strerror}") from None
     found = []
-    for name in names[:trust_policy.MAX_SIGNATURES + 1]:
+    for name in names[:MAX_SIGNATURES + 1]:
         try:
-            found.append((name, read_bounded(directory / name, cap=minisign.SIGNATURE_FILE_LIMIT,
+            found.append((name, read_bounded(directory / name, cap=SIGNATURE_FILE_LIMIT,
                                              what="signature file", follow_symlinks=follow_symlinks)))
         except FileNotFoundError:
             continue
