@@ -140,6 +140,7 @@ def test_the_readiness_record_names_the_lock_bytes_judged_without_reading_them_a
 
     sign(setup, "release", "sre")
     monkeypatch.setattr(ready, "lock_digest", lambda: pytest.fail("the lock was read again for the record"))
+    monkeypatch.setattr(ready, "_this", {})  # this process's record state: the test's own (its verdict fails here)
     monkeypatch.setattr(plugin, "_last_check", None)
     monkeypatch.setenv("HOTFIX_LOCK", str(setup["lock"]))
     for name in ("HOTFIX_REQUIRE", "HOTFIX_STRICT"):
