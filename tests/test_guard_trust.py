@@ -38,6 +38,9 @@ def setup(tmp_path, keys, monkeypatch):
     monkeypatch.setenv("HOTFIX_TRUST", str(policy))
     monkeypatch.setenv("HOTFIX_READY_DIR", str(ready))
     monkeypatch.delenv("HOTFIX_TRUST_CHAIN", raising=False)
+    from vllm_hotfix_guard import ready as guard_ready
+
+    monkeypatch.setattr(guard_ready, "_this", {})  # what this process recorded: each test's own (a refused lock fails)
     return {"lock": path, "policy": policy, "ready": ready, "keys": keys}
 
 
@@ -140,7 +143,6 @@ def test_the_readiness_record_names_the_lock_bytes_judged_without_reading_them_a
 
     sign(setup, "release", "sre")
     monkeypatch.setattr(ready, "lock_digest", lambda: pytest.fail("the lock was read again for the record"))
-    monkeypatch.setattr(ready, "_this", {})  # this process's record state: the test's own (its verdict fails here)
     monkeypatch.setattr(plugin, "_last_check", None)
     monkeypatch.setenv("HOTFIX_LOCK", str(setup["lock"]))
     for name in ("HOTFIX_REQUIRE", "HOTFIX_STRICT"):
