@@ -26,7 +26,7 @@ from vllm_hotfix_guard.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STA
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
 _code_checks: list = []  # the lock's checks and the required records' of this process: their code names (points.py)
 _fork_hook_installed = False
-_lock_sha256: str | None = None  # of the lock bytes this process judged (its readiness record names it)
+_lock_sha256: list = [None]  # of the lock bytes this process judged: its readiness record names them (read once)
 
 
 def register() -> None:
@@ -71,9 +71,7 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
         _last_check = (key, verdicts, fingerprint)
         _log(verdicts, fingerprint)
         if os.environ.get(READY_DIR_ENV):
-            from vllm_hotfix_guard import ready
-
-            ready.record(verdicts, lock_sha256=_lock_sha256 if lock else None)
+            __import__("vllm_hotfix_guard.ready", fromlist=["record"]).record(verdicts, lock_sha256=_lock_sha256[0] if lock else None)
     return [v for v in verdicts if not v.in_effect]
 
 
@@ -183,8 +181,7 @@ def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
     from vllm_hotfix_guard.trust import read_lock_here
     from vllm_hotfix_guard.txn.lock_check import check_lock
 
-    global _lock_sha256
-    lock, lines, _lock_sha256 = read_lock_here(path)  # None: unusable; lines: its (lock) / (trust) verdicts
+    lock, lines, _lock_sha256[0] = read_lock_here(path)  # None: unusable; lines: its (lock) / (trust) verdicts
     usable = lock is not None and all(v.in_effect for v, _ in lines)  # a refused lock is not checked further
     checks = check_lock(lock, installed, bytecode=_stale_here) if usable else None
     option = f"--lock {shlex.quote(str(path))} {_option()}"
