@@ -149,3 +149,14 @@ def test_the_kernel_pin_check_names_the_kept_patch_and_the_pin(applied):
         f"{tdir.directory / recorded.patches[0]}: sha256 mismatch: expected {'c' * 64}, got {right} "
         "(the catalog's pin of fix@1)")
     assert pin_problem(state, recorded, [], "fix@1") == "fix: the record keeps 1 patch(es), fix@1 pins 0"
+
+
+def test_the_advice_names_a_record_s_catalog_only_where_hotfix_catalog_does_not(monkeypatch, tmp_path, run_hotfix):
+    """Pasted in the guard's environment, `--catalog DIR` beside HOTFIX_CATALOG=DIR would read it twice (exit 8)."""
+    from vllm_hotfix_guard import plugin
+
+    catalog = str(tmp_path / "cat")
+    monkeypatch.delenv("HOTFIX_CATALOG", raising=False)
+    assert plugin._option(catalog).endswith(f"--catalog {catalog}")
+    monkeypatch.setenv("HOTFIX_CATALOG", catalog)
+    assert "--catalog" not in plugin._option(catalog)

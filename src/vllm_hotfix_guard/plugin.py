@@ -294,10 +294,11 @@ def _catalog_command(hotfix_id: str, command: str) -> str:
 
 
 def _option(catalog: str | None = None) -> str:
-    """How a command names this process's interpreter (and the catalog a record came from) in the advice."""
+    """How a command names this process's interpreter (and a record's catalog, unless HOTFIX_CATALOG has it) in advice."""
     import shlex
 
-    words = ["--python", sys.executable] + (["--catalog", catalog] if catalog else [])
+    listed = {os.path.abspath(d) for d in os.environ.get("HOTFIX_CATALOG", "").split(os.pathsep) if d}
+    words = ["--python", sys.executable] + (["--catalog", catalog] if catalog and catalog not in listed else [])
     return " ".join(shlex.quote(w) for w in words)
 
 
