@@ -129,20 +129,17 @@ def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Ver
 
     results: list[tuple[Verdict, tuple]] = []  # (verdict, (hotfix id, its FileChecks) or None)
     entries: dict = {}  # hotfix id -> core.fingerprint.Entry
-    _code_checks[:] = ()
-    if lock:
-        locked, checks = _check_lock(Path(lock))
-        results.extend(locked)
-        _code_checks[:] = checks or ()
-        if checks is not None:  # a lock that loaded
-            from vllm_hotfix_guard.txn.lock_check import fingerprint_entries
+    locked, checks = _check_lock(Path(lock)) if lock else ([], None)
+    results.extend(locked)
+    _code_checks[:] = checks or ()
+    if checks is not None:  # a lock that loaded
+        from vllm_hotfix_guard.txn.lock_check import fingerprint_entries
 
-            entries.update((e.id, e) for e in fingerprint_entries(checks))
+        entries.update((e.id, e) for e in fingerprint_entries(checks))
     if require:
         required, judged = _check_required_ids(require)
         results.extend(required)
         from vllm_hotfix_guard.recorded import CHECKS  # the required records' code names (recorded.py)
-
         locked_ids = {c.hotfix.id for c in _code_checks if any(f.code is not None for f in c.hotfix.files)}
         _code_checks.extend(c for c in CHECKS if c.hotfix.id not in locked_ids)
         from vllm_hotfix_guard.txn.judgement import fingerprint_entries as record_entries
