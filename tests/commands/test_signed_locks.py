@@ -439,6 +439,7 @@ def test_a_policy_swapped_between_its_read_and_its_check_never_trusts(run_hotfix
     loose = write_policy(tmp_path / "loose.toml", keys, threshold=1, names=("other",))
     os.chmod(loose, 0o664)
     link = tmp_path / "trust.link"
+    link.symlink_to(strict)  # there before the first run: the flipper replaces it atomically from then on
     stop = threading.Event()
 
     def flip():
