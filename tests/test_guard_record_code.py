@@ -160,3 +160,12 @@ def test_the_advice_names_a_record_s_catalog_only_where_hotfix_catalog_does_not(
     assert plugin._option(catalog).endswith(f"--catalog {catalog}")
     monkeypatch.setenv("HOTFIX_CATALOG", catalog)
     assert "--catalog" not in plugin._option(catalog)
+
+
+def test_the_guard_and_the_catalog_name_the_same_hotfix_version():
+    """pins' version match (stdlib) answers as catalog/index.same_version (packaging) does."""
+    from vllm_hotfix.catalog import index
+    from vllm_hotfix_guard import pins
+
+    for a, b in [("1", "1.0"), ("5", "5"), (5, "5"), ("2", "3"), ("1rc1", "1.0rc1"), ("x", "x"), ("x", "y"), ("1!2", "2")]:
+        assert pins.same_version(a, b) == index.same_version(a, b), (a, b)

@@ -63,7 +63,7 @@ def manifest_pins(hotfix_id: str, version, release: Optional[str], environ=None)
         names = [folder / "manifests" / f"{hotfix_id}.toml"] if builtin else _manifests(folder)
         for path in names:
             doc = _read(path)
-            if doc is None or doc.get("id") != hotfix_id or not _same_version(doc.get("version"), version):
+            if doc is None or doc.get("id") != hotfix_id or not same_version(doc.get("version"), version):
                 continue
             if doc.get("kind") == "advisory":
                 return None
@@ -97,15 +97,14 @@ def _read(path: Path) -> Optional[dict]:
     return doc if isinstance(doc, dict) else None
 
 
-def _same_version(a, b) -> bool:
-    """catalog/index.same_version on the stdlib: equal as written, or as PEP 440 versions."""
-    from vllm_hotfix_guard.core.pep440 import normal_form
+def same_version(a, b) -> bool:
+    """catalog/index.same_version on the stdlib: equal as written, or as PEP 440 versions (core/pep440's
+    one rule, which compares as packaging does: ``1.0`` is ``1``; normal forms would call them two)."""
+    from vllm_hotfix_guard.core.pep440 import same_release
 
     if a is None or isinstance(a, bool):
         return False
-    if str(a) == str(b):
-        return True
-    return normal_form(str(a)) is not None and normal_form(str(a)) == normal_form(str(b))
+    return same_release(str(a), str(b))
 
 
 def _for_release(patches, release: Optional[str]) -> list:
