@@ -27,8 +27,8 @@ not expired; past that it is stale (not used, a note says so) until `hotfix cata
     "catalog publish": ("""Write a release of the catalog DIR (manifests/ + patches/) into OUT, signed by each --key.
 
 OUT gets release.json (every file's sha256 and size, the archive's, a version and an expiry),
-release.json.<KEYID>.minisig per key (minisign's format: `minisign -V -m OUT/release.json -p KEY.pub`
-checks it) and catalog-<sha256>.tar.gz (sorted, mtime 0, owner 0: the same catalog, version, expiry
+a signature per key in minisign's format (the first key's release.json.minisig: `minisign -V -m
+OUT/release.json -p KEY.pub` checks it as pasted; a further key's release.json.<KEYID>.minisig, with -x) and catalog-<sha256>.tar.gz (sorted, mtime 0, owner 0: the same catalog, version, expiry
 and keys give the same bytes). The version only grows: by default the previous release's in OUT plus 1
 (a lower or equal --version is refused, exit 3). --expires bounds how long subscribers use it: publish
 again before then (a CI schedule), or hosts see the catalog as stale. OUT is replaced whole.""",

@@ -109,8 +109,11 @@ def test_publish_is_byte_reproducible_signed_and_its_version_only_grows(run_hotf
     data = (tmp_path / "one" / "release.json").read_bytes()
     release = release_format.parse(data, "release.json")
     assert release.version == 1 and release.expires == "2099-01-01T00:00:00Z"
-    for name in ("release", "sre"):
-        sig = minisign.parse_signature((tmp_path / "one" / f"release.json.{keys[name].id}.minisig").read_bytes())
+    # the first key's signature has minisign's default name, a further key's its own (core/minisign.placed_name)
+    assert sorted(p.name for p in (tmp_path / "one").glob("*.minisig")) == sorted(
+        ["release.json.minisig", f"release.json.{keys['sre'].id}.minisig"])
+    for name, file in (("release", "release.json.minisig"), ("sre", f"release.json.{keys['sre'].id}.minisig")):
+        sig = minisign.parse_signature((tmp_path / "one" / file).read_bytes())
         assert minisign.check(sig, keys[name].public, data) == minisign.VALID
     archive = (tmp_path / "one" / release.archive_name).read_bytes()
     assert hashlib.sha256(archive).hexdigest() == release.archive_sha256
@@ -121,6 +124,10 @@ def test_publish_is_byte_reproducible_signed_and_its_version_only_grows(run_hotf
     second = publish(run_hotfix, tmp_path, keys, tmp_path / "one", "--json")
     assert json.loads(second.stdout)["version"] == 2 and json.loads(second.stdout)["previous"] == 1
     assert sorted(os.listdir(tmp_path / "one")) == sorted(json.loads(second.stdout)["written"])
+    for twice in (("release", "release"), ("release", "sre", "sre")):  # the default name's key, a further key's
+        again = run_hotfix("catalog", "publish", tmp_path / "catalog", "--to", tmp_path / "twice", *(
+            a for name in twice for a in ("--key", keys[name].key)))
+        assert again.returncode == 2 and "the same key twice" in again.stderr and not (tmp_path / "twice").exists()
     lower = run_hotfix("catalog", "publish", tmp_path / "catalog", "--to", tmp_path / "one", "--key", keys["release"].key,
                        "--version", "2")
     assert lower.returncode == 3 and "only grows" in lower.stderr
@@ -355,7 +362,7 @@ def test_minisign_itself_verifies_a_release_made_with_its_own_keys(run_hotfix, t
     done = run_hotfix("catalog", "publish", tmp_path / "catalog", "--to", tmp_path / "out", "--key", key,
                       env={"HOTFIX_KEY_PASSWORD": "pw"})
     assert done.returncode == 0, done.stderr
-    sig = next((tmp_path / "out").glob("release.json.*.minisig"))
-    checked = subprocess.run(["minisign", "-V", "-m", tmp_path / "out" / "release.json", "-x", sig, "-p", pub],
+    assert [p.name for p in (tmp_path / "out").glob("*.minisig")] == ["release.json.minisig"]
+    checked = subprocess.run(["minisign", "-V", "-m", tmp_path / "out" / "release.json", "-p", pub],  # as docs/feed.md pastes it
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0 and "version:1\texpires:" in checked.stdout, checked.stdout + checked.stderr

@@ -4,7 +4,7 @@ The layout under the state directory (paths.feeds_dir), each folder owned by thi
 
     feeds/<NAME>/subscription.json     {"schema": 1, "name", "url", "trust", "ca"}: written by `add`
     feeds/<NAME>/release/              the cached release, written whole (txn/staged.py) by `update`:
-        release.json, release.json.<KEYID>.minisig, catalog/manifests/..., catalog/patches/...
+        release.json, release.json.minisig / release.json.<KEYID>.minisig, catalog/manifests/..., catalog/patches/...
 
 Every command sees a cached catalog as it sees --catalog (catalog/index.Catalog.load) while its
 release has not expired; past ``expires`` it is stale: not served (a withheld update must not keep a

@@ -1,7 +1,7 @@
 """A catalog release: ``release.json``, the signed metadata, and the archive it names.
 
 ``release.json`` (canonical JSON: sorted keys, one-space indent, a final newline; what the minisign
-signatures ``release.json.<KEYID>.minisig`` cover, byte for byte)::
+signatures ``release.json.minisig / release.json.<KEYID>.minisig`` cover, byte for byte)::
 
     {"schema": 1, "kind": "vllm-hotfix-catalog-release", "version": 4, "expires": "2027-01-06T00:00:00Z",
      "archive": {"name": "catalog-<sha256 prefix>.tar.gz", "sha256": "...", "size": 1234},

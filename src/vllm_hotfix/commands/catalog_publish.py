@@ -1,6 +1,7 @@
 """`hotfix catalog publish DIR --to OUT --key KEY...`: a catalog release (catalog/release.py) in OUT.
 
-OUT is written whole (txn/staged.py): ``release.json``, one ``release.json.<KEYID>.minisig`` per --key,
+OUT is written whole (txn/staged.py): ``release.json``, one signature per --key (the first key's in minisign's
+default ``release.json.minisig``, a further key's in ``release.json.<KEYID>.minisig``: core/minisign.placed_name),
 and ``catalog-<sha256 prefix>.tar.gz``. Byte-reproducible: the same catalog, version, expiry and keys
 give the same bytes (the signatures' trusted comment is ``version:N<TAB>expires:E<TAB>file:release.json
 <TAB>hashed``, no time stamp; Ed25519 signatures are deterministic). The version only grows: OUT's
@@ -44,10 +45,11 @@ def run(*, directory: Path, out_dir: Path, keys: tuple, password_file: Optional[
     metadata, archive, archive_name = release_format.build(files, version=version, expires=expiry)
     comment = f"version:{version}\texpires:{expiry}\tfile:{release_format.METADATA}\thashed"
     tree = {release_format.METADATA: metadata, archive_name: archive}
-    key_ids = []
+    key_ids, first = [], None
     for key in keys:
         signing_key = unsealed_key(Path(key), password_file, env)
-        name = minisign.signature_name(release_format.METADATA, signing_key.key_id)
+        first = signing_key.key_id if first is None else first  # the holder of the default name (`hotfix sign`'s rule)
+        name = minisign.placed_name(release_format.METADATA, signing_key.key_id, None if first == signing_key.key_id else first)
         if name in tree:
             raise UsageError(f"{quote_path(str(key))}: the same key twice (key id {signing_key.public_key.id_text})")
         tree[name] = minisign.format_signature(signing.sign(metadata, signing_key, trusted_comment=comment))
