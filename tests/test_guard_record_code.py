@@ -162,10 +162,66 @@ def test_the_advice_names_a_record_s_catalog_only_where_hotfix_catalog_does_not(
     assert "--catalog" not in plugin._option(catalog)
 
 
-def test_the_guard_and_the_catalog_name_the_same_hotfix_version():
-    """pins' version match (stdlib) answers as catalog/index.same_version (packaging) does."""
-    from vllm_hotfix.catalog import index
-    from vllm_hotfix_guard import pins
+HOTFIX_VERSIONS = [1, "1", "1.0", "01.0", "1.0-1", "1.0.post1", "1.0+a", "1.0+b", "v1.0", "1!1.0", "x", "1.0+", "\u0661"]
+RANGES = [None, "==0.23.0rc1", ">=0.30.0rc1,<=0.30.0rc2", ">=0.25.0,<0.32.0", "~=0.30.0", "==0.30.*", "!=0.30.*",
+          "!=0.30.0", ">=0.25,!=0.30.0rc2", "==0.30.0+cu128", "===0.30.0", "<0.30.0", ">0.30.0rc1"]
+RELEASES = ["0.23.0rc1", "0.23.0-1", "0.29.0", "0.30.0rc1", "0.30.0rc2", "0.30.0rc3", "0.30.0", "0.30", "v0.30.0",
+            "0.30.0+cu128", "0.30.0+cu129", "0.30.0.post1", "0.30.1.dev3+g02c7db4c5", "0.31.0", "0.32.0"]
 
-    for a, b in [("1", "1.0"), ("5", "5"), (5, "5"), ("2", "3"), ("1rc1", "1.0rc1"), ("x", "x"), ("x", "y"), ("1!2", "2")]:
-        assert pins.same_version(a, b) == index.same_version(a, b), (a, b)
+
+def _one_hotfix_catalog(root: Path, version, ranges) -> Path:
+    from fixtures.manifests import manifest_data, write_manifest
+
+    patches = [{"file": f"p{i}.patch", "sha256": f"{i:064x}", **({"versions": r} if r else {})} for i, r in enumerate(ranges)]
+    return write_manifest(root, manifest_data(id="one", version=version, supersedes=[], patches=patches))
+
+
+def test_the_guard_and_the_cli_name_the_same_hotfix_version(tmp_path):
+    """The record's version against the manifest's, asked as each side asks it: the CLI's Catalog.get on the
+    loaded manifest, the guard's pins.manifest_pins on the same file (both core/pep440.same_version);
+    packaging's Version equality (or the same string) is the oracle."""
+    from packaging.version import InvalidVersion, Version
+
+    from vllm_hotfix.catalog.index import Catalog
+    from vllm_hotfix.catalog.manifest import load_manifest
+    from vllm_hotfix_guard.errors import Refused
+    from vllm_hotfix_guard.pins import manifest_pins
+
+    for i, written in enumerate(HOTFIX_VERSIONS):
+        path = _one_hotfix_catalog(tmp_path / str(i), written, [None])
+        catalog = Catalog([load_manifest(path)])
+        for recorded in HOTFIX_VERSIONS:
+            try:
+                cli = catalog.get("one", recorded) is not None
+            except Refused:
+                cli = False
+            guard = manifest_pins("one", recorded, "0.30.0", {"HOTFIX_CATALOG": str(tmp_path / str(i))}) is not None
+            try:
+                oracle = str(written) == str(recorded) or Version(str(written)) == Version(str(recorded))
+            except InvalidVersion:
+                oracle = False
+            assert cli == guard == oracle, (written, recorded, cli, guard)
+
+
+def test_the_guard_and_the_cli_choose_the_same_patches_for_a_release(tmp_path):
+    """Manifest.patches_for (the CLI) and pins.manifest_pins (the guard) on one manifest whose patches hold
+    the ranges manifests use and the exotic ones (both core/pep440.range_takes); packaging's
+    SpecifierSet.contains(prereleases=True) is the oracle. A release that is not PEP 440: the CLI refuses
+    it (exit 8), the guard takes the unranged patches only."""
+    from packaging.specifiers import SpecifierSet
+
+    from vllm_hotfix.catalog.manifest import load_manifest
+    from vllm_hotfix_guard.pins import manifest_pins
+
+    manifest = load_manifest(_one_hotfix_catalog(tmp_path, 2, RANGES))
+    env = {"HOTFIX_CATALOG": str(tmp_path)}
+    for release in RELEASES:
+        oracle = [f"{i:064x}" for i, r in enumerate(RANGES) if r is None or SpecifierSet(r).contains(release, prereleases=True)]
+        cli = [p.sha256 for p in manifest.patches_for(release)]
+        guard = [sha for _, sha in manifest_pins("one", 2, release, env)[1]]
+        assert cli == guard == oracle, (release, cli, guard)
+        assert all(t.contains(release) == SpecifierSet(t.versions).contains(release, prereleases=True)
+                   for t in manifest.targets)
+    with pytest.raises(InvalidInput, match="not a PEP 440 version: 'garbage'"):
+        manifest.patches_for("garbage")
+    assert manifest_pins("one", 2, "garbage", env) == ("one@2", [(None, f"{0:064x}")])

@@ -58,7 +58,10 @@ def pinned(state, release: Optional[str], environ=None) -> Optional[Callable]:
 
 def manifest_pins(hotfix_id: str, version, release: Optional[str], environ=None) -> Optional[tuple[str, list]]:
     """(the manifest's ref, [(md5, sha256)] of its patches for ``release``) of the first manifest at hand
-    with this id and version, or None (none at hand; an advisory; no patch for this release)."""
+    with this id and version (core/pep440.same_version, the CLI's rule), or None (none at hand; an advisory;
+    no patch for this release)."""
+    from vllm_hotfix_guard.core.pep440 import same_version
+
     for folder, builtin in catalog_dirs(environ):
         names = [folder / "manifests" / f"{hotfix_id}.toml"] if builtin else _manifests(folder)
         for path in names:
@@ -97,26 +100,15 @@ def _read(path: Path) -> Optional[dict]:
     return doc if isinstance(doc, dict) else None
 
 
-def same_version(a, b) -> bool:
-    """catalog/index.same_version on the stdlib: equal as written, or as PEP 440 versions (core/pep440's
-    one rule, which compares as packaging does: ``1.0`` is ``1``; normal forms would call them two)."""
-    from vllm_hotfix_guard.core.pep440 import same_release
-
-    if a is None or isinstance(a, bool):
-        return False
-    return same_release(str(a), str(b))
-
-
 def _for_release(patches, release: Optional[str]) -> list:
-    """catalog/model.Manifest.patches_for's choice: unranged patches always, ranged ones when they match."""
-    from vllm_hotfix_guard.core.pep440 import version_in
+    """catalog/model.Manifest.patches_for's choice, by its rule (core/pep440.range_takes): unranged patches
+    always, ranged ones when they take ``release``; a ``versions`` that is not a string takes nothing."""
+    from vllm_hotfix_guard.core.pep440 import range_takes
 
     out = []
     for p in patches if isinstance(patches, list) else ():
-        if not isinstance(p, dict):
-            continue
-        versions = p.get("versions")
-        if versions is None or (release is not None and isinstance(versions, str) and version_in(release, versions)):
+        versions = p.get("versions") if isinstance(p, dict) else False
+        if (versions is None or isinstance(versions, str)) and range_takes(versions, release):
             out.append((_text(p.get("md5")), _text(p.get("sha256"))))
     return out
 

@@ -48,7 +48,7 @@ def test_plain_releases_take_the_fast_path_and_give_the_grammars_answer(monkeypa
     import re
 
     for text in ["0.30.0", "1", "0.9.10", "2024.1", " 0.32.0 ", "1.0.0.0", "0.31.0rc1", "1!2.0", "v1.2"]:
-        grammar = re.fullmatch(pep440._VERSION_PATTERN, text.strip(), re.IGNORECASE)
+        grammar = pep440._match(text)
         with_grammar = pep440.release_key(text)
         with monkeypatch.context() as m:  # a plain release never reaches the regex
             m.setattr(pep440.re, "fullmatch", lambda *a: (_ for _ in ()).throw(AssertionError("regex used")))

@@ -14,6 +14,7 @@ from typing import Iterable, Mapping
 
 from packaging.version import InvalidVersion, Version
 
+from vllm_hotfix_guard.core.pep440 import same_version
 from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError
 from vllm_hotfix.catalog.model import Manifest
 from vllm_hotfix.catalog.manifest import load_manifest
@@ -64,18 +65,12 @@ class CatalogDir:
 
 def hotfix_version_key(version: int | str) -> tuple:
     """Order a hotfix's own versions (a manifest's ``version``): integers numerically, strings as PEP 440
-    versions when they parse. A release's version: core/pep440.release_key."""
+    versions when they parse (equal keys: core/pep440.same_version, the rule every reader asks). A release's
+    version: core/pep440.release_key."""
     try:
         return (1, Version(str(version)), "")
     except InvalidVersion:
         return (0, Version("0"), str(version))
-
-
-def same_version(a: int | str, b: int | str) -> bool:
-    if str(a) == str(b):
-        return True
-    key_a, key_b = hotfix_version_key(a), hotfix_version_key(b)
-    return key_a[0] == key_b[0] == 1 and key_a == key_b
 
 
 def parse_ref(text: str) -> tuple[str, str | None]:

@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from vllm_hotfix.catalog.signatures import ConfirmStep, Signature
-from vllm_hotfix_guard.core.pep440 import fixed_by, fixed_in_first
+from vllm_hotfix_guard.core.pep440 import fixed_by, fixed_in_first, range_takes
 from vllm_hotfix_guard.errors import InvalidInput, Refused
 
 SCHEMA = 1
@@ -149,7 +149,7 @@ class PatchSpec:
             return str(self.external)
         return f"{self.repo}@{self.commit}"
 
-    def matches_version(self, version: str | Version) -> bool:
+    def matches_version(self, version: str | Version | None) -> bool:
         return in_range(self.versions, version)
 
 
@@ -256,7 +256,7 @@ class Manifest:
         if self.kind == "advisory":
             raise Refused(f"{self.ref} is an advisory: there is no patch to apply",
                           hint=f"`hotfix show {self.id}` gives the workaround" + (f"; the fix is {self.fixed_by}" if self.fixed_by else ""))
-        chosen = tuple(p for p in self.patches if p.versions is None or (version is not None and p.matches_version(version)))
+        chosen = tuple(p for p in self.patches if p.matches_version(version))
         if not chosen:
             ranges = ", ".join(sorted({p.versions for p in self.patches if p.versions}))
             raise Refused(
@@ -299,11 +299,12 @@ def parse_version(version: str | Version) -> Version:
         raise InvalidInput(f"not a PEP 440 version: {version!r}") from None
 
 
-def in_range(versions: str | None, version: str | Version) -> bool:
-    """PEP 440 range check in which pre-releases (0.30.0rc2) match; no range matches everything."""
-    if versions is None:
-        return True
-    return SpecifierSet(versions).contains(parse_version(version), prereleases=True)
+def in_range(versions: str | None, version: str | Version | None) -> bool:
+    """core/pep440.range_takes, the guard's rule too (pre-releases such as 0.30.0rc2 match; no range matches
+    everything; an unknown version only that); a ranged check on a version that is not PEP 440 is refused."""
+    if versions is not None and version is not None:
+        parse_version(version)  # InvalidInput (exit 8), as before: the CLI names the bad version
+    return range_takes(versions, None if version is None else str(version))
 
 
 def verify_patch_bytes(spec: PatchSpec, data: bytes, label: str | None = None) -> None:

@@ -128,7 +128,7 @@ def pin_problem(manifest: Manifest, recorded: RecordedHotfix, state: TargetState
     """Why a catalog hotfix's record does not hold the patch bytes its manifest pins for this version (the
     bytes kept in the state directory must be exactly the pinned ones), or None. Another version recorded
     (an upgrade pending) is not judged here."""
-    from vllm_hotfix.catalog.index import same_version
+    from vllm_hotfix_guard.core.pep440 import same_version
 
     if recorded.source != "catalog" or not same_version(recorded.version, manifest.version):
         return None

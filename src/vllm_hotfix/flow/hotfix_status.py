@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hotfix.catalog.index import Catalog, same_version
+from vllm_hotfix.catalog.index import Catalog
 from vllm_hotfix.catalog.model import Manifest, TargetSpec
 from vllm_hotfix.core.presence import APPLICABLE, CONTAINED, presence
 from vllm_hotfix_guard.core.diff import Patch
+from vllm_hotfix_guard.core.pep440 import same_version
 from vllm_hotfix_guard.core.verdict import (APPLIED, BASELINE, CHANGED, DRIFTED, FIXED_UPSTREAM, IN_EFFECT,
                                             INTERRUPTED, LOST, MISSING, NOT_APPLICABLE, NOT_APPLIED, STALE, STALE_BYTECODE,
                                             UNKNOWN, State, bytecode_advice, stale_advice)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan, detect, plan_patch
+from vllm_hotfix_guard.core.pep440 import same_version
 from vllm_hotfix_guard.core.diff import Patch, reverse_patch
 from vllm_hotfix_guard.core.verdict import APPLIED, CHANGED, DRIFTED, LOST, MISSING, STALE_BYTECODE, UNKNOWN
 from vllm_hotfix_guard.errors import DoesNotApply, HotfixError, InvalidInput, Refused
@@ -69,14 +70,8 @@ def flatten(plan: Plan) -> list[tuple[str, bytes | None, bytes | None]]:
     return out
 
 
-def _same_version(a: int | str, b: int | str) -> bool:
-    from vllm_hotfix.catalog.index import same_version  # here: only a record needs it
-
-    return same_version(a, b)
-
-
 def _supersedes(hotfix: Hotfix, recorded: RecordedHotfix) -> bool:
-    return hotfix.manifest is not None and any(_same_version(recorded.version, v) for v in hotfix.manifest.supersedes)
+    return hotfix.manifest is not None and any(same_version(recorded.version, v) for v in hotfix.manifest.supersedes)
 
 
 def refuse_drifted(hotfix_id: str, detail: str, target: Target, checks=(), option: str | None = None) -> Refused:
@@ -132,10 +127,10 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
             raise refuse_drifted(hotfix.id, detail, target, verdicts[hotfix.id].files,
                                  target_option(target, catalog, (recorded.catalog,)))
         uppers = sorted({u for c in checks.get(hotfix.id, ()) for u in c.above})
-        if word in (APPLIED, STALE_BYTECODE) and _same_version(recorded.version, hotfix.version):
+        if word in (APPLIED, STALE_BYTECODE) and same_version(recorded.version, hotfix.version):
             return Proposal(hotfix, target, Plan((), False), True, {},
                             bytecode=verdicts[hotfix.id].bytecode if word == STALE_BYTECODE else ())
-        if uppers and not _same_version(recorded.version, hotfix.version):
+        if uppers and not same_version(recorded.version, hotfix.version):
             raise Refused(f"{hotfix.id}: version {recorded.version} is under {', '.join(uppers)} in the series of "
                           f"{target.root}; {hotfix.ref} cannot replace it there",
                           hint=f"roll back {', '.join(reversed(uppers))} first, upgrade {hotfix.id}, then apply them again")
@@ -145,7 +140,7 @@ def propose(hotfix: Hotfix, target: Target, state: TargetState, tree: Tree | Non
                 recorded, below = None, _without(state, hotfix.id)
             else:  # under others: again at its place, which needs exactly the bytes it recorded
                 return _propose_in_place(hotfix, target, state, recorded, tree, uppers)
-    if recorded is not None and not _same_version(recorded.version, hotfix.version):
+    if recorded is not None and not same_version(recorded.version, hotfix.version):
         return _propose_upgrade(hotfix, target, state, recorded, tree, back_to=back_to)
     _refuse_conflicts(hotfix, below, catalog)
     chains = steps_by_path(below)

@@ -1,39 +1,50 @@
-"""PEP 440 on the standard library: a release's order (``release_key``), its normal form, ``>=`` and a
-specifier's membership, as ``packaging`` decides them (tests/core/test_core_verdict.py and
-test_normal_form.py check against packaging). The guard, records and locks run on the stdlib only."""
+"""PEP 440 on the standard library: a release's order (``release_key``), its normal form, ``>=``, "the same
+release" (``same_release``) and "the same hotfix version" (``same_version``), a specifier's membership
+(``version_in``, ``range_takes``), as ``packaging`` decides them (tests/core/test_core_verdict.py,
+test_normal_form.py and test_same_version.py check against packaging). One grammar (``_parse``) reads every
+spelling. The guard, records and locks run on the stdlib only; the CLI asks these same functions."""
 
 from __future__ import annotations
 
 import re
 from typing import Optional
 
-_VERSION_PATTERN = (
-    r"v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
-    r"(?:[-_.]?(?:post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+.*)?"
-)
-_PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-
-
-def _parse(text: str) -> tuple:
-    """(epoch, release numbers as written, pre, pre number, post, dev) of a PEP 440 version."""
-    text = text.strip()
-    if text.replace(".", "").isdecimal() and ".." not in text and text[0] != "." and text[-1] != ".":
-        return None, [int(x) for x in text.split(".")], None, None, None, None  # a plain release, no grammar
-    m = re.fullmatch(_VERSION_PATTERN, text, re.IGNORECASE)  # compiled on first use (re's cache), not at import
-    if not m:
-        raise ValueError(f"not a PEP 440 version: {text!r}")
-    epoch, release, pre, pre_n, post, dev = m.groups()
-    return epoch, [int(x) for x in release.split(".")], pre, pre_n, post, dev
-
-
-_FULL_PATTERN = (  # PEP 440's public and local grammar, every spelling it permits, for its normal form
-    r"v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
-    r"(?:[-_.]?(?P<pre>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>\d+)?)?"
-    r"(?:-(?P<post_implicit>\d+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post>\d+)?(?P<post_mark>))?"
-    r"(?:[-_.]?dev[-_.]?(?P<dev>\d+)?(?P<dev_mark>))?"
+_VERSION_PATTERN = (  # PEP 440's public and local grammar, every spelling it permits (ASCII digits and letters)
+    r"v?(?:(?P<epoch>[0-9]+)!)?(?P<release>[0-9]+(?:\.[0-9]+)*)"
+    r"(?:[-_.]?(?P<pre>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?"
+    r"(?:-(?P<post_implicit>[0-9]+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post>[0-9]+)?(?P<post_mark>))?"
+    r"(?:[-_.]?dev[-_.]?(?P<dev>[0-9]+)?(?P<dev_mark>))?"
     r"(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?"
 )
 _PRE_NORMAL = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
+_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
+
+
+def _match(text: str):
+    """``text`` (stripped) against PEP 440's grammar as packaging reads it, or None: ASCII only (``re.ASCII``:
+    no other script's digits, no letter that folds to an ASCII one). Compiled on first use (re's cache)."""
+    return re.fullmatch(_VERSION_PATTERN, text.strip(), re.IGNORECASE | re.ASCII)
+
+
+def _parse(text: str) -> tuple:
+    """(epoch, release numbers as written, pre as (a | b | rc, number) or None, post, dev (int or None), local
+    label's normal form or '') of a PEP 440 version; ValueError when it is not one. One grammar for every
+    reader here: normal_form, release_key, same_release, same_version, version_in."""
+    text = text.strip()
+    if text.isascii() and text.replace(".", "").isdecimal() and ".." not in text and text[0] != "." and text[-1] != ".":
+        return 0, [int(x) for x in text.split(".")], None, None, None, ""  # a plain release, no grammar
+    m = _match(text)
+    if not m:
+        raise ValueError(f"not a PEP 440 version: {text!r}")
+    pre = (_PRE_NORMAL[m["pre"].lower()], int(m["pre_n"] or 0)) if m["pre"] else None
+    if m["post_implicit"] is not None:  # 1.0-1 is 1.0.post1
+        post = int(m["post_implicit"])
+    else:
+        post = int(m["post"] or 0) if m["post_mark"] is not None else None
+    dev = int(m["dev"] or 0) if m["dev_mark"] is not None else None
+    local = ".".join(str(int(x)) if x.isdigit() else x.lower() for x in re.split(r"[-_.]", m["local"] or "")) \
+        if m["local"] else ""
+    return int(m["epoch"] or 0), [int(x) for x in m["release"].split(".")], pre, post, dev, local
 
 
 def normal_form(text: str) -> Optional[str]:
@@ -41,40 +52,39 @@ def normal_form(text: str) -> Optional[str]:
     is not a version: the stdlib rule a checkout's derived version is written in (install/version.py),
     so the guard derives the very string `hotfix status` shows. Kept honest against packaging by
     tests/core/test_normal_form.py."""
-    m = re.fullmatch(_FULL_PATTERN, text.strip(), re.IGNORECASE)
-    if m is None:
+    try:
+        epoch, numbers, pre, post, dev, local = _parse(text)
+    except ValueError:
         return None
-    out = f"{int(m['epoch'])}!" if m["epoch"] and int(m["epoch"]) else ""
-    out += ".".join(str(int(x)) for x in m["release"].split("."))
-    if m["pre"]:
-        out += f"{_PRE_NORMAL[m['pre'].lower()]}{int(m['pre_n'] or 0)}"
-    if m["post_implicit"] is not None:
-        out += f".post{int(m['post_implicit'])}"
-    elif m["post_mark"] is not None:
-        out += f".post{int(m['post'] or 0)}"
-    if m["dev_mark"] is not None:
-        out += f".dev{int(m['dev'] or 0)}"
-    if m["local"]:
-        parts = re.split(r"[-_.]", m["local"])
-        out += "+" + ".".join(str(int(x)) if x.isdigit() else x.lower() for x in parts)
-    return out
+    out = f"{epoch}!" if epoch else ""
+    out += ".".join(map(str, numbers))
+    out += f"{pre[0]}{pre[1]}" if pre else ""
+    out += f".post{post}" if post is not None else ""
+    out += f".dev{dev}" if dev is not None else ""
+    return out + (f"+{local}" if local else "")
 
 
 def release_key(text: str) -> tuple:
-    """The sort key of a release's PEP 440 version (stdlib; packaging's order): ``release_key(a) <
-    release_key(b)`` when release a comes before b. A hotfix's own versions: catalog/index.hotfix_version_key."""
-    epoch, numbers, pre, pre_n, post, dev = _parse(text)
+    """The sort key of a release's PEP 440 version (stdlib; packaging's order), its local label left out (a
+    local label names a build of the same release): ``release_key(a) < release_key(b)`` when release a comes
+    before b. A hotfix's own versions: catalog/index.hotfix_version_key, compared by same_version."""
+    return _key(_parse(text))
+
+
+def _key(parts: tuple) -> tuple:
+    epoch, numbers, pre, post, dev, _local = parts
+    numbers = list(numbers)
     while len(numbers) > 1 and numbers[-1] == 0:
         numbers.pop()
     if pre:
-        pre_key = (_PRE[pre.lower()], int(pre_n or 0))
+        pre_key = (_PRE_RANK[pre[0]], pre[1])
     elif dev is not None and post is None:
         pre_key = (-1, 0)  # 1.0.dev1 sorts before 1.0a1
     else:
         pre_key = (3, 0)
-    post_key = int(post or 0) if post is not None else -1
-    dev_key = int(dev or 0) if dev is not None else float("inf")
-    return (int(epoch or 0), tuple(numbers), pre_key, post_key, dev_key)
+    post_key = post if post is not None else -1
+    dev_key = dev if dev is not None else float("inf")
+    return (epoch, tuple(numbers), pre_key, post_key, dev_key)
 
 
 def _is_pre(key: tuple) -> bool:
@@ -98,7 +108,9 @@ def version_at_least(version: str, minimum: str) -> bool:
 
 
 def same_release(a: Optional[str], b: Optional[str]) -> bool:
-    """Whether two recorded versions name the same release (None matches nothing but None)."""
+    """Whether two recorded releases name the same release (None matches nothing but None): equal as PEP 440
+    versions, a local label left out (``0.30.0+cu126`` is a build of 0.30.0: tests/test_hotfix_lock.py), or
+    equal as written when either is not PEP 440."""
     if a is None or b is None:
         return a == b
     try:
@@ -107,47 +119,96 @@ def same_release(a: Optional[str], b: Optional[str]) -> bool:
         return a == b
 
 
+def same_version(a, b) -> bool:
+    """THE rule "is this the same hotfix version" (a manifest's ``version``, a record's or a lock's: an int or a
+    string), for the CLI (catalog/index.same_version) and the guard's catalog pin (pins.py) alike: equal as
+    written, or equal as PEP 440 versions the way ``packaging.version.Version`` compares them (``1`` is ``1.0``,
+    ``1.0-1`` is ``1.0.post1``), local labels included (``1.0+a`` is not ``1.0+b``: the catalog keeps those as
+    two versions of a hotfix, catalog/index.hotfix_version_key). None or a bool (a manifest without a version,
+    TOML's ``true``) is no version. Checked against packaging by tests/core/test_same_version.py."""
+    if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
+        return False
+    a, b = str(a), str(b)
+    if a == b:
+        return True
+    try:
+        parts_a, parts_b = _parse(a), _parse(b)
+    except ValueError:
+        return False
+    return _key(parts_a) == _key(parts_b) and parts_a[5] == parts_b[5]
+
+
 _CLAUSE_PATTERN = r"\s*(===|==|!=|~=|<=|>=|<|>)\s*([^\s,]+)\s*"
 
 
 def version_in(version: str, specifier: str) -> bool:
-    """PEP 440 ``version in specifier`` for the clauses manifests use (pre-releases match, as in
-    manifests); an unparsable clause does not exclude (the catalog validated it with `packaging`).
-    Checked against `packaging` by tests/core/test_core_verdict.py."""
+    """THE rule "is release ``version`` in the specifier set ``specifier``" (a manifest target's or patch's
+    ``versions``, a lock's, a record's), as ``packaging``'s ``SpecifierSet(specifier).contains(version,
+    prereleases=True)`` decides it: pre-releases match (0.30.0rc2 is in ``>=0.30.0rc1,<=0.30.0rc2``), a local
+    label counts only against a clause that names one (``==0.30.0`` holds ``0.30.0+cu128``; ``==0.30.0+cu128``
+    holds no other build), ``===`` compares the string as written (case aside). A version that is not PEP 440
+    is in no range but the empty one. An unparsable clause does not exclude (the catalog validated it with
+    `packaging`). The CLI's catalog/model.in_range and the guard call it; checked against `packaging` by
+    tests/core/test_core_verdict.py and tests/core/test_same_version.py."""
+    try:
+        parts = _parse(version)
+    except ValueError:
+        parts = None
     for clause in filter(None, (c.strip() for c in specifier.split(","))):
         m = re.fullmatch(_CLAUSE_PATTERN, clause)
         if not m:
             continue
         op, wanted = m.groups()
+        if op == "===":  # arbitrary equality: the string itself
+            if version.lower() != wanted.lower():
+                return False
+            continue
+        if parts is None:
+            return False
         try:
-            if wanted.endswith(".*"):
-                ok = _prefix_match(version, wanted[:-2])
-                ok = ok if op == "==" else not ok
-            else:
-                have, want = release_key(version), release_key(wanted)
-                same_base = have[:2] == want[:2]
-                if op == "~=":  # >= V and == V's release without its last number (V's suffixes dropped)
-                    epoch, numbers, *_ = _parse(wanted)
-                    prefix = f"{epoch}!" * bool(epoch) + ".".join(map(str, numbers[:-1]))
-                    ok = have >= want and _prefix_match(version, prefix)
-                elif op == "<":  # not a pre-release of the version named, unless it is one itself
-                    if _is_pre(want):
-                        ok = have < want
-                    elif want[3] >= 0:  # V.postN: only its own dev-releases are its pre-releases
-                        ok = have < want and have[:4] != want[:4]
-                    else:
-                        ok = have < want and not (same_base and _is_pre(have))
-                elif op == ">":  # not a post-release of the version named (its pre segment's), unless it is one
-                    ok = have > want and not (same_base and want[3] < 0 and want[4] == float("inf")
-                                              and have[2] == want[2])
-                else:
-                    ok = {"==": have == want, "===": have == want, "!=": have != want, "<=": have <= want,
-                          ">=": have >= want}[op]
+            ok = _clause_holds(op, wanted, version, parts)
         except ValueError:
             continue
         if not ok:
             return False
     return True
+
+
+def range_takes(versions: Optional[str], release: Optional[str]) -> bool:
+    """THE rule "does the range ``versions`` (a manifest target's or patch's) take release ``release``": no range
+    takes every release, an unknown release (None) only that; a range takes the releases in it (version_in).
+    The CLI's choice of patches and target (catalog/model.in_range: Manifest.patches_for, TargetSpec.contains)
+    and the guard's catalog pin (pins.py) call it."""
+    if versions is None:
+        return True
+    return release is not None and version_in(release, versions)
+
+
+def _clause_holds(op: str, wanted: str, version: str, parts: tuple) -> bool:
+    """One clause ``op wanted`` (not ``===``) on ``version`` (its ``_parse`` parts); ValueError: ``wanted``
+    is not PEP 440."""
+    if wanted.endswith(".*"):
+        ok = _prefix_match(version, wanted[:-2])
+        return ok if op == "==" else not ok
+    wanted_parts = _parse(wanted)
+    have, want = _key(parts), _key(wanted_parts)
+    same_base = have[:2] == want[:2]
+    if op == "~=":  # >= V and == V's release without its last number (V's suffixes dropped)
+        epoch, numbers = wanted_parts[:2]
+        prefix = f"{epoch}!" * bool(epoch) + ".".join(map(str, numbers[:-1]))
+        return have >= want and _prefix_match(version, prefix)
+    if op == "<":  # not a pre-release of the version named, unless it is one itself
+        if _is_pre(want):
+            return have < want
+        if want[3] >= 0:  # V.postN: only its own dev-releases are its pre-releases
+            return have < want and have[:4] != want[:4]
+        return have < want and not (same_base and _is_pre(have))
+    if op == ">":  # not a post-release of the version named (its pre segment's), unless it is one
+        return have > want and not (same_base and want[3] < 0 and want[4] == float("inf") and have[2] == want[2])
+    if op in ("==", "!="):  # a local label counts where the clause names one
+        equal = have == want and (not wanted_parts[5] or parts[5] == wanted_parts[5])
+        return equal if op == "==" else not equal
+    return {"<=": have <= want, ">=": have >= want}[op]
 
 
 _LOWER_BOUNDS = (">=", "==", "===", "~=")
