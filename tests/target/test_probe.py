@@ -159,3 +159,33 @@ def test_an_entry_holds_the_package_by_its_realpath_whatever_the_spelling(tmp_pa
     assert dist["version"] == "0.5"
     (dist,) = probe._distributions("demo", [str(sibling), str(site / "..") + "/site-packages"], str(tmp_path / "link" / "demo"))
     assert dist["version"] == "1.0"
+
+
+def _headers_of_whole_text(text):
+    """metadata_headers as it was before it split only the header block: the rule it must keep."""
+    found = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            break
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in found:
+            found[key] = value.strip()
+    return found
+
+
+@pytest.mark.parametrize("text", [
+    None, "", "Name: vllm\nVersion: 0.30.0\n\nName: not-this\n" + "x" * 5000,
+    "Name: a\r\nVersion: 1\r\n\r\nVersion: 2\r\n",  # CRLF: no "\n\n", the whole text is split
+    "Metadata-Version: 2.1\n   \nName: after-a-blank-line\n\n",  # a blank (spaces) line ends the block first
+    "Version: 1\nName: b\n\n\n", "Name: c", "\nName: d\n",
+])
+def test_metadata_headers_reads_only_the_header_block_with_the_same_answer(tmp_path, text):
+    assert probe.metadata_headers(text) == _headers_of_whole_text(text)
+    info = tmp_path / "x-1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_bytes((text or "").encode())
+    described = probe._described(str(info), "x")
+    expected = _headers_of_whole_text(text)
+    assert (described is None) == ("Name" not in expected)
+    if described is not None:
+        assert (described["name"], described["version"]) == (expected["Name"], expected.get("Version"))
