@@ -134,3 +134,40 @@ def test_a_version_that_is_not_pep_440_is_in_no_range_but_the_empty_one():
 def test_range_takes_an_unknown_release_only_without_a_range():
     assert pep440.range_takes(None, None) and pep440.range_takes(None, "0.30.0")
     assert not pep440.range_takes(">=0", None) and pep440.range_takes(">=0.30.0rc1", "0.30.0rc2")
+
+
+NORMAL = ["0.30.0", "0.23.0rc1", "0.30.1.dev3+g02c7db4c5", "0.11.0rc2.dev99+gabc.d20260101", "0.30.0.post1",
+          "1.0a1.post2.dev3+l.1", "0.30.0+cu128", "2024.1", "1.0b0", "01.002"]
+NOT_NORMAL = ["1!2.0", "v1.0", "1.0RC1", "1.0c1", "1.0-1", "1.0.dev", "1.0post1", "1.0.rc1", "1.0+a..b", "1.0+",
+              "\u0661.0", "1.0.dev1.post1", "1.0a1a2", ".1", "1.", "", "+1", "1.0+A-1"]
+
+
+def test_a_version_in_normal_form_is_read_without_the_grammar_and_gives_its_parts(monkeypatch):
+    """The guard reads the installed release (metadata: normal form) in every process: str methods, no regex
+    compiled (about 0.3 ms), the grammar's very parts; anything else is the grammar's to read."""
+    answers = {text: pep440._grammar_parts(text) for text in NORMAL}
+    with monkeypatch.context() as m:
+        m.setattr(pep440.re, "fullmatch", lambda *a: (_ for _ in ()).throw(AssertionError("regex used")))
+        assert {text: pep440._parse(text) for text in NORMAL} == answers
+    assert all(pep440._normal_parts(text) is None for text in NOT_NORMAL)
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = "".join(rng.choice(ATOMS + ["rc", "a", "b", ".post", ".dev", "+", "."]) for _ in range(rng.randint(1, 8)))
+        fast = pep440._normal_parts(text.strip())
+        if fast is not None:
+            assert fast == pep440._grammar_parts(text.strip()), text
+
+
+def test_every_combination_of_segments_reads_alike_and_every_normal_form_takes_the_str_path():
+    for parts in itertools.product(["0", "0.30.0", "01.2", "1.0."], ["", "a1", "b0", "rc12", "c1", "RC1", "rc", ".rc1"],
+                                   ["", ".post0", ".post3", "-1", ".post", "post1"], ["", ".dev0", ".dev7", "dev1", ".dev"],
+                                   ["", "+cu128", "+g02c7db4c5.d20260101", "+A-01", "+", "+a..b"]):
+        text = "".join(parts)
+        fast = pep440._normal_parts(text)
+        try:
+            grammar = pep440._grammar_parts(text)
+        except ValueError:
+            grammar = None
+        assert fast is None or fast == grammar, text
+        if grammar is not None:
+            assert pep440._normal_parts(pep440.normal_form(text)) == grammar, text
