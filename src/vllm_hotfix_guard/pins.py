@@ -15,6 +15,13 @@ as in `status`. Only the fields the pin needs are read (``id``, ``version``, ``k
 vllm-hotfix installs there; neither: no catalog at hand). A manifest that does not read is not at hand:
 the CLI refuses it as a whole, the guard says nothing new. Stdlib only; imported only for a record under
 HOTFIX_REQUIRE, and reads a manifest only for a catalog hotfix's record.
+
+Under a trust policy with ``catalogs = "signed"`` (HOTFIX_TRUST, or the image's pinned one), a
+HOTFIX_CATALOG directory counts only when txn/catalog_sums.directory_verdict -- the verdict `hotfix`
+refuses such a directory by (catalog/index.py) -- accepts it, and its manifests are read from the very
+bytes judged. One that does not verify (or a policy that cannot be used) gives no pin, and since `hotfix
+status` then refuses to run at all (exit 11-13, 2 or 8), ``at_hand`` returns a ``Refusal``: recorded.py
+calls every required record unknown with its line and advice. Checked only when HOTFIX_CATALOG is set.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Callable, Optional
+
+from vllm_hotfix_guard.values import Value
 
 MANIFEST_CAP = 1024 * 1024  # catalog/manifest.py's cap
 
@@ -40,32 +49,92 @@ def catalog_dirs(environ=None) -> list[tuple[Path, bool]]:
     return dirs + [(Path(d), False) for d in environ.get("HOTFIX_CATALOG", "").split(os.pathsep) if d]
 
 
-def pinned(state, release: Optional[str], environ=None) -> Optional[Callable]:
+class Refusal(Value):
+    """Why the catalogs at hand cannot be used (a guard line's detail, without its state word) and what to do."""
+
+    detail: str
+    remedy: str
+
+
+def at_hand(environ=None) -> tuple[list, Optional[Refusal]]:
+    """([(catalog directory, built-in, its files as judged or None)] that may pin, in ``catalog_dirs``'
+    order; the refusal of the first HOTFIX_CATALOG directory the trust policy does not accept, or None)."""
+    environ = os.environ if environ is None else environ
+    dirs = [(folder, builtin, None) for folder, builtin in catalog_dirs(environ)]
+    if all(builtin for _, builtin, _ in dirs):
+        return dirs, None
+    import time
+
+    from vllm_hotfix_guard.errors import HotfixError
+    from vllm_hotfix_guard.output import visible
+    from vllm_hotfix_guard.txn import signed
+
+    now = time.time()
+    try:
+        if signed.policy_path(None, environ) is None:  # no policy: nothing more is imported or read
+            return dirs, None
+        from vllm_hotfix_guard.txn import catalog_sums
+
+        policy = catalog_sums.catalog_policy(environ, now=now)
+    except HotfixError as exc:  # status refuses to run: no user catalog is used, nothing is in effect
+        return [d for d in dirs if d[1]], Refusal(
+            f"HOTFIX_CATALOG is set and the trust policy cannot be used: {visible(exc.message)}",
+            exc.hint or "fix the trust policy (HOTFIX_TRUST) or unset it")
+    if policy is None:
+        return dirs, None
+    kept, refusal = [], None
+    for folder, builtin, _ in dirs:
+        if builtin:
+            kept.append((folder, builtin, None))
+            continue
+        try:
+            verdict, files = catalog_sums.directory_verdict(folder, policy, now=now)
+            lines = [r.line for r in verdict.refusals]
+        except HotfixError as exc:
+            lines = [f"{catalog_sums.subject(folder)}: {exc.message}"]
+        if not lines:
+            kept.append((folder, builtin, files))
+        elif refusal is None:
+            refusal = Refusal(f"HOTFIX_CATALOG holds a catalog the trust policy does not accept (catalogs = "
+                              f"\"signed\"): {visible('; '.join(lines))}",
+                              f"{catalog_sums.sign_advice(folder)} (`hotfix status` refuses it too), or remove it "
+                              f"from HOTFIX_CATALOG")
+    return kept, refusal
+
+
+def pinned(state, release: Optional[str], environ=None, dirs=None) -> Optional[Callable]:
     """txn/judgement's ``pinned`` for the records of ``state``: the catalog's pin of each catalog hotfix
-    (None: no catalog hotfix recorded, nothing to read)."""
+    (None: no catalog hotfix recorded, nothing to read). ``dirs``: ``at_hand``'s (else found here)."""
     from vllm_hotfix_guard.txn.judgement import pin_problem
 
     if not any(r.source == "catalog" for r in state.hotfixes.values()):
         return None
+    dirs = at_hand(environ)[0] if dirs is None else dirs
 
     def problem(recorded) -> Optional[str]:
         if recorded.source != "catalog":
             return None
-        found = manifest_pins(recorded.id, recorded.version, state.target.get("version") or release, environ)
+        found = manifest_pins(recorded.id, recorded.version, state.target.get("version") or release, dirs=dirs)
         return None if found is None else pin_problem(state, recorded, found[1], found[0])
     return problem
 
 
-def manifest_pins(hotfix_id: str, version, release: Optional[str], environ=None) -> Optional[tuple[str, list]]:
+def manifest_pins(hotfix_id: str, version, release: Optional[str], environ=None, *,
+                  dirs=None) -> Optional[tuple[str, list]]:
     """(the manifest's ref, [(md5, sha256)] of its patches for ``release``) of the first manifest at hand
-    with this id and version (core/pep440.same_version, the CLI's rule), or None (none at hand; an advisory;
-    no patch for this release)."""
+    (``dirs``, else ``at_hand(environ)``'s) with this id and version (core/pep440.same_version, the CLI's
+    rule), or None (none at hand; an advisory; no patch for this release)."""
     from vllm_hotfix_guard.core.pep440 import same_version
 
-    for folder, builtin in catalog_dirs(environ):
-        names = [folder / "manifests" / f"{hotfix_id}.toml"] if builtin else _manifests(folder)
-        for path in names:
-            doc = _read(path)
+    for folder, builtin, files in at_hand(environ)[0] if dirs is None else dirs:
+        if files is not None:  # judged by the trust policy: read from those very bytes, never again
+            from vllm_hotfix_guard.txn.catalog_sums import is_manifest
+
+            names = [(folder / name, files[name]) for name in sorted(files) if is_manifest(name)]
+        else:
+            names = [(p, None) for p in ([folder / "manifests" / f"{hotfix_id}.toml"] if builtin else _manifests(folder))]
+        for path, data in names:
+            doc = _read(path, data)
             if doc is None or doc.get("id") != hotfix_id or not same_version(doc.get("version"), version):
                 continue
             if doc.get("kind") == "advisory":
@@ -82,14 +151,17 @@ def _manifests(folder: Path) -> list[Path]:
         return []
 
 
-def _read(path: Path) -> Optional[dict]:
-    """The manifest's TOML as a dict, or None when it is not there or does not read (not at hand)."""
+def _read(path: Path, data: Optional[bytes] = None) -> Optional[dict]:
+    """The manifest's TOML as a dict (from ``data`` when read already), or None when it is not there or
+    does not read (not at hand)."""
     from vllm_hotfix_guard.errors import InvalidInput
     from vllm_hotfix_guard.inputs import read_bounded
 
     try:
-        data = read_bounded(path, cap=MANIFEST_CAP, what="manifest")
+        data = read_bounded(path, cap=MANIFEST_CAP, what="manifest") if data is None else data
     except (InvalidInput, OSError):
+        return None
+    if len(data) > MANIFEST_CAP:  # judged bytes are capped as catalog files: a manifest is refused above this
         return None
     from vllm_hotfix_guard.core.data import load_toml  # tomllib (tomli on 3.10)
 

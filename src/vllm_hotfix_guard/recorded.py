@@ -12,22 +12,39 @@ command that records them (it changes no file). Stdlib only: the guard's path.
 
 from __future__ import annotations
 
+import os
+
+from vllm_hotfix_guard.txn.judgement import Judged
 from vllm_hotfix_guard.verdicts import Verdict
 
 CHECKS: list = []  # txn/lockcode.CodeCheck of each required record in effect in this process (plugin.py)
+REFUSED: dict = {}  # hotfix id -> the advice, for a record judged unknown as its catalogs are refused (``judge``)
 
 
 def judge(state, installed, *, bytecode) -> dict:
     """txn/judgement.judge_record on the record of this process's install (``installed``): a pending journal
     is interrupted whatever the record says; the seal instead of the derivation (docs/design.md, "What the
-    guard proves"); the pin of the catalog at hand; ``bytecode``: the stale-bytecode rule run here."""
-    from vllm_hotfix_guard.pins import pinned
+    guard proves"); the pin of the catalog at hand; ``bytecode``: the stale-bytecode rule run here. Where
+    the trust policy refuses a HOTFIX_CATALOG directory (pins.at_hand: `hotfix status` refuses to run), every
+    hotfix of the record is unknown with that line, and ``with_code`` gives its advice."""
+    from vllm_hotfix_guard.pins import at_hand, pinned
     from vllm_hotfix_guard.txn.judgement import bounded_reader, judge_record
     from vllm_hotfix_guard.txn.lock_check import TARGET_FILE_LIMIT
 
-    return judge_record(state, installed, read=bounded_reader(installed.root, TARGET_FILE_LIMIT),
-                        pending=installed.pending, derive=False, pinned=pinned(state, installed.version),
-                        bytecode=bytecode)
+    dirs, refusal = at_hand() if any(r.source == "catalog" for r in state.hotfixes.values()) or \
+        os.environ.get("HOTFIX_CATALOG") else ([], None)
+    judged = judge_record(state, installed, read=bounded_reader(installed.root, TARGET_FILE_LIMIT),
+                          pending=installed.pending, derive=False, pinned=pinned(state, installed.version, dirs=dirs),
+                          bytecode=bytecode)
+    for hotfix_id, j in judged.items():
+        REFUSED.pop(hotfix_id, None)
+        if refusal is not None:
+            from vllm_hotfix_guard.core import verdict
+
+            REFUSED[hotfix_id] = refusal.remedy
+            judged[hotfix_id] = Judged(j.hotfix_id, j.version, verdict.UNKNOWN, refusal.detail, j.files, j.installed,
+                                       j.distribution, j.release_change)
+    return judged
 
 
 def with_code(result: Verdict, state, hotfix_id: str, judged, *, option: str) -> Verdict:
@@ -36,6 +53,8 @@ def with_code(result: Verdict, state, hotfix_id: str, judged, *, option: str) ->
     from vllm_hotfix_guard.core import verdict
 
     recorded = state.hotfixes[hotfix_id]
+    if hotfix_id in REFUSED and not result.in_effect:  # the catalogs at hand are refused: their advice
+        return Verdict(result.hotfix_id, False, result.detail, REFUSED[hotfix_id], result.source)
     if not result.in_effect or judged.state != verdict.APPLIED:
         return result
     if recorded.code is not None:

@@ -96,7 +96,7 @@ def craft(www: Path, files: dict, keys, names, *, version: int, expires="2099-01
 
 
 def catalog_files(tmp_path: Path) -> dict:
-    from vllm_hotfix.catalog.sums import catalog_files as read
+    from vllm_hotfix_guard.txn.catalog_sums import catalog_files as read
 
     return read(tmp_path / "catalog")
 

@@ -176,3 +176,45 @@ def test_an_older_release_s_patched_file_left_in_a_newer_install_has_a_way_out_t
     assert applied.returncode == 0, applied.stderr
     (entry,) = [e for e in json.loads(run_hotfix("status", "--python", venv.python, "--json").stdout) if e["id"] == HOTFIX]
     assert entry["state"] == "applied" and entry["installed_version"] == "0.31.0", entry
+
+
+def test_a_hotfix_catalog_the_signed_policy_refuses_is_refused_by_status_and_the_guard(vllm_install, run_hotfix,
+                                                                                       tmp_path):
+    """catalogs = "signed" (issue 43): a HOTFIX_CATALOG directory that does not verify makes `status` refuse to
+    run and the guard under HOTFIX_REQUIRE say NOT IN EFFECT for the built-in hotfix applied to a real vLLM
+    0.30.0; signed by a listed key (`hotfix sign --catalog`, the guard's advice), both accept it."""
+    import os
+    import shlex
+    import sys
+
+    from fixtures.feed import Key, write_policy
+    from fixtures.manifests import write_patch_catalog
+
+    venv = vllm_install("0.30.0")
+    assert run_hotfix("apply", HOTFIX, "--python", venv.python).returncode == 0
+    catalog = write_patch_catalog(tmp_path / "site catalog", "site-fix", b"--- a/x\n+++ b/x\n", distribution="vllm",
+                                  versions=">=0.30.0", fixed_in=None, title="A site hotfix")
+    key = Key(tmp_path, "release")
+    policy = write_policy(tmp_path / "trust.toml", {"release": key}, ("release",), threshold=1,
+                          extra='catalogs = "signed"')
+    env = {"HOTFIX_CATALOG": str(catalog), "HOTFIX_TRUST": str(policy)}
+
+    def guard() -> dict:
+        done = subprocess.run([sys.executable, "-c", GUARD], capture_output=True, text=True, check=True,
+                              env={**{k: v for k, v in os.environ.items() if k != "HOTFIX_LOCK"},
+                                   "PYTHONPATH": str(venv.site_packages), **env})
+        return json.loads(done.stdout)
+
+    refused = run_hotfix("status", "--python", venv.python, env=env)
+    assert refused.returncode == 11 and "UNSIGNED: catalog" in refused.stderr, refused.stderr
+    verdict = guard()
+    assert not verdict["in_effect"] and verdict["detail"].startswith("unknown: HOTFIX_CATALOG holds a catalog the "
+                                                                     "trust policy does not accept"), verdict
+    command = f"hotfix sign --catalog {shlex.quote(str(catalog))} --key {shlex.quote(str(key.key))}"
+    assert run_hotfix(*shlex.split(command)[1:]).returncode == 0
+    assert run_hotfix("status", "--python", venv.python, env=env).returncode == 0
+    assert guard() == {"in_effect": True, "detail": ""}
+    (catalog / "patches" / "planted.patch").write_text("x")
+    assert run_hotfix("status", "--python", venv.python, env=env).returncode == 13
+    verdict = guard()
+    assert not verdict["in_effect"] and "planted.patch is not in the signed list" in verdict["detail"], verdict

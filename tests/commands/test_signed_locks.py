@@ -408,7 +408,8 @@ def test_a_catalog_flipped_between_nothing_and_unsigned_is_never_used(run_hotfix
 
 def test_a_signed_catalog_is_loaded_from_the_bytes_its_verdict_judged(keys, tmp_path, monkeypatch, run_hotfix):
     """The catalog is read once: a manifest swapped right after the verdict read it is not the one loaded."""
-    from vllm_hotfix.catalog import index, sums
+    from vllm_hotfix.catalog import index
+    from vllm_hotfix_guard.txn import catalog_sums as sums
 
     catalog = tmp_path / "catalog"
     write_manifest(catalog, manifest_data(id="demo-fix", version=2), name="demo-fix")

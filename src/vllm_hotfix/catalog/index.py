@@ -176,7 +176,8 @@ class Catalog:
 
 def _require_signed(user_dirs: list[CatalogDir], env: Mapping[str, str]) -> dict[int, dict[str, bytes]]:
     """With a trust policy whose ``catalogs = "signed"``, every user catalog must be signed as it asks
-    (catalog/sums.py); else Untrusted (exit 11-13) with each refusal. Each is read once (sums.catalog_files),
+    (vllm_hotfix_guard/txn/catalog_sums.py, the guard's verdict too); else Untrusted (exit 11-13) with each
+    refusal. Each is read once (catalog_sums.directory_verdict),
     judged on those bytes and loaded from them: {id(catalog_dir): its files}. A directory that is not
     there is refused as `load_dir` refuses it, never skipped. The built-in catalog is part of the
     installed package, trusted as the package is."""
@@ -184,24 +185,19 @@ def _require_signed(user_dirs: list[CatalogDir], env: Mapping[str, str]) -> dict
         return {}
     import time
 
-    from vllm_hotfix_guard.txn.signed import load_policy, refuse
+    from vllm_hotfix_guard.txn.catalog_sums import catalog_policy, directory_verdict, is_manifest, sign_advice
+    from vllm_hotfix_guard.txn.signed import refuse
 
     now = time.time()
-    policy = load_policy(now=now, env=env)
-    if policy is None or policy.catalogs != "signed":
+    policy = catalog_policy(env, now=now)
+    if policy is None:
         return {}
-    from vllm_hotfix.catalog.sums import catalog_files, catalog_verdict
-    from vllm_hotfix_guard.output import quote_path
-
     verified = {}
     for catalog_dir in user_dirs:
-        files = catalog_files(catalog_dir.path)
-        if not any(_is_manifest(path) for path in files):
+        verdict, files = directory_verdict(catalog_dir.path, policy, now=now)
+        if not any(is_manifest(path) for path in files):
             load_dir(catalog_dir)  # refuses (no directory, no manifests/); an empty one is refused below
-        refuse(catalog_verdict(catalog_dir.path, policy, now=now, files=files,
-                               subject=f"catalog {quote_path(os.path.abspath(catalog_dir.path))}"),
-               hint=f"sign the catalog with enough listed keys: hotfix sign --catalog "
-                    f"{quote_path(str(catalog_dir.path))} --key KEY")
+        refuse(verdict, hint=sign_advice(catalog_dir.path))
         verified[id(catalog_dir)] = files
     return verified
 
@@ -222,18 +218,16 @@ def _subscribed() -> list[CatalogDir]:
     return [CatalogDir(cached.catalog, SUBSCRIBED) for cached in fresh]
 
 
-def _is_manifest(relative: str) -> bool:
-    return relative.startswith("manifests/") and relative.count("/") == 1 and relative.endswith(".toml")
-
-
 def load_dir(catalog_dir: CatalogDir, files: dict[str, bytes] | None = None) -> list[Manifest]:
     """The manifests of one catalog directory; from ``files`` (the bytes a signed catalog's verdict judged)
     when given, never read again."""
     path = catalog_dir.path
     manifests_dir = path / "manifests"
     if files is not None:
+        from vllm_hotfix_guard.txn.catalog_sums import is_manifest
+
         return [load_manifest(path / name, patches_dir=path / "patches", raw=files[name])
-                for name in sorted(files) if _is_manifest(name)]
+                for name in sorted(files) if is_manifest(name)]
     if not manifests_dir.is_dir():
         if not path.is_dir():
             raise UsageError(f"{catalog_dir.origin}: catalog directory {path} does not exist")

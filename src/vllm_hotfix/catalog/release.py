@@ -19,7 +19,7 @@ import hashlib
 import json
 
 from vllm_hotfix.catalog.release_archive import build_archive, member_problem
-from vllm_hotfix.catalog.sums import tampered_lines
+from vllm_hotfix_guard.txn.catalog_sums import tampered_lines
 from vllm_hotfix_guard.core import trust_policy
 from vllm_hotfix_guard.core.docfields import Fields
 from vllm_hotfix_guard.errors import InvalidInput

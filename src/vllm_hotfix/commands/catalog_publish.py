@@ -26,7 +26,7 @@ def run(*, directory: Path, out_dir: Path, keys: tuple, password_file: Optional[
         env: Optional[Mapping[str, str]] = None, now: Optional[float] = None) -> int:
     from vllm_hotfix.catalog import release as release_format
     from vllm_hotfix.catalog.index import CatalogDir, load_dir
-    from vllm_hotfix.catalog.sums import catalog_files
+    from vllm_hotfix_guard.txn.catalog_sums import catalog_files
     from vllm_hotfix.commands.sign import unsealed_key
     from vllm_hotfix.core import signing
     from vllm_hotfix_guard.core import minisign

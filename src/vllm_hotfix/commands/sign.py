@@ -145,7 +145,7 @@ def _check_signable(path: Path, data: bytes) -> str:
 
 
 def _catalog_sums(directory: Path) -> bytes:
-    from vllm_hotfix.catalog.sums import current_sums, format_sums
+    from vllm_hotfix_guard.txn.catalog_sums import current_sums, format_sums
 
     if not (directory / "manifests").is_dir():
         raise UsageError(f"{quote_path(str(directory))} is not a catalog: no manifests/ directory in it")

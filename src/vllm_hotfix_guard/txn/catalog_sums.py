@@ -7,6 +7,11 @@ So a catalog can be checked with standard tools too: ``minisign -V -m DIR/hotfix
 hotfix-catalog.sha256)``; hotfix also refuses files the list does not name. Paths holding a newline,
 a backslash or a control character cannot be listed (sha256sum would escape them): such a catalog
 cannot be signed.
+
+The one verdict on a catalog directory under a policy with ``catalogs = "signed"``: `hotfix` refuses a
+``--catalog`` / ``HOTFIX_CATALOG`` directory it does not accept (catalog/index._require_signed), and the guard
+under HOTFIX_REQUIRE takes no pin from it and calls every required record unknown (vllm_hotfix_guard/pins.py),
+with the same lines (``subject``) and the same advice (``sign_advice``). Stdlib only (the guard's kernel).
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
-from vllm_hotfix_guard.core import trust_policy
 from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix_guard.inputs import read_bounded
 from vllm_hotfix_guard.settings import CATALOG_SUMS
+
+if TYPE_CHECKING:  # the verifier is imported where a policy is in force (txn/signed.py's rule)
+    from vllm_hotfix_guard.core import trust_policy
 
 LISTED_DIRS = ("manifests", "patches")
 FILE_LIMIT = 64 << 20  # a catalog patch's cap (catalog/manifest.py)
@@ -70,6 +77,11 @@ def _check_name(relative: str, path: str) -> None:
         raise InvalidInput(f"{path!r}: a catalog file name with a control character or a backslash cannot be listed")
 
 
+def is_manifest(relative: str) -> bool:
+    """A catalog's manifest among ``catalog_files``' paths: ``manifests/<name>.toml``."""
+    return relative.startswith("manifests/") and relative.count("/") == 1 and relative.endswith(".toml")
+
+
 def format_sums(sums: dict[str, str]) -> bytes:
     """The list's bytes: sorted by path as UTF-8, as ``sha256sum`` prints each file."""
     ordered = sorted(sums.items(), key=lambda item: item[0].encode("utf-8", "surrogateescape"))
@@ -98,11 +110,46 @@ def parse_sums(data: bytes, source: str) -> dict[str, str]:
     return sums
 
 
+def catalog_policy(env: Mapping[str, str], *, now: float) -> Optional[trust_policy.Policy]:
+    """The trust policy in force (txn/signed.load_policy) when it asks for signed catalogs, else None: no
+    user catalog is checked. A policy that cannot be used raises as load_policy does (HotfixError)."""
+    from vllm_hotfix_guard.txn.signed import load_policy
+
+    policy = load_policy(now=now, env=env)
+    return policy if policy is not None and policy.catalogs == "signed" else None
+
+
+def directory_verdict(directory: Path, policy: trust_policy.Policy, *,
+                      now: float) -> tuple[trust_policy.TrustDecision, dict[str, bytes]]:
+    """(the policy's verdict on a user catalog directory, the files it judged: ``catalog_files``, read once,
+    what the catalog is then loaded from). Raises InvalidInput for a file that cannot be listed or read."""
+    files = catalog_files(directory)
+    return catalog_verdict(directory, policy, now=now, subject=subject(directory), files=files), files
+
+
+def subject(directory: Path) -> str:
+    """How a verdict's lines name a catalog directory: its absolute path, quoted (output.quote_path)."""
+    from vllm_hotfix_guard.output import quote_path
+
+    return f"catalog {quote_path(os.path.abspath(directory))}"
+
+
+def sign_advice(directory: Path) -> str:
+    """What to do about a catalog directory the policy refuses, the command as pasted in a shell (KEY: the
+    secret key file of a key the policy lists)."""
+    import shlex
+
+    from vllm_hotfix_guard.output import visible
+
+    return f"sign the catalog with enough listed keys: hotfix sign --catalog {visible(shlex.quote(str(directory)))} --key KEY"
+
+
 def catalog_verdict(directory: Path, policy: trust_policy.Policy, *, now: float, subject: str,
                     files: dict[str, bytes]) -> trust_policy.TrustDecision:
     """The policy's verdict on a catalog directory: its list signed as the policy asks, and every file
     under manifests/ and patches/ listed with its sha256 (one TAMPERED line per file that differs).
     ``files``: what ``catalog_files`` read, the very bytes the catalog is then loaded from."""
+    from vllm_hotfix_guard.core import trust_policy
     from vllm_hotfix_guard.txn.signed import signature_files
 
     sums_path = directory / CATALOG_SUMS
