@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -247,7 +248,8 @@ def test_strict_mode_is_refused_where_the_guard_is_not_delivered(tmp_path, run_h
             "--container", "vllm")
     refused = run_hotfix(*args)
     assert refused.returncode == 3 and "carries no guard" in refused.stderr and not (tmp_path / "overlay").exists()
-    assert len(refused.stderr.splitlines()) == 2  # the error and its hint
+    assert len(refused.stderr.splitlines()) == 2  # the error and its hint, which ends on the command to paste
+    assert refused.stderr.splitlines()[1].endswith(f"hotfix k8s {shlex.join(map(str, args[1:]))} --no-guard --no-strict")
     for more in (("--no-strict",), ("--no-guard",)):  # no guard: --no-guard too; --no-guard: strict mode off too
         again = run_hotfix(*args, *more)
         assert again.returncode == 3 and "carries no guard" in again.stderr and not (tmp_path / "overlay").exists()
@@ -261,7 +263,10 @@ def test_strict_mode_is_refused_where_the_guard_is_not_delivered(tmp_path, run_h
     strict = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose,
                         env={"HOTFIX_STRICT": "1"})
     assert strict.returncode == 3 and "carries no guard" in strict.stderr and compose.read_text() == LIST_ENV
-    assert run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose).returncode == 0
+    plain = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose)  # as k8s: strict or not
+    assert plain.returncode == 3 and "carries no guard" in plain.stderr and compose.read_text() == LIST_ENV
+    assert plain.stderr.splitlines()[-1].endswith(" --no-guard")  # compose has no --no-strict: HOTFIX_STRICT unset
+    assert run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose, "--no-guard").returncode == 0
     no_guard = run_hotfix("export", "mamba-align-block-size", "--to", tmp_path / "e2", "--no-guard",
                           env={"HOTFIX_STRICT": "1"})
     assert no_guard.returncode == 3 and "--no-guard with HOTFIX_STRICT=1" in no_guard.stderr

@@ -225,11 +225,14 @@ with --versions 0 when every release was answered, 10 when one could not be down
         "hotfix sign hotfix-export/hotfix.lock --key release.key")),
     "compose": ("Add (or --remove) read-only bind mounts of exported patched files to a compose service.\n\n"
                 "The files and hotfix.lock come from `hotfix export` (--export-dir); the compose file is edited "
-                "in place, byte for byte outside the lines added, or the mounts go to an --override file.",
+                "in place, byte for byte outside the lines added, or the mounts go to an --override file. The "
+                "export's guard is mounted too: an export without it is refused (exit 3) unless --no-guard says "
+                "the image has vllm-hotfix-guard installed itself.",
                 "Add or --remove read-only bind mounts of patched files in compose.", examples(
         "hotfix compose mamba-align-block-size --service vllm --dry-run",
         "hotfix compose mamba-align-block-size --service vllm --override compose.hotfix.yaml",
-        "hotfix compose mamba-align-block-size --service vllm --file deploy/compose.yaml --remove")),
+        "hotfix compose mamba-align-block-size --service vllm --file deploy/compose.yaml --remove",
+        "hotfix compose mamba-align-block-size --service vllm --no-guard   # the image has vllm-hotfix-guard")),
     "k8s": ("""Write a kustomize overlay: ConfigMaps with the exported files and hotfix.lock, read-only subPath
 mounts over site-packages in the named containers, and the guard's environment.
 

@@ -1,4 +1,9 @@
-"""`hotfix compose`: add (or --remove) read-only bind mounts of exported files to a compose service."""
+"""`hotfix compose`: add (or --remove) read-only bind mounts of exported files to a compose service.
+
+The export must carry the guard (txn/exported.refuse_missing_guard, the rule `hotfix k8s` follows too):
+without it nothing in a stock image would check the mounts, and the healthcheck could not run; --no-guard
+says the image has vllm-hotfix-guard installed itself. --remove takes out what the export mounts, whatever
+it carries: removing mounts never needs the guard."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from pathlib import Path
 from vllm_hotfix.containers import compose_edit, compose_mounts, compose_ready, composefiles
 from vllm_hotfix_guard.errors import InvalidInput, UsageError, WriteFailed
 from vllm_hotfix_guard.inputs import read_bounded as read_input
-from vllm_hotfix.txn.exported import guard_tops, read_exported, read_guard, refuse_strict_without_guard
+from vllm_hotfix.txn.exported import guard_tops, read_exported, read_guard, refuse_missing_guard
 from vllm_hotfix_guard.txn.hotfix_lock import load_lock
 from vllm_hotfix_guard.output import emit_json, note, say, say_lines
 from vllm_hotfix_guard.txn.atomic import atomic_write
@@ -17,13 +22,15 @@ from vllm_hotfix_guard.txn.atomic import atomic_write
 
 def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, override_file: Path | None = None,
         export_dir: Path, container_site_packages: str | None = None, remove: bool = False,
-        readiness: bool = True, dry_run: bool = False, as_json: bool = False) -> int:
+        readiness: bool = True, with_guard: bool = True, dry_run: bool = False, as_json: bool = False) -> int:
     lock = load_lock(export_dir / "hotfix.lock")
     hotfixes = lock.select(tuple(hotfix_ids))
     guard = read_guard(export_dir, lock)  # the guard tree, checked against its RECORD and the lock (None: none)
     if not remove:  # what gets bind-mounted is a regular file holding the lock's bytes, never a link out
+        from vllm_hotfix.flow.history_line import command_line  # the command as typed, for a hint
+
         read_exported(export_dir, lock.mounted_files(hotfixes), export_dir / "hotfix.lock")
-        refuse_strict_without_guard(guard, export_dir)
+        refuse_missing_guard(guard, export_dir, with_guard=with_guard, strict=None, command=command_line())
     base_files = [compose_file] if compose_file is not None else composefiles.discover(Path.cwd(), dict(os.environ))
     if compose_file is None and override_file is None:
         compose_file = _defining(base_files, service)

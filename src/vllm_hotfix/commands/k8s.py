@@ -22,7 +22,7 @@ from typing import Optional
 
 from vllm_hotfix.containers import k8s_image_volume, k8s_overlay, k8s_render
 from vllm_hotfix.containers import readiness as readiness_words
-from vllm_hotfix.txn.exported import read_exported, read_guard, refuse_strict_without_guard
+from vllm_hotfix.txn.exported import read_exported, read_guard, refuse_missing_guard
 from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError, WriteFailed
 from vllm_hotfix_guard.inputs import YAML_LIMIT, read_bounded
@@ -46,13 +46,15 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     if base is None:
         raise UsageError("--base is required: the workload's manifest file or kustomization directory")
     target = k8s_overlay.parse_workload(workload, kind, name)
+    from vllm_hotfix.flow.history_line import command_line  # the command as typed, for a hint
+
     image, guard, signatures = None, None, []
     if bundle is not None or bundle_dir is not None:  # an image volume (commands/k8s_bundle.py)
         from vllm_hotfix.commands.k8s_bundle import from_options
 
         image = from_options(bundle, bundle_dir, export_dir)
         refuse_missing_guard(image.guard, bundle_dir if bundle_dir is not None else export_dir, bundled=True, strict=strict,
-                             with_guard=with_guard)
+                             with_guard=with_guard, command=command_line())
         if not as_json:
             say(f"note: {k8s_image_volume.REQUIREMENTS}")
         lock_bytes, lock, exported = image.lock_bytes, image.lock, {}
@@ -61,7 +63,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         lock_bytes, lock = read_lock(lock_path)
         exported = read_exported(export_dir, lock.mounted_files(), lock_path)  # checked against the lock's sha256
         guard = read_guard(export_dir, lock)  # checked against its RECORD and the lock; ConfigMap keys like the files
-        refuse_missing_guard(guard, export_dir, bundled=False, strict=strict, with_guard=with_guard)
+        refuse_missing_guard(guard, export_dir, strict=strict, with_guard=with_guard, command=command_line())
         signatures = _signatures(lock_path)
     out_dir = Path(os.path.realpath(out_dir))  # a symlinked --to is written where it points
     _refuse_foreign(out_dir)
@@ -115,24 +117,6 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     else:
         say(f"next: kubectl kustomize {out_dir} | kubectl apply -f -   (or: kubectl apply -k {out_dir})")
     return 0
-
-
-def refuse_missing_guard(guard, source: Path, *, bundled: bool, strict: bool, with_guard: bool) -> None:
-    """The guard travels with the files (issue 43): an export or bundle without it is refused (exit 3) unless
-    --no-guard says the image has the guard installed itself, and then only without strict mode
-    (txn/exported.refuse_strict_without_guard); --no-guard with one that carries the guard is a usage error
-    (exit 2): the guard it carries is mounted all the same."""
-    where = quote_path(str(source))
-    if guard is not None and not with_guard:
-        raise UsageError(f"--no-guard: {where} carries the guard, which is mounted with the files",
-                         hint="drop --no-guard")
-    if guard is None and with_guard:
-        again = ("pack it again from an export that has the guard (`hotfix export` without --no-guard, then "
-                 "`hotfix pack`)") if bundled else "re-run `hotfix export` into it (it writes the guard)"
-        raise Refused(f"{where} carries no guard: in a stock image nothing would check the mounted files, and the "
-                      f"readiness probe could not run", hint=f"{again}, or pass --no-guard --no-strict when the image "
-                                                             "has vllm-hotfix-guard installed itself")
-    refuse_strict_without_guard(guard, source, strict=strict)
 
 
 def _signatures(lock_path: Path) -> list:

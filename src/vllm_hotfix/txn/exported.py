@@ -137,18 +137,38 @@ def guard_tops(guard: dict[str, bytes] | None) -> tuple[str, ...]:
     return tuple(sorted({rel.split("/", 1)[0] for rel in guard or ()}))
 
 
-def refuse_strict_without_guard(guard: dict[str, bytes] | None, export_dir: Path, *, strict: bool | None = None) -> None:
-    """Strict mode (``strict``, else HOTFIX_STRICT=1 here) with an export that carries no guard: Refused
-    (exit 3): a stock image would run no guard, and nothing would stop a process whose fix is lost."""
+def refuse_missing_guard(guard: dict[str, bytes] | None, source: Path, *, with_guard: bool, strict: bool | None,
+                         command: str, bundled: bool = False) -> None:
+    """The guard travels with the files (issue 43), the one rule of `hotfix k8s` and `hotfix compose`: an export
+    or bundle without it is refused (exit 3) unless --no-guard says the image has the guard installed itself,
+    and then only without strict mode (a stock image would run no guard, and strict mode would stop nothing);
+    --no-guard with one that carries the guard is a usage error (exit 2): the guard it carries is mounted all
+    the same. ``strict``: the command's --strict/--no-strict; None: HOTFIX_STRICT=1 where it runs (compose has
+    no such option). ``command``: the command as the user typed it (flow/history_line.command_line); the hint
+    gives it back with the opt-out, to run as pasted."""
     import os
 
-    from vllm_hotfix_guard.errors import Refused
-    from vllm_hotfix_guard.output import quote_path
+    from vllm_hotfix_guard.errors import Refused, UsageError
     from vllm_hotfix_guard.settings import STRICT_ENV
 
-    if strict is None:
+    where = quote_path(str(source))
+    if guard is not None and not with_guard:
+        raise UsageError(f"--no-guard: {where} carries the guard, which is mounted with the files",
+                         hint="drop --no-guard")
+    if guard is not None:
+        return
+    by_env = strict is None
+    if by_env:
         strict = os.environ.get(STRICT_ENV, "").strip() == "1"
-    if strict and guard is None:
-        raise Refused(f"{quote_path(str(export_dir))} carries no guard (no guard/site-packages): strict mode would "
-                      "stop nothing in an image without vllm-hotfix", hint=f"re-run `hotfix export` into it (it writes "
-                      f"the guard), or turn strict mode off (--no-strict / {STRICT_ENV}=0)")
+    unset = f"{STRICT_ENV}=0 " if by_env and strict else ""
+    again = ("pack it again from an export that has the guard (`hotfix export` without --no-guard, then "
+             "`hotfix pack`)") if bundled else "re-run `hotfix export` into it (it writes the guard)"
+    if with_guard:
+        flags = "--no-guard" if by_env else "--no-guard --no-strict"
+        raise Refused(f"{where} carries no guard: in a stock image nothing would check the mounted files, and the "
+                      "readiness check could not run", hint=f"{again}, or, when the image has vllm-hotfix-guard "
+                                                            f"installed itself: {unset}{command} {flags}")
+    if strict:
+        off = f"{unset}{command}" if by_env else f"{command} --no-strict"
+        raise Refused(f"{where} carries no guard (no guard/site-packages): strict mode would stop nothing in an "
+                      f"image without vllm-hotfix-guard", hint=f"{again}, or turn strict mode off: {off}")
