@@ -232,7 +232,7 @@ with --versions 0 when every release was answered, 10 when one could not be down
         "hotfix compose mamba-align-block-size --service vllm --dry-run",
         "hotfix compose mamba-align-block-size --service vllm --override compose.hotfix.yaml",
         "hotfix compose mamba-align-block-size --service vllm --file deploy/compose.yaml --remove",
-        "hotfix compose mamba-align-block-size --service vllm --no-guard   # the image has vllm-hotfix-guard")),
+        "hotfix compose mamba-align-block-size --service vllm --no-guard   # the image has the guard")),
     "k8s": ("""Write a kustomize overlay: ConfigMaps with the exported files and hotfix.lock, read-only subPath
 mounts over site-packages in the named containers, and the guard's environment.
 

@@ -22,6 +22,7 @@ from typing import Optional
 
 from vllm_hotfix.containers import k8s_image_volume, k8s_overlay, k8s_render
 from vllm_hotfix.containers import readiness as readiness_words
+from vllm_hotfix.flow.history_line import command_line  # the command as typed, for a refusal's hint
 from vllm_hotfix.txn.exported import read_exported, read_guard, refuse_missing_guard
 from vllm_hotfix_guard.txn.hotfix_lock import read_lock
 from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError, WriteFailed
@@ -46,8 +47,6 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
     if base is None:
         raise UsageError("--base is required: the workload's manifest file or kustomization directory")
     target = k8s_overlay.parse_workload(workload, kind, name)
-    from vllm_hotfix.flow.history_line import command_line  # the command as typed, for a hint
-
     image, guard, signatures = None, None, []
     if bundle is not None or bundle_dir is not None:  # an image volume (commands/k8s_bundle.py)
         from vllm_hotfix.commands.k8s_bundle import from_options
