@@ -64,9 +64,10 @@ def test_an_export_without_the_guard_is_refused_and_the_hint_runs_as_pasted(proj
         assert "HOTFIX_LOCK" in written.read_text()
 
 
-def test_strict_mode_refuses_the_opt_out_and_the_hint_turns_it_off(project, run_hotfix):
+@pytest.mark.parametrize("value", ["1", "yes"])  # strict as the guard reads it (vllm_hotfix_guard.process.strict)
+def test_strict_mode_refuses_the_opt_out_and_the_hint_turns_it_off(project, run_hotfix, value):
     before = snapshot(project)
-    strict = {"HOTFIX_STRICT": "1"}
+    strict = {"HOTFIX_STRICT": value}
     done = compose(run_hotfix, project, env=strict)  # no guard, no --no-guard: both in the one hint
     assert done.returncode == 3 and len(done.stderr.splitlines()) == 2, done.stderr
     assert pasted(done)[0] == {"HOTFIX_STRICT": "0"} and pasted(done)[1][-1] == "--no-guard"

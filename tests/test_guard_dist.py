@@ -267,10 +267,11 @@ def test_strict_mode_is_refused_where_the_guard_is_not_delivered(tmp_path, run_h
     assert plain.returncode == 3 and "carries no guard" in plain.stderr and compose.read_text() == LIST_ENV
     assert plain.stderr.splitlines()[-1].endswith(" --no-guard")  # compose has no --no-strict: HOTFIX_STRICT unset
     assert run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose, "--no-guard").returncode == 0
-    no_guard = run_hotfix("export", "mamba-align-block-size", "--to", tmp_path / "e2", "--no-guard",
-                          env={"HOTFIX_STRICT": "1"})
-    assert no_guard.returncode == 3 and "--no-guard with HOTFIX_STRICT=1" in no_guard.stderr
-    assert not (tmp_path / "e2").exists()
+    for value in ("1", "yes"):  # strict as the guard reads it (vllm_hotfix_guard.process.strict)
+        no_guard = run_hotfix("export", "mamba-align-block-size", "--to", tmp_path / "e2", "--no-guard",
+                              env={"HOTFIX_STRICT": value})
+        assert no_guard.returncode == 3 and "--no-guard with HOTFIX_STRICT=1" in no_guard.stderr
+        assert not (tmp_path / "e2").exists()
 
 
 def test_a_changed_guard_tree_is_refused(tmp_path, run_hotfix):

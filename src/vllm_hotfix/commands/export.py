@@ -88,15 +88,14 @@ def expires_at(text: str, now: float | None = None) -> str:
 
 def _guard(with_guard: bool):
     """The guard's distribution to write beside the files (None: --no-guard, refused in strict mode)."""
-    import os
-
+    from vllm_hotfix_guard.process import strict  # as the guard reads HOTFIX_STRICT
     from vllm_hotfix_guard.settings import STRICT_ENV
 
     if with_guard:
         from vllm_hotfix.containers.guard_dist import current
 
         return current()
-    if os.environ.get(STRICT_ENV, "").strip() == "1":
+    if strict():
         from vllm_hotfix_guard.errors import Refused
 
         raise Refused(f"--no-guard with {STRICT_ENV}=1: a stock image would run without the guard, and strict mode "

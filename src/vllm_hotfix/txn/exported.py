@@ -143,11 +143,9 @@ def refuse_missing_guard(guard: dict[str, bytes] | None, source: Path, *, with_g
     or bundle without it is refused (exit 3) unless --no-guard says the image has the guard installed itself,
     and then only without strict mode (a stock image would run no guard, and strict mode would stop nothing);
     --no-guard with one that carries the guard is a usage error (exit 2): the guard it carries is mounted all
-    the same. ``strict``: the command's --strict/--no-strict; None: HOTFIX_STRICT=1 where it runs (compose has
+    the same. ``strict``: the command's --strict/--no-strict; None: HOTFIX_STRICT set where it runs (compose has
     no such option). ``command``: the command as the user typed it (flow/history_line.command_line); the hint
     gives it back with the opt-out, to run as pasted."""
-    import os
-
     from vllm_hotfix_guard.errors import Refused, UsageError
     from vllm_hotfix_guard.settings import STRICT_ENV
 
@@ -158,8 +156,10 @@ def refuse_missing_guard(guard: dict[str, bytes] | None, source: Path, *, with_g
     if guard is not None:
         return
     by_env = strict is None
-    if by_env:
-        strict = os.environ.get(STRICT_ENV, "").strip() == "1"
+    if by_env:  # as the guard reads it (1, true, yes, on)
+        from vllm_hotfix_guard.process import strict as strict_here
+
+        strict = strict_here()
     unset = f"{STRICT_ENV}=0 " if by_env and strict else ""
     again = ("pack it again from an export that has the guard (`hotfix export` without --no-guard, then "
              "`hotfix pack`)") if bundled else "re-run `hotfix export` into it (it writes the guard)"
