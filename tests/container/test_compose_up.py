@@ -71,6 +71,34 @@ spec:
     return deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
 
 
+def compose_probe(tmp_path: Path, run_hotfix, export: Path, image: str, path: str) -> list[str]:
+    """The healthcheck test `hotfix compose` writes for a service whose own healthcheck asks ``path`` on port 8000
+    (a CMD-SHELL, as users write them): the guard's probe and that check in one test (readiness.combined_test),
+    as the engine reads the file (YAML); its argv after CMD."""
+    from ruamel.yaml import YAML
+
+    app = tmp_path / f"compose{path.replace('/', '-')}"
+    app.mkdir()
+    check = f"python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:8000{path}\", timeout=5)'"
+    (app / "compose.yaml").write_text(f"""\
+services:
+  vllm:
+    image: {image}
+    environment:
+      HOTFIX_STRICT: "1"
+    healthcheck:
+      test: ["CMD-SHELL", {json.dumps(check)}]
+      timeout: 10s
+""")
+    done = run_hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", export, "--container-site-packages",
+                      podman.SITE, cwd=app, env=podman.env())
+    assert done.returncode == 0, done.stderr
+    assert "healthcheck: its own test kept, combined with" in done.stdout, done.stdout
+    test = YAML(typ="safe").load((app / "compose.yaml").read_text())["services"]["vllm"]["healthcheck"]["test"]
+    assert test[0] == "CMD" and json.loads(test[6])["exec"]["command"] == ["/bin/sh", "-c", check], test
+    return test[1:]
+
+
 def guard_lines(container: str) -> list[tuple[str, str, str, str]]:
     """(pid, role, fingerprint, the line) of every guard line the container logged."""
     logs = podman.podman("logs", container, check=False)
@@ -107,7 +135,8 @@ def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_pat
     # one project per run: two runs of the suite on one machine (a developer's and CI's) never share a container
     project = f"hf{os.getpid()}{tmp_path.name.replace('_', '').lower()}"[:30]
     container = None
-    probes = {path: k8s_probe(tmp_path, run_hotfix, export, stock_image, path) for path in ("/health", "/nope")}
+    probes = {(kind, path): make(tmp_path, run_hotfix, export, stock_image, path) for path in ("/health", "/nope")
+              for kind, make in (("k8s", k8s_probe), ("compose", compose_probe))}
     try:
         container = _up_until_healthy(compose_engine, project, app, probes)
         _verify_agrees(container, export, vllm_install, run_hotfix)
@@ -125,9 +154,10 @@ def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_pat
 
 
 def _up_until_healthy(engine, project: str, app: Path, probes: dict) -> str:
-    """Up; the healthcheck, `ready` and k8s's combined readinessProbe (``probes``: by the base's httpGet path)
-    fail while the workers have not checked, though the server answers /health; all pass once they have,
-    except the combined probe whose own httpGet gets a 404. The container's name."""
+    """Up; the healthcheck, `ready`, k8s's combined readinessProbe and compose's combined healthcheck test
+    (``probes``: by kind and the server's own check's path) fail while the workers have not checked, though the
+    server answers /health; all pass once they have, except the combined ones whose own check gets a 404. The
+    container's name."""
     engine.compose(project, "up", "-d", cwd=app)
     container = engine.container(project, "vllm")
     config = json.loads(podman.podman("inspect", container, "--format", "{{json .Config.Healthcheck}}").stdout)
@@ -145,8 +175,9 @@ def _up_until_healthy(engine, project: str, app: Path, probes: dict) -> str:
     answers = podman.podman("exec", container, "python3", "-c", "import urllib.request as u; "
                             "print(u.urlopen('http://127.0.0.1:8000/health').status)", check=False)
     assert answers.stdout.strip() == "200", answers.stdout + answers.stderr  # the server's own check passes...
-    combined = podman.podman("exec", container, *probes["/health"], check=False)
-    assert combined.returncode == 1 and "VllmWorker-0" in combined.stdout, combined.stdout  # ...Ready it is not
+    for kind in ("k8s", "compose"):  # ...Ready / healthy it is not, with the server's own check combined
+        combined = podman.podman("exec", container, *probes[(kind, "/health")], check=False)
+        assert combined.returncode == 1 and "VllmWorker-0" in combined.stdout, (kind, combined.stdout)
 
     podman.podman("exec", container, "touch", "/tmp/start-workers")
     podman.wait_for("the guard in both workers", lambda: len(guard_lines(container)) >= 4)
@@ -156,10 +187,14 @@ def _up_until_healthy(engine, project: str, app: Path, probes: dict) -> str:
     assert len({pid for pid, *_ in lines}) == 4 and len({fp for _, _, fp, _ in lines}) == 1, lines
     podman.wait_for("the healthcheck to pass", lambda: health(container)[0] == 0, timeout=120, every=2)
     assert health(container) == (0, "healthy")
-    combined = podman.podman("exec", container, *probes["/health"], check=False)
-    assert combined.returncode == 0, combined.stdout + combined.stderr
-    combined = podman.podman("exec", container, *probes["/nope"], check=False)
+    for kind in ("k8s", "compose"):
+        combined = podman.podman("exec", container, *probes[(kind, "/health")], check=False)
+        assert combined.returncode == 0, (kind, combined.stdout + combined.stderr)
+    combined = podman.podman("exec", container, *probes[("k8s", "/nope")], check=False)
     assert combined.returncode == 1 and ":8000/nope: HTTP 404" in combined.stdout, combined.stdout + combined.stderr
+    combined = podman.podman("exec", container, *probes[("compose", "/nope")], check=False)  # the guard passes, its own not
+    assert combined.returncode == 1 and "HTTP Error 404" in combined.stderr and "VllmWorker" not in combined.stdout, \
+        combined.stdout + combined.stderr
     return container
 
 

@@ -2,9 +2,11 @@
 ``python3 -I -m vllm_hotfix_guard ready`` as the healthcheck. A second pass over the text compose.add_mounts
 wrote (the service exists then, with its own ``environment``), and one before compose.remove_mounts that
 takes exactly these lines out again; whole lines at the positions ruamel's composer reports (yamledit), so
-the rest of the file stays byte for byte. What is already there and not ours (a healthcheck, a tmpfs
-written as one string, an environment shared through an anchor) is never edited: refused, naming
-``--no-readiness``."""
+the rest of the file stays byte for byte. A healthcheck of the service's own is kept: its ``test`` becomes one
+that runs the guard's probe and then it (readiness.combined_test, k8s's combined readinessProbe's program),
+and `--remove` puts its text back. What else is there and not ours (a tmpfs written as one string, an
+environment shared through an anchor, a healthcheck that is turned off or not a block mapping) is never
+edited: refused, naming ``--no-readiness``."""
 
 from __future__ import annotations
 
@@ -85,12 +87,35 @@ def _added(text: str, service: str, source: str, python: str) -> tuple[str, tupl
     if check is None:
         new_keys += healthcheck_lines(indent, mapping, python)
         added.append(f"healthcheck {' '.join(ready.probe_command(python))}")
-    elif not ours(check[1]):
-        raise Refused(f"{source}: services.{service}.healthcheck is already set (line {doc.line_of(check[0])}): "
-                      "not replaced", hint=HINT)
+    elif not ours(check[1]):  # the service's own check is kept: both run in one test (as k8s's readinessProbe)
+        changes.append(_combined(text, doc, check, f"{source}: services.{service}.healthcheck", python))
+        added.append(f"healthcheck: its own test kept, combined with `{' '.join(ready.probe_command(python))}` "
+                     "(healthy only when both pass)")
     if new_keys:
         changes.append(_insert(text, ye.line_end(text, ye.content_end(node)), new_keys, nl))
     return ye.apply(text, changes), tuple(added)
+
+
+def _combined(text: str, doc: Any, check: tuple, where: str, python: str) -> ye.Change:
+    """The healthcheck's ``test`` value replaced by readiness.combined_test (the guard's probe, then the
+    service's own test, within the healthcheck's own timeout), carrying the value's text for `--remove`; the
+    rest of the healthcheck (interval, timeout, retries, start_period) stays the service's."""
+    node = check[1]
+    if not ye.is_mapping(node) or node.flow_style or doc.shared(node):
+        raise Refused(f"{where} (line {doc.line_of(check[0])}) is not the service's own block mapping: not combined",
+                      hint=HINT)
+    values = ye.scalar_value(node)
+    if str(values.get("disable", "")).lower() == "true":
+        raise Refused(f"{where} is turned off (disable: true): not combined", hint=HINT)
+    test = ye.get(node, "test")
+    if test is None or ye.is_null(test[1]) or doc.shared(test[1]):
+        raise Refused(f"{where} has no test of its own (the image's would run): not combined", hint=HINT)
+    timeout = ready.duration_seconds(values.get("timeout", "30s"))
+    if timeout is None:
+        raise Refused(f"{where}.timeout is not a duration such as 30s: not combined", hint=HINT)
+    start, end = test[1].start_mark.index, ye.content_end(test[1])
+    words = ready.combined_test(ye.scalar_value(test[1]), timeout, f"{where}.test", python, keep=text[start:end])
+    return ye.Change(start, end, "[" + ", ".join(ye.plain(w) for w in words) + "]")
 
 
 def _dash(text: str, sequence: Any) -> int:
@@ -127,11 +152,17 @@ def remove_readiness(text: str, service: str, *, source: str) -> tuple[str, tupl
         mine = [(s, e) for s, e, value in _entries(tmpfs[1]) if value == ready.READY_IN_CONTAINER]
         spans += [(tmpfs[0].start_mark.index, ye.content_end(tmpfs[1]))] if len(mine) == len(tmpfs[1].value) else mine
         removed += [f"tmpfs {ready.READY_IN_CONTAINER}"] if mine else []
-    check = ye.get(node, "healthcheck")
+    check, restored = ye.get(node, "healthcheck"), []
     if check is not None and ours(check[1]):
-        spans.append((check[0].start_mark.index, ye.content_end(check[1])))
-        removed.append("healthcheck")
-    changes = [ye.Change(ye.line_start(text, s), ye.line_end(text, e)) for s, e in spans]
+        test = ye.get(check[1], "test") if ye.is_mapping(check[1]) else None
+        kept = ready.kept_test(ye.scalar_value(test[1])) if test is not None else None
+        if kept is not None:  # a combined test: the service's own test, as its file had it, goes back
+            restored.append(ye.Change(test[1].start_mark.index, ye.content_end(test[1]), kept))
+            removed.append("healthcheck: the guard's probe (its own test restored)")
+        else:
+            spans.append((check[0].start_mark.index, ye.content_end(check[1])))
+            removed.append("healthcheck")
+    changes = [ye.Change(ye.line_start(text, s), ye.line_end(text, e)) for s, e in spans] + restored
     edited = ye.apply(text, changes)
     if text and not text.endswith("\n") and edited.endswith("\n"):  # no final newline before: none after
         edited = edited[:-2] if edited.endswith("\r\n") else edited[:-1]

@@ -106,10 +106,10 @@ try:
         status = conn.getresponse().status
         code = 0 if 200 <= status < 400 else 1
         if code:
-            print("the container's own readinessProbe: httpGet %s:%s%s: HTTP %d"
+            print("the container's own check: httpGet %s:%s%s: HTTP %d"
                   % (host, spec["port"], spec.get("path") or "/", status))
 except Exception as exc:
-    print("the container's own readinessProbe (%s): %s: %s" % (kind, type(exc).__name__, exc))
+    print("the container's own check (%s): %s: %s" % (kind, type(exc).__name__, exc))
     code = 1
 sys.exit(1 if code else 0)
 """
@@ -141,6 +141,59 @@ def combined(probe: dict, container: dict, name: str) -> tuple[dict, str]:
              **{k: base[k] for k in TIMING if k in base}, "timeoutSeconds": TIMEOUT + timeout}
     return probe, (f"`{' '.join(own)}`, then the container's own {_describe(kind, check[kind])}, in one exec probe "
                    f"(Ready only when both pass; timeoutSeconds {TIMEOUT}+{timeout})")
+
+
+def combined_test(test: object, timeout: int, where: str, python: str = IMAGE_PYTHON, *, keep: str = "") -> list[str]:
+    """A compose healthcheck ``test`` that runs the guard's probe, then the service's own ``test`` as the engine
+    runs it (``[CMD, ARG...]``: that argv; ``[CMD-SHELL, CMD]`` or a string: ``/bin/sh -c CMD``), at most
+    ``timeout`` seconds: healthy only when both pass. The same PROGRAM as k8s's combined probe (an exec check);
+    ``keep``: the service's own ``test`` as its file wrote it, carried in the check so that `--remove` puts it back."""
+    if isinstance(test, str):
+        argv = ["/bin/sh", "-c", test]
+    elif (isinstance(test, list) and len(test) >= 2 and all(isinstance(a, str) for a in test)
+          and test[0] in ("CMD", "CMD-SHELL")):
+        argv = test[1:] if test[0] == "CMD" else ["/bin/sh", "-c", test[1]]
+        if test[0] == "CMD-SHELL" and len(test) != 2:
+            raise Refused(f"{where}: CMD-SHELL takes one command string; not combined", hint=COMPOSE_HINT)
+    else:
+        what = "is NONE (the image's check is turned off)" if test in (["NONE"], "NONE") else \
+            "is not a string, [CMD, ARG...] or [CMD-SHELL, COMMAND]"
+        raise Refused(f"{where} {what}: not combined", hint=COMPOSE_HINT)
+    own = probe_command(python)
+    check = {"exec": {"command": argv}, **({"compose_test": keep} if keep else {})}
+    # "exec" first: PROGRAM runs the check's first entry
+    return ["CMD", own[0], "-I", "-c", PROGRAM, json.dumps(own), json.dumps(check), str(timeout)]
+
+
+def kept_test(test: object) -> Optional[str]:
+    """The service's own ``test`` text that ``combined_test`` carries (None: not a combined test)."""
+    if not isinstance(test, list) or len(test) != 8 or test[0] != "CMD" or test[4] != PROGRAM:
+        return None
+    try:
+        check = json.loads(test[6])
+    except (TypeError, ValueError, RecursionError):
+        return None
+    kept = check.get("compose_test") if isinstance(check, dict) else None
+    return kept if isinstance(kept, str) and kept else None
+
+
+COMPOSE_HINT = "pass --no-readiness and keep it (docs/readiness.md says what to add by hand)"
+
+
+def duration_seconds(text: object) -> Optional[int]:
+    """A compose duration (``30s``, ``1m30s``, ``1.5s``, ``500ms``; a bare number is seconds) in whole seconds,
+    rounded up (at least 1); None when it is not one."""
+    import math
+    import re
+
+    value = str(text).strip() if isinstance(text, (str, int)) and not isinstance(text, bool) else ""
+    if re.fullmatch(r"\d+", value):
+        return max(1, int(value))
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s)", value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        return None
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    return max(1, math.ceil(sum(float(n) * scale[u] for n, u in parts)))
 
 
 def is_combined(probe: dict) -> bool:
