@@ -1,7 +1,10 @@
 """What the guard adds to a vLLM process start, under the real vLLM 0.30.0 loader (torch and all, the
 cached ~9 GB venv of tests/realdata.py: built on first use, minutes).
 
-    python benchmarks/guard.py [--rounds 9] [--vs main] [--part all|code|record|ready]
+    python benchmarks/guard.py [--rounds 9] [--vs main] [--part all|code|record|ready|phases]
+
+``--part phases`` (benchmarks/guard_phases.py): where the k8s --trust arm's time goes -- the import system's search,
+reading and unmarshalling bytecode, module bodies, the check itself -- and the bytecode the hot path loads but never runs.
 
 ``--part ready`` (issue 43; benchmarks/guard_ready.py): the guard as compose and k8s deploy it (HOTFIX_LOCK +
 HOTFIX_READY_DIR; with k8s --trust also HOTFIX_TRUST, HOTFIX_STRICT and HOTFIX_EXPECT_FINGERPRINT), side by side
@@ -287,11 +290,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--vs", default="main", help="git ref of the vllm-hotfix to compare with (default main)")
-    parser.add_argument("--part", choices=("all", "code", "record", "ready"), default="all",
+    parser.add_argument("--part", choices=("all", "code", "record", "ready", "phases"), default="all",
                         help="code: the three guards of the code check only; record: HOTFIX_REQUIRE and .pyc only; "
-                             "ready: a lock and readiness on, against no guard")
+                             "ready: a lock and readiness on, against no guard; phases: where ready's k8s time goes")
     args = parser.parse_args()
     modules = None
+    if args.part == "phases":
+        from guard_phases import phases_part
+
+        with tempfile.TemporaryDirectory(prefix="guard-bench-") as scratch:
+            phases_part(Path(scratch), args.rounds)
+        return 0
     if args.part == "ready":
         from guard_ready import ready_part
 
