@@ -88,6 +88,8 @@ def expires_at(text: str, now: float | None = None) -> str:
 
 def _guard(with_guard: bool):
     """The guard's distribution to write beside the files (None: --no-guard, refused in strict mode)."""
+    import os
+
     from vllm_hotfix_guard.process import strict  # as the guard reads HOTFIX_STRICT
     from vllm_hotfix_guard.settings import STRICT_ENV
 
@@ -98,6 +100,7 @@ def _guard(with_guard: bool):
     if strict():
         from vllm_hotfix_guard.errors import Refused
 
-        raise Refused(f"--no-guard with {STRICT_ENV}=1: a stock image would run without the guard, and strict mode "
-                      "would stop nothing", hint=f"drop --no-guard (the guard goes into EXPORT/guard) or unset {STRICT_ENV}")
+        value = os.environ[STRICT_ENV].strip()  # one of process.STRICT_VALUES, in any case
+        raise Refused(f"--no-guard with {STRICT_ENV}={value}: a stock image would run without the guard, and strict "
+                      "mode would stop nothing", hint=f"drop --no-guard (the guard goes into EXPORT/guard) or unset {STRICT_ENV}")
     return None
