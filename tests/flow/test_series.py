@@ -9,6 +9,8 @@ the same change under another id, a change of the same line, one ordered on top,
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -111,7 +113,7 @@ def test_the_same_change_under_another_id_is_not_recorded_and_cannot_revert_it(t
     assert statuses(hotfix) == [(MAMBA_ID, "applied")]
 
 
-def test_hunks_that_meet_are_refused_naming_both_unless_ordered(target):
+def test_hunks_that_meet_are_refused_naming_both_unless_ordered(target, run_hotfix):
     venv, hotfix = target
     sp = venv.site_packages
     hotfix("apply", MAMBA_ID)
@@ -125,7 +127,10 @@ def test_hunks_that_meet_are_refused_naming_both_unless_ordered(target):
     done = hotfix("rollback", MAMBA_ID, code=3)  # the one on top was written against its lines
     assert "divisor-on-top" in done.stderr
     assert statuses(hotfix) == [(MAMBA_ID, "applied"), ("divisor-on-top", "applied")]
-    hotfix("rollback", "divisor-on-top")
+    first = re.findall(r"`([^`]+)`", done.stderr.split("hint:", 1)[1])  # the rollback to run first, as pasted
+    assert first == [f"hotfix rollback divisor-on-top --python {venv.python}"], done.stderr
+    pasted = run_hotfix(*shlex.split(first[0])[1:])
+    assert pasted.returncode == 0, pasted.stderr
     hotfix("rollback", MAMBA_ID)
 
 

@@ -22,6 +22,7 @@ from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan
 from vllm_hotfix_guard.errors import InvalidInput, Refused
 from vllm_hotfix.flow import transaction
 from vllm_hotfix.flow.history_line import Event
+from vllm_hotfix.flow.resolve import target_option
 from vllm_hotfix.flow.series import Series, distrust, rebased_records
 from vllm_hotfix_guard.txn.judgement import release_of
 from vllm_hotfix.install.tree import Tree
@@ -64,7 +65,7 @@ def rollback_change(state: TargetState, tree: Tree, hotfix_id: str, root: Path, 
                                   event=Event(outcome="forgotten", hotfix=hotfix_id, version=recorded.version,
                                               detail=changed))
     series = Series(state, tree)
-    rebases = series.without(hotfix_id)
+    rebases = series.without(hotfix_id, target_option(target) if target is not None else "")
     edits = []
     for rebase in rebases:
         found = rebase.current

@@ -126,10 +126,12 @@ class Series(Derivation):
             hits += [h for h in tracker.step(owner, spans_of(fp.hunks, placements)) if h not in hits]
         return [h for h in hits if h not in ordered]
 
-    def without(self, hotfix_id: str) -> list[Rebase]:
+    def without(self, hotfix_id: str, option: str = "") -> list[Rebase]:
         """Take ``hotfix_id`` out of every file it touches: its hunks reversed on the file as it is now,
         which must equal the series without it replayed from the bytes before it (each upper hotfix's
-        recorded patch applied again). Refused naming the hotfix above when either does not work."""
+        recorded patch applied again). Refused naming the hotfix above when either does not work, with the
+        rollback to run first (``option``: how it names the target, resolve.target_option, so it runs as pasted)."""
+        option = f" {option}" if option else ""
         out = []
         for path, chain in self.chains.items():
             index = next((i for i, s in enumerate(chain) if s[0] == hotfix_id), None)
@@ -144,7 +146,7 @@ class Series(Derivation):
                     after, _ = apply_part(self.part(upper_id, path), path, replay[-1], mode)
                 except DoesNotApply:
                     raise Refused(f"{hotfix_id}: {upper_id} is applied on top of it in {path} and does not apply "
-                                  f"without it", hint=f"roll back {upper_id} first (`hotfix rollback {upper_id}`), "
+                                  f"without it", hint=f"roll back {upper_id} first (`hotfix rollback {upper_id}{option}`), "
                                                       f"then {hotfix_id}") from None
                 rest.append((upper_id, sha256(replay[-1]), sha256(after)))
                 replay.append(after)
@@ -161,7 +163,7 @@ class Series(Derivation):
             self.in_place = True
             if reversed_here != replay[at - index - 1]:
                 raise Refused(f"{hotfix_id}: its hunks in {path} do not reverse cleanly under {', '.join(uppers)}",
-                              hint=f"roll back {uppers[-1]} first (`hotfix rollback {uppers[-1]}`), then {hotfix_id}")
+                              hint=f"roll back {uppers[-1]} first (`hotfix rollback {uppers[-1]}{option}`), then {hotfix_id}")
             out.append(Rebase(path, found, reversed_here, tuple(rest)))
         return out
 
