@@ -121,4 +121,8 @@ def test_rollback_is_idempotent(vllm_install, run_hotfix):
     (venv.site_packages / PATH).write_bytes(patched)  # patched by hand: nothing recorded to roll back from
     by_hand = run_hotfix("rollback", HOTFIX, "--python", venv.python)
     assert by_hand.returncode == 3 and "not recorded as applied" in one_error(by_hand), by_hand.stderr
+    assert f"hotfix apply {HOTFIX} --python {venv.python}" in by_hand.stderr  # status's own advice, runnable
     assert (venv.site_packages / PATH).read_bytes() == patched
+    unknown = run_hotfix("rollback", "no-such-fix", "--python", venv.python)  # neither recorded nor in the catalog
+    assert unknown.returncode == 3 and "hint: `hotfix status --all` shows what is applied where" in unknown.stderr
+    assert run_hotfix("status", "--all").returncode in (0, 1)  # the hint, as pasted, runs

@@ -103,7 +103,7 @@ def _nothing_to_roll_back(survey, hotfix_id: str, not_recorded: Refused, dry_run
     if found.state != "not-applied":
         raise Refused(f"{hotfix_id}: not recorded as applied to {found.target}, and its files are {found.state}"
                       + (f" ({found.detail})" if found.detail else ""),
-                      hint=found.advice or "`hotfix status` shows what is applied where")
+                      hint=found.advice or "`hotfix status --all` shows what is applied where")
     if as_json:
         emit_json({"id": hotfix_id, "version": None, "target": found.target, "dry_run": dry_run, "method": "none",
                    "files": [], "nothing_to_do": True})

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterable
 from vllm_hotfix_guard.errors import HotfixError, Refused
 from vllm_hotfix.flow.hotfix import sha256
 from vllm_hotfix.flow.series import Series, steps_by_path
-from vllm_hotfix.flow.resolve import Resolver
+from vllm_hotfix.flow.resolve import Resolver, target_option
 from vllm_hotfix.install.locate import Target
 from vllm_hotfix.install.tree import Tree
 from vllm_hotfix_guard.output import note, quote_path
@@ -34,7 +34,7 @@ def prove_baseline(proposal: Proposal, spec: TargetSpec | None, state: TargetSta
         found = tree.read(path)
         if sha256(found.data if found else None) != recorded.after_sha256:
             raise Refused(f"{path}: changed since {proposal.hotfix.id}@{proposal.superseded.version} was applied",
-                          hint="see `hotfix status`; restore the file before upgrading")
+                          hint=f"see `hotfix status {target_option(target)}`; restore the file before upgrading")
     in_series = proposal.in_series if state is not None else frozenset()
     recorded = steps_by_path(state) if state is not None else {}  # the series' own changes are no dirt
     prove_files_pristine(target, spec, [p for p in proposal.baseline if p not in old_paths and p not in in_series],
@@ -57,7 +57,8 @@ def prove_bytes_pristine(target: Target, spec: TargetSpec | None, pristine: dict
         if differences:
             d = differences[0]
             raise Refused(f"baseline not pristine: {d.path}: the series on it started from other bytes than "
-                          f"RECORD's ({d.kind})", hint="see `hotfix status`; reinstall the package and apply the series again")
+                          f"RECORD's ({d.kind})", hint=f"see `hotfix status {target_option(target)}`; reinstall the package and "
+                                           "apply the series again")
     elif target.git is not None:
         from vllm_hotfix.install import git as gitmod
 
@@ -68,7 +69,8 @@ def prove_bytes_pristine(target: Target, spec: TargetSpec | None, pristine: dict
             wanted = None if data is None else gitmod.blob_id(data)
             if at_head.get(rel[path]) != wanted:
                 raise Refused(f"baseline not pristine: {path}: the series on it started from other bytes than HEAD's",
-                              hint="see `hotfix status`; restore the checkout and apply the series again")
+                              hint=f"see `hotfix status {target_option(target)}`; restore the checkout and apply the "
+                                   "series again")
     else:
         _unproven(target)
 

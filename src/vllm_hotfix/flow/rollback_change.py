@@ -54,7 +54,7 @@ def rollback_change(state: TargetState, tree: Tree, hotfix_id: str, root: Path, 
     if hotfix_id not in state.hotfixes:
         known = ", ".join(state.hotfixes) or "none"
         raise Refused(f"{hotfix_id}: not recorded as applied to {root} (recorded: {known})",
-                      hint="`hotfix status` shows what is applied where")
+                      hint="`hotfix status --all` shows what is applied where")
     recorded = state.hotfixes[hotfix_id]
     changed = release_of(state, target)[2] if target is not None else None
     if changed is not None:  # its backups are another release's files: never written back, the record goes

@@ -100,7 +100,7 @@ class Survey:
             where = f"--root {self.root}" if self.root is not None else (
                 f"--python {self.python}" if self.python else "this interpreter")
             raise Refused(f"{hotfix_id}: not recorded as applied for {where}",
-                          hint="`hotfix status` shows what is applied where")
+                          hint="`hotfix status --all` shows what is applied where")
         if len(holding) > 1:
             raise UsageError(f"{hotfix_id}: recorded for several targets: "
                              + ", ".join(str(t.root) for t, _ in holding), hint="pass --root DIR")
