@@ -225,3 +225,21 @@ def test_edge_cases_round_trip_byte_for_byte(text, tmp_path):
     path.write_text(added)
     if "image: x\n" in added.split("other:")[0]:  # the null service has no image: an override fragment
         validate(path)
+
+
+def test_mounts_into_the_host_s_site_packages_warn_with_the_question_to_ask_the_service(project, run_hotfix):
+    """An export from a host venv: the mounts go in, with one warning naming the service to ask (`docker compose
+    exec vllm ...`, as pasted); --container-site-packages silences it."""
+    import json
+
+    lock = project / "hotfix-export" / "hotfix.lock"
+    lock.write_text(json.dumps({**json.loads(lock.read_text()), "site_packages": "/tmp/build/venv/lib/python3.12/site-packages"}))
+    (project / "compose.yaml").write_text(PLAIN)
+    done = _compose(run_hotfix, project)
+    assert done.returncode == 0, done.stderr
+    ask = """docker compose exec vllm python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))'"""
+    assert "WARNING: the mounts go to /tmp/build/venv/lib/python3.12/site-packages" in done.stderr
+    assert f"`{ask}` prints" in done.stderr, done.stderr
+    (project / "compose.yaml").write_text(PLAIN)
+    quiet = _compose(run_hotfix, project, "--container-site-packages", "/usr/lib/python3/dist-packages")
+    assert quiet.returncode == 0 and "WARNING" not in quiet.stderr, quiet.stderr

@@ -355,3 +355,22 @@ def test_the_render_check_wants_the_fingerprint_from_the_pod_s_annotation():
                   {"name": "HOTFIX_EXPECT_FINGERPRINT", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, None):
         (problem,) = env_problems({"env": [lock] + ([wrong] if wrong else [])}, overlay, "c")
         assert problem == "c: HOTFIX_EXPECT_FINGERPRINT is not set from the pod's " + EXPECT["valueFrom"]["fieldRef"]["fieldPath"]
+
+
+def test_mounts_into_the_host_s_site_packages_warn_with_the_question_to_ask_the_container(tmp_path, run_hotfix):
+    """A lock exported from a host venv (its site-packages under /home or /tmp): the overlay is written, with
+    compose's warning naming the workload's own container to ask; --container-site-packages silences it."""
+    export = make_export(tmp_path / "export")
+    lock = json.loads((export / "hotfix.lock").read_text())
+    lock["site_packages"] = "/home/me/.venv/lib/python3.11/site-packages"
+    (export / "hotfix.lock").write_text(json.dumps(lock))
+    (tmp_path / "rendered.yaml").write_text(DEPLOYMENT)
+    args = ("k8s", "--export-dir", export, "--base", tmp_path / "rendered.yaml", "--workload", "deployment/vllm",
+            "--container", "vllm")
+    done = run_hotfix(*args, "--to", tmp_path / "one")
+    assert done.returncode == 0, done.stderr
+    ask = """kubectl exec deployment/vllm -c vllm -- python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))'"""
+    assert ("WARNING: the mounts go to /home/me/.venv/lib/python3.11/site-packages, the site-packages `hotfix export` "
+            "recorded, but it is under a home or temporary directory" in done.stderr and f"`{ask}` prints" in done.stderr)
+    quiet = run_hotfix(*args, "--to", tmp_path / "two", "--container-site-packages", SITE)
+    assert quiet.returncode == 0 and "WARNING" not in quiet.stderr, quiet.stderr

@@ -51,12 +51,9 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
             if why:
                 note(f"WARNING: readiness not added: {why}; {compose_ready.HINT}")
     if container_site_packages is None and edit.added:
-        why = composefiles.foreign_site_packages(lock.site_packages)
-        if why:
-            note(f"WARNING: the mounts go to {lock.site_packages}, the site-packages `hotfix export` recorded, but {why}: "
-                 "inside the container it is usually elsewhere (e.g. /usr/local/lib/python3.12/site-packages); pass "
-                 "--container-site-packages PATH (docker compose exec SERVICE python -c "
-                 "'import sysconfig; print(sysconfig.get_path(\"purelib\"))')")
+        warning = composefiles.site_packages_warning(lock.site_packages, ["docker", "compose", "exec", service])
+        if warning:
+            note(warning)
     delete = bool(override_file and remove and edit.removed
                   and compose_edit.service_is_empty(edit.text, service, source=source))
     new_text = "" if delete else edit.text

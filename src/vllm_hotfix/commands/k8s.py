@@ -73,6 +73,8 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
                         max_configmaps=max_configmaps, image=image, guard=guard, readiness=readiness,
                         signatures=signatures, trust_configmap=trust_configmap)
     files = {**overlay.files, **copies}
+    if container_site_packages is None:  # compose's warning: the mounts go where the host's install was
+        _warn_site_packages(lock.site_packages, target, containers)
     staged = _stage(out_dir, files)
     try:
         if renderer is not None:
@@ -284,3 +286,15 @@ def _read(path: Path) -> str:
         raise UsageError(f"{path}: not found", hint="--base: the workload's manifest file or kustomization directory") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{path}: cannot read: {exc}") from None
+
+
+def _warn_site_packages(site: str, target, containers) -> None:
+    """composefiles.site_packages_warning, asking the workload's own container (a LeaderWorkerSet's leaders are
+    the StatefulSet of its name)."""
+    from vllm_hotfix.containers.composefiles import site_packages_warning
+
+    kind = target.kind.lower() if target.kind in ("Deployment", "StatefulSet", "DaemonSet", "Job") else "statefulset"
+    warning = site_packages_warning(site, ["kubectl", "exec", f"{kind}/{target.name}",
+                                           *(["-c", containers[0]] if containers else []), "--"])
+    if warning:
+        note(warning)

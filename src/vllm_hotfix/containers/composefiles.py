@@ -59,6 +59,24 @@ def foreign_site_packages(site: str) -> Optional[str]:
     return None
 
 
+def site_packages_warning(site: str, asked_with: list[str]) -> Optional[str]:
+    """The warning `compose` and `k8s` give when their mounts go to the site-packages `hotfix export` recorded
+    on a host (``foreign_site_packages``) and no --container-site-packages was given: None when ``site`` may be
+    the container's. ``asked_with``: the command that runs a Python in the container (its argv before
+    ``python3``), so that the printed question runs as pasted."""
+    import shlex
+
+    from vllm_hotfix_guard.output import quote_path
+
+    why = foreign_site_packages(site)
+    if why is None:
+        return None
+    ask = shlex.join([*asked_with, "python3", "-c", 'import sysconfig; print(sysconfig.get_path("purelib"))'])
+    return (f"WARNING: the mounts go to {quote_path(site)}, the site-packages `hotfix export` recorded, but {why}: "
+            "inside the container it is usually elsewhere (e.g. /usr/local/lib/python3.12/site-packages); pass "
+            f"--container-site-packages PATH, the path `{ask}` prints")
+
+
 def defines_service(text: str, service: str) -> bool:
     try:
         root = ye.compose(text, "compose file").root
