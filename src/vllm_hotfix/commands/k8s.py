@@ -41,11 +41,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
         strict: bool = True, max_configmaps: int = k8s_overlay.MAX_CONFIGMAPS, readiness: bool = True, bundle: Optional[str] = None,
         bundle_dir: Optional[Path] = None, admission_options=(), dry_run: bool = False, as_json: bool = False,
         trust_configmap: Optional[str] = None, with_guard: bool = True) -> int:
-    if admission_options:
-        raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
-                         hint="add --admission to write the admission policy instead")
-    if base is None:
-        raise UsageError("--base is required: the workload's manifest file or kustomization directory")
+    _check_options(admission_options, base)
     target = k8s_overlay.parse_workload(workload, kind, name)
     image, guard, signatures = None, None, []
     if bundle is not None or bundle_dir is not None:  # an image volume (commands/k8s_bundle.py)
@@ -73,8 +69,7 @@ def run(*, export_dir: Path, out_dir: Path, base: Optional[Path], workload: Opti
                         max_configmaps=max_configmaps, image=image, guard=guard, readiness=readiness,
                         signatures=signatures, trust_configmap=trust_configmap)
     files = {**overlay.files, **copies}
-    if container_site_packages is None:  # compose's warning: the mounts go where the host's install was
-        _warn_site_packages(lock.site_packages, target, containers)
+    _warn_site_packages(lock.site_packages if container_site_packages is None else None, target, containers)
     staged = _stage(out_dir, files)
     try:
         if renderer is not None:
@@ -288,11 +283,22 @@ def _read(path: Path) -> str:
         raise InvalidInput(f"{path}: cannot read: {exc}") from None
 
 
-def _warn_site_packages(site: str, target, containers) -> None:
-    """composefiles.site_packages_warning, asking the workload's own container (a LeaderWorkerSet's leaders are
+def _check_options(admission_options, base: Optional[Path]) -> None:
+    if admission_options:
+        raise UsageError(f"{', '.join(admission_options)}: an option of --admission, not of the overlay",
+                         hint="add --admission to write the admission policy instead")
+    if base is None:
+        raise UsageError("--base is required: the workload's manifest file or kustomization directory")
+
+
+def _warn_site_packages(site: Optional[str], target, containers) -> None:
+    """composefiles.site_packages_warning for the mounts' site-packages when it is the lock's (``site`` None: a
+    --container-site-packages was given), asking the workload's own container (a LeaderWorkerSet's leaders are
     the StatefulSet of its name)."""
     from vllm_hotfix.containers.composefiles import site_packages_warning
 
+    if site is None:
+        return
     kind = target.kind.lower() if target.kind in ("Deployment", "StatefulSet", "DaemonSet", "Job") else "statefulset"
     warning = site_packages_warning(site, ["kubectl", "exec", f"{kind}/{target.name}",
                                            *(["-c", containers[0]] if containers else []), "--"])
