@@ -15,6 +15,8 @@ from vllm_hotfix_guard.txn.lock_check import Installed, check_lock, fingerprint
 from vllm_hotfix_guard.core.fingerprint import NONE
 from vllm_hotfix_guard.errors import InvalidInput
 
+from fixtures.codenames import locked_code
+
 PKG = "fphotfixpkg"
 FILES = {f"{PKG}/__init__.py": b"", f"{PKG}/layer.py": b"x = 1  # patched\n", f"{PKG}/util.py": b"y = 2  # patched\n"}
 
@@ -36,7 +38,8 @@ def make_install(root: Path) -> Path:
 
 
 def write_lock(path: Path) -> Path:
-    files = tuple(LockedFile(rel, sha(data), None, rel) for rel, data in FILES.items() if data)
+    files = tuple(LockedFile(rel, sha(data), None, rel, locked_code(rel, b"", data) if rel.endswith(".py") else None)
+                  for rel, data in FILES.items() if data)
     lock = Lock("/opt/venv/lib/site-packages", (LockedHotfix("fp-fix", 1, PKG, PKG, "1.0", None, files),))
     path.write_bytes(dump_lock(lock))
     return path

@@ -176,13 +176,16 @@ def test_verify_lock_reports_a_vllm_plugins_that_turns_the_guard_off(run_hotfix,
     import click
     from importlib.metadata import version
 
+    from fixtures.codenames import code_of
+
     core = os.path.join(os.path.dirname(click.__file__), "core.py")
     sha = hashlib.sha256(open(core, "rb").read()).hexdigest()
     lock = tmp_path / "hotfix.lock"
     lock.write_text(json.dumps({"schema": 1, "site_packages": "/x", "hotfixes": [
         {"id": "a", "version": 1, "distribution": "click", "package": "click", "baseline_version": version("click"),
          "fixed_in": None, "files": [{"path": "click/core.py", "sha256": sha, "baseline_sha256": None,
-                                      "export": "a/click/core.py"}]}]}))
+                                      "export": "a/click/core.py",
+                                      "code": code_of("click/core.py", b"", open(core, "rb").read())}]}]}))
     result = run_hotfix("verify", env={"HOTFIX_LOCK": str(lock)})
     assert result.returncode == 0, result.stdout + result.stderr  # the files are in effect, the guard loads
     result = run_hotfix("verify", env={"HOTFIX_LOCK": str(lock), "VLLM_PLUGINS": "lora"})

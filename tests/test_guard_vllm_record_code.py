@@ -89,3 +89,35 @@ def test_a_record_from_before_the_names_is_unknown_and_the_printed_command_recor
     again, reports = run_loader(full, HOTFIX_LOCK="", HOTFIX_REQUIRE=HOTFIX, HOTFIX_STRICT="1")
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"{HOTFIX} [require] in effect" in again.stdout + again.stderr
+
+
+def test_a_lock_from_before_the_names_is_unknown_not_in_effect_and_its_remedy_re_exports_them(full, tmp_path):
+    """The lock's analogue: a lock without code names said "in effect" while a plugin rebound the fixed
+    method (the code check had nothing to check). Now unknown in the guard's lock mode, strict stops, and the
+    export command the guard prints, run as pasted, writes a lock whose names the guard checks: SHADOWED."""
+    doc = json.loads(full["lock"].read_text())
+    doc["hotfixes"] = [h for h in doc["hotfixes"] if h["id"] == HOTFIX]
+    for f in doc["hotfixes"][0]["files"]:  # the file holds the catalog's fix (record_setup applied it)
+        f.pop("code")
+        f["sha256"] = hashlib.sha256((full["patched"] / f["path"]).read_bytes()).hexdigest()
+    old = tmp_path / "hotfix.lock"
+    old.write_text(json.dumps(doc))
+    proc, reports = run_loader(full, after=["hotfix_test_class"], HOTFIX_LOCK=str(old), HOTFIX_STRICT="1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and any(r.get("error") == "HotfixNotInEffect" for r in reports), out
+    found = [line for line in out.splitlines() if f"{HOTFIX} [lock] NOT IN EFFECT: unknown: its lock keeps no code "
+                                                    f"names for {MAMBA} (written by an older vllm-hotfix or by hand)" in line]
+    assert found, out
+    line = found[0]
+    assert not code_lines(proc.stdout), proc.stdout  # nothing to check the live objects against
+    command = line.split("re-export it (`", 1)[1].split("`", 1)[0]
+    argv = shlex.split(command)
+    assert argv[:5] == ["hotfix", "export", HOTFIX, "--to", "hotfix-export"] and "--python" in argv, command
+    done = run(full, [sys.executable, "-m", "vllm_hotfix", *argv[1:]], pythonpath=[full["patched"]])
+    assert done.returncode == 0, done.stdout + done.stderr
+    new = full["work"] / "hotfix-export" / "hotfix.lock"
+    (locked,) = json.loads(new.read_text())["hotfixes"][0]["files"]
+    assert METHOD in {n["name"] for n in locked["code"]["names"]}, locked
+    again, reports = run_loader(full, after=["hotfix_test_class"], HOTFIX_LOCK=str(new), HOTFIX_STRICT="1")
+    assert again.returncode != 0 and any(r.get("error") == "HotfixNotInEffect" for r in reports), again.stdout
+    assert any(f"{METHOD} SHADOWED by hotfix_test_class.add_request" in line for line in code_lines(again.stdout)), again.stdout

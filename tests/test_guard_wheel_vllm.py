@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import realdata
+from fixtures.codenames import code_of
 from fixtures.vllmfull import HOTFIX, MAMBA, NEW, OLD, sha256
 
 from vllm_hotfix.containers import guard_dist
@@ -103,7 +104,8 @@ def image(tmp_path_factory):
         "schema": 1, "generator": "test", "site_packages": str(farm), "version": 3,
         "hotfixes": [{"id": HOTFIX, "version": 1, "distribution": "vllm", "package": "vllm", "baseline_version": "0.30.0",
                       "fixed_in": None, "files": [{"path": MAMBA, "sha256": sha256(patched),
-                                                   "baseline_sha256": sha256(pristine), "export": f"{HOTFIX}/{MAMBA}"}]}]}))
+                                                   "baseline_sha256": sha256(pristine), "export": f"{HOTFIX}/{MAMBA}",
+                                                   "code": code_of(MAMBA, pristine, patched, full.python)}]}]}))
     unsigned = work / "unsigned" / "hotfix.lock"
     unsigned.parent.mkdir()
     shutil.copyfile(lock, unsigned)

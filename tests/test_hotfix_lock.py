@@ -14,6 +14,8 @@ from vllm_hotfix_guard.errors import InvalidInput
 from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedFile, LockedHotfix
 from vllm_hotfix_guard.txn.lock_check import Installed
 
+from fixtures.codenames import locked_code
+
 PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 PRISTINE = b"x = a // self.cache_config.block_size\n"
 PATCHED = b"x = a // self._mamba_block_size\n"
@@ -23,8 +25,11 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def make_lock(fixed_in: str | None = "0.32.0") -> Lock:
-    locked = LockedFile(PATH, sha(PATCHED), sha(PRISTINE), f"mamba-align-block-size/{PATH}")
+def make_lock(fixed_in: str | None = "0.32.0", *, named: bool = True) -> Lock:
+    """The lock `hotfix export` writes (its code names: module-level lines only, none); ``named=False``: one
+    written before code names were locked."""
+    code = locked_code(PATH, PRISTINE, PATCHED) if named else None
+    locked = LockedFile(PATH, sha(PATCHED), sha(PRISTINE), f"mamba-align-block-size/{PATH}", code)
     hotfix = LockedHotfix("mamba-align-block-size", 1, "vllm", "vllm", "0.30.0", fixed_in, (locked,))
     return Lock(site_packages="/usr/local/lib/python3.12/site-packages", hotfixes=(hotfix,), generator="test")
 
@@ -175,7 +180,7 @@ CODE = {"interpreter": "cpython-311", "names": [
 
 
 def lock_doc(code) -> dict:
-    doc = json.loads(hotfix_lock.dump_lock(make_lock()))
+    doc = json.loads(hotfix_lock.dump_lock(make_lock(named=False)))
     doc["hotfixes"][0]["files"][0]["code"] = code
     return doc
 
@@ -188,7 +193,7 @@ def test_code_names_round_trip_and_a_lock_without_them_loads_as_before(tmp_path)
         ("MambaHybridModelState.add_request", "method", "a" * 64), ("MambaHybridModelState", "class", None)]
     assert hotfix_lock.parse_lock(hotfix_lock.dump_lock(loaded)) == loaded
     assert json.loads(hotfix_lock.dump_lock(loaded))["hotfixes"][0]["files"][0]["code"] == CODE
-    old = hotfix_lock.parse_lock(hotfix_lock.dump_lock(make_lock()))
+    old = hotfix_lock.parse_lock(hotfix_lock.dump_lock(make_lock(named=False)))
     assert old.hotfixes[0].files[0].code is None
     assert "code" not in json.loads(hotfix_lock.dump_lock(old))["hotfixes"][0]["files"][0]  # additive: old locks unchanged
 
@@ -231,8 +236,9 @@ def test_the_expected_fingerprint_is_what_a_check_in_effect_gives(tmp_path):
     where the lower hotfix's file holds the upper one's bytes -- and differs once a byte differs."""
     top = PATCHED + b"# and the second fix\n"
     second = LockedHotfix("second-fix", 2, "vllm", "vllm", "0.30.0", None,
-                          (LockedFile(PATH, sha(top), sha(PATCHED), f"second-fix/{PATH}"),
-                           LockedFile("vllm/other.py", sha(b"new\n"), None, "second-fix/vllm/other.py")))
+                          (LockedFile(PATH, sha(top), sha(PATCHED), f"second-fix/{PATH}", locked_code(PATH, PATCHED, top)),
+                           LockedFile("vllm/other.py", sha(b"new\n"), None, "second-fix/vllm/other.py",
+                                      locked_code("vllm/other.py", b"", b"new\n"))))
     lock = hotfix_lock.parse_lock(hotfix_lock.dump_lock(Lock(make_lock().site_packages, (*make_lock().hotfixes, second))))
     installed = install(tmp_path, top)
     (installed.package_dir / "other.py").write_bytes(b"new\n")

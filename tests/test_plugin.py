@@ -162,13 +162,20 @@ def write_state(site_packages: Path, files_by_id: dict[str, list[dict]]) -> Path
     return directory / "state.json"
 
 
-def write_lock(path: Path, site_packages: Path, files_by_id: dict[str, list[dict]]) -> Path:
+def write_lock(path: Path, site_packages: Path, files_by_id: dict[str, list[dict]], *, python=None) -> Path:
+    """The lock `hotfix export` writes, with the code names of each file computed in ``python`` (the venv's
+    interpreter); without ``python``, none: a lock written before they were locked."""
+    from fixtures.codenames import code_of
+
+    def code(f: dict) -> dict:
+        return {"code": code_of(f["path"], *f["_bytes"], python=python)} if python else {}
+
     lock = {
         "schema": 1, "generator": "vllm-hotfix 0.1.0", "site_packages": str(site_packages),
         "hotfixes": [{"id": hid, "version": 1, "distribution": "vllm", "package": "vllm", "baseline_version": "0.30.0",
                       "fixed_in": None,
                       "files": [{"path": f["path"], "sha256": f["after_sha256"], "baseline_sha256": f["before_sha256"],
-                                 "export": f"{hid}/{f['path']}"} for f in files]}
+                                 "export": f"{hid}/{f['path']}", **code(f)} for f in files]}
                      for hid, files in files_by_id.items()],
     }
     path.write_text(json.dumps(lock))
@@ -301,10 +308,20 @@ def test_pythonpath_shadowing_the_patched_install_is_caught(recorded, overlay):
 
 def test_lock_file_in_effect_and_shadowed(guarded, overlay, tmp_path):
     lock = write_lock(tmp_path / "hotfix.lock", guarded["venv"].site_packages,
-                      {hid: guarded["files"][hid] for hid in HOTFIXES})
+                      {hid: guarded["files"][hid] for hid in HOTFIXES}, python=guarded["venv"].python)
     proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(lock), HOTFIX_STRICT="1")
     assert proc.returncode == 0, proc.stderr
     assert guard_lines(proc)[0].endswith("; ".join(f"{hid} [lock] in effect" for hid in HOTFIXES))
+
+    # the same lock as written before code names were locked: the files hold the fix, but whether the fixed
+    # functions run cannot be checked -- unknown, never in effect (as a record without them, HOTFIX_REQUIRE)
+    old = write_lock(tmp_path / "old.lock", guarded["venv"].site_packages,
+                     {"mamba-align-block-size": guarded["files"]["mamba-align-block-size"]})
+    proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(old), HOTFIX_STRICT="1")
+    assert proc.returncode == 1 and "HotfixNotInEffect" in proc.stderr
+    assert (f"mamba-align-block-size: unknown: its lock keeps no code names for {MAMBA} (written by an older "
+            f"vllm-hotfix or by hand)") in proc.stderr
+    assert "re-export it (`hotfix export mamba-align-block-size --to hotfix-export --python " in proc.stderr
 
     proc, _ = vllm_process(guarded, HOTFIX_LOCK=str(lock), HOTFIX_STRICT="1", PYTHONPATH=str(overlay))
     assert proc.returncode == 1

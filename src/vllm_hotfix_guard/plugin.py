@@ -183,7 +183,7 @@ def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
     checks = check_lock(lock, installed, bytecode=_stale_here) if usable else None
     option = f"--lock {shlex.quote(str(path))} {_option()}"
     return lines + [(_verdict(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock",
-                              option), (c.hotfix.id, c.files)) for c in checks or ()], checks
+                              option, c.unnamed), (c.hotfix.id, c.files)) for c in checks or ()], checks
 
 
 def _stale_here(sources: list[str]) -> dict:
@@ -315,10 +315,10 @@ def _unreadable(hotfix_id: str, problems: list[str]) -> Verdict:
 
 
 def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, installed_version, origin: str,
-             option: str | None = None) -> Verdict:
+             option: str | None = None, unnamed: bool = False) -> Verdict:
     """core.verdict's state of one hotfix as one guard line: the state, the first file not in effect,
-    and what to do. Names from a lock or a record are printed quoted (output.quote_path), so no input can
-    forge a line that `hotfix doctor` later reads."""
+    and what to do (``unnamed``: a lock without code names, txn/lock_check.unnamed_code). Names from a lock or a
+    record are printed quoted (output.quote_path), so no input can forge a line that `hotfix doctor` later reads."""
     from vllm_hotfix_guard.core import verdict
 
     option = option if option is not None else _option()
@@ -329,8 +329,11 @@ def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, insta
     if installed_version is None and files and all(f.where is None for f in files):
         return _not_importable(hotfix_id, package, origin)
     python = option[option.index("--python"):] if "--python" in option else option  # a lock's: --lock L --python P
-    export = (f"re-export against this image ({_catalog_command(hotfix_id, f'hotfix export {hotfix_id} --to hotfix-export {python}')}), "
-              f"or run `hotfix verify {option}` for details")
+    command = _catalog_command(hotfix_id, f"hotfix export {hotfix_id} --to hotfix-export {python}")
+    export = f"re-export against this image ({command}), or run `hotfix verify {option}` for details"
+    if unnamed:
+        from vllm_hotfix_guard.txn.lock_check import unnamed_advice
+        return Verdict(hotfix_id, False, f"{state}: {detail}", unnamed_advice(command), origin)
     if state == verdict.STALE:
         remedy = verdict.stale_advice(hotfix_id, option, release=installed_version, covered=None) \
             if origin == "require" else export
@@ -353,8 +356,7 @@ def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, insta
         what = " (the unpatched original)" if file.state == verdict.BASELINE else ""
         problem = f"{state}: {quote_path(file.where)} has sha256 {file.sha256[:12]}{what}, expected {(file.expected or '')[:12]}"
     if origin == "lock":
-        remedy = (f"bind-mount the files that {_catalog_command(hotfix_id, f'hotfix export {hotfix_id} --to hotfix-export {python}')} "
-                  f"writes over the copy this process imports (hotfix compose {hotfix_id} --service SERVICE), then "
+        remedy = (f"bind-mount the files that {command} writes over the copy this process imports (hotfix compose {hotfix_id} --service SERVICE), then "
                   f"check with `hotfix verify {option}`")
     elif state == verdict.LOST:
         remedy = f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {hotfix_id} {option}`"

@@ -395,4 +395,5 @@ def lock_status(hotfix_id: str, target: Target) -> Status | None:
     (check,) = lock_check.check_lock(lock, installed, (hotfix_id,), bytecode=lambda s: in_interpreter(target.python, s))
     files = tuple(f.to_json() for f in check.files)
     return Status(hotfix_id, check.hotfix.version, check.state, str(target.root), f"{check.detail} (the lock {named})",
-                  lock_check.advice(check, lock_check.mount_line_for(Path(named))), files=files)
+                  lock_check.advice(check, lock_check.mount_line_for(Path(named)), target_option(target)),
+                  files=files)

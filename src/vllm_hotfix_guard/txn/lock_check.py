@@ -36,6 +36,7 @@ class HotfixCheck(Value):
     installed_version: Optional[str]
     files: tuple[FileCheck, ...]  # core.verdict.FileCheck, ``where`` = the real path read (None: not importable)
     detail: str = ""
+    unnamed: bool = False  # unknown: a Python file of it has no code names in the lock (``unnamed_code``)
 
     @property
     def in_effect(self) -> bool:
@@ -124,7 +125,34 @@ def _check_hotfix(hotfix: LockedHotfix, installed: Optional[Installed], files: t
     if state == verdict.STALE:
         detail = (f"{hotfix.distribution} is {version} here, the lock was exported from {hotfix.baseline_version}: "
                   f"re-export against this image")
-    return HotfixCheck(hotfix, state, version, files, detail)
+    unnamed = unnamed_code(hotfix) if state == APPLIED else None
+    if unnamed is not None:  # the files hold the fix, but whether it runs cannot be checked: never "in effect"
+        state, detail = verdict.UNKNOWN, unnamed
+    return HotfixCheck(hotfix, state, version, files, detail, unnamed=unnamed is not None)
+
+
+def unnamed_code(hotfix: LockedHotfix) -> Optional[str]:
+    """Why a locked hotfix cannot be judged in effect however its files look: a Python file of it whose lock
+    entry keeps no code names (``code``: written by `hotfix export` since issue 35, always, even empty), so
+    the guard's code check cannot tell whether the fixed functions are the ones running -- the lock's
+    analogue of a record without them (vllm_hotfix_guard/recorded.py). None when every one has them (a file
+    that is not Python has none to keep). The one rule of every reader of a lock: the guard, `verify --lock`,
+    `status` in a container, `status --runtime --lock`."""
+    from vllm_hotfix_guard.output import quote_path
+
+    unnamed = [f.path for f in hotfix.files if f.code is None and f.path.endswith(".py")]
+    if not unnamed:
+        return None
+    more = f" (+{len(unnamed) - 1} more)" if len(unnamed) > 1 else ""
+    return (f"its lock keeps no code names for {quote_path(unnamed[0])}{more} (written by an older vllm-hotfix or by "
+            f"hand): whether the fixed functions are the ones running cannot be checked")
+
+
+def unnamed_advice(export: str) -> str:
+    """What to do about a lock without code names (``unnamed_code``), ``export`` the command that re-exports
+    the hotfix (the guard's and `verify --lock`'s wording of it)."""
+    return (f"re-export it ({export}: the new lock names the fixed code), sign the new lock if a trust policy "
+            f"asks for it (`hotfix sign hotfix-export/hotfix.lock --key KEY`) and deploy it with its files")
 
 
 def mount_line_for(lock_file: Path) -> Callable[[LockedFile, FileCheck], str]:
@@ -174,6 +202,8 @@ def advice(check: HotfixCheck, mount_line: Callable[[LockedFile, FileCheck], str
     h = check.hotfix
     if check.state == APPLIED:
         return None
+    if check.unnamed:
+        return unnamed_advice(f"`hotfix export {h.id} --to hotfix-export {option}`")
     if check.state == FIXED_UPSTREAM:
         return (f"{h.distribution} {check.installed_version} already contains the fix (fixed in {h.fixed_in}): "
                 f"drop the {h.id} bind mounts from the compose service and the lock")

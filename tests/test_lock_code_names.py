@@ -1,0 +1,107 @@
+"""One verdict in every mode (issue 43, item 4), the lock's half of the code check: a locked Python file
+whose lock entry keeps no code names (written before `hotfix export` locked them, or by hand) makes its
+hotfix ``unknown`` -- NOT IN EFFECT -- in every reader of a lock, decided once (txn/lock_check.unnamed_code):
+the guard's lock mode (in this process), `hotfix verify --lock`, `status --runtime`'s guard
+(plugin.judge_process). A plugin rebinding the fixed function would otherwise pass, unseen. A file that
+is not Python needs none. The real vLLM 0.30.0 loader: tests/test_guard_vllm_record_code.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib.metadata import version
+from pathlib import Path
+
+import click
+import pytest
+
+from fixtures.codenames import code_of
+from vllm_hotfix_guard import plugin as guard
+from vllm_hotfix_guard.txn import hotfix_lock, lock_check
+
+HOTFIX = "mamba-align-block-size"  # a catalog id: the guard's export command is pasteable as is
+CORE = Path(click.__file__).parent / "core.py"
+TYPED = Path(click.__file__).parent / "py.typed"
+UNNAMED = ("unknown: its lock keeps no code names for click/core.py (written by an older vllm-hotfix or by hand): "
+           "whether the fixed functions are the ones running cannot be checked")
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_lock(path: Path, files: dict) -> Path:
+    """A lock of one hotfix on click (this interpreter's copy): ``files`` path -> its ``code`` or None."""
+    entries = []
+    for rel, code in files.items():
+        data = (CORE.parent.parent / rel).read_bytes()
+        entries.append({"path": rel, "sha256": sha(data), "baseline_sha256": None, "export": f"{HOTFIX}/{rel}",
+                        **({"code": code} if code is not None else {})})
+    path.write_text(json.dumps({"schema": 1, "site_packages": "/x", "hotfixes": [
+        {"id": HOTFIX, "version": 1, "distribution": "click", "package": "click", "baseline_version": version("click"),
+         "fixed_in": None, "files": entries}]}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def core_code() -> dict:
+    return code_of("click/core.py", b"", CORE.read_bytes())
+
+
+def test_the_one_rule_unknown_for_a_python_file_without_names_never_for_other_files(tmp_path, core_code):
+    installed = lock_check.Installed(CORE.parent, version("click"))
+    old = hotfix_lock.load_lock(write_lock(tmp_path / "old.lock", {"click/core.py": None, "click/py.typed": None}))
+    (check,) = lock_check.check_lock(old, lambda package: installed)
+    assert (check.state, check.in_effect, check.unnamed) == ("unknown", False, True)
+    assert f"unknown: {check.detail}" == UNNAMED
+    assert all(f.state == "patched" for f in check.files)  # the files hold the fix: only the code is unchecked
+    advice = lock_check.advice(check, lambda locked, fc: "unused", "--python /opt/venv/bin/python")
+    assert advice.startswith(f"re-export it (`hotfix export {HOTFIX} --to hotfix-export --python /opt/venv/bin/python`: "
+                             "the new lock names the fixed code), sign the new lock")
+
+    named = hotfix_lock.load_lock(write_lock(tmp_path / "new.lock", {"click/core.py": core_code, "click/py.typed": None}))
+    (check,) = lock_check.check_lock(named, lambda package: installed)
+    assert (check.state, check.unnamed) == ("applied", False)  # py.typed: not Python, no names to keep
+
+    two = hotfix_lock.load_lock(write_lock(tmp_path / "two.lock", {"click/core.py": None, "click/types.py": None}))
+    (check,) = lock_check.check_lock(two, lambda package: installed)
+    assert "no code names for click/core.py (+1 more) (written by" in check.detail
+
+    installed_other = lock_check.Installed(CORE.parent, "0.0.1")  # another release: stale, as before
+    (check,) = lock_check.check_lock(old, lambda package: installed_other)
+    assert (check.state, check.unnamed) == ("stale", False)
+
+
+def test_the_guard_in_lock_mode_says_unknown_where_it_said_in_effect(tmp_path, core_code, monkeypatch):
+    monkeypatch.delenv("HOTFIX_CATALOG", raising=False)
+    old = write_lock(tmp_path / "old.lock", {"click/core.py": None})
+    (verdict,) = guard.check(lock=str(old), require=())
+    assert (verdict.in_effect, verdict.source, verdict.detail) == (False, "lock", UNNAMED)
+    assert verdict.remedy.startswith(f"re-export it (`hotfix export {HOTFIX} --to hotfix-export --python ")
+    assert "(`hotfix sign hotfix-export/hotfix.lock --key KEY`) and deploy it with its files" in verdict.remedy
+    assert f"{HOTFIX} [lock] NOT IN EFFECT: {UNNAMED} -> re-export it" in guard.summary_line((verdict,), "hf1-x")
+    # `status --runtime --lock`: the guard's own answer there
+    verdicts, _ = guard.judge_process(lock=str(old), require=())
+    assert [(v.in_effect, v.detail) for v in verdicts] == [(False, UNNAMED)]
+
+    named = write_lock(tmp_path / "new.lock", {"click/core.py": core_code})
+    (verdict,) = guard.check(lock=str(named), require=())
+    assert verdict.in_effect, verdict
+
+
+def test_verify_lock_says_not_in_effect_with_the_remedy(run_hotfix, tmp_path, core_code):
+    old = write_lock(tmp_path / "old.lock", {"click/core.py": None})
+    result = run_hotfix("verify", "--lock", str(old))
+    assert result.returncode == 1, result.stdout + result.stderr  # docs/exit-codes.md: not in effect
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"NOT IN EFFECT: {HOTFIX}@1 is {UNNAMED}"
+    assert lines[1].startswith(f"  re-export it (`hotfix export {HOTFIX} --to hotfix-export --python ")
+    result = run_hotfix("verify", "--lock", str(old), "--json")
+    (entry,) = json.loads(result.stdout)
+    assert (entry["state"], entry["files"][0]["state"], entry["files"][0]["code"]) == ("unknown", "patched", None)
+    assert entry["advice"].startswith("re-export it (`hotfix export")
+
+    named = write_lock(tmp_path / "new.lock", {"click/core.py": core_code})
+    result = run_hotfix("verify", "--lock", str(named))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith(f"in effect: {HOTFIX}@1")
