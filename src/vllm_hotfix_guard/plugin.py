@@ -356,8 +356,8 @@ def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, insta
         what = " (the unpatched original)" if file.state == verdict.BASELINE else ""
         problem = f"{state}: {quote_path(file.where)} has sha256 {file.sha256[:12]}{what}, expected {(file.expected or '')[:12]}"
     if origin == "lock":
-        remedy = (f"bind-mount the files that {command} writes over the copy this process imports (hotfix compose {hotfix_id} --service SERVICE), then "
-                  f"check with `hotfix verify {option}`")
+        remedy = (f"bind-mount the files that {command} writes over the copy this process imports (hotfix compose "
+                  f"{hotfix_id} --service SERVICE), then check with `hotfix verify {option}`")
     elif state == verdict.LOST:
         remedy = f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {hotfix_id} {option}`"
     else:
