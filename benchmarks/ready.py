@@ -8,7 +8,7 @@ the entry point's import + register() (benchmarks/guard.py's TIMER), i.e. the ch
 directory, the record of this process. Budget: <= 5 ms per vLLM process.
 
 probe: `ready` as a readiness probe runs it, a fresh interpreter each time (``python -c`` calling
-``ready.main``, the body of ``python -m vllm_hotfix_guard ready``), on a directory holding the records of
+``ready_probe.main``, the body of ``python -m vllm_hotfix_guard ready``), on a directory holding the records of
 10 live processes (1 API server, 1 engine core, 8 workers), against ``python -c pass``; wall time of
 the whole process. Budget: <= 2x ``python -c pass``. Then ``-X importtime``: what it imports.
 """
@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 from fixtures.vllmfull import guard_setup, run  # noqa: E402
 
-PROBE = "import sys; from vllm_hotfix_guard import ready; sys.exit(ready.main(sys.argv[1:]))"
+PROBE = "import sys; from vllm_hotfix_guard import ready_probe; sys.exit(ready_probe.main(sys.argv[1:]))"
 RECORDER = r"""
 import sys
 from vllm_hotfix_guard import ready

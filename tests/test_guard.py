@@ -301,7 +301,7 @@ def test_the_readiness_record_follows_a_mismatch_found_after_register(watched_pa
     it, and a later check that passes does not make the process ready again."""
     import importlib
 
-    from vllm_hotfix_guard import imports as guard_imports, ready
+    from vllm_hotfix_guard import imports as guard_imports, ready, ready_probe
 
     where = tmp_path / "ready"
     where.mkdir(mode=0o700)
@@ -311,11 +311,11 @@ def test_the_readiness_record_follows_a_mismatch_found_after_register(watched_pa
     monkeypatch.setattr(ready, "_this", {})
     module, _ = watched_package
     ready.record([], role="main (vllm serve)")  # register(): all in effect
-    assert ready.main(["--expect", "api=1"]) == 0
+    assert ready_probe.main(["--expect", "api=1"]) == 0
     guard_imports.watch([guard.Watched("hotfixpkg.m", "h", str(module), "f" * 64)])
     importlib.import_module("hotfixpkg.m")  # other bytes than the lock's: NOT IN EFFECT, logged
     capsys.readouterr()
-    assert ready.main(["--expect", "api=1"]) == 1
+    assert ready_probe.main(["--expect", "api=1"]) == 1
     assert 'NOT IN EFFECT: "h"' in capsys.readouterr().out
     ready.record([], role="main (vllm serve)")  # a later check that passes: still failed
-    assert ready.main(["--expect", "api=1"]) == 1
+    assert ready_probe.main(["--expect", "api=1"]) == 1

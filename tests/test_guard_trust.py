@@ -139,7 +139,7 @@ def test_the_readiness_record_names_the_lock_bytes_judged_without_reading_them_a
     """Issue 43's budget: the lock is read once per process; its record carries the sha256 of those bytes."""
     import hashlib
 
-    from vllm_hotfix_guard import ready
+    from vllm_hotfix_guard import ready, ready_probe
 
     sign(setup, "release", "sre")
     monkeypatch.setattr(ready, "lock_digest", lambda: pytest.fail("the lock was read again for the record"))
@@ -149,7 +149,7 @@ def test_the_readiness_record_names_the_lock_bytes_judged_without_reading_them_a
         monkeypatch.delenv(name, raising=False)
     plugin.register()
     name = f"{os.getpid()}{ready.SUFFIX}"
-    record = ready.parse(name, (setup["ready"] / name).read_bytes())
+    record = ready_probe.parse(name, (setup["ready"] / name).read_bytes())
     assert record.lock == hashlib.sha256(setup["lock"].read_bytes()).hexdigest()
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from vllm_hotfix_guard import expected, ready
+from vllm_hotfix_guard import expected, ready, ready_probe
 
 RECORDER = r"""
 import sys
@@ -51,8 +51,8 @@ def processes(ready_dir):
 
 
 def probe(*argv: str, env=None) -> tuple[int, str, str]:
-    done = subprocess.run([sys.executable, "-c", "import sys; from vllm_hotfix_guard import ready; "
-                           "sys.exit(ready.main(sys.argv[1:]))", *argv],
+    done = subprocess.run([sys.executable, "-c", "import sys; from vllm_hotfix_guard import ready_probe; "
+                           "sys.exit(ready_probe.main(sys.argv[1:]))", *argv],
                           capture_output=True, text=True, env=env or dict(os.environ), timeout=60)
     return done.returncode, done.stdout, done.stderr
 
@@ -157,7 +157,7 @@ def test_the_lock_digest_is_the_sha256_of_the_lock_bytes(ready_dir, tmp_path, mo
     lock.write_bytes(b'{"schema": 1}')
     monkeypatch.setenv("HOTFIX_LOCK", str(lock))
     ready.record([], role="VllmWorker-3")
-    record = ready.parse(f"{os.getpid()}.ready", (ready_dir / f"{os.getpid()}.ready").read_bytes())
+    record = ready_probe.parse(f"{os.getpid()}.ready", (ready_dir / f"{os.getpid()}.ready").read_bytes())
     assert record.lock == hashlib.sha256(lock.read_bytes()).hexdigest()
     assert (record.kind, record.rank, record.in_effect, record.failing) == ("worker", 3, True, ())
 
@@ -217,14 +217,14 @@ def test_usage_errors_exit_2(ready_dir, monkeypatch):
 
 
 def test_the_probe_imports_nothing_but_itself(ready_dir):
-    script = ("import sys; before = set(sys.modules); from vllm_hotfix_guard import ready; ready.main(['--expect', "
+    script = ("import sys; before = set(sys.modules); from vllm_hotfix_guard import ready_probe; ready_probe.main(['--expect', "
               "'api=1']); print(sorted(set(sys.modules) - before))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     added = eval(done.stdout.splitlines()[-1])
     assert [m for m in added if not m.startswith("vllm_hotfix")] == ["__future__"], added
     assert sorted(m for m in added if m.startswith("vllm_hotfix_guard.")) == [
         "vllm_hotfix_guard.expected", "vllm_hotfix_guard.ready", "vllm_hotfix_guard.ready_io",
-        "vllm_hotfix_guard.settings"]
+        "vllm_hotfix_guard.ready_probe", "vllm_hotfix_guard.settings"]
 
 
 @pytest.mark.parametrize("how", ["matching", "another", "no lock", "bad lock"])

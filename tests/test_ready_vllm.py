@@ -80,7 +80,7 @@ if __name__ == "__main__":
     core.join(timeout=60)
 '''
 
-PROBE = "import sys; from vllm_hotfix_guard import ready; sys.exit(ready.main(sys.argv[1:]))"
+PROBE = "import sys; from vllm_hotfix_guard import ready_probe; sys.exit(ready_probe.main(sys.argv[1:]))"
 EXPECT = "api=1,engine=1,worker=2"
 
 

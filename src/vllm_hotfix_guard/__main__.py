@@ -25,13 +25,13 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: list[str]) -> int:
     if args[:1] == ["ready"]:
         try:
-            from vllm_hotfix_guard import ready
+            from vllm_hotfix_guard import ready_probe
         except ImportError:
             from vllm_hotfix_guard.output import error_lines
 
             error_lines("ready: not built into this guard yet", None)
             return 2
-        return ready.main(args[1:])
+        return ready_probe.main(args[1:])
     import argparse
 
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}",
