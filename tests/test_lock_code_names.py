@@ -105,3 +105,23 @@ def test_verify_lock_says_not_in_effect_with_the_remedy(run_hotfix, tmp_path, co
     result = run_hotfix("verify", "--lock", str(named))
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith(f"in effect: {HOTFIX}@1")
+
+
+def test_a_lock_whose_files_keep_their_names_loads_no_printing_module(tmp_path, core_code):
+    """The guard's common case (every file in effect, its names kept) prints plain words: output.py (the quoting
+    of outside strings) and the readiness probe stay out of the vLLM process (the guard's budget)."""
+    import os
+    import subprocess
+    import sys
+
+    lock = write_lock(tmp_path / "named.lock", {"click/core.py": core_code})
+    script = ("import sys; from vllm_hotfix_guard import plugin; v = plugin.check(lock=sys.argv[1], require=()); "
+              "print([x.in_effect for x in v]); print(sorted(m for m in sys.modules if m.startswith('vllm_hotfix')))")
+    src = str(Path(guard.__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", script, str(lock)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": src})
+    assert done.returncode == 0, done.stderr
+    effect, modules = done.stdout.splitlines()[-2:]
+    assert effect == "[True]", done.stdout
+    assert "vllm_hotfix_guard.output" not in modules and "vllm_hotfix_guard.ready_probe" not in modules, modules
+    assert "'vllm_hotfix'" not in modules and "vllm_hotfix." not in modules.replace("vllm_hotfix_guard", "")

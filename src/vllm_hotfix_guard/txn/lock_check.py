@@ -138,11 +138,11 @@ def unnamed_code(hotfix: LockedHotfix) -> Optional[str]:
     analogue of a record without them (vllm_hotfix_guard/recorded.py). None when every one has them (a file
     that is not Python has none to keep). The one rule of every reader of a lock: the guard, `verify --lock`,
     `status` in a container, `status --runtime --lock`."""
-    from vllm_hotfix_guard.output import quote_path
-
     unnamed = [f.path for f in hotfix.files if f.code is None and f.path.endswith(".py")]
     if not unnamed:
         return None
+    from vllm_hotfix_guard.output import quote_path  # here: a lock whose files keep their names never needs it
+
     more = f" (+{len(unnamed) - 1} more)" if len(unnamed) > 1 else ""
     return (f"its lock keeps no code names for {quote_path(unnamed[0])}{more} (written by an older vllm-hotfix or by "
             f"hand): whether the fixed functions are the ones running cannot be checked")
