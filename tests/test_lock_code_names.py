@@ -125,3 +125,40 @@ def test_a_lock_whose_files_keep_their_names_loads_no_printing_module(tmp_path, 
     assert effect == "[True]", done.stdout
     assert "vllm_hotfix_guard.output" not in modules and "vllm_hotfix_guard.ready_probe" not in modules, modules
     assert "'vllm_hotfix'" not in modules and "vllm_hotfix." not in modules.replace("vllm_hotfix_guard", "")
+
+
+@pytest.mark.real
+def test_status_in_a_container_and_verify_lock_agree_and_the_remedy_runs_as_pasted(vllm_install, run_hotfix, tmp_path):
+    """A real export on vLLM 0.30.0, its file in place (the bind mount): `status` in the container (HOTFIX_LOCK,
+    nothing recorded) and `verify --lock` say applied with the export's lock, unknown with the same lock
+    without its code names; the `hotfix export` they print writes the names again."""
+    import shlex
+    import shutil
+
+    venv = vllm_install("0.30.0")
+    options = ("--python", str(venv.python))
+    assert run_hotfix("export", HOTFIX, "--to", tmp_path / "export", *options).returncode == 0
+    lock = tmp_path / "export" / "hotfix.lock"
+    doc = json.loads(lock.read_text())
+    (locked,) = doc["hotfixes"][0]["files"]
+    shutil.copyfile(tmp_path / "export" / locked["export"], venv.site_packages / locked["path"])  # the bind mount
+    del locked["code"]
+    old = tmp_path / "old.lock"
+    old.write_text(json.dumps(doc))
+    for lock_file, state, code in ((lock, "applied", 0), (old, "unknown", 1)):
+        status = run_hotfix("status", HOTFIX, *options, "--json", env={"HOTFIX_LOCK": str(lock_file)})
+        (entry,) = json.loads(status.stdout)
+        assert (entry["state"], status.returncode) == (state, code), status.stdout + status.stderr
+        verify = run_hotfix("verify", "--lock", lock_file, *options, "--json")
+        (checked,) = json.loads(verify.stdout)
+        assert (checked["state"], verify.returncode) == (state, code), verify.stdout + verify.stderr
+    assert entry["detail"].startswith(f"its lock keeps no code names for {locked['path']} (written by an older")
+    assert entry["advice"] == checked["advice"]
+    command = entry["advice"].split("re-export it (`", 1)[1].split("`", 1)[0]
+    assert command == f"hotfix export {HOTFIX} --to hotfix-export --python {venv.python}"
+    project = tmp_path / "project"
+    project.mkdir()
+    done = run_hotfix(*shlex.split(command)[1:], cwd=project)
+    assert done.returncode == 0, done.stderr
+    (again,) = json.loads((project / "hotfix-export" / "hotfix.lock").read_text())["hotfixes"][0]["files"]
+    assert again["code"]["names"], again
