@@ -97,7 +97,7 @@ def m(self):
     return 2
 fixedmod.C.m = m
 out["same code, other object"] = states("T2")
-fixedmod.C.m = guard_code.judging.FIXED[("fixedmod", "C.m")][0]
+fixedmod.C.m = guard_code.codestate.FIXED[("fixedmod", "C.m")][0]
 fixed_f = fixedmod.f
 fixedmod.f = lambda x: x
 out["module"] = states("T3")

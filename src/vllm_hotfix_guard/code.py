@@ -26,8 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
-from vllm_hotfix_guard import judge as judging
-from vllm_hotfix_guard.judge import MISSING, codes_of, judge, resolve
+from vllm_hotfix_guard import codestate
 from vllm_hotfix_guard.verdicts import (
     IN_EFFECT, NOT_LOADED, SHADOWED, STALE_ALIAS, STOPS, WRAPPED, Found, HotfixNotInEffect, Locked, Verdict)
 from vllm_hotfix_guard.process import emit, process_role, serving_process, strict
@@ -42,7 +41,7 @@ def start(checks, plugins=()) -> None:
     """Take the locked names of the files in effect (txn/lock_check.HotfixCheck) and note which module
     objects this process holds already. ``plugins``: vLLM's plugin callables, whose packages are scanned
     for stale aliases."""
-    from vllm_hotfix_guard.core.codeprint import module_name
+    from vllm_hotfix_guard.core.distname import module_name
 
     _by_module.clear()
     interpreter = sys.implementation.cache_tag
@@ -58,7 +57,7 @@ def start(checks, plugins=()) -> None:
             for name in locked.code.names:
                 _by_module.setdefault(module, []).append(
                     Locked(check.hotfix.id, module, name.name, name.kind, name.fingerprint, file.where, file.sha256))
-    judging.LOCK_PRINTS["usable"] = bool(usable) and all(usable) and not sys.flags.optimize
+    codestate.LOCK_PRINTS["usable"] = bool(usable) and all(usable) and not sys.flags.optimize
     for module in _by_module:
         found = sys.modules.get(module)
         if found is not None:
@@ -77,9 +76,9 @@ def locked_files() -> dict:
 
 def note_plugins(plugins) -> None:
     for func in plugins:
-        top = str(judging.attr(func, "__module__", None) or "").partition(".")[0]
+        top = str(codestate.attr(func, "__module__", None) or "").partition(".")[0]
         if top and top not in ("vllm", "vllm_hotfix", "vllm_hotfix_guard"):
-            judging.PLUGIN_PACKAGES.add(top)
+            codestate.PLUGIN_PACKAGES.add(top)
 
 
 def loaded(name: str, module):
@@ -89,18 +88,22 @@ def loaded(name: str, module):
     names = _by_module.get(name)
     if names is None:
         return None
+    from vllm_hotfix_guard.judge import MISSING, codes_of, resolve  # here: register() never judges (codestate.py)
+
     first = _seen.setdefault(name, id(module))
     if first != id(module):
-        judging.EARLIER.add(name)
+        codestate.EARLIER.add(name)
     for locked in names:
         binding = resolve(module, locked.qualname)
         if binding is not MISSING:
-            judging.FIXED[(name, locked.qualname)] = (binding, codes_of(binding))
+            codestate.FIXED[(name, locked.qualname)] = (binding, codes_of(binding))
     return names
 
 
 def judge_all() -> list:
     """Every locked name as it is bound now in this process, then the stale aliases of the loaded ones."""
+    from vllm_hotfix_guard import judge as judging
+
     found = []
     stale_in = []
     for module, names in _by_module.items():
@@ -110,7 +113,7 @@ def judge_all() -> list:
             continue
         if _seen.setdefault(module, id(live)) != id(live):
             judging.EARLIER.add(module)
-        found.extend(judge(n, live) for n in names)
+        found.extend(judging.judge(n, live) for n in names)
         stale_in.append((module, live, names))
     if stale_in:
         found.extend(judging.stale_aliases(stale_in))

@@ -9,20 +9,8 @@ import sys
 from vllm_hotfix_guard.verdicts import (
     CHECKPOINT, IN_EFFECT, SHADOWED, STALE_ALIAS, WRAPPED, Found, Locked)
 
-FIXED: dict = {}           # (module, qualname) -> (binding, codes): what the import watch compiled, just executed
-PRINTS: dict = {}          # module -> {qualname: fingerprint} compiled here from the verified file (lazily)
-EARLIER: set = set()       # modules of which an earlier copy existed: aliases of it may be stale
-PLUGIN_PACKAGES: set = set()  # top-level packages of vLLM's plugins: where stale aliases are looked for
-LOCK_PRINTS = {"usable": False}  # the lock's fingerprints hold for this interpreter (cache tag, optimize 0)
-
-
-def attr(obj, name: str, default=None):
-    """getattr that no object can break: vLLM's PlaceholderModule (an optional dependency's stand-in in
-    sys.modules and module globals) raises ModuleNotFoundError for any name; a proxy may raise anything."""
-    try:
-        return getattr(obj, name, default)
-    except Exception:  # noqa: BLE001
-        return default
+from vllm_hotfix_guard.codestate import (  # noqa: F401 - the process's state (codestate.py), judge's API too
+    EARLIER, FIXED, LOCK_PRINTS, PLUGIN_PACKAGES, PRINTS, attr)
 
 
 class Missing:

@@ -18,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+from vllm_hotfix_guard.core.distname import module_name
 from vllm_hotfix_guard.verdicts import HotfixNotInEffect, Verdict, Watched  # noqa: F401 - the API
 from vllm_hotfix_guard.process import (  # noqa: F401
     command_line, emit, flush, forked_process_name, LOGGER_NAME, process_role, serving_process, set_fork_role, strict)
@@ -165,8 +166,7 @@ def _watched(checked) -> tuple[Watched, ...]:
     for hotfix_id, files in checked:
         for file in files:
             if file.where and file.expected and file.path.endswith(".py"):
-                module = file.path[:-3].replace("/", ".")
-                module = module[:-len(".__init__")] if module.endswith(".__init__") else module
+                module = module_name(file.path)
                 found.setdefault(module, Watched(module, hotfix_id, file.where, file.expected))
     return tuple(found.values())
 

@@ -28,3 +28,13 @@ def test_a_distribution_name_is_taken_for_its_import_name(given, wanted):
     from vllm_hotfix_guard.core.distname import import_name
 
     assert import_name(given) == wanted
+
+
+@pytest.mark.parametrize("path", ["vllm/config/cache.py", "vllm/__init__.py", "vllm_ascend/ops/__init__.py", "a.py",
+                                  "vllm/v1/worker/gpu/model_states/mamba_hybrid.py", "x/__init__/y.py", "x/y__init__.py"])
+def test_the_code_probe_s_module_name_copy_agrees(path):
+    """core/codeprint.py is sent whole to the target interpreter (install/codeprobe.py), so it keeps its own copy of
+    the path-to-module rule the guard takes from core/distname.py: one answer."""
+    from vllm_hotfix_guard.core import codeprint, distname
+
+    assert codeprint.module_name(path) == distname.module_name(path)

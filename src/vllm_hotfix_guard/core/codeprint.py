@@ -35,7 +35,8 @@ _OPTIMIZED = 0x0001  # CO_OPTIMIZED: a function's code (a class body and a modul
 
 
 def module_name(path: str) -> str:
-    """The module a site-packages-relative ``.py`` path is (the import watch's rule: vllm_hotfix_guard/plugin.py)."""
+    """core/distname.module_name's rule (the guard's), copied: this file is sent whole to the target interpreter
+    (install/codeprobe.py), where no vllm_hotfix_guard is; tests/core/test_distname.py holds the two to one answer."""
     module = path[:-3].replace("/", ".")
     return module[:-len(".__init__")] if module.endswith(".__init__") else module
 

@@ -25,3 +25,12 @@ def import_name(name: str) -> str:
     which is the top-level package of every distribution in this catalog (``vllm-ascend`` -> ``vllm_ascend``,
     ``Vllm-Ascend`` too). A distribution whose import name is unrelated (PyYAML -> yaml) is given by that."""
     return canonical_name(name).replace("-", "_") if "-" in name else name
+
+
+def module_name(path: str) -> str:
+    """The module a site-packages-relative ``.py`` path is: ``vllm/config/cache.py`` -> ``vllm.config.cache``, a
+    package's ``__init__.py`` its package. The one rule of the import watch (plugin.py: what it watches), the code
+    check (code.py: where the fixed names live); core/codeprint.py, sent whole to target interpreters, keeps a copy
+    (tests/core/test_distname.py holds them to one answer)."""
+    module = path[:-3].replace("/", ".")
+    return module[:-len(".__init__")] if module.endswith(".__init__") else module
