@@ -162,3 +162,24 @@ def test_status_in_a_container_and_verify_lock_agree_and_the_remedy_runs_as_past
     assert done.returncode == 0, done.stderr
     (again,) = json.loads((project / "hotfix-export" / "hotfix.lock").read_text())["hotfixes"][0]["files"]
     assert again["code"]["names"], again
+
+
+def test_the_code_check_s_start_loads_no_judge_while_the_fixed_module_is_not_imported(tmp_path, core_code):
+    """register() with a lock whose names are kept, the fixed module not imported yet (vLLM imports model code
+    later): the names are taken and the checkpoints armed, but judge.py and core/codeprint.py (which judge a
+    loaded module) stay out of the process until a fixed module is there to judge (the guard's budget)."""
+    import os
+    import subprocess
+    import sys
+
+    lock = write_lock(tmp_path / "named.lock", {"click/core.py": core_code})
+    script = ("import sys; sys.modules.pop('click.core', None); sys.modules.pop('click', None); "
+              "from vllm_hotfix_guard import plugin; plugin.register(); "
+              "print(sorted(m for m in sys.modules if m.startswith('vllm_hotfix_guard')))")
+    src = str(Path(guard.__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": src, "HOTFIX_LOCK": str(lock)})
+    assert done.returncode == 0, done.stderr
+    modules = done.stdout.splitlines()[-1]
+    assert "vllm_hotfix_guard.code'" in modules and "vllm_hotfix_guard.codestate'" in modules, modules
+    assert "vllm_hotfix_guard.judge'" not in modules and "vllm_hotfix_guard.core.codeprint'" not in modules, modules

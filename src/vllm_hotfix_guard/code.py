@@ -101,9 +101,8 @@ def loaded(name: str, module):
 
 
 def judge_all() -> list:
-    """Every locked name as it is bound now in this process, then the stale aliases of the loaded ones."""
-    from vllm_hotfix_guard import judge as judging
-
+    """Every locked name as it is bound now in this process, then the stale aliases of the loaded ones.
+    judge.py is imported only for a fixed module that is loaded (at register() it usually is not yet)."""
     found = []
     stale_in = []
     for module, names in _by_module.items():
@@ -111,8 +110,10 @@ def judge_all() -> list:
         if live is None:
             found.extend(Found(n, NOT_LOADED) for n in names)
             continue
+        from vllm_hotfix_guard import judge as judging
+
         if _seen.setdefault(module, id(live)) != id(live):
-            judging.EARLIER.add(module)
+            codestate.EARLIER.add(module)
         found.extend(judging.judge(n, live) for n in names)
         stale_in.append((module, live, names))
     if stale_in:
