@@ -177,3 +177,30 @@ def test_status_words_a_file_not_records_changed_as_apply_refuses_it(tree, tmp_p
     assert found.state == "not-applied" and [f["state"] for f in found.files] == ["changed"], found
     with pytest.raises(Refused, match="baseline not pristine"):
         prove_files_pristine(target, None, ["pkg/a.py"])
+
+
+def test_a_user_catalog_hotfix_not_for_the_target_names_its_catalog_in_the_show_it_hints(tmp_path, run_hotfix):
+    """The refusal's `hotfix show ID` carries the --catalog the hotfix came from, so it runs as pasted (a user
+    catalog's id is unknown without it); a built-in one needs none."""
+    import re
+    import shlex
+    import shutil
+
+    mine = tmp_path / "my catalog"
+    (mine / "manifests").mkdir(parents=True)
+    shutil.copytree(Path(__file__).resolve().parents[2] / "patches" / "mamba-align-block-size",
+                    mine / "patches" / "mamba-align-block-size")
+    text = (Path(__file__).resolve().parents[2] / "manifests" / "mamba-align-block-size.toml").read_text()
+    (mine / "manifests" / "my-mamba.toml").write_text(text.replace('id = "mamba-align-block-size"', 'id = "my-mamba"', 1))
+    catalog = Catalog.load([mine], env={})
+    manifest = catalog.get("my-mamba")
+    with pytest.raises(Refused) as refused:
+        check_applicable(manifest, manifest.target_for("vllm"), wheel_target(tmp_path, "0.24.0"), catalog)
+    (shown,) = re.findall(r"`([^`]+)`", refused.value.hint)
+    assert shlex.split(shown) == ["hotfix", "show", "my-mamba", "--catalog", str(mine.absolute())]
+    assert run_hotfix(*shlex.split(shown)[1:], env={"HOTFIX_CATALOG": ""}).returncode == 0  # as pasted
+    builtin = Catalog.load(env={})
+    with pytest.raises(Refused) as refused:
+        check_applicable(builtin.get("mamba-align-block-size"), builtin.get("mamba-align-block-size").target_for("vllm"),
+                         wheel_target(tmp_path, "0.24.0"), builtin)
+    assert refused.value.hint == "`hotfix show mamba-align-block-size` lists its targets"

@@ -55,7 +55,7 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         if manifest.kind == "advisory":
             manifest.patches_for(None)  # refuses (exit 3, "is an advisory"), before any target is resolved
         target, spec = resolver.for_manifest(manifest)
-        check_applicable(manifest, spec, target)
+        check_applicable(manifest, spec, target, catalog)
         check_requires(manifest, parse_checkouts(checkouts))
         hotfix = catalog_hotfix(manifest, target, patch_files=patch_files, upstream_repo=upstream_repo)
     warn(target)

@@ -33,7 +33,7 @@ def back_to(survey, hotfix_id: str, version: str, *, dry_run: bool, as_json: boo
         raise Refused(f"{hotfix_id}: recorded from a diff (--patch), not from the catalog: no version to go back to",
                       hint=f"`hotfix rollback {hotfix_id} {target_option(target, survey.catalog)}` takes it out")
     spec = manifest.spec_for(target)
-    check_applicable(manifest, spec, target)
+    check_applicable(manifest, spec, target, survey.catalog)
     hotfix = catalog_hotfix(manifest, target)
     origin = survey.catalog.origin(manifest)
     catalog_dir = str(origin.path.absolute()) if origin is not None and not origin.builtin else None

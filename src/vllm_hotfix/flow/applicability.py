@@ -65,13 +65,20 @@ def release_target(spec: TargetSpec, release: str) -> Target:
                   package_dir=where / spec.package, root=where, dist_info=None, python=None, git=None, warnings=())
 
 
-def check_applicable(manifest: Manifest, spec: TargetSpec | None, target: Target) -> None:
+def check_applicable(manifest: Manifest, spec: TargetSpec | None, target: Target, catalog=None) -> None:
+    """Refused (or FixedUpstream) when ``manifest`` is not for ``target``; the hint's `hotfix show` names the
+    --catalog ``manifest`` came from (``catalog``: the loaded catalog), so it runs as pasted."""
     verdict = applicability(manifest, spec, target)
     if verdict is None:
         return
     if verdict.state == FIXED_UPSTREAM:
         raise FixedUpstream(verdict.message, hint=verdict.advice)
-    raise Refused(f"{manifest.ref}: {verdict.message}", hint="`hotfix show " + manifest.id + "` lists its targets")
+    import shlex
+
+    origin = catalog.origin(manifest) if catalog is not None else None
+    given = ["--catalog", str(origin.path.absolute())] if origin is not None and origin.origin == "--catalog" else []
+    raise Refused(f"{manifest.ref}: {verdict.message}", hint=f"`{shlex.join(['hotfix', 'show', manifest.id, *given])}` "
+                                                            "lists its targets")
 
 
 def parse_checkouts(values: Sequence[str]) -> dict[str, Path]:
