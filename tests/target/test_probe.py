@@ -161,18 +161,6 @@ def test_an_entry_holds_the_package_by_its_realpath_whatever_the_spelling(tmp_pa
     assert dist["version"] == "1.0"
 
 
-def _headers_of_whole_text(text):
-    """metadata_headers as it was before it split only the header block: the rule it must keep."""
-    found = {}
-    for line in (text or "").splitlines():
-        if not line.strip():
-            break
-        key, sep, value = line.partition(":")
-        if sep and key in ("Name", "Version") and key not in found:
-            found[key] = value.strip()
-    return found
-
-
 @pytest.mark.parametrize("text", [
     None, "", "Name: vllm\nVersion: 0.30.0\n\nName: not-this\n" + "x" * 5000,
     "Name: a\r\nVersion: 1\r\n\r\nVersion: 2\r\n",  # CRLF: no "\n\n", the whole text is split
@@ -180,12 +168,15 @@ def _headers_of_whole_text(text):
     "Version: 1\nName: b\n\n\n", "Name: c", "\nName: d\n",
 ])
 def test_metadata_headers_reads_only_the_header_block_with_the_same_answer(tmp_path, text):
-    assert probe.metadata_headers(text) == _headers_of_whole_text(text)
+    """The answer of the rule that split the whole text (the probe as it was, tests/fixtures/probe_before_issue25.py)."""
+    from fixtures import probe_before_issue25 as before
+
+    assert probe.metadata_headers(text) == before.metadata_headers(text)
     info = tmp_path / "x-1.dist-info"
     info.mkdir()
     (info / "METADATA").write_bytes((text or "").encode())
     described = probe._described(str(info), "x")
-    expected = _headers_of_whole_text(text)
+    expected = before.metadata_headers(text)
     assert (described is None) == ("Name" not in expected)
     if described is not None:
         assert (described["name"], described["version"]) == (expected["Name"], expected.get("Version"))
