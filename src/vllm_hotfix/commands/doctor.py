@@ -26,7 +26,6 @@ fingerprints of every node agree; 9 no confident match.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -101,11 +100,10 @@ def _option(python: str | None, root: Path | None, catalog) -> str:
     """``--python`` / ``--root`` (when given) and the --catalog dirs of this command, quoted, for its next steps."""
     import shlex
 
+    from vllm_hotfix.flow.resolve import catalog_words
+
     words = ["--root", str(root)] if root is not None else ["--python", python] if python else []
-    for folder in catalog.dirs:
-        if folder.origin == "--catalog":
-            words += ["--catalog", os.path.abspath(folder.path)]
-    return " ".join(shlex.quote(w) for w in words)
+    return " ".join(shlex.quote(w) for w in words + catalog_words(catalog))
 
 
 def _then(manifest, catalog, *, python: str | None, root: Path | None, catalogs: Sequence[Path]) -> str:

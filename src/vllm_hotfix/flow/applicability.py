@@ -67,7 +67,7 @@ def release_target(spec: TargetSpec, release: str) -> Target:
 
 def check_applicable(manifest: Manifest, spec: TargetSpec | None, target: Target, catalog=None) -> None:
     """Refused (or FixedUpstream) when ``manifest`` is not for ``target``; the hint's `hotfix show` names the
-    --catalog ``manifest`` came from (``catalog``: the loaded catalog), so it runs as pasted."""
+    --catalog dirs of ``catalog`` (the loaded catalog: resolve.catalog_words), so it runs as pasted."""
     verdict = applicability(manifest, spec, target)
     if verdict is None:
         return
@@ -75,10 +75,10 @@ def check_applicable(manifest: Manifest, spec: TargetSpec | None, target: Target
         raise FixedUpstream(verdict.message, hint=verdict.advice)
     import shlex
 
-    origin = catalog.origin(manifest) if catalog is not None else None
-    given = ["--catalog", str(origin.path.absolute())] if origin is not None and origin.origin == "--catalog" else []
-    raise Refused(f"{manifest.ref}: {verdict.message}", hint=f"`{shlex.join(['hotfix', 'show', manifest.id, *given])}` "
-                                                            "lists its targets")
+    from vllm_hotfix.flow.resolve import catalog_words
+
+    show = shlex.join(["hotfix", "show", manifest.id, *catalog_words(catalog)])
+    raise Refused(f"{manifest.ref}: {verdict.message}", hint=f"`{show}` lists its targets")
 
 
 def parse_checkouts(values: Sequence[str]) -> dict[str, Path]:

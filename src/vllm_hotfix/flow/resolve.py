@@ -33,22 +33,26 @@ if TYPE_CHECKING:  # types only: `verify --lock` at container start must not pay
 
 def target_option(target: Target, catalog: Catalog | None = None, also: Iterable[str | None] = ()) -> str:
     """How to name this target again on a command line, for the next step a command prints: ``--python``
-    or ``--root``, then ``--catalog`` for each directory the command was given (``catalog``'s --catalog
-    dirs; HOTFIX_CATALOG ones come with the environment) and each of ``also`` it did not load (the
-    catalog a record was applied from). Every word is quoted for a POSIX shell, so it runs as pasted."""
-    import os
+    or ``--root``, then catalog_words. Every word is quoted for a POSIX shell, so it runs as pasted."""
     import shlex
 
     words = ["--python", target.python] if target.python is not None else ["--root", str(target.root)]
+    return " ".join(shlex.quote(str(w)) for w in words + catalog_words(catalog, also))
+
+
+def catalog_words(catalog: Catalog | None, also: Iterable[str | None] = ()) -> list[str]:
+    """``--catalog DIR`` for each directory the command was given (``catalog``'s --catalog dirs; HOTFIX_CATALOG
+    ones come with the environment) and each of ``also`` it did not load (the catalog a record was applied
+    from), absolute: what a printed next step needs to find the same hotfixes (unquoted words)."""
+    import os
+
     dirs = [d.path for d in catalog.dirs if d.origin == "--catalog"] if catalog is not None else []
     loaded = {os.path.realpath(d.path) for d in catalog.dirs} if catalog is not None else set()
     for extra in also:
         if extra and os.path.realpath(extra) not in loaded:
             loaded.add(os.path.realpath(extra))
             dirs.append(Path(extra))
-    for folder in dirs:
-        words += ["--catalog", os.path.abspath(folder)]
-    return " ".join(shlex.quote(str(w)) for w in words)
+    return [word for folder in dirs for word in ("--catalog", os.path.abspath(folder))]
 
 
 def warn(target: Target) -> None:
