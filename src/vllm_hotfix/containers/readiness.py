@@ -154,11 +154,11 @@ def combined_test(test: object, timeout: int, where: str, python: str = IMAGE_PY
           and test[0] in ("CMD", "CMD-SHELL")):
         argv = test[1:] if test[0] == "CMD" else ["/bin/sh", "-c", test[1]]
         if test[0] == "CMD-SHELL" and len(test) != 2:
-            raise Refused(f"{where}: CMD-SHELL takes one command string; not combined", hint=COMPOSE_HINT)
+            raise Refused(f"{where}: CMD-SHELL takes one command string; not combined")
     else:
         what = "is NONE (the image's check is turned off)" if test in (["NONE"], "NONE") else \
             "is not a string, [CMD, ARG...] or [CMD-SHELL, COMMAND]"
-        raise Refused(f"{where} {what}: not combined", hint=COMPOSE_HINT)
+        raise Refused(f"{where} {what}: not combined")
     own = probe_command(python)
     check = {"exec": {"command": argv}, **({"compose_test": keep} if keep else {})}
     # "exec" first: PROGRAM runs the check's first entry
@@ -175,9 +175,6 @@ def kept_test(test: object) -> Optional[str]:
         return None
     kept = check.get("compose_test") if isinstance(check, dict) else None
     return kept if isinstance(kept, str) and kept else None
-
-
-COMPOSE_HINT = "pass --no-readiness and keep it (docs/readiness.md says what to add by hand)"
 
 
 def duration_seconds(text: object) -> Optional[int]:
