@@ -23,7 +23,7 @@ def run(*, hotfix_ids, out_dir: Path, python: str | None = None, catalogs=(), dr
 
     export = plan_export(manifests, python=python, out_dir=out_dir, lock_version=lock_version,
                          expires=expires_at(expires) if expires else None,
-                         guard=locked_files(guard) if guard is not None else None)
+                         guard=locked_files(guard) if guard is not None else None, catalog=catalog)
     if not dry_run:
         write_export(out_dir, export)
         if guard is not None:

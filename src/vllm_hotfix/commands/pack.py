@@ -94,7 +94,7 @@ def _content(hotfix_ids, export_dir: Optional[Path], python: Optional[str], cata
 
         dist = current()
         export = plan_export([catalog.get(*parse_ref(ref)) for ref in hotfix_ids], python=python, out_dir=None,
-                             guard=locked_files(dist))
+                             guard=locked_files(dist), catalog=catalog)
         guard = bundle.guard_entries(dict(dist.files))  # what `hotfix export` would write into EXPORT/guard
         return bundle.content(export.lock, dump_lock(export.lock), export.outputs, source="the export", extra=guard)
     return exported_content(export_dir if export_dir is not None else DEFAULT_EXPORT)

@@ -116,14 +116,15 @@ def _interpreter_note(resolver, hotfix, code) -> str:
 
 
 def _lock_option(resolver, catalogs) -> str:
-    """``--python`` of the interpreter the lock was checked in, and the --catalog dirs given, for the advice."""
+    """``--python`` of the interpreter the lock was checked in, and the --catalog dirs given
+    (resolve.catalog_words: `verify --lock` loads no catalog), for the advice."""
     import shlex
     import sys
 
+    from vllm_hotfix.flow.resolve import catalog_words
+
     python = next((t.python for t in resolver.resolved() if t.python), None) or resolver.python
-    words = ["--python", python or sys.executable]
-    for folder in catalogs:
-        words += ["--catalog", str(Path(folder).absolute())]
+    words = ["--python", python or sys.executable, *catalog_words(None, catalogs)]
     return " ".join(shlex.quote(w) for w in words)
 
 

@@ -67,11 +67,12 @@ class _Pristine:
 
 
 def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None, lock_version: int | None = None,
-                expires: str | None = None, guard: tuple | None = None) -> Export:
+                expires: str | None = None, guard: tuple | None = None, catalog=None) -> Export:
     """The lock and the files for ``manifests`` in this order (one series per target); with ``out_dir``,
     below the hotfixes exported there before (None: these alone, as `hotfix pack` takes them). The lock's
     ``version``: ``lock_version``, else one more than the lock already in ``out_dir`` (else 1); a
-    version that does not go up is refused. ``expires``: RFC 3339 UTC, or None."""
+    version that does not go up is refused. ``expires``: RFC 3339 UTC, or None. ``catalog``: the loaded
+    catalog, whose --catalog dirs a refusal's `hotfix show ID` names (flow/applicability.check_applicable)."""
     resolver = Resolver(python)
     targets: dict[str, object] = {}
     readers: dict[str, _Pristine] = {}
@@ -79,7 +80,7 @@ def plan_export(manifests: Sequence, *, python: str | None, out_dir: Path | None
     chains: dict[tuple[str, str], list] = {}               # (package, path) -> [(id, before, after, part)]
     locked: list[hotfix_lock.LockedHotfix] = []
     for manifest in manifests:
-        target, spec = _exportable(manifest, resolver)
+        target, spec = _exportable(manifest, resolver, catalog)
         package = target.package
         targets.setdefault(package, target)
         pristine = readers.setdefault(package, _Pristine(target))
@@ -180,13 +181,13 @@ def _through_mount(exc, target, owners: dict):
     return refusal_through_mount(exc, target, [path], owners[path])
 
 
-def _exportable(manifest, resolver: Resolver):
+def _exportable(manifest, resolver: Resolver, catalog):
     """(target, spec) of ``manifest`` if export can carry it: applicable here (the resolution and rules of
     `hotfix apply`), a pip-installed wheel (its RECORD proves the baseline), catalog patch files only, and no
     interrupted transaction on the target."""
     target, spec = resolver.for_manifest(manifest)  # the same resolution and applicability as `hotfix apply`
     try:
-        check_applicable(manifest, spec, target)
+        check_applicable(manifest, spec, target, catalog)
     except FixedUpstream as exc:
         raise FixedUpstream(exc.message, hint="drop any bind mount of this hotfix from the compose file "
                                               f"(`hotfix compose {manifest.id} --remove`)") from None

@@ -13,6 +13,7 @@ without vLLM): hotfix's own interpreter if it imports the package, else the inte
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -40,19 +41,19 @@ def target_option(target: Target, catalog: Catalog | None = None, also: Iterable
     return " ".join(shlex.quote(str(w)) for w in words + catalog_words(catalog, also))
 
 
-def catalog_words(catalog: Catalog | None, also: Iterable[str | None] = ()) -> list[str]:
+def catalog_words(catalog: Catalog | None, also: Iterable[str | os.PathLike | None] = ()) -> list[str]:
     """``--catalog DIR`` for each directory the command was given (``catalog``'s --catalog dirs; HOTFIX_CATALOG
     ones come with the environment) and each of ``also`` it did not load (the catalog a record was applied
-    from), absolute: what a printed next step needs to find the same hotfixes (unquoted words)."""
-    import os
-
+    from; the --catalog paths of a command that loads no catalog, `verify --lock`), once each, absolute:
+    what a printed next step needs to find the same hotfixes (unquoted words). Made absolute as the kernel
+    resolves them (``link/..`` is kept, not folded away as os.path.abspath would)."""
     dirs = [d.path for d in catalog.dirs if d.origin == "--catalog"] if catalog is not None else []
     loaded = {os.path.realpath(d.path) for d in catalog.dirs} if catalog is not None else set()
     for extra in also:
         if extra and os.path.realpath(extra) not in loaded:
             loaded.add(os.path.realpath(extra))
             dirs.append(Path(extra))
-    return [word for folder in dirs for word in ("--catalog", os.path.abspath(folder))]
+    return [word for folder in dirs for word in ("--catalog", str(Path(folder).absolute()))]
 
 
 def warn(target: Target) -> None:
