@@ -63,7 +63,7 @@ def project(tmp_path):
 
 
 def _compose(run_hotfix, project, *args, env=None):
-    return run_hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", project / "hotfix-export", "--no-guard",
+    return run_hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", project / "hotfix-export", "--no-guard", "--no-strict",
                       *args, cwd=project, env=env)  # write_export's export carries no guard
 
 
@@ -162,7 +162,7 @@ def test_compose_file_env_var_and_discovery_order(project, run_hotfix):
     (project / "compose.yaml").write_text(PLAIN)
     sub = project / "sub"
     sub.mkdir()
-    done = run_hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", project / "hotfix-export", "--no-guard",
+    done = run_hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", project / "hotfix-export", "--no-guard", "--no-strict",
                       cwd=sub)
     assert done.returncode == 0, done.stderr
     assert "hotfix.lock" in (project / "compose.yaml").read_text()  # compose.yaml first, found from a subdirectory

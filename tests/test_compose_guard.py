@@ -1,7 +1,7 @@
 """`hotfix compose` and the guard (issue 43): the rule `hotfix k8s` follows, from the same function
 (txn/exported.refuse_missing_guard). An export without guard/ is refused, exit 3, one line and its hint,
 every file byte-identical, strict or not; the hint's command runs as pasted and is the opt-out: --no-guard,
-the image has vllm-hotfix-guard installed itself (and only with HOTFIX_STRICT unset: strict mode would stop
+the image has vllm-hotfix-guard installed itself, and --no-strict (strict mode, the default, would stop
 nothing). --no-guard with an export that carries the guard is a usage error (exit 2). --remove takes the
 mounts out of any export: removing never needs the guard."""
 
@@ -51,10 +51,10 @@ def test_an_export_without_the_guard_is_refused_and_the_hint_runs_as_pasted(proj
     error, hint = done.stderr.splitlines()  # one line and its hint
     assert error == ("hotfix: error: hotfix-export carries no guard: in a stock image nothing would check the "
                      "mounted files, and the readiness check could not run")
-    assert "re-run `hotfix export` into it" in hint and hint.endswith(" --no-guard")
+    assert "re-run `hotfix export` into it" in hint and hint.endswith(" --no-guard --no-strict")
     assert snapshot(project) == before
     env, args = pasted(done)
-    assert env == {} and args[:2] == ["compose", HOTFIX] and args[-1] == "--no-guard"
+    assert env == {} and args[:2] == ["compose", HOTFIX] and args[-2:] == ["--no-guard", "--no-strict"]
     again = run_hotfix(*args, cwd=project / "hotfix-export")  # from another directory: paths came back absolute
     assert again.returncode == 0, again.stderr
     if "--dry-run" in extra:
@@ -64,20 +64,32 @@ def test_an_export_without_the_guard_is_refused_and_the_hint_runs_as_pasted(proj
         assert "HOTFIX_LOCK" in written.read_text()
 
 
-@pytest.mark.parametrize("value", ["1", "yes"])  # strict as the guard reads it (vllm_hotfix_guard.process.strict)
-def test_strict_mode_refuses_the_opt_out_and_the_hint_turns_it_off(project, run_hotfix, value):
+@pytest.mark.parametrize("given", [(), ("--strict",)])  # strict mode: the default, as `hotfix k8s`'s
+def test_strict_mode_refuses_the_opt_out_and_the_hint_turns_it_off(project, run_hotfix, given):
     before = snapshot(project)
-    strict = {"HOTFIX_STRICT": value}
-    done = compose(run_hotfix, project, env=strict)  # no guard, no --no-guard: both in the one hint
-    assert done.returncode == 3 and len(done.stderr.splitlines()) == 2, done.stderr
-    assert pasted(done)[0] == {"HOTFIX_STRICT": "0"} and pasted(done)[1][-1] == "--no-guard"
-    done = compose(run_hotfix, project, "--no-guard", env=strict)
+    done = compose(run_hotfix, project, "--no-guard", *given)
     assert done.returncode == 3 and len(done.stderr.splitlines()) == 2, done.stderr
     assert "strict mode would stop nothing" in done.stderr and snapshot(project) == before
     env, args = pasted(done)
-    assert env == {"HOTFIX_STRICT": "0"} and args[-1] == "--no-guard"
-    assert run_hotfix(*args, env=env, cwd=project).returncode == 0
-    assert compose(run_hotfix, project, "--no-guard", env={"HOTFIX_STRICT": "0"}).stdout.endswith("nothing changed\n")
+    assert env == {} and args[-1] == "--no-strict" and "--no-guard" in args
+    again = run_hotfix(*args, cwd=project)
+    assert again.returncode == 0, again.stderr
+    text = (project / "docker-compose.yml").read_text()
+    assert "HOTFIX_LOCK" in text and "HOTFIX_STRICT" not in text  # --no-strict writes none
+    done = compose(run_hotfix, project, "--no-guard", "--no-strict", env={"HOTFIX_STRICT": "1"})  # the option decides
+    assert done.returncode == 0 and done.stdout.endswith("nothing changed\n"), done.stderr
+
+
+def test_the_service_s_own_strict_mode_is_not_turned_off_by_the_opt_out(project, run_hotfix):
+    """--no-guard --no-strict where the service sets HOTFIX_STRICT=1 itself: the file and the option disagree,
+    so nothing is written (exit 3), as strict mode would stop nothing in an image without the guard."""
+    compose_file = project / "docker-compose.yml"
+    compose_file.write_text(LIST_ENV.replace("      - NCCL_DEBUG=WARN\n", "      - NCCL_DEBUG=WARN\n      - HOTFIX_STRICT=1\n"))
+    before = snapshot(project)
+    done = compose(run_hotfix, project, "--no-guard", "--no-strict")
+    assert done.returncode == 3 and snapshot(project) == before, done.stderr
+    assert done.stderr.splitlines()[0].endswith("services.vllm.environment sets HOTFIX_STRICT=1, strict mode, and this "
+                                                 "is --no-strict: not edited"), done.stderr
 
 
 def test_no_guard_with_an_export_that_carries_it_is_a_usage_error(tmp_path, run_hotfix):
@@ -99,7 +111,7 @@ def test_no_guard_with_an_export_that_carries_it_is_a_usage_error(tmp_path, run_
 
 
 def test_remove_takes_the_mounts_out_of_an_export_without_the_guard(project, run_hotfix):
-    assert compose(run_hotfix, project, "--no-guard").returncode == 0
+    assert compose(run_hotfix, project, "--no-guard", "--no-strict").returncode == 0
     for extra in ((), ("--no-guard",)):  # with or without the opt-out
         written = (project / "docker-compose.yml").read_text()
         assert "HOTFIX_LOCK" in written

@@ -260,13 +260,13 @@ def test_strict_mode_is_refused_where_the_guard_is_not_delivered(tmp_path, run_h
     assert done.returncode == 2 and "carries the guard" in done.stderr and not (tmp_path / "o2").exists(), done.stderr
     compose = tmp_path / "docker-compose.yml"
     compose.write_text(LIST_ENV)
-    strict = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose,
-                        env={"HOTFIX_STRICT": "1"})
-    assert strict.returncode == 3 and "carries no guard" in strict.stderr and compose.read_text() == LIST_ENV
-    plain = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose)  # as k8s: strict or not
-    assert plain.returncode == 3 and "carries no guard" in plain.stderr and compose.read_text() == LIST_ENV
-    assert plain.stderr.splitlines()[-1].endswith(" --no-guard")  # compose has no --no-strict: HOTFIX_STRICT unset
-    assert run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose, "--no-guard").returncode == 0
+    for more in ((), ("--no-strict",), ("--no-guard",)):  # compose: the same rule, the same options
+        refused = run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose, *more)
+        assert refused.returncode == 3 and "carries no guard" in refused.stderr and compose.read_text() == LIST_ENV
+        assert refused.stderr.splitlines()[-1].endswith(" --no-strict" if more == ("--no-guard",) else " --no-guard"
+                                                        if more else " --no-guard --no-strict"), refused.stderr
+    assert run_hotfix("compose", "--service", "vllm", "--export-dir", export, "--file", compose, "--no-guard",
+                      "--no-strict").returncode == 0
     for value in ("1", "yes"):  # strict as the guard reads it (vllm_hotfix_guard.process.strict)
         no_guard = run_hotfix("export", "mamba-align-block-size", "--to", tmp_path / "e2", "--no-guard",
                               env={"HOTFIX_STRICT": value})

@@ -103,7 +103,7 @@ def test_doctor_source_name_and_compose_refusal(tmp_path):
     from fixtures.composefiles import HOTFIX, write_export
 
     export = write_export(tmp_path / "hotfix-export")
-    done = hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", export, "--file", compose, "--no-guard")
+    done = hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", export, "--file", compose, "--no-guard", "--no-strict")
     assert done.returncode in (2, 3), done.stderr
     assert_inert(done)
 

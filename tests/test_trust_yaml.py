@@ -38,7 +38,7 @@ def test_an_alias_bomb_in_a_compose_file_is_refused_while_loading(tmp_path):
     export = write_export(tmp_path / "hotfix-export")
     before = snapshot(tmp_path)
     for extra in ((), ("--dry-run",), ("--remove",)):
-        done = hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", export, "--file", compose, "--no-guard",
+        done = hotfix("compose", HOTFIX, "--service", "vllm", "--export-dir", export, "--file", compose, "--no-guard", "--no-strict",
                       *extra)
         assert done.returncode == 8, (extra, done.stderr)
         assert "YAML aliases here stand for more than 100,000 nodes (excessive aliasing" in done.stderr

@@ -275,10 +275,10 @@ def export_cmd(hotfix_ids, out_dir, lock_version, expires, with_guard, python, c
 @compose_edit_options
 @dry_run_option
 @json_option
-def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, container_site_packages, remove, readiness, with_guard, dry_run, as_json) -> None:
+def compose_cmd(hotfix_ids, service, compose_file, override_file, export_dir, container_site_packages, remove, readiness, with_guard, strict, dry_run, as_json) -> None:
     from vllm_hotfix.commands import compose as command
 
-    _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, readiness=readiness, with_guard=with_guard, dry_run=dry_run, as_json=as_json))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), service=service, compose_file=compose_file, override_file=override_file, export_dir=export_dir, container_site_packages=container_site_packages, remove=remove, readiness=readiness, with_guard=with_guard, strict=strict, dry_run=dry_run, as_json=as_json))
 
 
 @cli.command("k8s", **texts("k8s"))

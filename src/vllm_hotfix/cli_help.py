@@ -227,12 +227,17 @@ with --versions 0 when every release was answered, 10 when one could not be down
                 "The files and hotfix.lock come from `hotfix export` (--export-dir); the compose file is edited "
                 "in place, byte for byte outside the lines added, or the mounts go to an --override file. The "
                 "export's guard is mounted too: an export without it is refused (exit 3) unless --no-guard says "
-                "the image has vllm-hotfix-guard installed itself.",
+                "the image has vllm-hotfix-guard installed itself (with --no-strict).\n\n"
+                "Strict mode is on by default, as in `hotfix k8s`: HOTFIX_STRICT=1 goes into the service's "
+                "environment beside HOTFIX_LOCK, so vLLM refuses to serve when a hotfix is not in effect (a "
+                "container recreated without a mount); --no-strict writes none (the guard only logs). A "
+                "HOTFIX_STRICT the service sets itself must agree with the option (exit 3 otherwise).",
                 "Add or --remove read-only bind mounts of patched files in compose.", examples(
         "hotfix compose mamba-align-block-size --service vllm --dry-run",
         "hotfix compose mamba-align-block-size --service vllm --override compose.hotfix.yaml",
         "hotfix compose mamba-align-block-size --service vllm --file deploy/compose.yaml --remove",
-        "hotfix compose mamba-align-block-size --service vllm --no-guard   # the image has the guard")),
+        "hotfix compose mamba-align-block-size --service vllm --no-strict   # the guard only logs",
+        "hotfix compose mamba-align-block-size --service vllm --no-guard --no-strict   # image has it")),
     "k8s": ("""Write a kustomize overlay: ConfigMaps with the exported files and hotfix.lock, read-only subPath
 mounts over site-packages in the named containers, and the guard's environment.
 

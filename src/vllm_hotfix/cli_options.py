@@ -17,9 +17,10 @@ ADMISSION_PARAMS = ("approve", "namespaces", "params_namespace", "warn_only", "t
 readiness_option = click.option("--readiness/--no-readiness", default=True, show_default=True, help="Add `python3 -I -m vllm_hotfix_guard ready` as the readiness check (docs/readiness.md), a memory-backed directory for the guard's records and HOTFIX_READY_DIR.")
 
 
-def compose_edit_options(command):  # `hotfix compose`'s --remove, --readiness/--no-readiness and --guard/--no-guard
-    guard = click.option("--guard/--no-guard", "with_guard", default=True, show_default=True, help="The export must carry the guard, mounted with the files; --no-guard accepts one without it, for an image that has vllm-hotfix-guard installed itself (with HOTFIX_STRICT unset). --remove needs no guard.")
-    return click.option("--remove", is_flag=True, help="Take exactly these mounts out again.")(readiness_option(guard(command)))
+def compose_edit_options(command):  # `hotfix compose`'s --remove, --readiness/--no-readiness, --guard/--no-guard, --strict/--no-strict
+    guard = click.option("--guard/--no-guard", "with_guard", default=True, show_default=True, help="The export must carry the guard, mounted with the files; --no-guard accepts one without it, for an image that has vllm-hotfix-guard installed itself (with --no-strict). --remove needs no guard.")
+    strict = click.option("--strict/--no-strict", default=True, show_default=True, help="Write HOTFIX_STRICT=1 beside HOTFIX_LOCK: the guard stops a vLLM process whose hotfix is not in effect; --no-strict writes none (the guard only logs, unless the image or the service sets it). A HOTFIX_STRICT the service already sets must agree. --remove takes out the one it wrote.")
+    return click.option("--remove", is_flag=True, help="Take exactly these mounts out again.")(readiness_option(guard(strict(command))))
 
 
 def k8s_overlay_options(command):

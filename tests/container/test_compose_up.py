@@ -4,8 +4,9 @@ against podman's Docker API) in a real container engine, from a stock image that
 `vllm serve` process tree (tests/container/serve.py: the server, an engine core and two workers spawned as
 vLLM spawns them); the compose healthcheck, exactly as generated, is unhealthy until every process checked
 and healthy after; the guard's `verify` in the container agrees with the host's `hotfix verify --lock`.
-Recreated from a compose file that lost the fix's mount, strict mode refuses to serve and the healthcheck
-never passes; `hotfix compose --remove` gives back the file byte for byte."""
+Recreated from a compose file that lost the fix's mount, strict mode (the HOTFIX_STRICT=1 `hotfix compose` wrote:
+strict by default) refuses to serve and the healthcheck never passes; `hotfix compose --remove` gives back the
+file byte for byte."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ GUARD_LINE = re.compile(r"vllm-hotfix guard pid=(\d+) role=(\S+(?: \([^)]*\))?) 
 
 
 def base_compose(image: str, full: realdata.Venv) -> str:
-    """The user's compose file, as it was before vllm-hotfix: the stock image, `vllm serve` with TP 2, strict
-    mode chosen by the user, torch & co. mounted read-only (the image carries vLLM, not its dependencies)."""
+    """The user's compose file, as it was before vllm-hotfix: the stock image, `vllm serve` with TP 2, torch & co.
+    mounted read-only (the image carries vLLM, not its dependencies); strict mode is what `hotfix compose` writes."""
     return f"""\
 # vLLM 0.30.0, tensor parallel 2
 services:
@@ -38,7 +39,7 @@ services:
     image: {image}
     command: ["python3", "/srv/serve.py", "serve", "/models/tiny", "--tensor-parallel-size", "2"]
     environment:
-      HOTFIX_STRICT: "1"
+      NCCL_DEBUG: WARN
     volumes:
       - {full.root}:{podman.DEPS}:ro
       - {SERVE}:/srv/serve.py:ro
@@ -132,6 +133,7 @@ def test_the_generated_compose_file_runs_the_guard_in_every_vllm_process(tmp_pat
     assert done.returncode == 0, done.stderr
     generated = (app / "compose.yaml").read_bytes()
     print(generated.decode())
+    assert b'      HOTFIX_LOCK: /etc/vllm-hotfix/hotfix.lock\n      HOTFIX_STRICT: "1"\n' in generated  # ours
     # one project per run: two runs of the suite on one machine (a developer's and CI's) never share a container
     project = f"hf{os.getpid()}{tmp_path.name.replace('_', '').lower()}"[:30]
     container = None

@@ -3,7 +3,8 @@
 The export must carry the guard (txn/exported.refuse_missing_guard, the rule `hotfix k8s` follows too):
 without it nothing in a stock image would check the mounts, and the healthcheck could not run; --no-guard
 says the image has vllm-hotfix-guard installed itself. --remove takes out what the export mounts, whatever
-it carries: removing mounts never needs the guard."""
+it carries: removing mounts never needs the guard. --strict (the default, as `hotfix k8s`'s) writes
+HOTFIX_STRICT=1 right after HOTFIX_LOCK, and --remove takes it out from there (compose_edit)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from vllm_hotfix_guard.txn.atomic import atomic_write
 
 def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, override_file: Path | None = None,
         export_dir: Path, container_site_packages: str | None = None, remove: bool = False,
-        readiness: bool = True, with_guard: bool = True, dry_run: bool = False, as_json: bool = False) -> int:
+        readiness: bool = True, with_guard: bool = True, strict: bool = True, dry_run: bool = False,
+        as_json: bool = False) -> int:
     lock = load_lock(export_dir / "hotfix.lock")
     hotfixes = lock.select(tuple(hotfix_ids))
     guard = read_guard(export_dir, lock)  # the guard tree, checked against its RECORD and the lock (None: none)
@@ -30,14 +32,14 @@ def run(*, hotfix_ids=(), service: str, compose_file: Path | None = None, overri
         from vllm_hotfix.flow.history_line import command_line  # the command as typed, for a hint
 
         read_exported(export_dir, lock.mounted_files(hotfixes), export_dir / "hotfix.lock")
-        refuse_missing_guard(guard, export_dir, with_guard=with_guard, strict=None, command=command_line())
+        refuse_missing_guard(guard, export_dir, with_guard=with_guard, strict=strict, command=command_line())
     base_files = [compose_file] if compose_file is not None else composefiles.discover(Path.cwd(), dict(os.environ))
     if compose_file is None and override_file is None:
         compose_file = _defining(base_files, service)
     else:
         compose_file = compose_file or base_files[0]
     mounts = compose_mounts.mounts_for(lock, hotfixes, compose_mounts.host_source(export_dir, compose_file.parent),
-                                container_site_packages, guard=guard_tops(guard))
+                                container_site_packages, guard=guard_tops(guard), strict=strict)
     path = override_file or compose_file
     original = _read(path, required=override_file is None)
     source = str(path)

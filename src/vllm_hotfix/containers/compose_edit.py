@@ -17,7 +17,7 @@ from vllm_hotfix.containers import yamledit as ye
 from vllm_hotfix_guard.errors import InvalidInput, Refused, UsageError
 
 from vllm_hotfix.containers.compose_mounts import Edit, Mounts, escaped
-from vllm_hotfix_guard.settings import LOCK_ENV
+from vllm_hotfix_guard.settings import LOCK_ENV, STRICT_ENV
 
 
 # -- where to write ----------------------------------------------------------------------------
@@ -208,7 +208,7 @@ def _quoted(value: str) -> str:
     return json.dumps(value)
 
 
-def _new_keys(svc: _Service, volumes: list[str], env: Optional[str]) -> ye.Change:
+def _new_keys(svc: _Service, volumes: list[str], env: Optional[list[str]]) -> ye.Change:
     """A block of new keys for the service (and the service itself when it is missing)."""
     text, nl = svc.doc.text, svc.doc.newline
     mapping, _, offset = ye.detect_indent(text)
@@ -221,7 +221,7 @@ def _new_keys(svc: _Service, volumes: list[str], env: Optional[str]) -> ye.Chang
     if volumes:
         body += f"{' ' * indent}volumes:{nl}" + "".join(f"{' ' * (indent + offset)}- {v}{nl}" for v in volumes)
     if env is not None:
-        body += f"{' ' * indent}environment:{nl}{' ' * (indent + mapping)}{env}{nl}"
+        body += f"{' ' * indent}environment:{nl}" + "".join(f"{' ' * (indent + mapping)}{e}{nl}" for e in env)
     return _at_line(text, svc.insert_at, header + body, nl)
 
 
@@ -252,8 +252,10 @@ def add_mounts(text: str, service: str, mounts: Mounts, *, source: str = "docker
     env_node = _effective(svc, "environment")
     if env_node is not None and not ye.is_null(env_node) and not (ye.is_sequence(env_node) or ye.is_mapping(env_node)):
         raise InvalidInput(f"{source}: key 'services.{service}.environment' is neither a list nor a mapping")
-    need_env = _env_has(ye.scalar_value(env_node), LOCK_ENV) is None
-    if not missing and not need_env:
+    values = ye.scalar_value(env_node)
+    need_env = _env_has(values, LOCK_ENV) is None
+    need_strict = mounts.wants_strict(_env_has(values, STRICT_ENV), f"{source}: services.{service}.environment")
+    if not missing and not need_env and not need_strict:
         return Edit(text, (), ())
 
     changes, new_volumes, new_env = [], [], None
@@ -263,19 +265,46 @@ def add_mounts(text: str, service: str, mounts: Mounts, *, source: str = "docker
             new_volumes = [ye.plain(m) for m in missing]
         else:
             changes.append(_append(svc, local, ye.get(svc.node, "volumes")[0], [ye.plain(m) for m in missing]))
-    if need_env:
+    env = [(LOCK_ENV, mounts.env_value)] * need_env + [(STRICT_ENV, STRICT_ON)] * need_strict
+    if env:  # HOTFIX_STRICT right after HOTFIX_LOCK, where remove_mounts looks for it
         local = _local(svc, "environment")
+        after = None if local is None or need_env else _after_entry(svc, local, LOCK_ENV, _env_lines(local, env))
         if local is None:
-            new_env = f"{LOCK_ENV}: {ye.plain(mounts.env_value)}"
-        elif ye.is_sequence(local):
-            changes.append(_append(svc, local, None, [ye.plain(f"{LOCK_ENV}={mounts.env_value}")]))
+            new_env = _env_lines(local, env)
+        elif after is not None:
+            changes.append(after)
         else:
-            changes.append(_append(svc, local, ye.get(svc.node, "environment")[0],
-                                   [f"{LOCK_ENV}: {ye.plain(mounts.env_value)}"]))
+            changes.append(_append(svc, local, ye.get(svc.node, "environment")[0], _env_lines(local, env)))
     if new_volumes or new_env is not None:
         changes.append(_new_keys(svc, new_volumes, new_env))
-    added = tuple(missing) + ((f"{LOCK_ENV}={mounts.env_value}",) if need_env else ())
+    added = tuple(missing) + tuple(f"{name}={value}" for name, value in env)
     return Edit(ye.apply(text, changes), added, ())
+
+
+STRICT_ON = "1"  # what HOTFIX_STRICT is written as (and, right after HOTFIX_LOCK, taken out again)
+
+
+def _env_lines(node: Any, env: list[tuple[str, str]]) -> list[str]:
+    """``env`` as entries of a list-style environment (``NAME=VALUE``; an empty ``environment:`` gets a list)
+    or a mapping-style one."""
+    if ye.is_sequence(node) or (node is not None and ye.is_null(node)):
+        return [ye.plain(f"{name}={value}") for name, value in env]
+    return [f"{name}: {ye.plain(value)}" for name, value in env]
+
+
+def _after_entry(svc: _Service, node: Any, name: str, entries: list[str]) -> Optional[ye.Change]:
+    """``entries`` right after the entry for ``name`` in an environment (block or flow); None when it is not
+    there (or not on a line of its own)."""
+    text, nl = svc.doc.text, svc.doc.newline
+    found = [(start, end) for (_, (key, _)), (_, start, end) in zip(_named(node), _spans(node)) if key == name]
+    if not found:
+        return None
+    start, end = found[0]
+    if node.flow_style:
+        return ye.Change(end, end, "".join(f", {e}" for e in entries))
+    prefix = text[ye.line_start(text, start):start]
+    lines = "".join(f"{prefix}{e}{nl}" for e in entries)
+    return _at_line(text, ye.line_end(text, end), lines, nl) if prefix.strip() in ("", "-") else None
 
 
 def _removals(text: str, key: Any, node: Any, drop: set[int]) -> list[ye.Change]:
@@ -314,7 +343,7 @@ def remove_mounts(text: str, service: str, mounts: Mounts, *, source: str = "doc
                         if src and src not in ours and src.startswith(prefix) and src != lock_source]
     drop = set(ours)
     env_node = _effective(svc, "environment")
-    drop_env = False
+    drop_env = strict = False
     if not remaining_hotfix:
         drop.add(lock_source)
         drop_env = _env_has(ye.scalar_value(env_node), LOCK_ENV) == mounts.env_value
@@ -327,20 +356,31 @@ def remove_mounts(text: str, service: str, mounts: Mounts, *, source: str = "doc
         changes += _removals(text, ye.get(svc.node, "volumes")[0], local, set(removed))
     if drop_env:
         local = _local(svc, "environment")
-        if ye.is_sequence(local):
-            ids = {id(n) for n in local.value if n.id == "scalar" and n.value.partition("=")[0] == LOCK_ENV}
-        else:
-            ids = {id(key) for key in _spans_elements(local) if key.value == LOCK_ENV}
+        ids, strict = _lock_entries(local)
         changes += _removals(text, ye.get(svc.node, "environment")[0], local, ids)
     gone = tuple(removed.values()) + ((f"{LOCK_ENV}={mounts.env_value}",) if drop_env else ())
+    gone += (f"{STRICT_ENV}={STRICT_ON}",) if drop_env and strict else ()
     edited = ye.apply(text, changes)
     if text and not text.endswith("\n") and edited.endswith("\n"):  # no final newline before: none after
         edited = edited[:-2] if edited.endswith("\r\n") else edited[:-1]
     return Edit(edited, (), gone)
 
 
-def _spans_elements(node: Any) -> list[Any]:
-    return [element for element, _, _ in _spans(node)]
+def _lock_entries(node: Any) -> tuple[set[int], bool]:
+    """The ids of HOTFIX_LOCK's entry and of a HOTFIX_STRICT=1 right after it (add_mounts writes it there:
+    one the user wrote elsewhere stays), and whether that one is there."""
+    named = _named(node)
+    lock = {id(e) for e, (name, _) in named if name == LOCK_ENV}
+    strict = {id(e) for (before, _), (e, entry) in zip(named, named[1:])
+              if id(before) in lock and entry == (STRICT_ENV, STRICT_ON)}
+    return lock | strict, bool(strict)
+
+
+def _named(node: Any) -> list[tuple[Any, tuple[Optional[str], Optional[str]]]]:
+    """(element, (name, value)) of each entry of an environment, as _spans gives its elements."""
+    if ye.is_sequence(node):
+        return [(n, tuple(n.value.partition("=")[::2]) if n.id == "scalar" else (None, None)) for n in node.value]
+    return [(k, (k.value, v.value if v.id == "scalar" else None)) for k, v in ye.pairs(node)]
 
 
 def service_is_empty(text: str, service: str, *, source: str) -> bool:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix_guard.errors import Refused, UsageError
-from vllm_hotfix_guard.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_NAME
+from vllm_hotfix_guard.process import STRICT_VALUES
+from vllm_hotfix_guard.settings import CONTAINER_LOCK as LOCK_IN_CONTAINER, LOCK_NAME, STRICT_ENV
 from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedHotfix
 
 
@@ -39,10 +40,24 @@ class Mounts:
     hotfix: tuple[Mount, ...]  # one per exported file
     lock: Mount
     export_source: str  # host path of the export directory as written (prefix of every source)
+    strict: bool = False  # HOTFIX_STRICT=1 beside HOTFIX_LOCK (`hotfix compose --strict`)
 
     @property
     def env_value(self) -> str:
         return self.lock.target
+
+    def wants_strict(self, present: Optional[str], where: str) -> bool:
+        """Whether HOTFIX_STRICT=1 is still to be written, ``present`` being the value the service's environment
+        already gives it (None: none). One that says otherwise than --strict / --no-strict is refused (exit 3):
+        the option and the file would disagree on whether the guard stops the process."""
+        on = present is not None and present.strip().lower() in STRICT_VALUES  # as the guard reads it
+        if present is not None and on != self.strict:
+            raise Refused(f"{where} sets {STRICT_ENV}={present}, {'not ' if self.strict else ''}strict mode, and "
+                          f"this is {'--strict' if self.strict else '--no-strict'}: not edited",
+                          hint=(f"pass --no-strict to keep it, or take that entry out for strict mode" if self.strict
+                                else "drop --no-strict, or take that entry out (`hotfix compose --remove` takes "
+                                     "out the one it wrote)"))
+        return self.strict and present is None
 
 
 @dataclass(frozen=True)
@@ -66,9 +81,10 @@ def host_source(export_dir: Path, compose_dir: Path) -> str:
 
 
 def mounts_for(lock: Lock, hotfixes: tuple[LockedHotfix, ...], export_source: str,
-               container_site_packages: Optional[str] = None, guard: tuple[str, ...] = ()) -> Mounts:
+               container_site_packages: Optional[str] = None, guard: tuple[str, ...] = (),
+               strict: bool = False) -> Mounts:
     """The mounts of these hotfixes' files (the top of each series), the guard's tree (``guard``: its top-level
-    names in site-packages, txn/exported.guard_tops) and the lock."""
+    names in site-packages, txn/exported.guard_tops) and the lock; ``strict``: HOTFIX_STRICT=1 with them."""
     site = (container_site_packages or lock.site_packages).rstrip("/")
     if not site.startswith("/"):
         raise UsageError(f"container site-packages must be an absolute path, got {site!r}")
@@ -80,4 +96,4 @@ def mounts_for(lock: Lock, hotfixes: tuple[LockedHotfix, ...], export_source: st
             if ":" in path:  # SOURCE:TARGET:MODE cannot say where such a path ends
                 raise Refused(f"{path}: a path with ':' cannot be written in compose's short volume syntax",
                               hint="export to a directory whose path has no ':' (hotfix export --to DIR)")
-    return Mounts(files, Mount(f"{export_source}/{LOCK_NAME}", LOCK_IN_CONTAINER), export_source)
+    return Mounts(files, Mount(f"{export_source}/{LOCK_NAME}", LOCK_IN_CONTAINER), export_source, strict)

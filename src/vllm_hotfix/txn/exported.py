@@ -137,17 +137,15 @@ def guard_tops(guard: dict[str, bytes] | None) -> tuple[str, ...]:
     return tuple(sorted({rel.split("/", 1)[0] for rel in guard or ()}))
 
 
-def refuse_missing_guard(guard: dict[str, bytes] | None, source: Path, *, with_guard: bool, strict: bool | None,
+def refuse_missing_guard(guard: dict[str, bytes] | None, source: Path, *, with_guard: bool, strict: bool,
                          command: str, bundled: bool = False) -> None:
     """The guard travels with the files (issue 43), the one rule of `hotfix k8s` and `hotfix compose`: an export
     or bundle without it is refused (exit 3) unless --no-guard says the image has the guard installed itself,
     and then only without strict mode (a stock image would run no guard, and strict mode would stop nothing);
     --no-guard with one that carries the guard is a usage error (exit 2): the guard it carries is mounted all
-    the same. ``strict``: the command's --strict/--no-strict; None: HOTFIX_STRICT set where it runs (compose has
-    no such option). ``command``: the command as the user typed it (flow/history_line.command_line); the hint
-    gives it back with the opt-out, to run as pasted."""
+    the same. ``strict``: the command's --strict/--no-strict. ``command``: the command as the user typed it
+    (flow/history_line.command_line); the hint gives it back with the opt-out, to run as pasted."""
     from vllm_hotfix_guard.errors import Refused, UsageError
-    from vllm_hotfix_guard.settings import STRICT_ENV
 
     where = quote_path(str(source))
     if guard is not None and not with_guard:
@@ -155,20 +153,13 @@ def refuse_missing_guard(guard: dict[str, bytes] | None, source: Path, *, with_g
                          hint="drop --no-guard")
     if guard is not None:
         return
-    by_env = strict is None
-    if by_env:  # as the guard reads it (1, true, yes, on)
-        from vllm_hotfix_guard.process import strict as strict_here
-
-        strict = strict_here()
-    unset = f"{STRICT_ENV}=0 " if by_env and strict else ""
     again = ("pack it again from an export that has the guard (`hotfix export` without --no-guard, then "
              "`hotfix pack`)") if bundled else "re-run `hotfix export` into it (it writes the guard)"
     if with_guard:
-        flags = "--no-guard" if by_env else "--no-guard --no-strict"
+        flags = "--no-guard --no-strict" if strict else "--no-guard"
         raise Refused(f"{where} carries no guard: in a stock image nothing would check the mounted files, and the "
                       "readiness check could not run", hint=f"{again}, or, when the image has vllm-hotfix-guard "
-                                                            f"installed itself: {unset}{command} {flags}")
+                                                            f"installed itself: {command} {flags}")
     if strict:
-        off = f"{unset}{command}" if by_env else f"{command} --no-strict"
         raise Refused(f"{where} carries no guard (no guard/site-packages): strict mode would stop nothing in an "
-                      f"image without vllm-hotfix-guard", hint=f"{again}, or turn strict mode off: {off}")
+                      f"image without vllm-hotfix-guard", hint=f"{again}, or turn strict mode off: {command} --no-strict")
