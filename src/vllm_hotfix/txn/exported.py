@@ -156,10 +156,9 @@ def refuse_missing_guard(guard: dict[str, bytes] | None, source: Path, *, with_g
     again = ("pack it again from an export that has the guard (`hotfix export` without --no-guard, then "
              "`hotfix pack`)") if bundled else "re-run `hotfix export` into it (it writes the guard)"
     if with_guard:
-        flags = "--no-guard --no-strict" if strict else "--no-guard"
         raise Refused(f"{where} carries no guard: in a stock image nothing would check the mounted files, and the "
                       "readiness check could not run", hint=f"{again}, or, when the image has vllm-hotfix-guard "
-                                                            f"installed itself: {command} {flags}")
+                                                            f"installed itself: {command} --no-guard --no-strict")
     if strict:
         raise Refused(f"{where} carries no guard (no guard/site-packages): strict mode would stop nothing in an "
                       f"image without vllm-hotfix-guard", hint=f"{again}, or turn strict mode off: {command} --no-strict")
