@@ -120,7 +120,7 @@ def test_the_top_level_help_has_examples_that_parse(no_env_callbacks):
 
 
 def test_a_drifted_example_is_caught():
-    for bad in (["status", "--no-such-option"], ["apply", "a", "b"], ["bake", "x", "--to", "dir"],
+    for bad in (["status", "--no-such-option"], ["apply", "a", "--no-such-option"], ["bake", "x", "--to", "dir"],
                 ["guard", "--print-env", "--format", "yaml"], ["no-such-command"]):
         with pytest.raises((click.ClickException, AssertionError)):
             check_parses(bad)

@@ -41,7 +41,7 @@ def cli() -> None:
 
 
 @cli.command("apply", **texts("apply"))
-@click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Apply this raw diff instead of a catalog hotfix.")
 @root_option("to patch")
 @python_option
@@ -55,10 +55,10 @@ def cli() -> None:
 @dry_run_option
 @catalog_option
 @json_option
-def apply_cmd(hotfix_id, patch_file, root, python, package, adhoc_id, strip, patch_files, upstream_repo, checkouts, reverse, dry_run, catalogs, as_json) -> None:
+def apply_cmd(hotfix_ids, patch_file, root, python, package, adhoc_id, strip, patch_files, upstream_repo, checkouts, reverse, dry_run, catalogs, as_json) -> None:
     from vllm_hotfix.commands import apply as command
 
-    _exit(command.run(hotfix_id=hotfix_id, patch_file=patch_file, root=root, python=python, package=package, adhoc_id=adhoc_id, strip=strip, patch_files=tuple(patch_files), upstream_repo=upstream_repo, checkouts=tuple(checkouts), reverse=reverse, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
+    _exit(command.run(hotfix_ids=tuple(hotfix_ids), patch_file=patch_file, root=root, python=python, package=package, adhoc_id=adhoc_id, strip=strip, patch_files=tuple(patch_files), upstream_repo=upstream_repo, checkouts=tuple(checkouts), reverse=reverse, dry_run=dry_run, catalogs=tuple(catalogs), as_json=as_json))
 
 
 @cli.command("status", **texts("status"))
@@ -234,7 +234,7 @@ def port_cmd(hotfix_id, versions, out_dir, repo, catalogs, dry_run, as_json) -> 
 
 
 @cli.command("contains", **texts("contains"))
-@click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
+@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A raw diff to look for instead of a catalog hotfix.")
 @python_option
 @root_option("to look for the fix in")

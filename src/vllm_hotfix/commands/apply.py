@@ -1,5 +1,11 @@
 """`hotfix apply`: a catalog hotfix (ID), an ad-hoc diff on an installed package (--patch --python
---package) or a raw diff on a directory (--patch --root). Every kind is recorded (status/verify/rollback)."""
+--package) or a raw diff on a directory (--patch --root). Every kind is recorded (status/verify/rollback).
+
+`apply A B C` (``apply_series``): several catalog hotfixes on one target, in that order, all-or-nothing in ONE
+transaction (flow/apply_group). Every ID is resolved and checked first (unknown, advisory, not for the target,
+another target: refused before anything is written, with the exit code `apply ID` gives); an ID named twice
+is a usage error (exit 2). A member already applied is what `apply ID` makes of it (nothing to do, adopted,
+resealed), the others go on top, in the order given. --json: a list of `apply ID --json` documents."""
 
 from __future__ import annotations
 
@@ -14,13 +20,14 @@ from vllm_hotfix_guard.output import emit_json, note, quote_path, say, say_lines
 LETTERS = {"modify": "M", "create": "A", "delete": "D", "rename": "R", "mode": "M"}
 
 
-def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, python: str | None,
+def run(*, hotfix_ids: Sequence[str], patch_file: Path | None, root: Path | None, python: str | None,
         package: str | None, adhoc_id: str | None, strip: int | None, patch_files: Sequence[Path],
         upstream_repo: Path | None, checkouts: Sequence[str], reverse: bool, dry_run: bool,
         catalogs: Sequence[Path], as_json: bool) -> int:
-    if patch_file is not None and hotfix_id:
+    if patch_file is not None and hotfix_ids:
         raise UsageError("give either a hotfix ID or --patch FILE, not both",
                          hint="a manifest's separately distributed file goes with --patch-file")
+    hotfix_id = hotfix_ids[0] if hotfix_ids else None
     if patch_file is not None and root is not None:  # strip None: git's default and its -p guess
         return apply_raw(patch_file, root, strip=strip, reverse=reverse, dry_run=dry_run, hotfix_id=adhoc_id,
                          as_json=as_json)
@@ -28,6 +35,9 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
     origin = None  # the catalog directory a catalog hotfix comes from
     if reverse:
         raise UsageError("--reverse is for a raw --patch with --root; to undo a hotfix use `hotfix rollback ID`")
+    if len(hotfix_ids) > 1:
+        return apply_series(hotfix_ids, root=root, python=python, patch_files=patch_files, upstream_repo=upstream_repo,
+                            checkouts=checkouts, dry_run=dry_run, catalogs=catalogs, as_json=as_json)
     from vllm_hotfix.flow.apply_hotfix import apply_hotfix
     from vllm_hotfix.flow.resolve import Resolver, warn
 
@@ -43,53 +53,135 @@ def run(*, hotfix_id: str | None, patch_file: Path | None, root: Path | None, py
         hotfix = adhoc_hotfix(patch_file, hotfix_id=adhoc_id, strip=strip, package=package)
         target, spec = resolver.package(package), None
     else:
-        from vllm_hotfix.catalog.index import parse_ref
-        from vllm_hotfix.flow.applicability import check_applicable, check_requires, parse_checkouts
-        from vllm_hotfix.flow.hotfix import catalog_hotfix
-
         if not hotfix_id:
             raise UsageError("name a hotfix (`hotfix list` shows them) or give --patch FILE")
-        ref_id, version = parse_ref(hotfix_id)
-        manifest = catalog.get(ref_id, version)
-        origin = catalog.origin(manifest)
-        if manifest.kind == "advisory":
-            manifest.patches_for(None)  # refuses (exit 3, "is an advisory"), before any target is resolved
-        target, spec = resolver.for_manifest(manifest)
-        check_applicable(manifest, spec, target, catalog)
-        check_requires(manifest, parse_checkouts(checkouts))
-        hotfix = catalog_hotfix(manifest, target, patch_files=patch_files, upstream_repo=upstream_repo)
+        hotfix, target, spec, origin = _catalog_member(hotfix_id, resolver, catalog, checkouts=checkouts,
+                                                      patch_files=patch_files, upstream_repo=upstream_repo)
     warn(target)
-    catalog_dir = str(origin.path.absolute()) if origin is not None and not origin.builtin else None
-    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run, catalog=catalog, catalog_dir=catalog_dir)
+    outcome = apply_hotfix(hotfix, target, spec, dry_run=dry_run, catalog=catalog, catalog_dir=_catalog_dir(origin))
     _report_hotfix(outcome, origin, as_json=as_json)
     return 0
 
 
-def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
-    from vllm_hotfix.flow.resolve import target_option, target_summary
+def _catalog_member(hotfix_id: str, resolver, catalog, *, checkouts: Sequence[str], patch_files: Sequence[Path],
+                   upstream_repo: Path | None) -> tuple:
+    """(hotfix, target, spec, origin) of ``ID`` / ``ID@VERSION``, checked to apply there: an unknown id, an
+    advisory, a target outside its range and a missing required checkout refuse here, before anything is written."""
+    from vllm_hotfix.catalog.index import parse_ref
+    from vllm_hotfix.flow.applicability import check_applicable, check_requires, parse_checkouts
+    from vllm_hotfix.flow.hotfix import catalog_hotfix
+
+    ref_id, version = parse_ref(hotfix_id)
+    manifest = catalog.get(ref_id, version)
+    origin = catalog.origin(manifest)
+    if manifest.kind == "advisory":
+        manifest.patches_for(None)  # refuses (exit 3, "is an advisory"), before any target is resolved
+    target, spec = resolver.for_manifest(manifest)
+    check_applicable(manifest, spec, target, catalog)
+    check_requires(manifest, parse_checkouts(checkouts))
+    hotfix = catalog_hotfix(manifest, target, patch_files=patch_files, upstream_repo=upstream_repo)
+    return hotfix, target, spec, origin
+
+
+def _catalog_dir(origin) -> str | None:
+    """The catalog directory a record keeps (None: the built-in catalog, or not a catalog hotfix)."""
+    return str(origin.path.absolute()) if origin is not None and not origin.builtin else None
+
+
+def apply_series(hotfix_ids: Sequence[str], *, root: Path | None, python: str | None, patch_files: Sequence[Path],
+                 upstream_repo: Path | None, checkouts: Sequence[str], dry_run: bool, catalogs: Sequence[Path],
+                 as_json: bool) -> int:
+    """`apply A B C`: every ID resolved and checked, then flow/apply_group's one transaction (module doc)."""
+    from vllm_hotfix.catalog.index import Catalog, parse_ref
+    from vllm_hotfix.flow.apply_group import Member, apply_group
+    from vllm_hotfix.flow.resolve import Resolver, warn
+
+    seen: dict[str, str] = {}
+    for given in hotfix_ids:
+        hotfix_id = parse_ref(given)[0]
+        if hotfix_id in seen:
+            raise UsageError(f"{hotfix_id} is named twice ({seen[hotfix_id]}, {given})",
+                             hint="name each hotfix once, in the order to apply them")
+        seen[hotfix_id] = given
+    resolver = Resolver(python, root)
+    catalog = Catalog.load(catalogs)  # what the recorded hotfixes are judged by, as `hotfix status` does
+    members, origins, target = [], [], None
+    for given in hotfix_ids:  # every one resolved and checked before anything is written
+        hotfix, found, spec, origin = _catalog_member(given, resolver, catalog, checkouts=checkouts,
+                                                     patch_files=patch_files, upstream_repo=upstream_repo)
+        if target is not None and Path(found.root).resolve() != Path(target.root).resolve():
+            raise UsageError(f"{members[0].hotfix.id} is for {_where(target)} and {hotfix.id} for "
+                             f"{_where(found)}: one apply writes one target",
+                             hint="apply the hotfixes of each target in a command of its own")
+        target = target or found
+        members.append(Member(hotfix, spec, _catalog_dir(origin)))
+        origins.append(origin)
+    warn(target)
+    outcomes = apply_group(members, target, dry_run=dry_run, catalog=catalog)
+    if as_json:
+        emit_json([_hotfix_json(outcome, origin) for outcome, origin in zip(outcomes, origins)])
+        return 0
+    for outcome, origin in zip(outcomes, origins):
+        _report_hotfix(outcome, origin, as_json=False, in_group=True)
+    _summary(outcomes, target, dry_run=dry_run, catalog=catalog, where=_where(target))
+    return 0
+
+
+def _summary(outcomes, target, *, dry_run: bool, catalog, where: str) -> None:
+    """The group's last line: what was (or would be) applied, in one transaction, and the check to run."""
+    from vllm_hotfix.flow.resolve import target_option
+
+    changed = [o for o in outcomes if not o.proposal.already or o.adopted]
+    if not changed:
+        say(f"nothing to do: every one of {', '.join(o.proposal.hotfix.ref for o in outcomes)} is in effect on {where}")
+        return
+    refs = ", ".join(o.proposal.hotfix.ref for o in changed)
+    files = {e.path for o in changed if not o.proposal.already for e in o.proposal.plan.edits}
+    if dry_run:
+        say(f"dry run: would apply {refs} to {where}, in this order, in one transaction: {len(files)} file(s); "
+            "nothing was written")
+        return
+    ids = " ".join(o.proposal.hotfix.id for o in outcomes)
+    say(f"applied {refs} to {where}, in this order, all-or-nothing in one transaction: {len(files)} file(s); "
+        f"check with `hotfix verify {ids} {target_option(target, catalog)}`")
+
+
+def _hotfix_json(outcome, origin) -> dict:
+    """The --json document of one catalog hotfix's apply (`apply A B` prints a list of them)."""
+    from vllm_hotfix.flow.resolve import target_summary
+
+    proposal = outcome.proposal
+    hotfix, target = proposal.hotfix, proposal.target
+    edits = () if proposal.already else proposal.plan.edits
+    return {
+        "id": hotfix.id, "version": hotfix.version, "source": hotfix.source,
+        "target": target_summary(target),
+        "applied": not outcome.dry_run and not proposal.already,
+        "dry_run": outcome.dry_run, "already_applied": proposal.already, "adopted": outcome.adopted,
+        "sealed": outcome.sealed,
+        "superseded": proposal.superseded.version if proposal.superseded else None,
+        "contained_in": list(proposal.contained_in), "dropped": list(proposal.dropped),
+        "catalog": origin.to_json() if origin is not None else None,
+        "patches": [{"patch": p.label, "versions": p.versions, "sha256": p.sha256} for p in _picked(hotfix, target)],
+        "files": [_edit_json(e) for e in edits],
+        "stale_bytecode": [{"source": source, "pyc": pyc, "why": why, "removed": not outcome.dry_run}
+                           for source, pyc, why in proposal.bytecode],
+    }
+
+
+def _report_hotfix(outcome, origin, *, as_json: bool, in_group: bool = False) -> None:
+    """What one catalog hotfix's apply did; ``in_group``: a member of `apply A B` (its summary is the group's)."""
+    from vllm_hotfix.flow.resolve import target_option
 
     proposal = outcome.proposal
     hotfix, target = proposal.hotfix, proposal.target
     edits = () if proposal.already else proposal.plan.edits
     if as_json:
-        emit_json({
-            "id": hotfix.id, "version": hotfix.version, "source": hotfix.source,
-            "target": target_summary(target),
-            "applied": not outcome.dry_run and not proposal.already,
-            "dry_run": outcome.dry_run, "already_applied": proposal.already, "adopted": outcome.adopted,
-            "sealed": outcome.sealed,
-            "superseded": proposal.superseded.version if proposal.superseded else None,
-            "contained_in": list(proposal.contained_in), "dropped": list(proposal.dropped),
-            "catalog": origin.to_json() if origin is not None else None,
-            "patches": [{"patch": p.label, "versions": p.versions, "sha256": p.sha256} for p in _picked(hotfix, target)],
-            "files": [_edit_json(e) for e in edits],
-            "stale_bytecode": [{"source": source, "pyc": pyc, "why": why, "removed": not outcome.dry_run}
-                               for source, pyc, why in proposal.bytecode],
-        })
+        emit_json(_hotfix_json(outcome, origin))
         return
     if origin is not None and hotfix.manifest is not None:
         say(f"{hotfix.ref} from {origin.describe()} ({hotfix.manifest.source})")
-    where = f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
+    where = _where(target)
     if proposal.contained_in:
         say(f"already in effect as part of what the recorded series ({', '.join(proposal.contained_in)}) put in "
             f"{where}: {hotfix.ref} makes the same change; nothing to do, and it is not recorded itself")
@@ -120,11 +212,18 @@ def _report_hotfix(outcome, origin, *, as_json: bool) -> None:
         say(f"upgrade: {hotfix.id}@{proposal.superseded.version} is reversed and {hotfix.ref} applied, in one transaction")
     for edit in edits:
         say(_describe(edit))
-    if outcome.dry_run:
+    if in_group:
+        say(f"{'would apply' if outcome.dry_run else 'applied'} {hotfix.ref}: {len(edits)} file(s)")
+    elif outcome.dry_run:
         say(f"dry run: would apply {hotfix.ref} to {where}: {len(edits)} file(s); nothing was written")
     else:
         say(f"applied {hotfix.ref} to {where}: {len(edits)} file(s), all-or-nothing; "
             f"check with `hotfix verify {hotfix.id} {target_option(target)}`")
+
+
+def _where(target) -> str:
+    """'vllm 0.30.0 at /srv/venv/lib/python3.12/site-packages': the target a report names."""
+    return f"{target.distribution or target.package} {target.version or ''} at {target.root}".replace("  ", " ")
 
 
 def _picked(hotfix, target) -> tuple:

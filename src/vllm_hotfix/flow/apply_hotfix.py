@@ -146,15 +146,12 @@ def applied_under(hotfix: Hotfix, spec: TargetSpec | None, catalog_dir: str | No
             "versions": spec.versions if spec is not None else None, "catalog": catalog_dir}
 
 
-def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: bool,
-                 lock_timeout: float | None = None, catalog=None, catalog_dir: str | None = None,
-                 back_to: bool = False) -> ApplyOutcome:
-    """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing on top of the target's series,
-    recorded in the same transaction. ``catalog``: the one the command loaded (the pins the recorded
-    hotfixes are judged by, as `hotfix status` judges them; their manifests' ``conflicts`` / ``after``).
-    ``back_to``: `rollback ID --to-version V` (flow/plan.propose): the recorded version replaced by this one."""
-
-    resealed: list = []
+def hotfix_prepare(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, catalog=None,
+                   catalog_dir: str | None = None, back_to: bool = False, resealed: list | None = None
+                   ) -> transaction.Prepare:
+    """``apply_hotfix``'s plan and record on the state and files given: its transaction's, or a group member's
+    (flow/apply_group). ``resealed`` collects the id when only its record is sealed anew."""
+    resealed = resealed if resealed is not None else []
 
     def prepare(state: TargetState, tree: Tree) -> transaction.Change:
         proposal = propose(hotfix, target, state, tree, catalog=catalog, back_to=back_to)
@@ -165,7 +162,7 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
                 return transaction.Change(Plan((), False), sealed, record_changed=True, result=proposal)
             return transaction.Change(Plan((), False), state, record_changed=False, result=proposal)
         if not proposal.already:
-            prove_baseline(proposal, spec, state)
+            prove_baseline(proposal, spec, state, tree)
         current = {p: before for p, before, _ in flatten(proposal.plan)}
         if proposal.already:  # applied by hand (or by another tool): adopt it, change no file --
             current = {p: after for p, _, after in flatten(proposal.plan)}  # once what it undoes is pristine
@@ -186,13 +183,25 @@ def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry
                                   event=Event(outcome=outcome, hotfix=hotfix.id, detail=detail.rstrip("; "),
                                               version=proposal.superseded.version if back_to else hotfix.version))
 
+    return prepare
+
+
+def apply_hotfix(hotfix: Hotfix, target: Target, spec: TargetSpec | None, *, dry_run: bool,
+                 lock_timeout: float | None = None, catalog=None, catalog_dir: str | None = None,
+                 back_to: bool = False) -> ApplyOutcome:
+    """Plan (and unless ``dry_run``) apply ``hotfix`` all-or-nothing on top of the target's series, recorded in
+    the same transaction. ``catalog``: the one the command loaded (the pins the recorded hotfixes are judged by,
+    as `hotfix status` does; their manifests' ``conflicts`` / ``after``). ``back_to``: `rollback ID --to-version V`
+    (flow/plan.propose): the recorded version replaced by this one."""
+    resealed: list = []
+    prepare = hotfix_prepare(hotfix, target, spec, catalog=catalog, catalog_dir=catalog_dir, back_to=back_to,
+                             resealed=resealed)
     try:
         change = transaction.run(target.root, prepare, dry_run=dry_run, lock_timeout=lock_timeout,
                                  after=lambda c: None if resealed else check_after(c.result, spec))  # resealed: no file
     except (Refused, DoesNotApply) as refused:
-        from vllm_hotfix.flow.mounted import refusal_through_mount
-
-        raise refusal_through_mount(refused, target, [f.path for f in hotfix.series.files], hotfix.id) from None
+        from vllm_hotfix.flow.mounted import hotfix_refusal
+        raise hotfix_refusal(refused, hotfix, target) from None
     if change.result.bytecode and not dry_run:  # applied, but Python would load stale entries: drop exactly those
         drop_stale_bytecode(change.result.bytecode)
     return ApplyOutcome(change.result, dry_run, change.record_changed, sealed=bool(resealed))

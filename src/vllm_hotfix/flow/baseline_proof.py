@@ -23,13 +23,15 @@ if TYPE_CHECKING:  # types only: a raw --patch apply never loads the catalog (pa
     from vllm_hotfix.catalog.model import TargetSpec
 
 
-def prove_baseline(proposal: Proposal, spec: TargetSpec | None, state: TargetState | None = None) -> None:
+def prove_baseline(proposal: Proposal, spec: TargetSpec | None, state: TargetState | None = None,
+                   tree: Tree | None = None) -> None:
     """The files the plan changes are pristine -- RECORD (wheels) or git (checkouts), else refuse --
     or, for files the series below it touches, their pristine bytes (derived from the series, every
-    step checked against its recorded patch) are: the baseline is "pristine + the recorded series"."""
+    step checked against its recorded patch) are: the baseline is "pristine + the recorded series".
+    ``tree``: the files the plan was made on (a group's member: with the members before it written)."""
     target = proposal.target
     old_paths = {f.path: f for f in proposal.superseded.files} if proposal.superseded else {}
-    tree = Tree(target.root)
+    tree = tree if tree is not None else Tree(target.root)
     for path, recorded in old_paths.items():
         found = tree.read(path)
         if sha256(found.data if found else None) != recorded.after_sha256:

@@ -43,6 +43,11 @@ def mount_sources(mounts: Sequence[MountedFile]) -> str:
     return ", ".join(m.source + (f" (for {quote_path(m.path)})" if len(mounts) > 1 else "") for m in mounts)
 
 
+def hotfix_refusal(exc: HotfixError, hotfix, target: Target) -> HotfixError:
+    """``refusal_through_mount`` for the files of ``hotfix`` (flow/hotfix.Hotfix): apply's, a group's member's."""
+    return refusal_through_mount(exc, target, [f.path for f in hotfix.series.files], hotfix.id)
+
+
 def refusal_through_mount(exc: HotfixError, target: Target, paths: Iterable[str], hotfix_id: str) -> HotfixError:
     """A refusal to apply (not pristine, does not apply) about a file whose bytes come through a mount:
     the same error, naming the mount, with the one hint that can work (neither `pip install

@@ -236,7 +236,9 @@ def _propose_in_place(hotfix: Hotfix, target: Target, state: TargetState, record
 
 
 def _without(state: TargetState, hotfix_id: str) -> TargetState:
-    return TargetState(state.directory, state.target, {k: v for k, v in state.hotfixes.items() if k != hotfix_id})
+    from dataclasses import replace  # a group's pending state (flow/apply_group) stays one
+
+    return replace(state, hotfixes={k: v for k, v in state.hotfixes.items() if k != hotfix_id})
 
 
 def _refuse_lost_below(hotfix_id: str, chains: dict, tree: Tree) -> None:

@@ -52,6 +52,8 @@ class Change:
     keep: dict[str, bytes | str] = field(default_factory=dict)
     result: object = None       # what the caller reports (a Proposal, a rollback summary, ...)
     event: Event | None = None  # what it does, for the target's history (None: nothing to log)
+    steps: tuple = ()           # a group (flow/apply_group): (event, record after it, its plan, the files it
+                                # was planned on) per member that logs a line; then ``event`` is unused
 
 
 Prepare = Callable[[TargetState, Tree], Change]
@@ -100,6 +102,7 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
             return change
         target_writable(root, _written_paths(change.plan))  # before any backup or journal is written
         logged = _history(tdir, root, change, tree)  # the history files with this change's line
+        as_read = _record_bytes(tdir, before)  # what an undo after the commit writes back
         unlogged = history.as_before(logged)
         current = str(tdir.directory)
         with signals_as_exceptions():  # SIGINT/SIGTERM anywhere below: undo, then one line
@@ -124,7 +127,7 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
                 try:
                     _check_after(after, change)
                 except (HotfixError, Interrupted) as failed:
-                    undo_record = (tdir.state_file, before.to_bytes()) if change.record_changed else None
+                    undo_record = (tdir.state_file, as_read) if change.record_changed else None
                     commit(root, invert(change.plan), journal_dir=tdir.journal, state_record=undo_record,
                            also=unlogged)  # undone: the history as before, no line for what did not happen
                     before.prune()
@@ -137,6 +140,15 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
                                   hint=failed.hint) from None
         change.state.prune()
     return change
+
+
+def _record_bytes(tdir: TargetDir, before: TargetState) -> bytes:
+    """The record's bytes as they were (an undo puts them back byte for byte; ``to_bytes`` of what was read
+    would write it anew, e.g. without a null field), else ``before`` written (there was no record)."""
+    from vllm_hotfix_guard.paths import STATE_LIMIT, read_own_file
+
+    data = read_own_file(tdir.state_file, limit=STATE_LIMIT, owned=True)
+    return data if data is not None else before.to_bytes()
 
 
 def _check_after(after: AfterCheck, change: Change) -> None:
@@ -152,12 +164,14 @@ def _check_after(after: AfterCheck, change: Change) -> None:
 
 
 def _history(tdir: TargetDir, root: Path, change: Change, tree: Tree) -> list[tuple[Path, bytes]]:
-    """The target's history files with the line of ``change`` appended (nothing when it logs no event)."""
-    if change.event is None:
+    """The target's history files with the line of ``change`` appended (nothing when it logs no event),
+    or a group's lines, one per member, in order."""
+    steps = change.steps or (((change.event, change.state, change.plan, tree),) if change.event is not None else ())
+    if not steps:
         return []
     from vllm_hotfix.flow.history_line import entry
 
-    return history.appended(tdir, entry(change.event, change.state, change.plan, tree, str(root)))
+    return history.appended(tdir, *(entry(event, state, plan, files, str(root)) for event, state, plan, files in steps))
 
 
 def _as_the_run_finds_it(tdir: TargetDir, root: Path) -> tuple[TargetState, Tree]:

@@ -102,11 +102,11 @@ def read_history(tdir: TargetDir) -> list[Entry]:
     return entries
 
 
-def appended(tdir: TargetDir, entry: Entry) -> list[tuple[Path, bytes]]:
-    """The history files as they must be with ``entry`` added: (path, whole new bytes), for the
-    transaction to write with the files (the current file's old lines are kept as they are: a broken
-    one is named when read, never lost when appended to)."""
-    line = entry.to_line()
+def appended(tdir: TargetDir, *entries: Entry) -> list[tuple[Path, bytes]]:
+    """The history files as they must be with ``entries`` added (a group apply logs one per hotfix): (path,
+    whole new bytes), for the transaction to write with the files (the current file's old lines are kept as
+    they are: a broken one is named when read, never lost when appended to)."""
+    line = b"".join(entry.to_line() for entry in entries)
     old = _read(tdir.history_file)
     if old and not old.endswith(b"\n"):
         old += b"\n"
