@@ -67,9 +67,16 @@ ASCEND = "--root /vllm-workspace/vllm-ascend"
 
 # name -> (text, short help or None, epilog); every epilog starts with its Examples block
 TEXTS: dict[str, tuple[str, str | None, str]] = {
-    "apply": ("Apply a catalog hotfix (ID) or a raw diff (--patch), all-or-nothing.", None, examples(
+    "apply": ("""Apply a catalog hotfix (ID) or a raw diff (--patch), all-or-nothing.
+
+Several IDs apply a series in one transaction, in the order given: every one is applied and
+recorded, or the files and the record stay as they were (a failed check, Ctrl-C, kill -9 and
+`hotfix recover`). Every ID is checked before anything is written; one named twice is exit 2;
+one already applied is reported as `apply ID` would, the others go on top. --json: a list.""",
+              "Apply catalog hotfixes (ID...) or a raw diff (--patch), all-or-nothing.", examples(
         f"hotfix apply mamba-align-block-size {PY} --dry-run",
         f"hotfix apply mamba-align-block-size {PY}",
+        f"hotfix apply va023-memcache-lazy-init va023-mtp-draft-slots {ASCEND}",
         f"hotfix apply glm-conv-null-slot {ASCEND}",
         f"hotfix apply my-fix --catalog ./my-catalog {PY}",
         "hotfix apply --patch fix.diff --root ./vllm --dry-run",

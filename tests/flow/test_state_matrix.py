@@ -33,7 +33,7 @@ import realdata
 from fixtures import crash
 from fixtures.bytecode import stale_pyc
 from fixtures.series import edit_diff, write_catalog
-from fixtures.twofiles import ENVS, VERSION, make_two_file_patch, snapshot
+from fixtures.twofiles import ENVS, VERSION, make_two_file_patch, snapshot, top_note_diff
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -84,8 +84,7 @@ def world(tmp_path_factory):
     template = realdata.vllm_template("0.30.0")
     two = make_two_file_patch(template.site_packages, base / "diff").read_bytes()
     envs = (template.site_packages / ENVS).read_bytes()
-    last = envs.splitlines(keepends=True)[-1]
-    top = edit_diff({ENVS: envs}, {ENVS: (last, last + b"# top-note: a second hotfix of this file\n")}, base / "top")
+    top = top_note_diff(template.site_packages, base / "top")
     mid = edit_diff({ENVS: envs}, {ENVS: (MID_OLD, MID_NEW)}, base / "mid")
     catalog = write_catalog(base / "catalog", {A: (two, SIGNATURE), B: (top, ""), C: (mid, "")})
     for hotfix_id in (A, B, C):
