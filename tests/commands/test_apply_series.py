@@ -65,9 +65,10 @@ def test_three_hotfixes_in_one_transaction_recorded_in_order(tree, tmp_path, run
     options = ("--root", tree, "--catalog", catalog)
     done = run_hotfix("apply", "one", "two", "three", *options)
     assert done.returncode == 0, done.stderr
-    assert "applied one@1, two@1, three@1 to pkg 1.0 at" in done.stdout and "in one transaction: 2 file(s)" in done.stdout
-    assert (tree / "pkg" / "mod.py").read_text() == MOD.replace("return 1\n", "return 10\n").replace("return 8\n",
-                                                                                                    "return 80\n")
+    assert f"applied one@1, two@1, three@1 to pkg 1.0 at {tree}, in this order, all-or-nothing in one transaction: " \
+           "2 file(s)" in done.stdout
+    patched = MOD.replace("return 1\n", "return 10\n").replace("return 8\n", "return 80\n")
+    assert (tree / "pkg" / "mod.py").read_text() == patched
     assert (tree / "pkg" / "other.py").read_text() == OTHER.replace("X = 1", "X = 100")
     status = json.loads(run_hotfix("status", *options, "--json").stdout)
     assert [(s["id"], s["state"]) for s in status if s["recorded"]] == [("one", "applied"), ("two", "applied"),

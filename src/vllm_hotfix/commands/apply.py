@@ -114,10 +114,10 @@ def apply_series(hotfix_ids: Sequence[str], *, root: Path | None, python: str | 
                              f"{_where(found)}: one apply writes one target",
                              hint="apply the hotfixes of each target in a command of its own")
         target = target or found
-        members.append(Member(hotfix, spec, _catalog_dir(origin)))
+        members.append(Member(hotfix, found, spec, _catalog_dir(origin)))
         origins.append(origin)
     warn(target)
-    outcomes = apply_group(members, target, dry_run=dry_run, catalog=catalog)
+    outcomes = apply_group(members, dry_run=dry_run, catalog=catalog)
     if as_json:
         emit_json([_hotfix_json(outcome, origin) for outcome, origin in zip(outcomes, origins)])
         return 0

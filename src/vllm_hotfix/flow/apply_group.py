@@ -35,9 +35,11 @@ CREATED_MODE = 0o100644  # what a file a member creates reads as to the members 
 
 @dataclass(frozen=True)
 class Member:
-    """One hotfix of the group, resolved on the group's target (the command checked it applies there)."""
+    """One hotfix of the group and its target (the command checked it applies there; every member's target
+    has the same root: one record, one transaction -- two packages of one checkout may be two targets)."""
 
     hotfix: Hotfix
+    target: Target
     spec: TargetSpec | None
     catalog_dir: str | None = None
 
@@ -141,7 +143,7 @@ def _resolved(keep: dict, files: dict, tree: Tree) -> dict:
     return out
 
 
-def group_prepare(members: Sequence[Member], target: Target, *, catalog, resealed: list) -> transaction.Prepare:
+def group_prepare(members: Sequence[Member], *, catalog, resealed: list) -> transaction.Prepare:
     """The one transaction's ``prepare``: every member planned in turn on what the ones before it leave."""
     from vllm_hotfix.flow.mounted import hotfix_refusal
 
@@ -149,12 +151,12 @@ def group_prepare(members: Sequence[Member], target: Target, *, catalog, reseale
         changes, steps, keep, files = [], [], {}, {}
         now_state, now_tree = state, tree
         for member in progress(members, len(members), "hotfix: planning"):  # a bar on a terminal only
-            one = hotfix_prepare(member.hotfix, target, member.spec, catalog=catalog, catalog_dir=member.catalog_dir,
-                                 resealed=resealed)
+            one = hotfix_prepare(member.hotfix, member.target, member.spec, catalog=catalog,
+                                 catalog_dir=member.catalog_dir, resealed=resealed)
             try:
                 change = one(now_state, now_tree)
             except (Refused, DoesNotApply) as refused:
-                raise hotfix_refusal(refused, member.hotfix, target) from None
+                raise hotfix_refusal(refused, member.hotfix, member.target) from None
             changes.append(change)
             keep.update(_resolved(change.keep, files, now_tree))
             if change.event is not None:
@@ -170,10 +172,10 @@ def group_prepare(members: Sequence[Member], target: Target, *, catalog, reseale
     return prepare
 
 
-def apply_group(members: Sequence[Member], target: Target, *, dry_run: bool, catalog=None,
+def apply_group(members: Sequence[Member], *, dry_run: bool, catalog=None,
                 lock_timeout: float | None = None) -> list[ApplyOutcome]:
-    """Plan (and unless ``dry_run``) apply ``members`` in order, all-or-nothing, in one transaction (see the
-    module doc); one ApplyOutcome per member, as `apply ID` would report it."""
+    """Plan (and unless ``dry_run``) apply ``members`` in order, all-or-nothing, in one transaction on their
+    root (see the module doc); one ApplyOutcome per member, as `apply ID` would report it."""
     resealed: list = []
     by_id = {m.hotfix.id: m for m in members}
 
@@ -183,7 +185,7 @@ def apply_group(members: Sequence[Member], target: Target, *, dry_run: bool, cat
             if member.hotfix.id not in resealed and (one.plan.edits or one.record_changed):
                 check_after(one.result, member.spec)
 
-    change = transaction.run(target.root, group_prepare(members, target, catalog=catalog, resealed=resealed),
+    change = transaction.run(members[0].target.root, group_prepare(members, catalog=catalog, resealed=resealed),
                              dry_run=dry_run, after=after, lock_timeout=lock_timeout)
     outcomes = [ApplyOutcome(one.result, dry_run, one.record_changed, sealed=one.result.hotfix.id in resealed)
                 for one in change.result]
