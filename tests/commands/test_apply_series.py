@@ -1,7 +1,8 @@
 """`hotfix apply A B C` (flow/apply_group): several catalog hotfixes in one transaction. Fast: a small checkout
 of pkg 1.0 and a catalog of three hotfixes -- ``one`` and ``three`` in pkg/mod.py (three on top of one),
 ``two`` in pkg/other.py. A failure of the 2nd of 3 (its post-apply check, after the commit; or its diff, at
-planning) leaves the tree and the state directory byte-identical; a dry run writes nothing."""
+planning) leaves the tree and the state directory byte-identical; a dry run writes nothing. And the one
+write the members' plans are composed into (flow/apply_group.compose)."""
 
 from __future__ import annotations
 
@@ -143,3 +144,20 @@ def test_refused_before_anything_is_written(tree, tmp_path, run_hotfix, _isolate
     done = run_hotfix("apply", *ids, "--root", tree, "--catalog", catalog)
     assert done.returncode == code and words in done.stderr, done.stderr
     assert _both(tree, _isolated_state) == before
+
+
+def test_compose_writes_each_path_once_from_its_first_before_to_its_last_after():
+    from vllm_hotfix.flow.apply_group import compose
+    from vllm_hotfix_guard.core.hunk_apply import FileEdit, Plan
+
+    def edit(path, action, before, after, old_path=None, old_mode=0o100644, new_mode=None):
+        return FileEdit(path, action, old_path, before, after, None if before is None else old_mode, new_mode, ())
+
+    first = Plan((edit("m.py", "modify", b"1", b"2"), edit("new.py", "create", None, b"n"),
+                  edit("b.py", "rename", b"a", b"a", old_path="a.py"), edit("x.py", "modify", b"x", b"y")), False)
+    second = Plan((edit("m.py", "modify", b"2", b"3", new_mode=0o755), edit("new.py", "delete", b"n", None),
+                   edit("b.py", "modify", b"a", b"b"), edit("x.py", "modify", b"y", b"x")), False)
+    plan = compose([first, second])
+    assert [(e.path, e.action, e.before, e.after, e.new_mode) for e in plan.edits] == [
+        ("m.py", "modify", b"1", b"3", 0o755), ("a.py", "delete", b"a", None, None),
+        ("b.py", "create", None, b"b", 0o644)]  # new.py made and removed, x.py given back: not written
