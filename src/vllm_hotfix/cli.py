@@ -234,7 +234,7 @@ def port_cmd(hotfix_id, versions, out_dir, repo, catalogs, dry_run, as_json) -> 
 
 
 @cli.command("contains", **texts("contains"))
-@click.argument("hotfix_ids", nargs=-1, metavar="[ID]...", shell_complete=complete_ids)
+@click.argument("hotfix_id", required=False, metavar="[ID]", shell_complete=complete_ids)
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A raw diff to look for instead of a catalog hotfix.")
 @python_option
 @root_option("to look for the fix in")

@@ -102,7 +102,7 @@ def _run(root: Path, prepare: Prepare, *, dry_run: bool, after: AfterCheck | Non
             return change
         target_writable(root, _written_paths(change.plan))  # before any backup or journal is written
         logged = _history(tdir, root, change, tree)  # the history files with this change's line
-        as_read = _record_bytes(tdir, before)  # what an undo after the commit writes back
+        as_read = _record_bytes(tdir, before) if after is not None and change.record_changed else None  # for an undo
         unlogged = history.as_before(logged)
         current = str(tdir.directory)
         with signals_as_exceptions():  # SIGINT/SIGTERM anywhere below: undo, then one line
