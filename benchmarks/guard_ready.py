@@ -73,7 +73,8 @@ def rounds(full: dict, arms: dict, script: Path, count: int) -> dict[str, list[d
         for name in names[round_no % len(names):] + names[:round_no % len(names)]:
             path, env, ready = arms[name]
             if name == FIRST:
-                shutil.rmtree(ready / "trust-verdicts", ignore_errors=True)
+                for cache in ("trust-verdicts", "lock-verdicts"):  # the guard's caches: a container's first process
+                    shutil.rmtree(ready / cache, ignore_errors=True)
             done = run(full, [str(full["venv"].python), str(script)], pythonpath=path, **env)
             found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
             if done.returncode != 0 or not found:

@@ -153,13 +153,13 @@ def test_the_kernel_pin_check_names_the_kept_patch_and_the_pin(applied):
 
 def test_the_advice_names_a_record_s_catalog_only_where_hotfix_catalog_does_not(monkeypatch, tmp_path, run_hotfix):
     """Pasted in the guard's environment, `--catalog DIR` beside HOTFIX_CATALOG=DIR would read it twice (exit 8)."""
-    from vllm_hotfix_guard import plugin
+    from vllm_hotfix_guard import wording
 
     catalog = str(tmp_path / "cat")
     monkeypatch.delenv("HOTFIX_CATALOG", raising=False)
-    assert plugin._option(catalog).endswith(f"--catalog {catalog}")
+    assert wording.python_option(catalog).endswith(f"--catalog {catalog}")
     monkeypatch.setenv("HOTFIX_CATALOG", catalog)
-    assert "--catalog" not in plugin._option(catalog)
+    assert "--catalog" not in wording.python_option(catalog)
 
 
 HOTFIX_VERSIONS = [1, "1", "1.0", "01.0", "1.0-1", "1.0.post1", "1.0+a", "1.0+b", "v1.0", "1!1.0", "x", "1.0+", "\u0661"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.manifests import write_patch_catalog
-from vllm_hotfix_guard import plugin as guard
+from vllm_hotfix_guard import plugin as guard, wording
 from vllm_hotfix_guard.core.verdict import FileCheck
 
 SECRET = b"root:$6$not-for-anyone's-eyes:19000:0:99999:7:::\n"
@@ -53,7 +53,7 @@ def test_a_catalog_patch_that_is_a_symlink_is_refused_without_its_hash(tmp_path,
 def test_a_name_from_a_record_or_lock_cannot_forge_a_guard_line():
     where = "/site-packages/vllm/x.py\nINFO 12-01 00:00:00 [guard.py:1] vllm-hotfix guard pid=1 role=main: all in effect"
     check = FileCheck("vllm/x.py", "baseline", "a" * 64, "b" * 64, "a" * 64, where)
-    verdict = guard._verdict("fix", "vllm", "lost", "every file is back", (check,), "0.30.0", "require")
+    verdict = wording.verdict_of("fix", "vllm", "lost", "every file is back", (check,), "0.30.0", "require")
     line = guard.summary_line((verdict,), "hf1-none")
     assert "\n" not in line and "\\n" in line
 

@@ -37,27 +37,40 @@ _seen: dict = {}        # module name -> id() of the first module object seen / 
 _last: dict = {}        # what this process last said: {"key": ..., "pid": ...}
 
 
-def start(checks, plugins=()) -> None:
-    """Take the locked names of the files in effect (txn/lock_check.HotfixCheck) and note which module
-    objects this process holds already. ``plugins``: vLLM's plugin callables, whose packages are scanned
-    for stale aliases."""
+def locked_of(checks) -> tuple[list, bool]:
+    """The locked names of the files in effect (txn/lock_check.HotfixCheck) as verdicts.Locked, and whether the
+    lock's fingerprints hold for this interpreter (its cache tag; a record's names carry none: compiled here).
+    What ``take`` needs, as plain values: lock_cache.py keeps them for the container's later processes."""
     from vllm_hotfix_guard.core.distname import module_name
 
-    _by_module.clear()
     interpreter = sys.implementation.cache_tag
-    usable = []
+    found, usable = [], []
     for check in checks:
         for locked, file in zip(check.hotfix.files, check.files):
             if locked.code is None or not locked.path.endswith(".py") or file.where is None \
                     or file.sha256 is None or file.sha256 != file.expected:
                 continue
-            if locked.code.interpreter:  # a record's names ("") carry no fingerprints: compiled here
+            if locked.code.interpreter:
                 usable.append(locked.code.interpreter == interpreter)
             module = module_name(locked.path)
-            for name in locked.code.names:
-                _by_module.setdefault(module, []).append(
-                    Locked(check.hotfix.id, module, name.name, name.kind, name.fingerprint, file.where, file.sha256))
-    codestate.LOCK_PRINTS["usable"] = bool(usable) and all(usable) and not sys.flags.optimize
+            found.extend(Locked(check.hotfix.id, module, name.name, name.kind, name.fingerprint, file.where,
+                                file.sha256) for name in locked.code.names)
+    return found, bool(usable) and all(usable)
+
+
+def start(checks, plugins=()) -> None:
+    """``take`` the locked names of ``checks`` (``locked_of``)."""
+    take(*locked_of(checks), plugins=plugins)
+
+
+def take(names, usable: bool, plugins=()) -> None:
+    """Take these locked names (verdicts.Locked) and note which module objects this process holds already.
+    ``usable``: the names' fingerprints hold for this interpreter. ``plugins``: vLLM's plugin callables, whose
+    packages are scanned for stale aliases."""
+    _by_module.clear()
+    for locked in names:
+        _by_module.setdefault(locked.module, []).append(locked)
+    codestate.LOCK_PRINTS["usable"] = usable and not sys.flags.optimize
     for module in _by_module:
         found = sys.modules.get(module)
         if found is not None:

@@ -27,6 +27,7 @@ from vllm_hotfix_guard.settings import LOCK_ENV, READY_DIR_ENV, REQUIRE_ENV, STA
 _last_check: tuple[tuple, tuple[Verdict, ...], str] | None = None  # (settings, verdicts, fingerprint)
 _code_checks: list = []  # the lock's checks and the required records' of this process: their code names (points.py)
 _fork_hook_installed = False
+_derived: dict = {}  # the last derivation's lock and installs, by package (for lock_inputs.offer)
 _lock_sha256: list = [None]  # of the lock bytes this process judged: its readiness record names them (read once)
 
 
@@ -59,12 +60,12 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
 
         fingerprint = NONE
         try:
-            verdicts, watched, fingerprint = _check_all(lock=lock or None, require=required_ids(require))
+            verdicts, watched, fingerprint, names, usable = _derive(lock, require)
             from vllm_hotfix_guard import imports as guard_imports
             code, proven = (), frozenset()
-            if any(f.code is not None for check in _code_checks for f in check.hotfix.files):  # else not imported
+            if names:  # else points.py is not imported
                 from vllm_hotfix_guard import points as guard_points
-                code, proven = guard_points.start(_code_checks)  # the fixed function is the one running
+                code, proven = guard_points.start_names(names, usable)  # the fixed function is the one running
             verdicts += code + guard_imports.watch(watched, proven)
         except Exception as exc:  # noqa: BLE001 - a bug here must not take vLLM down unless strict
             verdicts = (Verdict("(guard)", False, f"internal error: {type(exc).__name__}: {exc}",
@@ -74,6 +75,54 @@ def _check_here(lock: str, require: str) -> list[Verdict]:
         if os.environ.get(READY_DIR_ENV):
             __import__("vllm_hotfix_guard.ready", fromlist=["record"]).record(verdicts, lock_sha256=_lock_sha256[0] if lock else None)
     return [v for v in verdicts if not v.in_effect]
+
+
+def _derive(lock: str, require: str) -> tuple:
+    """(verdicts, watched modules, fingerprint, locked code names, whether their fingerprints hold here) of this
+    process: from the container's lock verdict cache when it holds (lock_cache.py: HOTFIX_LOCK alone, with
+    HOTFIX_READY_DIR), else derived -- and then offered to that cache."""
+    hit = None
+    if lock and not require and os.environ.get(READY_DIR_ENV):
+        from vllm_hotfix_guard import lock_cache
+
+        hit = lock_cache.lookup(lock)
+        if hit.verdicts is not None:
+            hit.close()
+            _lock_sha256[0], _code_checks[:] = hit.sha256, ()
+            return hit.verdicts, hit.watched, hit.fingerprint, hit.names, hit.usable
+    _derived.clear()
+    derived = _check_all(lock=lock or None, require=required_ids(require), data=hit.data if hit else None)
+    names, usable = [], False
+    if any(f.code is not None for check in _code_checks for f in check.hotfix.files):
+        from vllm_hotfix_guard.code import locked_of
+
+        names, usable = locked_of(_code_checks)
+    if hit is not None and hit.key is not None and _derived.get("lock") is not None:
+        _offer(hit, lock, derived, names, usable)
+    if hit is not None:
+        hit.close()
+    return (*derived, names, usable)
+
+
+def _offer(hit, lock: str, derived: tuple, names: list, usable: bool) -> None:
+    """Leave this derivation for the container's later processes (lock_inputs.offer decides whether it may)."""
+    try:
+        from vllm_hotfix_guard.lock_inputs import offer
+        from vllm_hotfix_guard.trust import CACHED, TRUST_ID
+
+        checks, installed, sha256 = list(_code_checks), dict(_derived["installed"]), _lock_sha256[0]
+
+        def again() -> tuple:
+            try:
+                return _check_all(lock=lock, require=(), data=hit.data)
+            finally:
+                _code_checks[:], _lock_sha256[0] = checks, sha256
+
+        trust = [v for v in derived[0] if v.hotfix_id == TRUST_ID]
+        offer(hit, lock_path=lock, lock=_derived["lock"], installed=installed, checks=checks, derived=derived,
+              names=names, usable=usable, trust_cached=all(v.detail.startswith(CACHED) for v in trust), again=again)
+    except Exception:  # noqa: BLE001 - the cache only saves time: a failure to keep it costs the next process a derivation
+        pass
 
 
 def judge_process(*, lock: str | None, require: tuple, names: str | None = None, plugins=()) -> tuple:
@@ -122,7 +171,8 @@ def check_with_modules(*, lock: str | None, require: tuple[str, ...]) -> tuple[t
     return _check_all(lock=lock, require=require)[:2]
 
 
-def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Verdict, ...], tuple[Watched, ...], str]:
+def _check_all(*, lock: str | None, require: tuple[str, ...], data: bytes | None = None
+               ) -> tuple[tuple[Verdict, ...], tuple[Watched, ...], str]:
     """check_with_modules, plus the fingerprint (core/fingerprint.py) of every hotfix checked, computed from
     the same checks (each file is found and hashed once per process): a hotfix both locked and required
     counts once, as the lock has it -- the fingerprint `verify --lock` and `status` print for those bytes."""
@@ -130,7 +180,7 @@ def _check_all(*, lock: str | None, require: tuple[str, ...]) -> tuple[tuple[Ver
 
     results: list[tuple[Verdict, tuple]] = []  # (verdict, (hotfix id, its FileChecks) or None)
     entries: dict = {}  # hotfix id -> core.fingerprint.Entry
-    locked, checks = _check_lock(Path(lock)) if lock else ([], None)
+    locked, checks = _check_lock(Path(lock), data) if lock else ([], None)
     results.extend(locked)
     _code_checks[:] = checks or ()
     if checks is not None:  # a lock that loaded
@@ -171,18 +221,26 @@ def _watched(checked) -> tuple[Watched, ...]:
     return tuple(found.values())
 
 
-def _check_lock(path: Path) -> tuple[list[tuple[Verdict, tuple]], list | None]:
+def _check_lock(path: Path, data: bytes | None = None) -> tuple[list[tuple[Verdict, tuple]], list | None]:
     import shlex
 
     from vllm_hotfix_guard.installed import installed
     from vllm_hotfix_guard.trust import read_lock_here
     from vllm_hotfix_guard.txn.lock_check import check_lock
+    from vllm_hotfix_guard.wording import python_option, verdict_of
 
-    lock, lines, _lock_sha256[0] = read_lock_here(path)  # None: unusable; lines: its (lock) / (trust) verdicts
+    lock, lines, _lock_sha256[0] = read_lock_here(path, data)  # None: unusable; lines: its (lock) / (trust) verdicts
     usable = lock is not None and all(v.in_effect for v, _ in lines)  # a refused lock is not checked further
-    checks = check_lock(lock, installed, bytecode=_stale_here) if usable else None
-    option = f"--lock {shlex.quote(str(path))} {_option()}"
-    return lines + [(_verdict(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock",
+    seen: dict = {}
+
+    def resolve(package: str):
+        seen[package] = installed(package)
+        return seen[package]
+
+    checks = check_lock(lock, resolve, bytecode=_stale_here) if usable else None
+    _derived.update(lock=lock if usable else None, installed=seen)
+    option = f"--lock {shlex.quote(str(path))} {python_option()}"
+    return lines + [(verdict_of(c.hotfix.id, c.hotfix.package, c.state, c.detail, c.files, c.installed_version, "lock",
                               option, c.unnamed), (c.hotfix.id, c.files)) for c in checks or ()], checks
 
 
@@ -206,6 +264,7 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
     from vllm_hotfix_guard.paths import TargetDir, all_target_dirs, state_dir, targets_dir
     from vllm_hotfix_guard.recorded import CHECKS, judge, with_code
     from vllm_hotfix_guard.txn.state import TargetState
+    from vllm_hotfix_guard.wording import apply_unrecorded, invalid_id, not_importable, python_option, unreadable_state, verdict_of
 
     states, unreadable = [], []
     CHECKS[:] = ()
@@ -229,7 +288,7 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
     judged = []
     for hotfix_id in ids:
         if not is_record_id(hotfix_id):  # an id no record can hold: never looked up, never printed raw
-            results.append((_invalid_id(hotfix_id), None))
+            results.append((invalid_id(hotfix_id), None))
             continue
         holding = [s for s in states if hotfix_id in s.hotfixes]
         if holding:
@@ -240,19 +299,19 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
         installed = _installed(package)
         if installed is not None and installed.pending and not holding:  # a first apply, interrupted
             results.append((Verdict(hotfix_id, False, f"interrupted: an apply on {installed.root} was interrupted "
-                                                      f"and is not recovered", f"run `hotfix recover {_option()}`",
+                                                      f"and is not recovered", f"run `hotfix recover {python_option()}`",
                                     "require"), None))
             continue
         if not holding:
             if unreadable:  # the record may be in the state we cannot read: say that, not "apply it"
-                results.append((_unreadable(hotfix_id, unreadable), None))
+                results.append((unreadable_state(hotfix_id, unreadable), None))
             else:
                 results.append((Verdict(hotfix_id, False, f"not-applied: no record of applying it in {state_dir()}",
-                                        f"apply it ({_apply_unrecorded(hotfix_id)}) or point HOTFIX_STATE_DIR at the "
+                                        f"apply it ({apply_unrecorded(hotfix_id)}) or point HOTFIX_STATE_DIR at the "
                                         "state of the install", "require"), None))
             continue
         if installed is None:
-            results.append((_not_importable(hotfix_id, package, "require"), None))
+            results.append((not_importable(hotfix_id, package, "require"), None))
             continue
         here = next((s for s in holding if s.directory == TargetDir.of(installed.root).directory), None)
         if here is None:
@@ -268,106 +327,10 @@ def _check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple
             judged_by_dir[here.directory] = judge(here, installed, bytecode=_stale_here)
         j = judged_by_dir[here.directory][hotfix_id]
         judged.append(j)
-        option = _option(here.hotfixes[hotfix_id].catalog)
-        result = _verdict(hotfix_id, package, j.state, j.detail, j.files, j.installed, "require", option)
+        option = python_option(here.hotfixes[hotfix_id].catalog)
+        result = verdict_of(hotfix_id, package, j.state, j.detail, j.files, j.installed, "require", option)
         results.append((with_code(result, here, hotfix_id, j, option=option), (hotfix_id, j.files)))
     return results, judged
-
-
-def _apply_unrecorded(hotfix_id: str) -> str:
-    return _catalog_command(hotfix_id, f"hotfix apply {hotfix_id} {_option()}")
-
-
-def _catalog_command(hotfix_id: str, command: str) -> str:
-    """A command about an id no record names the catalog of: backticked (to paste) when this environment's
-    hotfix finds the id (the built-in catalog, or HOTFIX_CATALOG set here), else the form to complete."""
-    from vllm_hotfix_guard.pins import builtin_dirs
-
-    plain = hotfix_id.replace("-", "").isalnum() and hotfix_id.isascii() and hotfix_id == hotfix_id.lower()
-    builtin = plain and any((folder / "manifests" / f"{hotfix_id}.toml").is_file() for folder in builtin_dirs())
-    if builtin or os.environ.get("HOTFIX_CATALOG", "").strip():
-        return f"`{command}`"
-    return f"{command} --catalog DIR (the catalog that has it)"
-
-
-def _option(catalog: str | None = None) -> str:
-    """How a command names this process's interpreter (and a record's catalog, unless HOTFIX_CATALOG has it) in advice."""
-    import shlex
-
-    listed = {os.path.abspath(d) for d in os.environ.get("HOTFIX_CATALOG", "").split(os.pathsep) if d}
-    words = ["--python", sys.executable] + (["--catalog", catalog] if catalog and catalog not in listed else [])
-    return " ".join(shlex.quote(w) for w in words)
-
-
-def _invalid_id(hotfix_id: str) -> Verdict:
-    """HOTFIX_REQUIRE names something that breaks the id rule (core.docfields.is_record_id): refused,
-    shown quoted (a newline or an escape in it cannot forge a line)."""
-    from vllm_hotfix_guard.output import quoted
-
-    return Verdict(quoted(hotfix_id), False, "invalid: HOTFIX_REQUIRE names no hotfix id ([A-Za-z0-9][A-Za-z0-9._+-]*, "
-                   "at most 128 characters)", "fix HOTFIX_REQUIRE (comma-separated hotfix ids)", "require")
-
-
-def _unreadable(hotfix_id: str, problems: list[str]) -> Verdict:
-    return Verdict(hotfix_id, False, f"unknown: cannot read the recorded state: {'; '.join(problems)}",
-                   "fix the permissions of these files (the user running vLLM must read them) or restore them "
-                   "from a backup; `hotfix status` then says more", "require")
-
-
-def _verdict(hotfix_id: str, package: str, state: str, detail: str, files, installed_version, origin: str,
-             option: str | None = None, unnamed: bool = False) -> Verdict:
-    """core.verdict's state of one hotfix as one guard line: the state, the first file not in effect,
-    and what to do (``unnamed``: a lock without code names, txn/lock_check.unnamed_code). Names from a lock or a
-    record are printed quoted (output.quote_path), so no input can forge a line that `hotfix doctor` later reads."""
-    from vllm_hotfix_guard.core import verdict
-
-    option = option if option is not None else _option()
-    if state == verdict.FIXED_UPSTREAM:
-        return Verdict(hotfix_id, True, f"fixed-upstream: {detail}", source=origin)
-    if verdict.in_effect(state):
-        return Verdict(hotfix_id, True, source=origin)
-    if installed_version is None and files and all(f.where is None for f in files):
-        return _not_importable(hotfix_id, package, origin)
-    python = option[option.index("--python"):] if "--python" in option else option  # a lock's: --lock L --python P
-    command = _catalog_command(hotfix_id, f"hotfix export {hotfix_id} --to hotfix-export {python}")
-    export = f"re-export against this image ({command}), or run `hotfix verify {option}` for details"
-    if unnamed:
-        from vllm_hotfix_guard.txn.lock_check import unnamed_advice
-        return Verdict(hotfix_id, False, f"{state}: {detail}", unnamed_advice(command), origin)
-    if state == verdict.STALE:
-        remedy = verdict.stale_advice(hotfix_id, option, release=installed_version, covered=None) \
-            if origin == "require" else export
-        return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
-    if state == verdict.STALE_BYTECODE:
-        remedy = verdict.bytecode_advice(hotfix_id, option) if origin == "require" else \
-            "remove those __pycache__ entries from the image (this process compiles the source; others load them)"
-        return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
-    if state == verdict.INTERRUPTED:  # the journal is this install's: recover it, whatever the check was given by
-        return Verdict(hotfix_id, False, f"{state}: {detail}", f"run `hotfix recover {python}`", origin)
-    file = next((f for f in files if f.state != verdict.PATCHED), None)
-    if file is None or state in (verdict.UNKNOWN, verdict.NOT_APPLICABLE):
-        remedy = f"run `hotfix status {hotfix_id} {option}`" if origin == "require" else export
-        return Verdict(hotfix_id, False, f"{state}: {detail}", remedy, origin)
-    from vllm_hotfix_guard.output import quote_path  # here: a process whose hotfixes are in effect never needs it
-
-    if file.sha256 is None:
-        problem = f"{state}: {quote_path(file.where)} is missing"
-    else:
-        what = " (the unpatched original)" if file.state == verdict.BASELINE else ""
-        problem = f"{state}: {quote_path(file.where)} has sha256 {file.sha256[:12]}{what}, expected {(file.expected or '')[:12]}"
-    if origin == "lock":
-        remedy = (f"bind-mount the files that {command} writes over the copy this process imports (hotfix compose "
-                  f"{hotfix_id} --service SERVICE), then check with `hotfix verify {option}`")
-    elif state == verdict.LOST:
-        remedy = f"the install was replaced (rebuild/reinstall?): re-apply with `hotfix apply {hotfix_id} {option}`"
-    else:
-        remedy = f"the file changed after the hotfix was applied: run `hotfix status {hotfix_id} {option}`"
-    return Verdict(hotfix_id, False, problem, remedy, origin)
-
-
-def _not_importable(hotfix_id: str, package: str, origin: str) -> Verdict:
-    return Verdict(hotfix_id, False, f"unknown: package {package} is not importable in this process ({sys.executable})",
-                   "run vLLM with the interpreter the hotfix was applied to", origin)
 
 
 def summary_line(verdicts: tuple[Verdict, ...], fingerprint: str) -> str:

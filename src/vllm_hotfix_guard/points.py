@@ -136,14 +136,19 @@ def start(checks, plugins=()) -> tuple[tuple, frozenset]:
     (they join the summary line; strict mode stops there as for a file) and the modules already
     imported whose every locked name is proven (the import watch need not call them unchecked).
     ``plugins``: vLLM's plugin callables when not called from its loader (plugin.judge_process)."""
-    import os
-
     if not any(f.code is not None for check in checks for f in check.hotfix.files):
         return (), frozenset()  # a lock without code names (guard.py does not call then): nothing to judge
+    return start_names(*guard_code.locked_of(checks), plugins=plugins)
+
+
+def start_names(names, usable: bool, plugins=()) -> tuple[tuple, frozenset]:
+    """``start`` on the names guard_code.locked_of gives (or lock_cache.py kept for this container)."""
+    import os
+
     forked = _started.get("pid") not in (None, os.getpid())
     _started["pid"] = os.getpid()
     loop = None if forked else plugin_loop()
-    guard_code.start(checks, plugins=loop[0].values() if loop else plugins)
+    guard_code.take(names, usable, plugins=loop[0].values() if loop else plugins)
     if not guard_code.active():
         return (), frozenset()
     install()

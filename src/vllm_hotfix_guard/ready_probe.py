@@ -12,7 +12,7 @@ import os
 from vllm_hotfix_guard.ready import (FORMAT, KINDS, MAX_RECORDS, RECORD_LIMIT, SUFFIX, EXIT_NOT_READY, EXIT_READY,
                                      EXIT_USAGE, ID_CHARS, Record, Unusable, open_directory)
 from vllm_hotfix_guard.ready_io import quote, read_small
-from vllm_hotfix_guard.settings import EXPECT_FINGERPRINT_ENV, READY_DIR_ENV
+from vllm_hotfix_guard.settings import EXPECT_FINGERPRINT_ENV, LOCK_CACHE_DIR, READY_DIR_ENV, TRUST_CACHE_DIR
 
 
 def parse(name: str, data: bytes) -> Record:
@@ -67,6 +67,8 @@ def read_records(base: str) -> tuple[list[Record], list[str]]:
         for name in sorted(names):
             if name.startswith(".") and name.endswith(".tmp"):
                 continue  # a record being written
+            if name in (TRUST_CACHE_DIR, LOCK_CACHE_DIR):
+                continue  # the guard's caches (trust.py, lock_cache.py): no records
             try:
                 if not name.endswith(SUFFIX):
                     raise ValueError("not a record's name (PID.ready)")

@@ -31,15 +31,15 @@ Stdlib only (the import-linter ``guard`` contract).
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix_guard.verdicts import Verdict
-from vllm_hotfix_guard.settings import READY_DIR_ENV, TRUST_CHAIN_ENV
+from vllm_hotfix_guard.settings import READY_DIR_ENV, TRUST_CACHE_DIR, TRUST_CHAIN_ENV
 
 TRUST_ID = "(trust)"  # the guard line's name for the verdict on the lock's signatures
-CACHE_DIR = "trust-verdicts"
+CACHE_DIR = TRUST_CACHE_DIR
+CACHED = "trusted: verified by an earlier process of this container"  # a (trust) verdict from the cache
 ENTRY_LIMIT = 256
 SCHEMA = 1
 CHAIN_FILES = 1024  # at most this many files of a chain directory enter the key (else: no cache)
@@ -47,16 +47,17 @@ REMEDY = ("sign the lock with enough keys the policy lists (`hotfix sign LOCK --
           "mount its signature files beside it; `hotfix verify --lock LOCK` says the same")
 
 
-def read_lock_here(path: Path) -> tuple:
+def read_lock_here(path: Path, data: Optional[bytes] = None) -> tuple:
     """HOTFIX_LOCK as the guard reads it: (the lock, or None when it cannot be used, its lines as
     [(Verdict, None)], the sha256 of the bytes judged or None): `(lock)` for a file that does not read or
     parse; `(trust)` for the policy's verdict on its very bytes (``lock_trust``); [] for a lock read without a
-    policy. The digest is what the process's readiness record names (ready.record): the lock is read once."""
+    policy. The digest is what the process's readiness record names (ready.record): the lock is read once
+    (``data``: its bytes as lock_cache.lookup read them, the ones its cache entry is keyed by)."""
     from vllm_hotfix_guard.errors import InvalidInput
-    from vllm_hotfix_guard.txn.hotfix_lock import read_lock
+    from vllm_hotfix_guard.txn.hotfix_lock import parse_lock, read_lock
 
     try:
-        data, lock = read_lock(path)
+        data, lock = read_lock(path) if data is None else (data, parse_lock(data, source=str(path)))
     except InvalidInput as exc:
         from vllm_hotfix_guard.output import visible
 
@@ -87,8 +88,7 @@ def lock_trust(path: Path, data: bytes, lock) -> Optional[Verdict]:
         directory = cache_dir()
         key = cache_key(data, signatures, policy_bytes) if directory is not None else None
         if signatures and key is not None and _unexpired(lock, now) and cached(directory, key):
-            return Verdict(TRUST_ID, True, f"trusted: verified by an earlier process of this container "
-                                           f"(cache {directory})", source="lock")
+            return Verdict(TRUST_ID, True, f"{CACHED} (cache {directory})", source="lock")
         policy = signed.load_policy(now=now, data=policy_bytes)
         from vllm_hotfix_guard.output import quote_path
 
@@ -140,6 +140,8 @@ def cache_key(data: bytes, signatures, policy: bytes) -> Optional[str]:
     for name, content in chain:
         part(name)
         part(content)
+    from vllm_hotfix_guard.cache_io import container_identity
+
     part(container_identity())
     return digest.hexdigest()
 
@@ -169,56 +171,12 @@ def _chain_files() -> Optional[list]:
         return None
 
 
-def container_identity() -> bytes:
-    """The boot id and the start time (clock ticks since boot) of pid 1 as this process sees it: different
-    for every container start, unknown before it (empty where /proc does not say)."""
-    parts = []
-    for name in ("/proc/sys/kernel/random/boot_id", "/proc/1/stat"):
-        try:
-            with open(name, "rb") as fh:
-                text = fh.read(4096)
-        except OSError:
-            text = b""
-        if name.endswith("stat"):
-            fields = text[text.rfind(b")") + 2:].split()
-            text = fields[19] if len(fields) > 19 else b""  # field 22, starttime
-        parts.append(text.strip())
-    return b"\0".join(parts)
-
-
-class _CacheDir(type(Path())):
-    """``$HOTFIX_READY_DIR/trust-verdicts`` as checked: ``fd`` is the descriptor of the very directory judged
-    (a real directory, owned by this user, no permission for group or others); every entry is opened,
-    written and renamed relative to it, so a link or a rename in the ready directory (an emptyDir is 0777)
-    cannot send a write elsewhere (issue 45)."""
-
-    fd: int = -1
-
-
 def cache_dir() -> Optional[Path]:
-    """``$HOTFIX_READY_DIR/trust-verdicts``, created 0700, when it is fit to hold verdicts: a real
-    directory owned by this user with no permission for group or others, judged on its open descriptor
-    (``_CacheDir.fd``). None: no cache."""
-    ready = os.environ.get(READY_DIR_ENV, "")
-    if not ready or not os.path.isabs(ready) or "\0" in ready:
-        return None
-    directory = _CacheDir(Path(ready) / CACHE_DIR)
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    info = os.fstat(fd)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-        os.close(fd)
-        return None
-    directory.fd = fd
-    return directory
+    """``$HOTFIX_READY_DIR/trust-verdicts`` when it is fit to hold verdicts (cache_io.private_dir: created 0700,
+    a real directory owned by this user with no permission for group or others, judged on its descriptor)."""
+    from vllm_hotfix_guard.cache_io import private_dir
+
+    return private_dir(CACHE_DIR)
 
 
 def entry_bytes(key: str) -> bytes:
@@ -226,31 +184,15 @@ def entry_bytes(key: str) -> bytes:
     return b'{"schema": 1, "key": "' + key.encode() + b'", "verdict": "trusted"}'
 
 
-def _dir_fd(directory: Path) -> Optional[int]:
-    return getattr(directory, "fd", None) if getattr(directory, "fd", -1) >= 0 else None
-
-
 def cached(directory: Path, key: str) -> bool:
     """Whether ``directory`` holds a fit entry accepting ``key`` (see the module's rules)."""
     import json
 
-    try:
-        fd = os.open(f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
-                     dir_fd=_dir_fd(directory)) if _dir_fd(directory) is not None else -1
-    except OSError:
+    from vllm_hotfix_guard.cache_io import read_entry
+
+    raw = read_entry(directory, f"{key}.json", ENTRY_LIMIT)
+    if raw is None:
         return False
-    if fd < 0:
-        return False
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077 \
-                or info.st_nlink != 1 or info.st_size > ENTRY_LIMIT:
-            return False
-        raw = os.read(fd, ENTRY_LIMIT + 1)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
     try:
         doc = json.loads(raw.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
@@ -262,23 +204,6 @@ def store(directory: Path, key: str) -> None:
     """Leave the accepting verdict for ``key``: written 0600 under a temporary name, then renamed into
     place (a reader sees a whole entry or none), both relative to the checked directory's descriptor. A
     failure only costs the next process a verification."""
-    where = _dir_fd(directory)
-    if where is None:
-        return
-    tmp = f".{key}.{os.getpid()}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600,
-                     dir_fd=where)
-    except OSError:
-        return
-    try:
-        try:
-            os.write(fd, entry_bytes(key))
-        finally:
-            os.close(fd)
-        os.replace(tmp, f"{key}.json", src_dir_fd=where, dst_dir_fd=where)
-    except OSError:
-        try:
-            os.unlink(tmp, dir_fd=where)
-        except OSError:
-            pass
+    from vllm_hotfix_guard.cache_io import store_entry
+
+    store_entry(directory, f"{key}.json", entry_bytes(key))

@@ -1,0 +1,217 @@
+"""The lock verdict cache: the later processes of a container take the verdict on HOTFIX_LOCK that an earlier
+one derived, instead of deriving it again (issue 43's budget: docs/design.md, "The lock verdict cache").
+
+Where: ``$HOTFIX_READY_DIR/lock-verdicts/KEY.json``, by cache_io.py's rules (a 0700 directory of this user,
+judged on its descriptor; an entry a regular 0600 file of this user, one link, at most ``ENTRY_LIMIT``).
+
+**What a hit still does in every process.** It reads the lock's bytes (the key names them), stats every
+file and directory the derivation read, and hashes every locked file: a locked file whose bytes are not the
+ones judged, a path whose (device, inode, mode, size, mtime, ctime) changed or that appeared or went away,
+and the entry is not used. The code check (points.py) and the import watch (imports.py) run as after a
+derivation: they are this process's own facts. Only what the derivation concluded from those unchanged
+inputs is taken: the verdict lines, the modules to watch, the code names, the fingerprint.
+
+**The key** is the sha256 of the lock's path and bytes, every HOTFIX_*, PYTHON*, HOME and XDG_* variable,
+the interpreter (executable, version, flags, cache tag, hash-based pyc mode, pycache prefix), sys.path and
+the working directory, the import finders and path hooks, this user, and this container (cache_io). A
+process with an import finder of another kind (an editable install's) neither reads nor writes entries.
+
+**What is kept:** only a verdict where every locked hotfix is in effect, of a lock whose packages are
+installed from wheels (no checkout, no editable install: their version is git's), and whose trust verdict,
+if a policy is in force, came from the trust cache (so every process prints the line the second one
+prints). The storing process derives a second time after taking the stats and keeps the entry only when
+both derivations agree, and not while any stat is younger than ``RACY_NS`` (a change within the clock tick
+of the stat could keep every field: git's "racy clean"). A lock with ``expires`` is served only before it.
+
+Untrusted input: an entry is parsed with every field's type checked; anything unexpected is a miss.
+Whoever can write the cache is this user in this container, who can already change what the process runs.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from vllm_hotfix_guard.settings import LOCK_CACHE_DIR as DIR
+
+SCHEMA = 1
+ENTRY_LIMIT = 1 << 20
+RACY_NS = 1_000_000_000
+FILE_LIMIT = 256 << 20  # inputs.TARGET_FILE_LIMIT: what a locked file may weigh (tests hold the two equal)
+PLAIN_FINDERS = frozenset({"_frozen_importlib", "_frozen_importlib_external", "importlib._bootstrap",
+                           "importlib._bootstrap_external", "importlib.machinery", "zipimport",
+                           "_distutils_hack", "vllm_hotfix_guard.imports"})
+_ENV_PREFIXES = ("HOTFIX_", "PYTHON", "XDG_")
+
+
+class Hit:
+    """A lookup: the lock's bytes and digest (None: unreadable), the key (None: this process is not cached), the
+    cache directory (None: not made yet), and the entry's values when it holds for this process."""
+
+    __slots__ = ("data", "sha256", "key", "directory", "verdicts", "watched", "names", "usable", "fingerprint")
+
+    def __init__(self, data, sha256, key, directory) -> None:
+        self.data, self.sha256, self.key, self.directory = data, sha256, key, directory
+        self.verdicts = self.watched = self.names = self.usable = self.fingerprint = None
+
+    def close(self) -> None:
+        """Close the cache directory's descriptor (cache_io.private_dir opened it)."""
+        fd = getattr(self.directory, "fd", -1)
+        if fd >= 0:
+            self.directory.fd = -1
+            os.close(fd)
+
+
+def lookup(lock: str) -> Hit:
+    """Read the lock once and look for a fit entry; ``hit.verdicts`` is None unless it holds."""
+    import hashlib
+
+    from vllm_hotfix_guard.ready_io import LOCK_LIMIT, read_small
+
+    try:
+        data = read_small(lock, LOCK_LIMIT) if "\0" not in lock else None
+    except OSError:
+        data = None
+    if data is None:
+        return Hit(None, None, None, None)
+    digest = hashlib.sha256(data).hexdigest()
+    key = cache_key(lock, digest)
+    directory = None
+    if key is not None:
+        from vllm_hotfix_guard.cache_io import private_dir
+
+        directory = private_dir(DIR, create=False)  # made by the first process that keeps an entry
+    found = Hit(data, digest, key, directory)
+    if directory is not None:
+        from vllm_hotfix_guard.cache_io import read_entry
+
+        raw = read_entry(directory, f"{key}.json", ENTRY_LIMIT)
+        if raw is not None:
+            _take(found, raw)
+    return found
+
+
+def cache_key(lock: str, digest: str):
+    """The key of this process's verdict on the lock (see the module); None: this process is not cached."""
+    finders = [str(getattr(f if isinstance(f, type) else type(f), "__module__", "")) for f in sys.meta_path]
+    if any(name not in PLAIN_FINDERS for name in finders):
+        return None
+    import _imp
+    import hashlib
+
+    from vllm_hotfix_guard.cache_io import container_identity
+
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES) or k == "HOME")
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return None
+    parts = [str(SCHEMA), os.path.dirname(__file__), lock, digest, repr(env), sys.executable, sys.version,
+             repr(tuple(sys.flags)), str(sys.pycache_prefix), str(sys.implementation.cache_tag),
+             str(getattr(_imp, "check_hash_based_pycs", "")), repr(sys.path), cwd, repr(finders),
+             repr([getattr(h, "__qualname__", repr(h)) for h in sys.path_hooks]), f"{os.geteuid()}:{os.getegid()}"]
+    digest_of = hashlib.sha256(b"vllm-hotfix lock verdict\0")
+    for part in parts:
+        value = part.encode("utf-8", "surrogateescape")
+        digest_of.update(len(value).to_bytes(8, "big") + value)
+    identity = container_identity()
+    digest_of.update(len(identity).to_bytes(8, "big") + identity)
+    return digest_of.hexdigest()
+
+
+def signature(path: str):
+    """(device, inode, mode, size, mtime, ctime) of ``path`` as lstat sees it, and of what a link leads to;
+    None when there is nothing there (or it cannot be looked at)."""
+    try:
+        info = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    seen = [info.st_dev, info.st_ino, info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+    if (info.st_mode & 0o170000) == 0o120000:  # a link (a ConfigMap's files are): what it leads to, too
+        try:
+            target = os.stat(path)
+        except (OSError, ValueError):
+            return seen + [None]
+        seen += [target.st_dev, target.st_ino, target.st_mode, target.st_size, target.st_mtime_ns, target.st_ctime_ns]
+    return seen
+
+
+def _take(found: Hit, raw: bytes) -> None:
+    """Fill ``found`` from the entry ``raw`` when it is well formed, for this key, unexpired, and every stat
+    and locked file's sha256 is as it was; else leave it a miss."""
+    import json
+
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+        entry = _fields(doc, found.key)
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+        return
+    if entry is None:
+        return
+    until, stats, files, verdicts, watched, names, usable, fingerprint = entry
+    if until is not None:
+        import time
+
+        if time.time() >= until:
+            return
+    if any(signature(path) != seen for path, seen in stats):
+        return
+    if any(_sha256(where) != sha for where, sha in files):
+        return
+    from vllm_hotfix_guard.verdicts import Locked, Verdict, Watched
+
+    found.verdicts = tuple(Verdict(*v) for v in verdicts)
+    found.watched = tuple(Watched(*w) for w in watched)
+    found.names, found.usable, found.fingerprint = [Locked(*n) for n in names], usable, fingerprint
+
+
+def _sha256(where: str):
+    """The sha256 of a locked file as lock_check.sha256_file reads it (a regular file, no link followed, never
+    blocking, at most FILE_LIMIT); None for anything else."""
+    from vllm_hotfix_guard.ready_io import read_small
+
+    try:
+        data = read_small(where, FILE_LIMIT)
+    except (OSError, ValueError):
+        return None
+    if data is None:
+        return None
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fields(doc, key: str):
+    """The entry's fields, each type checked; None when it is not a schema-1 entry for ``key``."""
+    if type(doc) is not dict or doc.get("schema") != SCHEMA or type(doc.get("schema")) is not int or doc.get("key") != key:
+        return None
+    until = doc["until"]
+    if until is not None and type(until) is not int:
+        return None
+    stats = [(p, s) for p, s in _lists(doc["stats"], 2) if type(p) is str and (s is None or _ints(s))]
+    files = [(w, h) for w, h in _lists(doc["files"], 2) if type(w) is str and (h is None or type(h) is str)]
+    verdicts = [v for v in _lists(doc["verdicts"], 5) if v[1] is True and _strs(v[:1] + v[2:])]
+    watched = [w for w in _lists(doc["watched"], 4) if _strs(w)]
+    names = [n for n in _lists(doc["names"], 7) if _strs(n[:4]) and _strs(n[5:]) and (n[4] is None or type(n[4]) is str)]
+    lengths = [len(doc[k]) for k in ("stats", "files", "verdicts", "watched", "names")]
+    if lengths != [len(stats), len(files), len(verdicts), len(watched), len(names)] or not verdicts:
+        return None
+    if type(doc["usable"]) is not bool or type(doc["fingerprint"]) is not str:
+        return None
+    return until, stats, files, verdicts, watched, names, doc["usable"], doc["fingerprint"]
+
+
+def _lists(values, length: int) -> list:
+    """``values`` when it is a list of lists of ``length`` items, else TypeError (the entry is a miss)."""
+    if type(values) is not list or any(type(v) is not list or len(v) != length for v in values):
+        raise TypeError("not an entry")
+    return values
+
+
+def _ints(values) -> bool:
+    return type(values) is list and all(v is None or type(v) is int for v in values)
+
+
+def _strs(values) -> bool:
+    return all(type(v) is str for v in values)
