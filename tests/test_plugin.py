@@ -386,12 +386,12 @@ def test_print_env_usage_errors(run_hotfix, args, message):
 
 
 def test_a_guard_bug_is_logged_not_raised_unless_strict(monkeypatch, caplog):
-    from vllm_hotfix_guard import plugin
+    from vllm_hotfix_guard import plugin, required
 
     def broken(ids):
         raise KeyError("files")
 
-    monkeypatch.setattr(plugin, "_check_required_ids", broken)
+    monkeypatch.setattr(required, "check_required_ids", broken)
     monkeypatch.setattr(plugin, "_last_check", None)
     monkeypatch.setenv("HOTFIX_REQUIRE", "x")
     plugin.register()
