@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from vllm_hotfix_guard import plugin as guard, env as guard_env, required as guard_required
+from vllm_hotfix_guard import plugin as guard, derive as guard_derive, env as guard_env, required as guard_required
 from vllm_hotfix_guard.paths import TargetDir
 
 
@@ -161,7 +161,7 @@ def test_unreadable_state_file_and_folder_are_named(tmp_path, monkeypatch):
 def test_each_id_once_with_its_sources(monkeypatch):
     lock = [(guard.Verdict("a", True, source="lock"), None), (guard.Verdict("b", True, source="lock"), None)]
     required = [(guard.Verdict("a", False, "lost: /x has sha256 1", "re-apply", "require"), None)]
-    monkeypatch.setattr(guard, "_check_lock", lambda path, data=None: (lock, []))
+    monkeypatch.setattr(guard_derive, "check_lock", lambda path, data=None: (lock, []))
     monkeypatch.setattr(guard_required, "check_required_ids", lambda ids: (required, []))
     verdicts = guard.check(lock="/l", require=("a",))
     assert [(v.hotfix_id, v.in_effect, v.source) for v in verdicts] == [("a", False, "lock+require"), ("b", True, "lock")]

@@ -125,11 +125,11 @@ def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 GUARD = r'''
 import json, sys
 sys.path.append(sys.argv[1])
-from vllm_hotfix_guard import plugin as guard
+from vllm_hotfix_guard import derive as guard
 out = {}
 for mode, lock, require in (("lock", sys.argv[2] or None, ()), ("require", None, tuple(sys.argv[3:]))):
     if (mode == "lock" and lock) or (mode == "require" and require):
-        verdicts, _, fingerprint = guard._check_all(lock=lock, require=require)
+        verdicts, _, fingerprint = guard.check_all(lock=lock, require=require)
         out[mode] = {"verdicts": [v.as_dict() for v in verdicts], "fingerprint": fingerprint}
 print(json.dumps(out))
 '''
