@@ -40,7 +40,8 @@ try:
 except BaseException as exc:  # what would escape into vLLM
     raised = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
 mods = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0].startswith("vllm_hotfix")})
-print(json.dumps({"pid": os.getpid(), "raised": raised, "hotfix_modules": mods}), flush=True)
+print(json.dumps({"pid": os.getpid(), "raised": raised, "hotfix_modules": mods,
+                  "derived": "vllm_hotfix_guard.derive" in sys.modules}), flush=True)
 if os.environ.get("STAY"):
     sys.stdin.read()  # alive until the test closes stdin: its readiness record counts
 '''
@@ -257,3 +258,42 @@ def test_ready_flips_as_the_locked_file_is_reverted_and_restored(image, tmp_path
     finally:
         image["target"].write_bytes(image["patched"])
     assert codes == [1, 0, 1]
+
+
+def test_the_lock_verdict_cache_answers_as_a_derivation_under_vllm_s_loader(image, tmp_path):
+    """lock_cache.py on the built wheel under vLLM's real loader, as k8s --trust deploys it: the container's first
+    process derives its verdict and keeps it, the next one takes it (the derivation not even imported) and says the
+    same line; the locked file reverted, the next process is NOT IN EFFECT exactly as a process without any cache
+    (which verifies the signatures again: only its (trust) part differs);
+    restored, the verdict is derived and kept again."""
+    import re
+    import time
+
+    where = tmp_path / "ready"
+    where.mkdir(mode=0o700)
+    env = dict(HOTFIX_LOCK=image["lock"], HOTFIX_STRICT="0", HOTFIX_READY_DIR=where, HOTFIX_TRUST=image["policy"],
+               HOTFIX_EXPECT_FINGERPRINT=image["fingerprint"])
+
+    def line(output: str) -> str:
+        (found,) = re.findall(r"vllm-hotfix guard pid=\d+ (role=\S+ \S+ fingerprint=.*)", output)  # the summary line
+        return found
+
+    def aged(data: bytes) -> None:  # an image's files are older than the cache's racy window (lock_cache.RACY_NS)
+        image["target"].write_bytes(data)
+        time.sleep(1.2)
+
+    try:
+        aged(image["patched"])
+        seen = [_load(image, **env) for _ in range(3)]  # the trust verdict's cache, then the lock verdict's
+        assert [r["derived"] for r, _ in seen] == [True, True, False]
+        assert len(list((where / "lock-verdicts").glob("*.json"))) == 1
+        assert line(seen[2][1]) == line(seen[1][1]) and " in effect" in line(seen[2][1])
+        image["target"].write_bytes(image["pristine"])
+        (report, cached), (_, cold) = _load(image, **env), _load(image, **{**env, "HOTFIX_READY_DIR": ""})
+        assert report["derived"] and "NOT IN EFFECT" in line(cached)
+        assert line(cached).split("; ", 1)[1] == line(cold).split("; ", 1)[1]  # but the (trust) verdict's cache line
+        aged(image["patched"])
+        again = [_load(image, **env) for _ in range(2)]
+        assert [r["derived"] for r, _ in again] == [True, False] and line(again[1][1]) == line(seen[2][1])
+    finally:
+        image["target"].write_bytes(image["patched"])

@@ -18,7 +18,6 @@ only, nothing of the guard imported: a cache hit is the cheap path of every vLLM
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Optional
 
 from vllm_hotfix_guard.settings import READY_DIR_ENV
@@ -26,10 +25,20 @@ from vllm_hotfix_guard.settings import READY_DIR_ENV
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-class CacheDir(type(Path())):
-    """A cache directory as checked: ``fd`` is the descriptor of the very directory judged."""
+class CacheDir:
+    """A cache directory as checked: ``fd`` is the descriptor of the very directory judged (a path-like; plain, not a
+    pathlib path: a hit in every vLLM process makes one)."""
 
-    fd: int = -1
+    __slots__ = ("path", "fd")
+
+    def __init__(self, path: str) -> None:
+        self.path, self.fd = path, -1
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
 
 
 def private_dir(name: str, *, create: bool = True) -> Optional[CacheDir]:
@@ -40,7 +49,7 @@ def private_dir(name: str, *, create: bool = True) -> Optional[CacheDir]:
     ready = os.environ.get(READY_DIR_ENV, "")
     if not ready or not os.path.isabs(ready) or "\0" in ready:
         return None
-    directory = CacheDir(Path(ready) / name)
+    directory = CacheDir(os.path.join(ready, name))
     if create:
         try:
             os.mkdir(directory, 0o700)
@@ -60,11 +69,11 @@ def private_dir(name: str, *, create: bool = True) -> Optional[CacheDir]:
     return directory
 
 
-def dir_fd(directory: Path) -> Optional[int]:
+def dir_fd(directory) -> Optional[int]:
     return getattr(directory, "fd", None) if getattr(directory, "fd", -1) >= 0 else None
 
 
-def read_entry(directory: Path, name: str, limit: int) -> Optional[bytes]:
+def read_entry(directory: CacheDir, name: str, limit: int) -> Optional[bytes]:
     """The bytes of a fit entry ``name`` in ``directory`` (see the module), else None."""
     import stat
 
@@ -88,7 +97,7 @@ def read_entry(directory: Path, name: str, limit: int) -> Optional[bytes]:
         os.close(fd)
 
 
-def store_entry(directory: Path, name: str, data: bytes) -> None:
+def store_entry(directory: CacheDir, name: str, data: bytes) -> None:
     """Leave ``data`` as entry ``name`` (see the module); never raises."""
     where = dir_fd(directory)
     if where is None:

@@ -171,7 +171,7 @@ def _chain_files() -> Optional[list]:
         return None
 
 
-def cache_dir() -> Optional[Path]:
+def cache_dir() -> "Optional[CacheDir]":
     """``$HOTFIX_READY_DIR/trust-verdicts`` when it is fit to hold verdicts (cache_io.private_dir: created 0700,
     a real directory owned by this user with no permission for group or others, judged on its descriptor)."""
     from vllm_hotfix_guard.cache_io import private_dir
@@ -184,7 +184,7 @@ def entry_bytes(key: str) -> bytes:
     return b'{"schema": 1, "key": "' + key.encode() + b'", "verdict": "trusted"}'
 
 
-def cached(directory: Path, key: str) -> bool:
+def cached(directory: "CacheDir", key: str) -> bool:
     """Whether ``directory`` holds a fit entry accepting ``key`` (see the module's rules)."""
     import json
 
@@ -200,7 +200,7 @@ def cached(directory: Path, key: str) -> bool:
     return doc == {"schema": SCHEMA, "key": key, "verdict": "trusted"} and type(doc["schema"]) is int
 
 
-def store(directory: Path, key: str) -> None:
+def store(directory: "CacheDir", key: str) -> None:
     """Leave the accepting verdict for ``key``: written 0600 under a temporary name, then renamed into
     place (a reader sees a whole entry or none), both relative to the checked directory's descriptor. A
     failure only costs the next process a verification."""
