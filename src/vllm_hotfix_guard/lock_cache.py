@@ -1,32 +1,9 @@
-"""The lock verdict cache: the later processes of a container take the verdict on HOTFIX_LOCK that an earlier
-one derived, instead of deriving it again (issue 43's budget: docs/design.md, "The lock verdict cache").
-
-Where: ``$HOTFIX_READY_DIR/lock-verdicts/KEY.json``, by cache_io.py's rules (a 0700 directory of this user,
-judged on its descriptor; an entry a regular 0600 file of this user, one link, at most ``ENTRY_LIMIT``).
-
-**What a hit still does in every process.** It reads the lock's bytes (the key names them), stats every
-file and directory the derivation read, and hashes every locked file: a locked file whose bytes are not the
-ones judged, a path whose (device, inode, mode, size, mtime, ctime) changed or that appeared or went away,
-and the entry is not used. The code check (points.py) and the import watch (imports.py) run as after a
-derivation: they are this process's own facts. Only what the derivation concluded from those unchanged
-inputs is taken: the verdict lines, the modules to watch, the code names, the fingerprint.
-
-**The key** is the sha256 of the lock's path and bytes, every HOTFIX_*, PYTHON*, HOME and XDG_* variable,
-the interpreter (executable, version, flags, cache tag, hash-based pyc mode, pycache prefix), sys.path and
-the working directory, the import finders and path hooks, this user, and this container (cache_io). A
-process with an import finder of another kind (an editable install's) neither reads nor writes entries.
-
-**What is kept:** only a verdict where every locked hotfix is in effect, of a lock whose packages are
-installed from wheels (no checkout, no editable install: their version is git's), and whose trust verdict,
-if a policy is in force, came from the trust cache (so every process prints the line the second one
-prints). The storing process derives a second time after taking the stats and keeps the entry only when
-both derivations agree, and not while any stat is younger than ``RACY_NS`` (a change within the clock tick
-of the stat could keep every field: git's "racy clean"). A lock with ``expires`` is served only before it.
-
-Untrusted input: an entry is parsed with every field's type checked; anything unexpected is a miss.
-Whoever can write the cache is this user in this container, who can already change what the process runs.
-Stdlib only.
-"""
+"""The lock verdict cache, its hit half: a container's later processes take the verdict on HOTFIX_LOCK that an
+earlier one derived, in ``$HOTFIX_READY_DIR/lock-verdicts/KEY.json`` (cache_io.py's rules), instead of deriving it
+again (issue 43's budget). A hit still reads the lock (the key names its bytes), stats every path the derivation
+read (lock_inputs.paths_read) and hashes every locked file: anything changed is a miss, derived again. Only verdicts
+where every hotfix is in effect are kept. The rules, and why they suffice: docs/design.md, "The lock verdict cache".
+Stdlib only; an entry is untrusted input (every field's type checked, anything unexpected a miss)."""
 
 from __future__ import annotations
 
@@ -137,6 +114,16 @@ def signature(path: str):
     return seen
 
 
+def stats_digest(paths, signatures=None) -> str:
+    """The sha256 of every path's ``signature`` (taken now unless given), in order: what an entry keeps of them."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path, seen in zip(paths, signatures if signatures is not None else map(signature, paths)):
+        digest.update(repr((path, seen)).encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
+
+
 def _take(found: Hit, raw: bytes) -> None:
     """Fill ``found`` from the entry ``raw`` when it is well formed, for this key, unexpired, and every stat
     and locked file's sha256 is as it was; else leave it a miss."""
@@ -149,13 +136,13 @@ def _take(found: Hit, raw: bytes) -> None:
         return
     if entry is None:
         return
-    until, stats, files, verdicts, watched, names, usable, fingerprint = entry
+    until, paths, stats, files, verdicts, watched, names, usable, fingerprint = entry
     if until is not None:
         import time
 
         if time.time() >= until:
             return
-    if any(signature(path) != seen for path, seen in stats):
+    if stats_digest(paths) != stats:
         return
     if any(_sha256(where) != sha for where, sha in files):
         return
@@ -189,17 +176,19 @@ def _fields(doc, key: str):
     until = doc["until"]
     if until is not None and type(until) is not int:
         return None
-    stats = [(p, s) for p, s in _lists(doc["stats"], 2) if type(p) is str and (s is None or _ints(s))]
+    paths, stats = doc["paths"], doc["stats"]
+    if type(paths) is not list or not all(type(p) is str for p in paths) or type(stats) is not str:
+        return None
     files = [(w, h) for w, h in _lists(doc["files"], 2) if type(w) is str and (h is None or type(h) is str)]
     verdicts = [v for v in _lists(doc["verdicts"], 5) if v[1] is True and _strs(v[:1] + v[2:])]
     watched = [w for w in _lists(doc["watched"], 4) if _strs(w)]
     names = [n for n in _lists(doc["names"], 7) if _strs(n[:4]) and _strs(n[5:]) and (n[4] is None or type(n[4]) is str)]
-    lengths = [len(doc[k]) for k in ("stats", "files", "verdicts", "watched", "names")]
-    if lengths != [len(stats), len(files), len(verdicts), len(watched), len(names)] or not verdicts:
+    lengths = [len(doc[k]) for k in ("files", "verdicts", "watched", "names")]
+    if lengths != [len(files), len(verdicts), len(watched), len(names)] or not verdicts:
         return None
     if type(doc["usable"]) is not bool or type(doc["fingerprint"]) is not str:
         return None
-    return until, stats, files, verdicts, watched, names, doc["usable"], doc["fingerprint"]
+    return until, paths, stats, files, verdicts, watched, names, doc["usable"], doc["fingerprint"]
 
 
 def _lists(values, length: int) -> list:
@@ -207,10 +196,6 @@ def _lists(values, length: int) -> list:
     if type(values) is not list or any(type(v) is not list or len(v) != length for v in values):
         raise TypeError("not an entry")
     return values
-
-
-def _ints(values) -> bool:
-    return type(values) is list and all(v is None or type(v) is int for v in values)
 
 
 def _strs(values) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from vllm_hotfix_guard.lock_cache import DIR, RACY_NS, SCHEMA, ENTRY_LIMIT, signature
+from vllm_hotfix_guard.lock_cache import DIR, RACY_NS, SCHEMA, ENTRY_LIMIT, signature, stats_digest
 
 _DIST_FILES = ("METADATA", "RECORD", "top_level.txt", "direct_url.json", "INSTALLER")
 
@@ -80,9 +80,9 @@ def offer(hit, *, lock_path: str, lock, installed: dict, checks, derived: tuple,
         return False
     import time
 
-    stats = [(p, signature(p)) for p in paths]
+    stats = [signature(p) for p in paths]
     now = time.time_ns()
-    if any(s is not None and max(s[4], s[5], *(s[10:12] if len(s) > 7 else ())) > now - RACY_NS for _, s in stats):
+    if any(s is not None and max(s[4], s[5], *(s[10:12] if len(s) > 7 else ())) > now - RACY_NS for s in stats):
         return False
     if again() != derived:
         return False
@@ -94,7 +94,8 @@ def offer(hit, *, lock_path: str, lock, installed: dict, checks, derived: tuple,
         if until is None:
             return False
     files = [[f.where, f.sha256] for check in checks for f in check.files if f.where]
-    doc = {"schema": SCHEMA, "key": hit.key, "until": until, "stats": [[p, s] for p, s in stats], "files": files,
+    doc = {"schema": SCHEMA, "key": hit.key, "until": until, "paths": paths,
+           "stats": stats_digest(paths, stats), "files": files,
            "verdicts": [[v.hotfix_id, v.in_effect, v.detail, v.remedy, v.source] for v in verdicts],
            "watched": [[w.module, w.hotfix_id, w.path, w.sha256] for w in watched],
            "names": [[n.hotfix_id, n.module, n.qualname, n.kind, n.fingerprint, n.path, n.sha256] for n in names],

@@ -17,7 +17,7 @@ def check_required_ids(ids: tuple[str, ...]) -> tuple[list[tuple[Verdict, tuple]
     from vllm_hotfix_guard.paths import TargetDir, all_target_dirs, state_dir, targets_dir
     from vllm_hotfix_guard.recorded import CHECKS, judge, with_code
     from vllm_hotfix_guard.txn.state import TargetState
-    from vllm_hotfix_guard.install.bytecode import stale_by_source  # in this very process (plugin._check_lock)
+    from vllm_hotfix_guard.install.bytecode import stale_by_source  # in this very process (derive.check_lock)
     from vllm_hotfix_guard.wording import apply_unrecorded, invalid_id, not_importable, python_option, unreadable_state, verdict_of
 
     states, unreadable = [], []
