@@ -8,9 +8,10 @@ Arms, alternating in one loop (the order rotating each round, the first round on
 - ``compose``: HOTFIX_LOCK + HOTFIX_READY_DIR;
 - ``k8s --trust``: HOTFIX_LOCK + HOTFIX_STRICT=1 + HOTFIX_READY_DIR + HOTFIX_TRUST (a policy of threshold 1, the
   lock signed by its key) + HOTFIX_EXPECT_FINGERPRINT (the lock's, as the pod annotation carries it): every
-  process after the first of a container finds the trust verdict in the ready directory's cache;
-- ``k8s --trust, first process``: the same with the verdict cache emptied before each process (the one
-  process of a container start that verifies the signature);
+  process after the first of a container finds the trust verdict in the ready directory's cache, and after the
+  second the whole verdict on the lock (vllm_hotfix_guard/lock_cache.py);
+- ``k8s --trust, first process``: the same with the guard's caches emptied before each process (the trust
+  verdicts' and the lock verdicts': the process of a container start that verifies the signature and derives);
 - ``REF k8s --trust`` (``--vs REF``, default main): vllm-hotfix at that git ref in the same environment, the
   figure before a change.
 
