@@ -184,7 +184,8 @@ def test_another_working_directory_or_an_entry_not_fit_is_a_derivation(world, tm
     guard(world, cached=True)
     (entry,) = entries(world)
     assert guard(world, cached=True, cwd=world["site"])["derived"]  # sys.path's '' is another directory
-    for mode, text in ((0o644, None), (0o600, '{"schema": 1}'), (0o600, entry.read_text().replace("true", "false"))):
+    forged = (entry.read_text().replace("true", "false"), "[" * 200_000 + "]" * 200_000, '{"schema": 1}')
+    for mode, text in ((0o644, None), *((0o600, f) for f in forged)):
         doc = entry.read_text() if text is None else text
         entry.unlink()
         entry.write_text(doc)

@@ -132,7 +132,7 @@ def _take(found: Hit, raw: bytes) -> None:
     try:
         doc = json.loads(raw.decode("utf-8"))
         entry = _fields(doc, found.key)
-    except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, RecursionError):  # RecursionError: nested too deep
         return
     if entry is None:
         return
