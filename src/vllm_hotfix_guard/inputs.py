@@ -123,6 +123,17 @@ def file_sha256(path: Path | str, *, cap: int, what: str) -> str:
     return digest.hexdigest()
 
 
+def target_sha256(path: Path | str) -> str | None:
+    """Hex sha256 of a target's regular file (a locked file); None when there is none at ``path`` (absent, a
+    directory, a symlink, a FIFO or device: never followed, never blocking; or over TARGET_FILE_LIMIT) -- such a
+    file is not in effect. The one rule the lock check (txn/lock_check.sha256_file) and a hit of the lock verdict
+    cache (lock_cache.py) hash a locked file by."""
+    try:
+        return file_sha256(path, cap=TARGET_FILE_LIMIT, what="locked file")
+    except (InvalidInput, OSError):
+        return None
+
+
 def read_bounded(path: Path | str, *, cap: int, what: str, follow_symlinks: bool = True,
                  hint: str | None = None, check: Callable[[os.stat_result], None] | None = None) -> bytes:
     """``read_input`` without the fstat: the bytes of ``path`` (InvalidInput, exit 8, when unfit)."""

@@ -126,7 +126,7 @@ def _compiled(locked: Locked) -> dict:
         import hashlib
 
         from vllm_hotfix_guard.core.codeprint import code_objects, combined, fingerprint
-        from vllm_hotfix_guard.txn.lock_check import TARGET_FILE_LIMIT
+        from vllm_hotfix_guard.inputs import TARGET_FILE_LIMIT
         from vllm_hotfix_guard.inputs import read_bounded
 
         prints = {}

@@ -15,7 +15,6 @@ from vllm_hotfix_guard.settings import LOCK_CACHE_DIR as DIR
 SCHEMA = 1
 ENTRY_LIMIT = 1 << 20
 RACY_NS = 1_000_000_000
-FILE_LIMIT = 256 << 20  # inputs.TARGET_FILE_LIMIT: what a locked file may weigh (tests hold the two equal)
 PLAIN_FINDERS = frozenset({"_frozen_importlib", "_frozen_importlib_external", "importlib._bootstrap",
                            "importlib._bootstrap_external", "importlib.machinery", "zipimport",
                            "_distutils_hack", "vllm_hotfix_guard.imports"})
@@ -118,10 +117,8 @@ def stats_digest(paths, signatures=None) -> str:
     """The sha256 of every path's ``signature`` (taken now unless given), in order: what an entry keeps of them."""
     import hashlib
 
-    digest = hashlib.sha256()
-    for path, seen in zip(paths, signatures if signatures is not None else map(signature, paths)):
-        digest.update(repr((path, seen)).encode("utf-8", "surrogateescape") + b"\0")
-    return digest.hexdigest()
+    seen = signatures if signatures is not None else map(signature, paths)
+    return hashlib.sha256(repr(list(zip(paths, seen))).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _take(found: Hit, raw: bytes) -> None:
@@ -144,29 +141,15 @@ def _take(found: Hit, raw: bytes) -> None:
             return
     if stats_digest(paths) != stats:
         return
-    if any(_sha256(where) != sha for where, sha in files):
+    from vllm_hotfix_guard.inputs import target_sha256  # the lock check's own hash of a locked file
+
+    if any(target_sha256(where) != sha for where, sha in files):
         return
     from vllm_hotfix_guard.verdicts import Locked, Verdict, Watched
 
     found.verdicts = tuple(Verdict(*v) for v in verdicts)
     found.watched = tuple(Watched(*w) for w in watched)
     found.names, found.usable, found.fingerprint = [Locked(*n) for n in names], usable, fingerprint
-
-
-def _sha256(where: str):
-    """The sha256 of a locked file as lock_check.sha256_file reads it (a regular file, no link followed, never
-    blocking, at most FILE_LIMIT); None for anything else."""
-    from vllm_hotfix_guard.ready_io import read_small
-
-    try:
-        data = read_small(where, FILE_LIMIT)
-    except (OSError, ValueError):
-        return None
-    if data is None:
-        return None
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
 
 
 def _fields(doc, key: str):

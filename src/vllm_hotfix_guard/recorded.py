@@ -29,7 +29,7 @@ def judge(state, installed, *, bytecode) -> dict:
     hotfix of the record is unknown with that line, and ``with_code`` gives its advice."""
     from vllm_hotfix_guard.pins import at_hand, pinned
     from vllm_hotfix_guard.txn.judgement import bounded_reader, judge_record
-    from vllm_hotfix_guard.txn.lock_check import TARGET_FILE_LIMIT
+    from vllm_hotfix_guard.inputs import TARGET_FILE_LIMIT
 
     dirs, refusal = at_hand() if any(r.source == "catalog" for r in state.hotfixes.values()) or \
         os.environ.get("HOTFIX_CATALOG") else ([], None)

@@ -13,8 +13,6 @@ from typing import Callable, Optional
 from vllm_hotfix_guard.core import verdict
 from vllm_hotfix_guard.core.distname import canonical_name
 from vllm_hotfix_guard.core.verdict import APPLIED, FIXED_UPSTREAM, FileCheck
-from vllm_hotfix_guard.errors import InvalidInput
-from vllm_hotfix_guard.inputs import TARGET_FILE_LIMIT
 from vllm_hotfix_guard.txn.hotfix_lock import Lock, LockedFile, LockedHotfix, lock_series_checks
 from vllm_hotfix_guard.values import Value
 
@@ -44,15 +42,11 @@ class HotfixCheck(Value):
 
 
 def sha256_file(path: Path) -> Optional[str]:
-    """Hex sha256 of a regular file's bytes; None when there is none at ``path`` (absent, a directory,
-    a symlink, a FIFO or device: never followed, never blocking; or over TARGET_FILE_LIMIT) -- such a file
-    is not in effect. Hashed by inputs.file_sha256, the one bounded file hash."""
-    from vllm_hotfix_guard.inputs import file_sha256
+    """Hex sha256 of a regular file's bytes; None when there is none at ``path`` (inputs.target_sha256, the rule
+    a hit of the guard's lock verdict cache hashes by too)."""
+    from vllm_hotfix_guard.inputs import target_sha256
 
-    try:
-        return file_sha256(path, cap=TARGET_FILE_LIMIT, what="locked file")
-    except (InvalidInput, OSError):
-        return None
+    return target_sha256(path)
 
 
 def real_file(installed: Installed, package: str, path: str) -> Path:
