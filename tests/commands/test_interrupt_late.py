@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,8 +43,12 @@ def test_ctrl_c_at_every_moment_of_an_apply_exits_with_what_happened_to_the_file
         out, err = apply.communicate(timeout=300)
         if apply.returncode == -signal.SIGINT:  # still importing (before main): Python's own death by SIGINT
             assert "KeyboardInterrupt" in err and not out, err
-        else:
-            assert "Traceback" not in err, err
+        else:  # CPython's own: a KeyboardInterrupt raised in the import system's module-lock cleanup (a weakref
+            # callback) is dropped by Python itself -- that Ctrl-C is lost; the exit code still says what happened
+            dropped = re.sub(r'Exception ignored in: <function _get_module_lock\.<locals>\.cb at 0x[0-9a-f]+>\n'
+                             r'Traceback \(most recent call last\):\n  File "<frozen importlib\._bootstrap>", line \d+, '
+                             r'in cb\nKeyboardInterrupt: ?\n', "", err)
+            assert "Traceback" not in dropped, err
         (entry,) = [e for e in json.loads(run_hotfix("status", "--python", venv.python, "--json").stdout)
                     if e["id"] == HOTFIX]
         if apply.returncode == 0:
