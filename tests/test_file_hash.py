@@ -63,4 +63,4 @@ def test_no_module_hashes_a_file_its_own_way():
     own = [p.relative_to(src).as_posix() for p in src.rglob("*.py")
            if "hashlib.sha256()" in p.read_text(encoding="utf-8")]
     assert sorted(own) == ["vllm_hotfix/catalog/wheelindex.py", "vllm_hotfix/containers/oci_layer.py",
-                           "vllm_hotfix_guard/inputs.py"]
+                           "vllm_hotfix_guard/filehash.py"]

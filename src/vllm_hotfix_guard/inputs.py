@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Callable
 
 from vllm_hotfix_guard.errors import InvalidInput
+from vllm_hotfix_guard.filehash import TARGET_FILE_LIMIT  # noqa: F401 - with the one file hash (filehash.py)
 
 MIB = 1024 * 1024
 PATCH_LIMIT = 64 * MIB  # a patch file (--patch, --patch-file, a catalog's): seed 004's is ~1 MB, the real 0.29 -> 0.30 diff 8.5 MB
-TARGET_FILE_LIMIT = 256 * MIB  # one file of a target read to plan or check (vLLM's largest .py is ~0.3 MB)
 EXPORT_FILE_LIMIT = 64 * MIB  # one exported file (a ConfigMap holds at most 1 MiB anyway)
 YAML_LIMIT = 4 * MIB  # a Kubernetes manifest or kustomization read by `hotfix k8s`
 ARCHIVE_MEMBER_LIMIT = 64 * MIB  # one member of a wheel read into memory (a source file, a RECORD)
@@ -103,35 +103,21 @@ def _blocks(fd: int, cap: int):
 
 
 def file_sha256(path: Path | str, *, cap: int, what: str) -> str:
-    """The hex sha256 of the regular file at ``path``: never through a symbolic link, never blocking (a
-    FIFO or device refused), read in blocks up to ``cap`` (so a large file costs no memory). ``Unfit``
-    (why: "link", "special", "large") when it is not one to hash; OSError (absent, unreadable) is left to
-    the caller. The one way a file of ours or of a target is hashed where its bytes are not needed."""
-    import hashlib  # here: the guard and `verify --lock` import this module before they hash anything
+    """The hex sha256 of the regular file at ``path`` (filehash.sha256_of: never through a symbolic link, never
+    blocking, read in blocks up to ``cap``). ``Unfit`` (why: "link", "special", "large") when it is not one to
+    hash; OSError (absent, unreadable) is left to the caller. The one way a file of ours or of a target is hashed
+    where its bytes are not needed."""
+    from vllm_hotfix_guard.filehash import sha256_of
 
-    fd, _ = _open_input(path, cap=cap, what=what, follow_symlinks=False, hint=None, check=None)
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        for chunk in _blocks(fd, cap):
-            digest.update(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > cap:
-        raise Unfit(f"{path}: {what} is over the {size_text(cap)} a {what} may be", why="large")
-    return digest.hexdigest()
-
-
-def target_sha256(path: Path | str) -> str | None:
-    """Hex sha256 of a target's regular file (a locked file); None when there is none at ``path`` (absent, a
-    directory, a symlink, a FIFO or device: never followed, never blocking; or over TARGET_FILE_LIMIT) -- such a
-    file is not in effect. The one rule the lock check (txn/lock_check.sha256_file) and a hit of the lock verdict
-    cache (lock_cache.py) hash a locked file by."""
-    try:
-        return file_sha256(path, cap=TARGET_FILE_LIMIT, what="locked file")
-    except (InvalidInput, OSError):
-        return None
+    digest, why, size = sha256_of(path, cap)
+    if why == "link":
+        raise Unfit(f"{path}: is a symbolic link; a {what} is read only as a regular file", why="link",
+                    hint="remove the link (someone else may have planted it)")
+    if why == "special":
+        raise Unfit(f"{path}: not a regular file; a {what} must be one", why="special")
+    if why == "large":
+        raise Unfit(f"{path}: {what} is {size_text(size)}, over the {size_text(cap)} a {what} may be", why="large")
+    return digest
 
 
 def read_bounded(path: Path | str, *, cap: int, what: str, follow_symlinks: bool = True,

@@ -141,7 +141,7 @@ def _take(found: Hit, raw: bytes) -> None:
             return
     if stats_digest(paths) != stats:
         return
-    from vllm_hotfix_guard.inputs import target_sha256  # the lock check's own hash of a locked file
+    from vllm_hotfix_guard.filehash import target_sha256  # the lock check's own hash of a locked file
 
     if any(target_sha256(where) != sha for where, sha in files):
         return

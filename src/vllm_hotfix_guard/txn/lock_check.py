@@ -42,9 +42,9 @@ class HotfixCheck(Value):
 
 
 def sha256_file(path: Path) -> Optional[str]:
-    """Hex sha256 of a regular file's bytes; None when there is none at ``path`` (inputs.target_sha256, the rule
+    """Hex sha256 of a regular file's bytes; None when there is none at ``path`` (filehash.target_sha256, the rule
     a hit of the guard's lock verdict cache hashes by too)."""
-    from vllm_hotfix_guard.inputs import target_sha256
+    from vllm_hotfix_guard.filehash import target_sha256
 
     return target_sha256(path)
 
