@@ -1,5 +1,5 @@
 """The lock verdict cache, its hit half: a container's later processes take the verdict on HOTFIX_LOCK that an
-earlier one derived, in ``$HOTFIX_READY_DIR/lock-verdicts/KEY.json`` (cache_io.py's rules), instead of deriving it
+earlier one derived, in ``$HOTFIX_READY_DIR/lock-verdicts/KEY.json`` (ready_io.py's rules for the guard's caches), instead of deriving it
 again (issue 43's budget). A hit still reads the lock (the key names its bytes), stats every path the derivation
 read (lock_inputs.paths_read) and hashes every locked file: anything changed is a miss, derived again. Only verdicts
 where every hotfix is in effect are kept. The rules, and why they suffice: docs/design.md, "The lock verdict cache".
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from vllm_hotfix_guard.settings import LOCK_CACHE_DIR as DIR
+from vllm_hotfix_guard.settings import LOCK_CACHE_DIR as DIR, READY_DIR_ENV
 
 SCHEMA = 1
 ENTRY_LIMIT = 1 << 20
@@ -32,7 +32,7 @@ class Hit:
         self.verdicts = self.watched = self.names = self.usable = self.fingerprint = None
 
     def close(self) -> None:
-        """Close the cache directory's descriptor (cache_io.private_dir opened it)."""
+        """Close the cache directory's descriptor (ready_io.private_dir opened it)."""
         fd = getattr(self.directory, "fd", -1)
         if fd >= 0:
             self.directory.fd = -1
@@ -55,12 +55,12 @@ def lookup(lock: str) -> Hit:
     key = cache_key(lock, digest)
     directory = None
     if key is not None:
-        from vllm_hotfix_guard.cache_io import private_dir
+        from vllm_hotfix_guard.ready_io import private_dir
 
-        directory = private_dir(DIR, create=False)  # made by the first process that keeps an entry
+        directory = private_dir(os.environ.get(READY_DIR_ENV, ""), DIR, create=False)  # made by the first process that keeps an entry
     found = Hit(data, digest, key, directory)
     if directory is not None:
-        from vllm_hotfix_guard.cache_io import read_entry
+        from vllm_hotfix_guard.ready_io import read_entry
 
         raw = read_entry(directory, f"{key}.json", ENTRY_LIMIT)
         if raw is not None:
@@ -76,7 +76,7 @@ def cache_key(lock: str, digest: str):
     import _imp
     import hashlib
 
-    from vllm_hotfix_guard.cache_io import container_identity
+    from vllm_hotfix_guard.ready_io import container_identity
 
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES) or k == "HOME")
     try:

@@ -16,6 +16,7 @@ import os
 import sys
 
 from vllm_hotfix_guard.lock_cache import DIR, RACY_NS, SCHEMA, ENTRY_LIMIT, signature, stats_digest
+from vllm_hotfix_guard.settings import READY_DIR_ENV
 
 _DIST_FILES = ("METADATA", "RECORD", "top_level.txt", "direct_url.json", "INSTALLER")
 
@@ -105,10 +106,10 @@ def offer(hit, *, lock_path: str, lock, installed: dict, checks, derived: tuple,
     data = json.dumps(doc, separators=(",", ":")).encode("ascii")
     if len(data) > ENTRY_LIMIT:
         return False
-    from vllm_hotfix_guard.cache_io import private_dir, store_entry
+    from vllm_hotfix_guard.ready_io import private_dir, store_entry
 
     if hit.directory is None:
-        hit.directory = private_dir(DIR)  # hit.close() closes it
+        hit.directory = private_dir(os.environ.get(READY_DIR_ENV, ""), DIR)  # hit.close() closes it
     if hit.directory is None:
         return False
     store_entry(hit.directory, f"{hit.key}.json", data)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from vllm_hotfix_guard.settings import STRICT_ENV
 
@@ -41,7 +40,7 @@ def process_role() -> str:
             return name
     if os.environ.get("RANK"):
         return f"rank {os.environ['RANK']}"
-    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]]) if sys.argv and sys.argv[0] else "python"
+    command = " ".join([os.path.basename(os.path.normpath(sys.argv[0])), *sys.argv[1:2]]) if sys.argv and sys.argv[0] else "python"
     return f"main ({command})"
 
 
@@ -80,7 +79,7 @@ def serving_process() -> bool:
     if multiprocessing is not None and multiprocessing.current_process().name != "MainProcess":
         return True
     argv = sys.argv or []
-    if not argv or Path(argv[0]).name != "vllm":
+    if not argv or os.path.basename(os.path.normpath(argv[0])) != "vllm":
         return True
     args = argv[1:]
     if NON_SERVING_FLAGS.intersection(args):
@@ -90,7 +89,7 @@ def serving_process() -> bool:
 
 
 def command_line() -> str:
-    return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+    return " ".join([os.path.basename(os.path.normpath(sys.argv[0])), *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
 
 
 _FALLBACK_FORMAT = "%(levelname)s %(asctime)s [vllm-hotfix guard] %(message)s"

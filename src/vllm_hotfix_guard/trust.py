@@ -140,7 +140,7 @@ def cache_key(data: bytes, signatures, policy: bytes) -> Optional[str]:
     for name, content in chain:
         part(name)
         part(content)
-    from vllm_hotfix_guard.cache_io import container_identity
+    from vllm_hotfix_guard.ready_io import container_identity
 
     part(container_identity())
     return digest.hexdigest()
@@ -172,11 +172,11 @@ def _chain_files() -> Optional[list]:
 
 
 def cache_dir() -> "Optional[CacheDir]":
-    """``$HOTFIX_READY_DIR/trust-verdicts`` when it is fit to hold verdicts (cache_io.private_dir: created 0700,
+    """``$HOTFIX_READY_DIR/trust-verdicts`` when it is fit to hold verdicts (ready_io.private_dir: created 0700,
     a real directory owned by this user with no permission for group or others, judged on its descriptor)."""
-    from vllm_hotfix_guard.cache_io import private_dir
+    from vllm_hotfix_guard.ready_io import private_dir
 
-    return private_dir(CACHE_DIR)
+    return private_dir(os.environ.get(READY_DIR_ENV, ""), CACHE_DIR)
 
 
 def entry_bytes(key: str) -> bytes:
@@ -188,7 +188,7 @@ def cached(directory: "CacheDir", key: str) -> bool:
     """Whether ``directory`` holds a fit entry accepting ``key`` (see the module's rules)."""
     import json
 
-    from vllm_hotfix_guard.cache_io import read_entry
+    from vllm_hotfix_guard.ready_io import read_entry
 
     raw = read_entry(directory, f"{key}.json", ENTRY_LIMIT)
     if raw is None:
@@ -204,6 +204,6 @@ def store(directory: "CacheDir", key: str) -> None:
     """Leave the accepting verdict for ``key``: written 0600 under a temporary name, then renamed into
     place (a reader sees a whole entry or none), both relative to the checked directory's descriptor. A
     failure only costs the next process a verification."""
-    from vllm_hotfix_guard.cache_io import store_entry
+    from vllm_hotfix_guard.ready_io import store_entry
 
     store_entry(directory, f"{key}.json", entry_bytes(key))
