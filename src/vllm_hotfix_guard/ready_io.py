@@ -24,9 +24,11 @@ LOCK_LIMIT = 4 << 20            # what the guard reads of a lock (paths.LOCK_LIM
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def read_small(name: str, limit: int, *, dir_fd: int | None = None, uid: int | None = None) -> bytes | None:
+def read_small(name: str, limit: int, *, dir_fd: int | None = None, uid: int | None = None,
+               private: bool = False) -> bytes | None:
     """A regular file's bytes (at most ``limit``; None: missing), never following a link or blocking;
-    OSError for anything else (a link, a fifo, too large, another user's when ``uid`` is given)."""
+    OSError for anything else (a link, a fifo, too large, another user's when ``uid`` is given, and with
+    ``private`` one that group or others may use or that has more than one link: a cache entry)."""
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -39,6 +41,8 @@ def read_small(name: str, limit: int, *, dir_fd: int | None = None, uid: int | N
             raise OSError(0, "not a regular file")
         if uid is not None and st.st_uid != uid:
             raise OSError(0, f"owned by uid {st.st_uid}, not {uid}")
+        if private and (stat.S_IMODE(st.st_mode) & 0o077 or st.st_nlink != 1):
+            raise OSError(0, f"mode {stat.S_IMODE(st.st_mode):o} with {st.st_nlink} links, not 0600-like and one")
         if st.st_size > limit:
             raise OSError(0, f"{st.st_size} bytes, more than {limit}")
         data = os.read(fd, limit + 1)
@@ -126,27 +130,15 @@ def dir_fd(directory) -> int | None:
 
 
 def read_entry(directory: CacheDir, name: str, limit: int) -> bytes | None:
-    """The bytes of a fit entry ``name`` in ``directory`` (see the module), else None."""
-    import stat
-
+    """The bytes of a fit entry ``name`` in ``directory`` (see the module: ``read_small``, private, this user's),
+    else None."""
     where = dir_fd(directory)
     if where is None:
         return None
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=where)
+        return read_small(name, limit, dir_fd=where, uid=os.geteuid(), private=True)
     except OSError:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077 \
-                or info.st_nlink != 1 or info.st_size > limit:
-            return None
-        raw = os.read(fd, limit + 1)
-        return raw if len(raw) <= limit else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def store_entry(directory: CacheDir, name: str, data: bytes) -> None:
@@ -176,17 +168,11 @@ def store_entry(directory: CacheDir, name: str, data: bytes) -> None:
 
 
 def container_identity() -> bytes:
-    """The boot id and the start time (clock ticks since boot) of pid 1 as this process sees it: different
-    for every container start, unknown before it (empty where /proc does not say)."""
-    parts = []
-    for name in ("/proc/sys/kernel/random/boot_id", "/proc/1/stat"):
-        try:
-            with open(name, "rb") as fh:
-                text = fh.read(4096)
-        except OSError:
-            text = b""
-        if name.endswith("stat"):
-            fields = text[text.rfind(b")") + 2:].split()
-            text = fields[19] if len(fields) > 19 else b""  # field 22, starttime
-        parts.append(text.strip())
-    return b"\0".join(parts)
+    """The boot id and the start time (``start_time``: clock ticks since boot) of pid 1 as this process sees it:
+    different for every container start, unknown before it (empty where /proc does not say)."""
+    try:
+        boot = (read_small("/proc/sys/kernel/random/boot_id", 4096) or b"").strip()
+    except OSError:
+        boot = b""
+    start = start_time(1)
+    return boot + b"\0" + (b"" if start is None else str(start).encode())
